@@ -1,0 +1,36 @@
+"""The reference backend: dequantize, then torch matmul, on whatever device the tensors are on.
+
+It is the oracle every other backend is tested against, and the last resort of auto dispatch
+(MPS, GPUs Triton can't target, missing packages). It does materialise the weight, a slab of
+rows at a time to bound the memory, and computes in float32.
+"""
+from __future__ import annotations
+
+import torch
+
+from ..dispatch import E2M1Decode, Needs
+from ..formats import Format, PackedWeight
+from ..quantize import dequantize_rows
+
+NEEDS = Needs(formats=frozenset(Format), device_types=frozenset({"cpu", "cuda", "mps", "xpu"}))
+
+_SLAB_ELEMENTS = 1 << 24  # 64 MiB of float32 weight at a time
+
+
+def matmul(x: torch.Tensor, packed: PackedWeight, bias: torch.Tensor | None = None, *,
+           e2m1: E2M1Decode = E2M1Decode.SELECT) -> torch.Tensor:
+    """y = x @ dequantize(packed).T + bias, in float32, returned in x's dtype.
+
+    `e2m1` is accepted for the common signature; the reference always decodes E2M1 by selection,
+    which is exact whatever the denormal mode."""
+    n, k = packed.shape
+    xf = x.to(torch.float32)
+    y = torch.empty((x.shape[0], n), dtype=torch.float32, device=x.device)
+    rows = max(1, _SLAB_ELEMENTS // max(k, 1))
+    for start in range(0, n, rows):
+        stop = min(n, start + rows)
+        w = dequantize_rows(packed, start, stop)
+        torch.matmul(xf, w.T, out=y[:, start:stop])
+    if bias is not None:
+        y += bias.to(torch.float32)
+    return y.to(x.dtype)

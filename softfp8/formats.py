@@ -1,0 +1,208 @@
+"""The packed weight formats: one spec per format, and the `PackedWeight` that holds one weight.
+
+Layout (DESIGN.md §2): codes live in int32 words, consecutive along K, little-endian. An FP8 row
+holds 4 codes per word (code ``4*i + j`` in bits ``8j..8j+7`` of word ``i``); an FP4 row holds 8
+(code ``8*i + j`` in bits ``4j..4j+3``, so each byte carries the even code in its low nibble, as
+torch's ``float4_e2m1fn_x2`` does). K is padded with zero codes to ``spec.k_align`` so that every
+row starts on a 16-byte boundary and kernels can issue aligned 16-byte loads; the padding never
+shows: ``shape`` is the logical (N, K).
+"""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, replace
+
+import torch
+
+
+class Format(str, enum.Enum):
+    """A packed weight format. Its lower-case string (``"e5m2"``) works wherever one is expected."""
+
+    E5M2 = "e5m2"
+    """FP8 E5M2 (bias 15, has inf/NaN); optional fp32 scale per output row. Decode is ``code << 8``."""
+    E4M3 = "e4m3"
+    """FP8 E4M3fn (bias 7, no inf, NaN = 0x7F/0xFF, max 448); fp32 scale per output row."""
+    NVFP4 = "nvfp4"
+    """FP4 E2M1 codes; one E4M3 scale per 16 weights along K and one fp32 scale per tensor."""
+    MXFP4 = "mxfp4"
+    """FP4 E2M1 codes; one E8M0 (power of two) scale per 32 weights along K (OCP MX v1.0)."""
+
+    def __str__(self) -> str:  # "e5m2", not "Format.E5M2", in messages and reprs
+        return self.value
+
+    @classmethod
+    def parse(cls, value: "Format | str", *, arg: str = "fmt") -> "Format":
+        """`value` as a Format; an unknown name raises ValueError naming `arg` and the valid names."""
+        if isinstance(value, cls):
+            return value
+        if isinstance(value, str):
+            try:
+                return cls(value.lower())
+            except ValueError:
+                pass
+        valid = ", ".join(repr(f.value) for f in cls)
+        raise ValueError(f"{arg}={value!r} is not a softfp8 format; expected one of {valid}")
+
+
+class ScaleKind(str, enum.Enum):
+    """How a format scales its codes along K."""
+
+    NONE = "none"
+    ROW = "row"  # one fp32 per output row
+    BLOCK_E4M3 = "block_e4m3"  # E4M3 code per block of K, times one fp32 per tensor
+    BLOCK_E8M0 = "block_e8m0"  # E8M0 code (power of two) per block of K
+
+
+@dataclass(frozen=True)
+class MinifloatSpec:
+    """One element type: sign, `exp_bits`, `man_bits`, exponent `bias`, and its largest finite value."""
+
+    name: str
+    exp_bits: int
+    man_bits: int
+    bias: int
+    max_finite: float
+    has_inf: bool
+    has_nan: bool
+
+    @property
+    def bits(self) -> int:
+        return 1 + self.exp_bits + self.man_bits
+
+
+E5M2_ELEMENT = MinifloatSpec("e5m2", 5, 2, 15, 57344.0, has_inf=True, has_nan=True)
+E4M3_ELEMENT = MinifloatSpec("e4m3fn", 4, 3, 7, 448.0, has_inf=False, has_nan=True)
+E2M1_ELEMENT = MinifloatSpec("e2m1", 2, 1, 1, 6.0, has_inf=False, has_nan=False)
+
+
+@dataclass(frozen=True)
+class FormatSpec:
+    """Everything a kernel or the quantizer needs to know about a format, as data."""
+
+    fmt: Format
+    element: MinifloatSpec
+    scale: ScaleKind
+    block: int | None  # weights per block scale along K, or None
+    scale_required: bool  # False: the scale is optional (E5M2)
+
+    @property
+    def bits(self) -> int:
+        return self.element.bits
+
+    @property
+    def codes_per_word(self) -> int:
+        return 32 // self.bits
+
+    @property
+    def k_align(self) -> int:
+        """K is padded to this many codes: one 16-byte vector, and a whole number of blocks."""
+        return 128 // self.bits
+
+
+SPECS: dict[Format, FormatSpec] = {
+    Format.E5M2: FormatSpec(Format.E5M2, E5M2_ELEMENT, ScaleKind.ROW, None, scale_required=False),
+    Format.E4M3: FormatSpec(Format.E4M3, E4M3_ELEMENT, ScaleKind.ROW, None, scale_required=True),
+    Format.NVFP4: FormatSpec(Format.NVFP4, E2M1_ELEMENT, ScaleKind.BLOCK_E4M3, 16, scale_required=True),
+    Format.MXFP4: FormatSpec(Format.MXFP4, E2M1_ELEMENT, ScaleKind.BLOCK_E8M0, 32, scale_required=True),
+}
+
+
+def padded_k(k: int, fmt: Format) -> int:
+    """K rounded up to the format's alignment (codes)."""
+    align = SPECS[fmt].k_align
+    return -(-k // align) * align
+
+
+@dataclass(frozen=True)
+class PackedWeight:
+    """One quantized weight of logical shape (N, K).
+
+    words:        int32 [N, Kp / codes_per_word], codes packed along K (module docstring).
+    scales:       E5M2/E4M3: fp32 [N] row scales (None for unscaled E5M2);
+                  NVFP4: uint8 [N, Kp / 16] E4M3 codes; MXFP4: uint8 [N, Kp / 32] E8M0 codes.
+    global_scale: NVFP4 only: fp32 scalar tensor, the per-tensor scale.
+    """
+
+    fmt: Format
+    shape: tuple[int, int]
+    words: torch.Tensor
+    scales: torch.Tensor | None = None
+    global_scale: torch.Tensor | None = None
+
+    def __post_init__(self) -> None:
+        # A PackedWeight can come from a state_dict or a user: check every invariant a kernel
+        # relies on, so a corrupted one is a clear error here, never a wrong read there.
+        object.__setattr__(self, "fmt", Format.parse(self.fmt))
+        spec = SPECS[self.fmt]
+        n, k = (int(d) for d in self.shape)
+        object.__setattr__(self, "shape", (n, k))
+        if n < 1 or k < 1:
+            raise ValueError(f"shape={self.shape} must be two positive sizes (N, K)")
+        kp = padded_k(k, self.fmt)
+        _expect(self.words, "words", torch.int32, (n, kp // spec.codes_per_word))
+        if spec.scale is ScaleKind.ROW:
+            if self.scales is None:
+                if spec.scale_required:
+                    raise ValueError(f"scales: {self.fmt} needs fp32 row scales of shape ({n},), got None")
+            else:
+                _expect(self.scales, "scales", torch.float32, (n,))
+        else:
+            _expect(self.scales, "scales", torch.uint8, (n, kp // spec.block))
+        if self.fmt is Format.NVFP4:
+            _expect(self.global_scale, "global_scale", torch.float32, ())
+        elif self.global_scale is not None:
+            raise ValueError(f"global_scale: only nvfp4 has one, got a tensor for {self.fmt}")
+        for name, t in (("scales", self.scales), ("global_scale", self.global_scale)):
+            if t is not None and t.device != self.words.device:
+                raise ValueError(f"{name} is on {t.device} but words are on {self.words.device}; "
+                                 "expected one device")
+
+    @property
+    def spec(self) -> FormatSpec:
+        return SPECS[self.fmt]
+
+    @property
+    def out_features(self) -> int:
+        return self.shape[0]
+
+    @property
+    def in_features(self) -> int:
+        return self.shape[1]
+
+    @property
+    def padded_k(self) -> int:
+        return self.words.shape[1] * self.spec.codes_per_word
+
+    @property
+    def device(self) -> torch.device:
+        return self.words.device
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes a matmul must read: words and scales."""
+        return sum(t.numel() * t.element_size() for t in self.tensors())
+
+    def tensors(self) -> tuple[torch.Tensor, ...]:
+        return tuple(t for t in (self.words, self.scales, self.global_scale) if t is not None)
+
+    def to(self, device: torch.device | str) -> "PackedWeight":
+        """The same weight on `device` (the packed words move, nothing is decoded)."""
+        move = lambda t: None if t is None else t.to(device)  # noqa: E731
+        return replace(self, words=move(self.words), scales=move(self.scales),
+                       global_scale=move(self.global_scale))
+
+    def __repr__(self) -> str:
+        n, k = self.shape
+        return f"PackedWeight({self.fmt}, shape=({n}, {k}), device={self.device}, nbytes={self.nbytes})"
+
+
+def _expect(t: torch.Tensor | None, name: str, dtype: torch.dtype, shape: tuple[int, ...]) -> None:
+    if t is None:
+        raise ValueError(f"{name}: missing; expected a {dtype} tensor of shape {shape}")
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name}: expected a {dtype} tensor of shape {shape}, got {type(t).__name__}")
+    if t.dtype != dtype or tuple(t.shape) != shape:
+        raise ValueError(f"{name}: expected a {dtype} tensor of shape {shape}, "
+                         f"got {t.dtype} of shape {tuple(t.shape)}")
+    if not t.is_contiguous():
+        raise ValueError(f"{name}: expected a contiguous tensor")

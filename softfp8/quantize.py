@@ -1,0 +1,247 @@
+"""quantize / dequantize / pack / unpack.
+
+Rounding is round-to-nearest-even everywhere, computed with integer and exact float32 operations
+that give the same bits on every device; the element encoders equal torch's own casts bit for bit
+(`float8_e5m2`, `float8_e4m3fn`; E8M0 scales are exact powers of two; E2M1, which torch can't
+cast to, against nearest-even over `E2M1_TO_FLOAT32`).
+
+Policy for values a format can't hold (the one place it is decided):
+- Element encoders, as torch's casts do: E5M2 turns finite overflow and ±inf into ±inf;
+  E4M3 saturates finite overflow and ±inf to ±448; E2M1 saturates to ±6. NaN stays NaN
+  (E5M2 0x7F, E4M3 0x7F, with the sign); E2M1 has no NaN (its encoder gives ±0, see below).
+- `quantize()` never lets a *finite* weight overflow: scales map each row/block into range, and
+  unscaled E5M2 raises ValueError if a finite weight lies beyond ±57344 (use ``row_scale=True``).
+- NaN weights stay NaN so that a matmul touching them gives NaN, as torch's would: E5M2/E4M3 store
+  the NaN code; NVFP4/MXFP4 mark the whole block NaN through its scale (every output reading that
+  row is NaN anyway). Scales come from the finite values only.
+- ±inf weights: E5M2 stores ±inf (scaled E5M2 too: inf times a finite scale is inf). The other
+  formats have no infinity, so they raise ValueError rather than store a wrong value.
+- Zero rows and blocks get scale 1 (E4M3 row, E8M0 code 127), never 0 or a denormal.
+"""
+from __future__ import annotations
+
+import torch
+
+from .decode import decode_e4m3_to_f32, decode_e8m0
+from .formats import (E2M1_ELEMENT, E4M3_ELEMENT, E5M2_ELEMENT, SPECS, Format, MinifloatSpec,
+                      PackedWeight, ScaleKind, padded_k)
+
+_NVFP4_E4M3_NAN = 0x7F
+_E8M0_NAN = 0xFF
+_E8M0_ONE = 127
+
+
+def _f32_bits(x: torch.Tensor) -> torch.Tensor:
+    return x.contiguous().view(torch.int32)
+
+
+def encode_minifloat(x: torch.Tensor, spec: MinifloatSpec) -> torch.Tensor:
+    """float32 `x` to `spec` codes (uint8), round to nearest even, with the policy above.
+
+    The rounding adds and subtracts ``2^(q + 23)``, a float32 whose unit in the last place is the
+    target quantum ``2^q``; IEEE addition then rounds |x| to a multiple of 2^q, ties to even."""
+    x = x.to(torch.float32)
+    bits = _f32_bits(x)
+    sign = (bits >> 31) & 1
+    a = bits & 0x7FFFFFFF
+    ax = a.view(torch.float32)
+    emin = 1 - spec.bias
+    m = spec.man_bits
+    e = ((a >> 23) - 127).clamp(emin, 64)  # 64: far past every format's range, keeps bits finite
+    q = e - m
+    magic = ((q + 23 + 127) << 23).view(torch.float32)
+    r = torch.where(ax < magic, (ax + magic) - magic, ax)  # inf/NaN pass through untouched
+    rb = _f32_bits(r)
+    er = (rb >> 23) - 127
+    normal_code = ((er + spec.bias) << m) | ((rb >> (23 - m)) & ((1 << m) - 1))
+    subnormal_code = (r * 2.0 ** (m - emin)).to(torch.int32)  # exact: r < 2^emin here
+    code = torch.where(er >= emin, normal_code, subnormal_code)
+
+    max_code = _max_finite_code(spec)
+    over = (r > spec.max_finite) & (ax != float("inf"))
+    is_inf, is_nan = ax == float("inf"), torch.isnan(x)
+    inf_code = (0x1F << m) if spec.has_inf else max_code  # no inf: saturate, like torch's E4M3 cast
+    code = torch.where(over | is_inf, inf_code, code)
+    if spec.has_nan:
+        code = torch.where(is_nan, (1 << (spec.bits - 1)) - 1, code)
+    else:
+        code = torch.where(is_nan, 0, code)
+    return (code | (sign << (spec.bits - 1))).to(torch.uint8)
+
+
+def _max_finite_code(spec: MinifloatSpec) -> int:
+    top = (1 << spec.exp_bits) - 1
+    if spec.has_inf:
+        return ((top - 1) << spec.man_bits) | ((1 << spec.man_bits) - 1)
+    if spec.has_nan:
+        return (top << spec.man_bits) | ((1 << spec.man_bits) - 2)
+    return (top << spec.man_bits) | ((1 << spec.man_bits) - 1)
+
+
+def encode_e5m2(x: torch.Tensor) -> torch.Tensor:
+    """float to E5M2 codes, bit for bit as ``x.float().to(torch.float8_e5m2)``."""
+    return encode_minifloat(x, E5M2_ELEMENT)
+
+
+def encode_e4m3(x: torch.Tensor) -> torch.Tensor:
+    """float to E4M3fn codes, bit for bit as ``x.float().to(torch.float8_e4m3fn)`` (saturating)."""
+    return encode_minifloat(x, E4M3_ELEMENT)
+
+
+def encode_e2m1(x: torch.Tensor) -> torch.Tensor:
+    """float to E2M1 codes (0..15), nearest even, saturating at ±6; NaN gives ±0 (no NaN code)."""
+    return encode_minifloat(x, E2M1_ELEMENT)
+
+
+def encode_e8m0_exponent(exponent: torch.Tensor) -> torch.Tensor:
+    """An integer power-of-two exponent to its E8M0 code (clamped to the range -127..127)."""
+    return (exponent.to(torch.int32).clamp(-127, 127) + 127).to(torch.uint8)
+
+
+# -- packing --------------------------------------------------------------------------------
+
+def pack_codes(codes: torch.Tensor, fmt: Format | str) -> torch.Tensor:
+    """uint8 codes [N, K] to int32 words [N, Kp / codes_per_word], zero-padded along K."""
+    fmt = Format.parse(fmt)
+    spec = SPECS[fmt]
+    n, k = codes.shape
+    kp = padded_k(k, fmt)
+    padded = torch.zeros((n, kp), dtype=torch.uint8, device=codes.device)
+    padded[:, :k] = codes
+    if spec.bits == 4:  # even k in the low nibble of each byte, as float4_e2m1fn_x2
+        padded = (padded[:, 0::2] & 0xF) | ((padded[:, 1::2] & 0xF) << 4)
+    # Little-endian bytes make words with code j of a word in bits 8j.. (every supported host is LE)
+    return padded.contiguous().view(torch.int32)
+
+
+def unpack_codes(words: torch.Tensor, fmt: Format | str, k: int) -> torch.Tensor:
+    """int32 words to uint8 codes [N, k] (inverse of `pack_codes`)."""
+    fmt = Format.parse(fmt)
+    b = words.contiguous().view(torch.uint8)
+    if SPECS[fmt].bits == 4:
+        b = torch.stack((b & 0xF, b >> 4), dim=-1).flatten(-2)
+    return b[:, :k]
+
+
+# -- quantize -------------------------------------------------------------------------------
+
+def _check_weight(weight: object) -> torch.Tensor:
+    if not isinstance(weight, torch.Tensor):
+        raise TypeError(f"weight: expected a torch.Tensor, got {type(weight).__name__}")
+    if weight.dtype not in (torch.float32, torch.float16, torch.bfloat16, torch.float64):
+        raise TypeError(f"weight: expected a floating-point tensor (float32, float16 or bfloat16), "
+                        f"got {weight.dtype}")
+    if weight.dim() != 2:
+        raise ValueError(f"weight: expected a 2-D tensor [out_features, in_features], "
+                         f"got {weight.dim()}-D of shape {tuple(weight.shape)}")
+    if weight.numel() == 0:
+        raise ValueError(f"weight: expected a non-empty tensor, got shape {tuple(weight.shape)}")
+    return weight.detach().to(torch.float32)
+
+
+def _finite_absmax(w: torch.Tensor, dim: int) -> torch.Tensor:
+    return torch.where(torch.isfinite(w), w.abs(), 0.0).amax(dim=dim)
+
+
+def _refuse_inf(w: torch.Tensor, fmt: Format) -> None:
+    if torch.isinf(w).any():
+        raise ValueError(f"weight: contains ±inf, which {fmt} cannot represent (it has no infinity); "
+                         "expected finite values or NaN, or use fmt='e5m2'")
+
+
+def quantize(weight: torch.Tensor, fmt: Format | str = Format.E5M2, *,
+             row_scale: bool | None = None) -> PackedWeight:
+    """Quantize a weight [N, K] (out_features × in_features, as nn.Linear stores it) to `fmt`.
+
+    Runs on the weight's device; the result lives there too. `row_scale` only concerns E5M2
+    (default False: plain E5M2, whose decode is a shift); E4M3 always has row scales.
+    """
+    fmt = Format.parse(fmt)
+    w = _check_weight(weight)
+    spec = SPECS[fmt]
+    if row_scale is not None and spec.scale_required:
+        raise ValueError(f"row_scale: only applies to e5m2 (its scale is optional); {fmt} always "
+                         "has its own scales")
+    n, k = w.shape
+    if fmt in (Format.E5M2, Format.E4M3):
+        scales = None
+        if fmt is Format.E4M3 or row_scale:
+            if fmt is Format.E4M3:
+                _refuse_inf(w, fmt)
+            amax = _finite_absmax(w, dim=1)
+            scales = torch.where(amax > 0, amax / spec.element.max_finite, 1.0)
+            w = w / scales[:, None]
+        codes = encode_minifloat(w, spec.element)
+        if scales is None and fmt is Format.E5M2:
+            overflow = torch.isfinite(w) & (codes & 0x7F == 0x7C)
+            if overflow.any():
+                raise ValueError(f"weight: {int(overflow.sum())} finite values lie beyond E5M2's "
+                                 f"range (±57344, largest here {w[overflow].abs().max().item():g}); "
+                                 "expected smaller values, or quantize with row_scale=True")
+        return PackedWeight(fmt, (n, k), pack_codes(codes, fmt), scales)
+    return _quantize_fp4(w, fmt)
+
+
+def _quantize_fp4(w: torch.Tensor, fmt: Format) -> PackedWeight:
+    spec = SPECS[fmt]
+    _refuse_inf(w, fmt)
+    n, k = w.shape
+    kp = padded_k(k, fmt)
+    blocks = torch.zeros((n, kp), dtype=torch.float32, device=w.device)
+    blocks[:, :k] = w
+    blocks = blocks.view(n, kp // spec.block, spec.block)
+    has_nan = torch.isnan(blocks).any(dim=-1)
+    amax = _finite_absmax(blocks, dim=-1)
+    global_scale = None
+    if fmt is Format.NVFP4:
+        # Two levels: the tensor scale maps the largest block scale to E4M3's max (448).
+        g = _finite_absmax(w.flatten(), dim=0) / (6.0 * 448.0)
+        g = torch.where(g > 0, g, 1.0)
+        scale_codes = encode_minifloat(amax / (6.0 * g), E4M3_ELEMENT)
+        block_scale = decode_e4m3_to_f32(scale_codes) * g
+        nan_code, global_scale = _NVFP4_E4M3_NAN, g.reshape(())
+    else:
+        # OCP MX v1.0 §6.3: shared exponent = floor(log2(amax)) - emax(E2M1) = ... - 2.
+        exponent = ((_f32_bits(amax) >> 23) & 0xFF) - 127 - 2
+        scale_codes = torch.where(amax > 0, encode_e8m0_exponent(exponent), _E8M0_ONE).to(torch.uint8)
+        block_scale = decode_e8m0(scale_codes)
+        nan_code = _E8M0_NAN
+    # A scale that rounds to zero (a block far below the tensor's largest) keeps its codes at 0.
+    safe = torch.where(block_scale > 0, block_scale, 1.0)[..., None]
+    codes = torch.where(block_scale[..., None] > 0, encode_e2m1(blocks / safe), 0).to(torch.uint8)
+    codes = torch.where(has_nan[..., None], 0, codes).to(torch.uint8)
+    scale_codes = torch.where(has_nan, nan_code, scale_codes).to(torch.uint8)
+    words = pack_codes(codes.view(n, kp)[:, :k], fmt)
+    return PackedWeight(fmt, (n, k), words, scale_codes.contiguous(), global_scale)
+
+
+def dequantize(packed: PackedWeight, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """The weight [N, K] the packed codes stand for, in `dtype` (float32 by default, exact).
+
+    This materialises the full weight: it is the reference path and a debugging aid, never used
+    by the fast backends."""
+    if not isinstance(packed, PackedWeight):
+        raise TypeError(f"packed: expected a PackedWeight, got {type(packed).__name__}")
+    return dequantize_rows(packed, 0, packed.shape[0]).to(dtype)
+
+
+def dequantize_rows(packed: PackedWeight, start: int, stop: int) -> torch.Tensor:
+    """Rows start..stop of the weight, float32 [stop - start, K]."""
+    from .decode import decode_e2m1_to_f32, decode_e5m2_to_f32
+
+    spec = packed.spec
+    k = packed.shape[1]
+    rows = slice(start, stop)
+    codes = unpack_codes(packed.words[rows], packed.fmt, packed.padded_k)
+    if spec.scale is ScaleKind.ROW:
+        decode = decode_e5m2_to_f32 if packed.fmt is Format.E5M2 else decode_e4m3_to_f32
+        w = decode(codes)
+        if packed.scales is not None:
+            w = w * packed.scales[rows, None]
+        return w[:, :k]
+    if packed.fmt is Format.NVFP4:
+        block_scale = decode_e4m3_to_f32(packed.scales[rows]) * packed.global_scale
+    else:
+        block_scale = decode_e8m0(packed.scales[rows])
+    w = decode_e2m1_to_f32(codes).view(stop - start, -1, spec.block) * block_scale[..., None]
+    return w.view(stop - start, -1)[:, :k]

@@ -1,0 +1,28 @@
+import sys
+
+import pytest
+import torch
+
+assert sys.byteorder == "little", "softfp8 packs codes little-endian"
+
+
+def same_bits(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Elementwise: identical float32 bit patterns, or both NaN."""
+    a, b = a.to(torch.float32), b.to(torch.float32)
+    return (a.view(torch.int32) == b.view(torch.int32)) | (torch.isnan(a) & torch.isnan(b))
+
+
+def rel_err(y: torch.Tensor, ref: torch.Tensor) -> float:
+    y, ref = y.double(), ref.double()
+    return ((y - ref).norm() / ref.norm()).item()
+
+
+@pytest.fixture
+def flush_denormals():
+    """FTZ/DAZ on for the test's duration (x86 with SSE3; skip where torch can't set it)."""
+    if not torch.set_flush_denormal(True):
+        pytest.skip("this CPU can't flush denormals")
+    try:
+        yield
+    finally:
+        torch.set_flush_denormal(False)
