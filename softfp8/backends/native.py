@@ -19,9 +19,11 @@ Numerics (W8A8 vs the weight-only path, both on the same quantized weight):
     ``EXPECTED_REL_ERR_BOUND`` = 5% for activations without extreme in-row outliers. Rows with a
     huge outlier (absmax ≫ typical value, as in some LLM "massive activation" channels) lose
     more, because their small elements fall into E4M3's subnormals (below absmax · 2^-6 / 448);
-    forbid activation quantization where that matters. The bound was checked here on CPU with a
-    faithful emulation of ``_scaled_mm`` (tests/test_native.py); the number measured on the H200
-    (benchmarks/gpu_native_crossover.py) belongs in the README.
+    forbid activation quantization where that matters. Measured on CPU with an emulation of
+    ``_scaled_mm`` that decodes and multiplies exactly (2026-11-29, 2-core x86 CI machine, torch
+    2.13.0+cpu; ``python -m pytest -s tests/test_native.py -k documented_bound``; standard normal
+    x [64, 1024], E4M3 weight [256, 1024]): 2.66%. The number measured on the H200
+    (benchmarks/gpu_native_crossover.py, column "err e4m3") belongs in the README.
 
 ``_scaled_mm`` constraints, handled here and invisible to the caller:
 - K of both operands a multiple of 16: Kp already is (the packing pads K); x is padded with zeros.
@@ -37,10 +39,13 @@ Numerics (W8A8 vs the weight-only path, both on the same quantized weight):
   NOT_SUPPORTED), the same product runs with tensor-wise unit scales and fp32 output, and the two
   row scales are applied to the output afterwards; warned once per shape.
 
-``torch._scaled_mm`` has had the same schema from torch 2.5 through 2.13 (self, mat2, scale_a,
-scale_b, bias=None, scale_result=None, out_dtype=None, use_fast_accum=False); torch 2.13 also has
-``torch.nn.functional.scaled_mm``, which 2.11 is not relied on to have, so it is not used. Row-wise
-scales need torch >= 2.5 (checked in ``auto_accepts``; an older torch returned a tuple, tolerated).
+Versions: the schema used here, ``_scaled_mm(self, mat2, scale_a, scale_b, bias=None,
+scale_result=None, out_dtype=None, use_fast_accum=False) -> Tensor``, was read off torch 2.13 on
+this machine (``torch._C._jit_get_schemas_for_operator("aten::_scaled_mm")``); it is the schema
+torch has had since row-wise scales arrived in 2.5, so 2.11 on the GPU machine takes the same call
+(the GPU tests exercise it there). torch 2.13 also has ``torch.nn.functional.scaled_mm``; it is not
+used, so nothing depends on 2.11 having it. ``auto_accepts`` refuses torch < 2.5; torch < 2.4
+returned ``(out, amax)``, which ``_first`` tolerates.
 """
 from __future__ import annotations
 
@@ -179,5 +184,5 @@ def _scaled_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b:
 
 
 def _first(result: torch.Tensor | tuple) -> torch.Tensor:
-    # torch < 2.5 returned (out, amax); every supported torch returns the tensor alone.
+    # torch < 2.4 returned (out, amax); newer ones return the tensor alone.
     return result[0] if isinstance(result, tuple) else result
