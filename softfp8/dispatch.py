@@ -84,7 +84,10 @@ class Needs:
             return f"it does not implement {fmt}"
         if device.type not in self.device_types:
             kinds = ", ".join(sorted(self.device_types))
-            return f"it runs on {kinds} devices, not {device.type}"
+            need = ""  # name the capability too: "cuda" alone hides what the GPU must have
+            if self.min_capability is not None:
+                need = f" of compute capability {'.'.join(map(str, self.min_capability))} or newer"
+            return f"it runs on {kinds} devices{need}, not {device.type}"
         for package in self.packages:
             if importlib.util.find_spec(package) is None:
                 return f"the package {package!r} is not installed (pip install {package})"
