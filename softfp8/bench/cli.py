@@ -87,7 +87,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "catches wrong results, not a precision test)")
     common.add_argument("--seed", type=int, default=0)
     common.add_argument("--out", type=Path, help="receipt path (default "
-                        "receipts/bench-<subcommand>.json)")
+                        "receipts/bench-<subcommand>.json); the table is also written as "
+                        "Markdown beside it (.md), headed by date, device, versions, command")
     parser = argparse.ArgumentParser(prog="softfp8-bench", description=DESCRIPTION,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True, metavar="SUBCOMMAND")
@@ -200,14 +201,17 @@ def main(argv: list[str] | None = None) -> int:
     if body.get("coefficient"):
         title += f"; model coefficient {report.fmt_num(body['coefficient']['value'])}"
     print(report.table(rows, cols, title))
+    md = report.markdown(rows, cols, receipt)
     if body.get("summary"):
         keep = [c for c in _SUMMARY_COLS if any(a.get(c[0]) is not None for a in body["summary"])]
         print(report.table(body["summary"], keep, "\nover all shapes:"))
+        md += "\nOver all shapes:\n\n" + report.markdown(body["summary"], keep)
+    out.with_suffix(".md").write_text(md)
     if token and not cuda:
         print("CPU: no CUDA graphs here; each token is a plain Python loop over the linears")
     for k in body.get("skipped", [])[:20]:
         print(f"skipped {k['format']} {k['backend']}: {k['reason']}")
-    print(f"receipt: {out} ({elapsed:.1f} s)")
+    print(f"receipt: {out} and {out.with_suffix('.md')} ({elapsed:.1f} s)")
     bad = [r for r in rows if "error" in r or r.get("check") == "WRONG"]
     if bad:
         print(f"{len(bad)} variant(s) failed or gave wrong results: see the receipt")

@@ -47,12 +47,17 @@ def environment(device: torch.device) -> dict:
 
 def probe_report() -> object:
     """softfp8.probe()'s report where the probe exists (it is being written alongside)."""
+    import types
+
     import softfp8
 
-    if not hasattr(softfp8, "probe"):
+    probe = getattr(softfp8, "probe", None)
+    if isinstance(probe, types.ModuleType):  # the CLI module shadowing the function
+        probe = getattr(probe, "probe", None)
+    if not callable(probe):
         return {"unavailable": "softfp8.probe does not exist in this build"}
     try:
-        report = softfp8.probe()
+        report = probe()
     except Exception as exc:  # noqa: BLE001 - the bench reports a probe failure, it does not stop
         return {"error": f"{type(exc).__name__}: {exc}"}
     for name in ("as_dict", "to_dict", "to_json_dict"):
@@ -106,3 +111,22 @@ def table(rows: list[dict], columns: list[tuple[str, str]], title: str = "") -> 
             line += f"  ERROR {r['error'][:100]}"
         lines.append(line)
     return "\n".join(lines)
+
+
+def markdown(rows: list[dict], columns: list[tuple[str, str]], receipt: dict | None = None) -> str:
+    """The table as Markdown; with `receipt`, headed by what BENCHMARKS.md asks of every table:
+    date, device, versions and the exact command."""
+    lines = []
+    if receipt is not None:
+        v = receipt["versions"]
+        lines += [f"**softfp8-bench {receipt['subcommand']}**: {receipt['date']}, "
+                  f"{receipt['device'].get('name')} ({receipt['device']['str']}), "
+                  f"torch {v['torch']}, triton {v['triton']}, numba {v['numba']}, "
+                  f"host {receipt['host']}", "", f"`{receipt['command']}`", ""]
+    lines += ["| " + " | ".join(h for _, h in columns) + " |", "|" + "---|" * len(columns)]
+    for r in rows:
+        cells = [fmt_num(r.get(k)) for k, _ in columns]
+        if "error" in r:
+            cells[-1] += f" ERROR {r['error'][:80]}"
+        lines.append("| " + " | ".join(c.replace("|", "/") for c in cells) + " |")
+    return "\n".join(lines) + "\n"

@@ -37,7 +37,9 @@ def measure(calls: Sequence[Callable[[], object]], device: torch.device, *, warm
 
     CUDA: `warmup` passes (at least one: kernels compile there), then `reps` timed replays.
     CPU: `warmup` single calls, then `reps` timed single calls, both round-robin over `calls`
-    (CPU calls take milliseconds, so per-call timing is precise and the budget stays small);
+    (CPU calls take milliseconds, so per-call timing is precise; where a warm-up call shows
+    that `reps` calls would take over HOST_BUDGET_S, fewer are taken, at least MIN_HOST_REPS,
+    and `samples` says how many);
     with `host_pass`, the CPU times whole passes instead (a model's token: a plain loop, since
     there are no CUDA graphs on the CPU) and reports seconds per call = pass time / len(calls)."""
     if not calls:
@@ -64,9 +66,18 @@ def _measure_host_pass(calls, *, warmup: int, reps: int) -> Timing:
                   "pass, median")
 
 
+HOST_BUDGET_S = 5.0  # per variant: slow CPU variants (the torch reference) get fewer samples
+MIN_HOST_REPS = 3
+
+
 def _measure_host(calls, *, warmup: int, reps: int) -> Timing:
+    slowest = 0.0
     for i in range(warmup):
+        t0 = time.perf_counter()
         calls[i % len(calls)]()
+        slowest = max(slowest, time.perf_counter() - t0)
+    if slowest * reps > HOST_BUDGET_S:
+        reps = max(min(reps, MIN_HOST_REPS), int(HOST_BUDGET_S / slowest))
     samples = []
     for i in range(warmup, warmup + reps):
         call = calls[i % len(calls)]
@@ -102,7 +113,7 @@ def _measure_cuda(calls, device: torch.device, *, warmup: int, reps: int, graph:
                 step = g.replay
                 step()  # one replay before timing: the first pays for uploading the graph
             except Exception as exc:  # noqa: BLE001 - any capture failure falls back, and says so
-                torch.cuda.synchronize()
+                torch.cuda.synchronize()  # a sticky error raises here and fails the variant
                 method = (f"eager pass timed by cuda events, median (graph capture failed: "
                           f"{type(exc).__name__}: {str(exc)[:120]})")
                 step = run_pass
