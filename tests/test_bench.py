@@ -154,6 +154,10 @@ def test_shapes_cpu(tmp_path):
         n, k = x["n"], x["k"]
         assert x["bytes"] == model.packed_nbytes(n, k, x["format"]) + 4 * (n + k)  # fp32 x, y
     assert {a["impl"] for a in r["summary"]} == {x["impl"] for x in rows}
+    logged = [json.loads(line) for line in (tmp_path / "receipt.log.jsonl").read_text().splitlines()]
+    # The progress log holds the memory report, then every row as it was measured.
+    assert logged[0]["memory"]["read_method"] == r["memory"]["read_method"]
+    assert [(x["impl"], x["ms"]) for x in logged[1:]] == [(x["impl"], x["ms"]) for x in rows]
     md = (tmp_path / "receipt.md").read_text()  # the table for BENCHMARKS.md, with its command
     assert f"`{r['command']}`" in md and r["date"] in md and f"torch {torch.__version__}" in md
     assert md.count("| custom 96x160 |") == len([x for x in rows if x["shape"] == "custom 96x160"])

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import shlex
 import sys
 import time
@@ -27,7 +28,7 @@ Every GEMV rotates over copies of its weight so one pass touches --rotate x the 
 bytes moved = weight bytes (packed words + scales) + x + y, GB/s, % of the read bandwidth measured
 in the same run, and the speedup over fp16 torch.nn.functional.linear (time ratio). CUDA: each
 pass is one CUDA graph, replays timed by CUDA events, median. CPU: perf_counter, median.
-""" + "\nThe bandwidth model (subcommands bandwidth and token):\n" + MODEL_DOC
+""" + "\nThe bandwidth model (subcommands bandwidth and token):\n" + MODEL_DOC.split("\n", 2)[2]
 
 
 def _csv(parse, arg: str):
@@ -88,7 +89,9 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument("--seed", type=int, default=0)
     common.add_argument("--out", type=Path, help="receipt path (default "
                         "receipts/bench-<subcommand>.json); the table is also written as "
-                        "Markdown beside it (.md), headed by date, device, versions, command")
+                        "Markdown beside it (.md), headed by date, device, versions, command; each row is "
+                        "also appended to .log.jsonl as it is measured, so a run cut short "
+                        "keeps what it measured")
     parser = argparse.ArgumentParser(prog="softfp8-bench", description=DESCRIPTION,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True, metavar="SUBCOMMAND")
@@ -145,6 +148,10 @@ def main(argv: list[str] | None = None) -> int:
         check_tol=args.check_tol, seed=args.seed)
     if s.reps < 1 or s.warmup < 0 or s.rotate <= 0:
         raise SystemExit("--reps must be >= 1, --warmup >= 0, --rotate > 0")
+    out = args.out or Path("receipts") / f"bench-{args.command}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    s = dataclasses.replace(s, log=out.with_suffix(".log.jsonl"))
+    s.log.write_text("")  # this run's rows only
     mbytes = args.mbytes or (max(1024, 16 * l2 // 2**20) if cuda else 256)
     pre = None if args.shape else preset(args.preset or _DEFAULT_PRESET[args.command])
     shapes = tuple(dict.fromkeys(args.shape)) if args.shape else pre.shapes()
@@ -178,7 +185,6 @@ def main(argv: list[str] | None = None) -> int:
                 ("tok_per_s", "tok/s"), ("GB_per_s", "GB/s"), ("pct_read_bw", "%read"),
                 ("speedup_vs_fp16", "x fp16")]
     elapsed = time.perf_counter() - t0
-    out = args.out or Path("receipts") / f"bench-{args.command}.json"
     receipt = {
         "subcommand": args.command,
         "command": shlex.join(["softfp8-bench", *argv]),

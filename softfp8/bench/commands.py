@@ -13,14 +13,16 @@ from .model import (bytes_moved, efficiency_coefficient, packed_nbytes,
                     predicted_seconds_per_token)
 from .presets import Shape
 from .timing import measure
-from .workload import (Settings, add_ratios, clone_packed, make_packed, random_weight, random_x,
-                       runnable_backends, time_softfp8, time_torch)
+from .workload import (Settings, add_ratios, clone_packed, log_row, make_packed, random_weight,
+                       random_x, runnable_backends, time_softfp8, time_torch)
 
 FP16 = "torch float16 F.linear"
 
 
 def memory(s: Settings, mbytes: int) -> MemoryReport:
-    return measure_memory(s.device, mbytes * 2**20, warmup=s.warmup, reps=s.reps, graph=s.graph)
+    mem = measure_memory(s.device, mbytes * 2**20, warmup=s.warmup, reps=s.reps, graph=s.graph)
+    log_row(s, {"memory": mem.as_dict()})
+    return mem
 
 
 def coefficient(shapes: tuple[Shape, ...], s: Settings, read_bw: float) -> dict:
@@ -172,7 +174,7 @@ def token_cmd(s, shapes, linears, formats, backends, mbytes):
                 row["measured_over_predicted"] = ms / row["predicted_ms"]
         except Exception as exc:  # noqa: BLE001 - one failed variant must not end the campaign
             row["error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
-        return row
+        return log_row(s, row)
 
     for act in {torch.float16, s.act_dtype}:
         for sh in shapes:

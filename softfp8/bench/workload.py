@@ -8,8 +8,10 @@ so the check costs little even at 128256 rows).
 """
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -47,6 +49,15 @@ class Settings:
     tile_rows: int  # > 0: quantize a tile of this many rows and repeat it (fast on the CPU)
     check_tol: float
     seed: int
+    log: Path | None = None  # each row is appended here as a JSON line the moment it is measured
+
+
+def log_row(s: Settings, row: dict) -> dict:
+    """Append `row` to the progress log (rows survive a run cut short by a timeout)."""
+    if s.log is not None:
+        with s.log.open("a") as f:
+            f.write(json.dumps(row, default=str) + "\n")
+    return row
 
 
 def copies_for(nbytes: int, s: Settings) -> int:
@@ -141,7 +152,7 @@ def time_torch(shape: Shape, m: int, dtype: torch.dtype, s: Settings, read_bw: f
         row.update(copies=len(weights), **t.as_dict(), **_rate_fields(nbytes, t.seconds, read_bw))
     except Exception as exc:  # noqa: BLE001 - one failed variant must not end the campaign
         row["error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
-    return row
+    return log_row(s, row)
 
 
 def time_softfp8(shape: Shape, m: int, fmt: Format, backends: list[Backend], s: Settings,
@@ -165,7 +176,7 @@ def time_softfp8(shape: Shape, m: int, fmt: Format, backends: list[Backend], s: 
                 prev = done[resolved]
                 row.update({k: v for k, v in prev.items() if k not in row or k == "error"})
                 row["note"] = f"auto runs {resolved}: its measurement, not timed twice"
-                out.append(row)
+                out.append(log_row(s, row))
                 continue
             if ref is None:
                 ref = linear(x, row_slice(packed, rows_idx), backend=Backend.TORCH).double()
@@ -184,7 +195,7 @@ def time_softfp8(shape: Shape, m: int, fmt: Format, backends: list[Backend], s: 
             done[resolved] = row
         except Exception as exc:  # noqa: BLE001 - one failed variant must not end the campaign
             row["error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
-        out.append(row)
+        out.append(log_row(s, row))
     return out
 
 
