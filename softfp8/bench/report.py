@@ -22,6 +22,16 @@ def _version(package: str) -> str | None:
         return None
 
 
+def _cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 def environment(device: torch.device) -> dict:
     """Versions, machine and device: what a reader needs to reproduce or compare a number."""
     dev = {"type": device.type, "str": str(device)}
@@ -33,7 +43,7 @@ def environment(device: torch.device) -> dict:
                    capability=list(torch.cuda.get_device_capability(device)),
                    hip=torch.version.hip)
     else:
-        dev.update(name=platform.processor() or platform.machine(), threads=torch.get_num_threads())
+        dev.update(name=_cpu_name(), threads=torch.get_num_threads())
     return {
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "host": platform.node(), "platform": platform.platform(), "cpu_count": os.cpu_count(),
