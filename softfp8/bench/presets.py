@@ -1,0 +1,79 @@
+"""Model presets: the fused linear shapes of one decoder layer, the layer count, the lm_head.
+
+Shapes are (N, K) = (out_features, in_features) in the fused layouts inference engines use:
+qkv (q, k and v projections stacked), o, gate_up (gate and up stacked), down.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Shape:
+    """One linear: `name` (qkv, o, ...), `n` out_features, `k` in_features."""
+
+    name: str
+    n: int
+    k: int
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.n, int) and isinstance(self.k, int)) or self.n < 1 or self.k < 1:
+            raise ValueError(f"shape {self.name!r}: expected two positive ints N, K, "
+                             f"got {self.n!r}, {self.k!r}")
+
+    @property
+    def label(self) -> str:
+        return f"{self.name} {self.n}x{self.k}"
+
+
+@dataclass(frozen=True)
+class Preset:
+    """A model's linears: `layer_shapes` repeated `layers` times, then `head` (lm_head) once."""
+
+    name: str
+    layers: int
+    layer_shapes: tuple[Shape, ...]
+    head: Shape | None = None
+
+    def shapes(self) -> tuple[Shape, ...]:
+        """Each distinct linear once (what `shapes`, `small-m` and `prefill` time)."""
+        return self.layer_shapes + ((self.head,) if self.head is not None else ())
+
+    def token_linears(self, *, head: bool = True) -> tuple[Shape, ...]:
+        """Every linear one token runs through, in order (what `token` replays)."""
+        body = self.layer_shapes * self.layers
+        return body + ((self.head,) if head and self.head is not None else ())
+
+
+def _layer(qkv: int, o: int, gate_up: int, down: tuple[int, int]) -> tuple[Shape, ...]:
+    return (Shape("qkv", qkv, o), Shape("o", o, o), Shape("gate_up", gate_up, o),
+            Shape("down", *down))
+
+
+# hidden 4096; llama2-7b: 32 q/kv heads (qkv = 3 x 4096), intermediate 11008 (gate_up = 2 x 11008).
+# llama3-8b and mistral-7b: 8 kv heads of 128 (qkv = 4096 + 2 x 1024), intermediate 14336.
+PRESETS: dict[str, Preset] = {
+    "llama2-7b": Preset("llama2-7b", 32, _layer(12288, 4096, 22016, (4096, 11008))),
+    "llama3-8b": Preset("llama3-8b", 32, _layer(6144, 4096, 28672, (4096, 14336)),
+                        head=Shape("lm_head", 128256, 4096)),
+    "mistral-7b": Preset("mistral-7b", 32, _layer(6144, 4096, 28672, (4096, 14336)),
+                         head=Shape("lm_head", 32000, 4096)),
+}
+
+
+def preset(name: str) -> Preset:
+    try:
+        return PRESETS[name]
+    except KeyError:
+        valid = ", ".join(repr(p) for p in PRESETS)
+        raise ValueError(f"--preset={name!r} is not a preset; expected one of {valid}") from None
+
+
+def parse_shape(text: str) -> Shape:
+    """'N,K' (or 'NxK') as a custom Shape."""
+    parts = text.replace("x", ",").split(",")
+    try:
+        n, k = (int(p) for p in parts)
+    except ValueError:
+        raise ValueError(f"--shape={text!r}: expected N,K (two positive integers, e.g. 4096,11008)")
+    return Shape("custom", n, k)
