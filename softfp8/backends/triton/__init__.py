@@ -86,32 +86,34 @@ def uses_hardware_fp8(fmt: Format, info: DeviceInfo) -> bool:
 def launch_config(n: int, k: int, m: int, fmt: Format, info: DeviceInfo,
                   x_dtype: torch.dtype = torch.float16) -> LaunchConfig:
     """The launch table, keyed on (N, K, M, device). Why these numbers:
-    - GEMV: 8 rows x 1024 bytes per step and 4 warps, so each thread issues four 16-byte loads
-      per step (enough bytes in flight to cover HBM latency) and keeps 64 fp32 partial sums.
+    - GEMV: 8 rows x 1024 codes per step and 4 warps: for FP8 each thread issues four 16-byte
+      loads per step (bytes in flight to cover HBM latency) and keeps 64 fp32 partial sums
+      (124-128 registers on sm_90, no spills); FP4 rows are half the bytes (2 loads).
     - Small M (2..16): one 16-row x block against a 64 x 256 weight tile; fp32 activations with
-      M <= 4 stay on the GEMV (an fp32 "ieee" dot is FMAs on 16 padded rows, 4x the work).
+      M <= 4 stay on the GEMV (an fp32 "ieee" dot is FMAs on 16 padded rows, 4x the work), and
+      fp32 tiles are smaller (at 128 x 128 the FMA dot spilled 42 KB on sm_90).
     - Tiled: 64/128 x 128 output tiles, 8 warps, 3 stages, the usual Hopper/Ampere shapes.
     - Split-K when there are fewer than 4 programs per SM (e.g. N = 4096 at M = 1 on 132 SMs):
       K is cut into at most 16 equal parts, each at least one step long.
     The interpreter gets large tiles and few programs, since it pays per program, not per byte.
     Tuning against measurements is issue 5; until then these are reasoned, not measured.
     """
-    bits = 8 if fmt in (Format.E5M2, Format.E4M3) else 4
-    if m == 1 or (x_dtype == torch.float32 and m <= 4):
+    f32 = x_dtype == torch.float32
+    mx = fmt is Format.MXFP4  # the tl.dot kernels step one MXFP4 block (32 codes) at a time
+    if m == 1 or (f32 and m <= 4):
         bm = 1 if m == 1 else (2 if m == 2 else 4)
-        if info.interpreter:
-            cfg = LaunchConfig(Kernel.GEMV, bm, 64, 1024 * 8 // bits)
-        else:
-            cfg = LaunchConfig(Kernel.GEMV, bm, 8 // bm if bm > 1 else 8, 1024 * 8 // bits)
+        bn = 64 if info.interpreter else max(8 // bm, 2)
+        cfg = LaunchConfig(Kernel.GEMV, bm, bn, 1024)
     elif m <= 16:
-        bk = 32 if fmt is Format.MXFP4 else 256
+        bk = 32 if mx else (64 if f32 else 256)
         cfg = LaunchConfig(Kernel.SMALL_M, 16, 64, bk, num_warps=4, num_stages=3)
     elif info.interpreter:
-        cfg = LaunchConfig(Kernel.TILED, 32, 64, 32 if fmt is Format.MXFP4 else 64)
+        cfg = LaunchConfig(Kernel.TILED, 32, 64, 32 if mx else 64)
+    elif f32:  # an "ieee" fp32 dot is FMAs with operands in registers: small tiles, no spills
+        cfg = LaunchConfig(Kernel.TILED, 64, 64, 32, num_warps=4, num_stages=2)
     else:
-        bk = 32 if fmt is Format.MXFP4 else 64
-        cfg = LaunchConfig(Kernel.TILED, 64 if m <= 64 else 128, 128, bk, num_warps=8,
-                           num_stages=3)
+        cfg = LaunchConfig(Kernel.TILED, 64 if m <= 64 else 128, 128, 32 if mx else 64,
+                           num_warps=8, num_stages=3)
     programs = -(-n // cfg.block_n) * -(-m // cfg.block_m)
     steps = -(-k // cfg.block_k)
     want = 4 * info.sm_count

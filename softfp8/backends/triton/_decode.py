@@ -9,9 +9,9 @@ a bitcast to Triton's float8 types and one `.to()`, the same bits as the softwar
 import triton
 import triton.language as tl
 
-_F32_QNAN: tl.constexpr = 0x7FC00000
-_TWO_POW_126: tl.constexpr = 8.507059173023462e37  # 2^126: undoes the injection's shift
-_TWO_POW_M9: tl.constexpr = 0.001953125  # 2^-9: E4M3 subnormal step (2^(1 - 7 - 3))
+_F32_QNAN = tl.constexpr(0x7FC00000)
+_TWO_POW_126 = tl.constexpr(8.507059173023462e37) # 2^126: undoes the injection's shift
+_TWO_POW_M9 = tl.constexpr(0.001953125) # 2^-9: E4M3 subnormal step (2^(1 - 7 - 3))
 
 
 @triton.jit
