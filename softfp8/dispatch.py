@@ -76,6 +76,9 @@ class Needs:
     device_types: frozenset[str]
     min_capability: tuple[int, int] | None = None  # CUDA compute capability; ROCm is exempt
     packages: tuple[str, ...] = ()
+    # Device types the backend runs on only when asked for by name, never under auto (the
+    # Triton interpreter on CPU: correct, but far slower than any CPU backend).
+    explicit_only: frozenset[str] = frozenset()
 
     def why_not(self, fmt: Format, device: torch.device,
                 capability: tuple[int, int] | None = None) -> str | None:
@@ -170,6 +173,8 @@ def select(fmt: Format | str, m: int, device: torch.device | str, *,
     refusals = []
     for candidate in AUTO_ORDER:
         reason = _why_not(candidate, fmt, device, cap)
+        if reason is None and device.type in load(candidate).NEEDS.explicit_only:
+            reason = f"it runs on {device.type} only when requested by name"
         if reason is None:
             return Choice(candidate, decode, "; ".join(refusals) or "first choice")
         refusals.append(f"{candidate}: {reason}")

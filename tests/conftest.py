@@ -1,4 +1,8 @@
 import sys
+import os
+
+os.environ.setdefault("TRITON_INTERPRET", "1")  # before softfp8 is imported: see DESIGN.md §6
+
 
 import pytest
 import torch

@@ -1,0 +1,195 @@
+"""The Triton backend: packed weights decoded in registers inside GEMV, small-M and tiled kernels.
+
+Public names (the backend protocol): NEEDS and matmul(x, packed, bias, *, e2m1). This module
+checks arguments, picks the launch settings from a small deterministic table (`launch_config`)
+and launches the kernels of `_kernels` (decoders in `_decode`). Triton itself is imported only
+when a kernel is launched, so NEEDS can explain a missing package instead of failing to import.
+
+TRITON_INTERPRET=1 in the environment when this module is first imported makes NEEDS accept CPU
+tensors: forcing backend="triton" then runs the kernels in Triton's interpreter (CI, debugging).
+Auto dispatch never picks the interpreter (NEEDS.explicit_only).
+"""
+from __future__ import annotations
+
+import enum
+import functools
+import os
+from dataclasses import dataclass
+
+import torch
+
+from ...dispatch import E2M1Decode, Needs
+from ...formats import Format, PackedWeight, ScaleKind
+from ...linear import check_linear_args
+
+INTERPRET = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+NEEDS = Needs(
+    formats=frozenset(Format),
+    device_types=frozenset({"cuda", "cpu"} if INTERPRET else {"cuda"}),
+    min_capability=(7, 0),
+    packages=("triton",),
+    explicit_only=frozenset({"cpu"}),
+)
+
+
+class Kernel(str, enum.Enum):
+    """Which kernel a launch uses."""
+
+    GEMV = "gemv"
+    """CUDA-core GEMV for M = 1 (and a few fp32 rows): weights read once, K kept in registers."""
+    SMALL_M = "small_m"
+    """tl.dot with one 16-row block of x (M = 2..16): weights read once for all rows."""
+    TILED = "tiled"
+    """tl.dot over a 2-D grid of output tiles, for larger M."""
+
+
+@dataclass(frozen=True)
+class LaunchConfig:
+    """Launch settings. block_k is in codes (weights along K); split_k programs share one row
+    block's K range and a second kernel sums their partials in a fixed order."""
+
+    kernel: Kernel
+    block_m: int
+    block_n: int
+    block_k: int
+    split_k: int = 1
+    num_warps: int = 4
+    num_stages: int = 2
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    """What the launch table is keyed on besides the shape."""
+
+    sm_count: int
+    capability: tuple[int, int] | None  # NVIDIA compute capability; None for ROCm/interpreter
+    interpreter: bool
+
+
+@functools.lru_cache(maxsize=None)
+def device_info(device: torch.device) -> DeviceInfo:
+    if device.type != "cuda":
+        return DeviceInfo(sm_count=4, capability=None, interpreter=True)
+    props = torch.cuda.get_device_properties(device)
+    cap = None if torch.version.hip else (props.major, props.minor)
+    return DeviceInfo(props.multi_processor_count, cap, interpreter=False)
+
+
+def uses_hardware_fp8(fmt: Format, info: DeviceInfo) -> bool:
+    """The one place that picks hardware FP8 conversion: NVIDIA sm_89+ for E5M2/E4M3 codes (same
+    bits as the integer decode, checked per code by the GPU tests); integer decode elsewhere."""
+    return (fmt in (Format.E5M2, Format.E4M3) and info.capability is not None
+            and info.capability >= (8, 9))
+
+
+def launch_config(n: int, k: int, m: int, fmt: Format, info: DeviceInfo,
+                  x_dtype: torch.dtype = torch.float16) -> LaunchConfig:
+    """The launch table, keyed on (N, K, M, device). Why these numbers:
+    - GEMV: 8 rows x 1024 codes per step and 4 warps: for FP8 each thread issues four 16-byte
+      loads per step (bytes in flight to cover HBM latency) and keeps 64 fp32 partial sums
+      (124-128 registers on sm_90, no spills); FP4 rows are half the bytes (2 loads).
+    - Small M (2..16): one 16-row x block against a 64 x 256 weight tile; fp32 activations with
+      M <= 4 stay on the GEMV (an fp32 "ieee" dot is FMAs on 16 padded rows, 4x the work), and
+      fp32 tiles are smaller (at 128 x 128 the FMA dot spilled 42 KB on sm_90).
+    - Tiled: 64/128 x 128 output tiles, 8 warps, 3 stages, the usual Hopper/Ampere shapes.
+    - Split-K when there are fewer than 4 programs per SM (e.g. N = 4096 at M = 1 on 132 SMs):
+      K is cut into at most 16 equal parts, each at least one step long.
+    The interpreter gets large tiles and few programs, since it pays per program, not per byte.
+    Tuning against measurements is issue 5; until then these are reasoned, not measured.
+    """
+    f32 = x_dtype == torch.float32
+    mx = fmt is Format.MXFP4  # the tl.dot kernels step one MXFP4 block (32 codes) at a time
+    if m == 1 or (f32 and m <= 4):
+        bm = 1 if m == 1 else (2 if m == 2 else 4)
+        bn = 64 if info.interpreter else max(8 // bm, 2)
+        cfg = LaunchConfig(Kernel.GEMV, bm, bn, 1024)
+    elif m <= 16:
+        bk = 32 if mx else (64 if f32 else 256)
+        cfg = LaunchConfig(Kernel.SMALL_M, 16, 64, bk, num_warps=4, num_stages=3)
+    elif info.interpreter:
+        cfg = LaunchConfig(Kernel.TILED, 32, 64, 32 if mx else 64)
+    elif f32:  # an "ieee" fp32 dot is FMAs with operands in registers: small tiles, no spills
+        cfg = LaunchConfig(Kernel.TILED, 64, 64, 32, num_warps=4, num_stages=2)
+    else:
+        cfg = LaunchConfig(Kernel.TILED, 64 if m <= 64 else 128, 128, 32 if mx else 64,
+                           num_warps=8, num_stages=3)
+    programs = -(-n // cfg.block_n) * -(-m // cfg.block_m)
+    steps = -(-k // cfg.block_k)
+    want = 4 * info.sm_count
+    split = 1 if programs >= want else min(16, steps, -(-want // programs))
+    return LaunchConfig(cfg.kernel, cfg.block_m, cfg.block_n, cfg.block_k, max(split, 1),
+                        cfg.num_warps, cfg.num_stages)
+
+
+def _check(x: torch.Tensor, packed: PackedWeight, bias: torch.Tensor | None,
+           e2m1: E2M1Decode | str) -> E2M1Decode:
+    check_linear_args(x, packed, bias)
+    if x.dim() != 2:
+        raise ValueError(f"x: expected a 2-D [M, K] tensor, got shape {tuple(x.shape)}")
+    why = NEEDS.why_not(packed.fmt, x.device, None)
+    if why is not None:
+        raise ValueError(f"x: the triton backend can't run on {x.device}: {why}")
+    e2m1 = E2M1Decode.parse(e2m1, arg="e2m1")
+    return E2M1Decode.SELECT if e2m1 is E2M1Decode.AUTO else e2m1
+
+
+def matmul(x: torch.Tensor, packed: PackedWeight, bias: torch.Tensor | None = None, *,
+           e2m1: E2M1Decode | str = E2M1Decode.SELECT) -> torch.Tensor:
+    """y = x @ W.T + bias for x [M, K]; y [M, N] in x's dtype, float32 accumulation."""
+    e2m1 = _check(x, packed, bias, e2m1)
+    info = device_info(x.device)
+    cfg = launch_config(*packed.shape, x.shape[0], packed.fmt, info, x.dtype)
+    return run(x, packed, bias, cfg, e2m1=e2m1, hw_fp8=uses_hardware_fp8(packed.fmt, info))
+
+
+def run(x: torch.Tensor, packed: PackedWeight, bias: torch.Tensor | None, cfg: LaunchConfig, *,
+        e2m1: E2M1Decode = E2M1Decode.SELECT, hw_fp8: bool = False) -> torch.Tensor:
+    """Launch with explicit settings (tests and benchmarks use this to reach every variant)."""
+    from . import _kernels as K_
+
+    e2m1 = _check(x, packed, bias, e2m1)
+    if hw_fp8 and packed.fmt not in (Format.E5M2, Format.E4M3):
+        raise ValueError(f"hw_fp8: only e5m2/e4m3 codes have a hardware conversion, not {packed.fmt}")
+    x = x.contiguous()
+    m, k = x.shape
+    n = packed.shape[0]
+    spec = packed.spec
+    w = packed.words.view(torch.uint8)
+    rb = w.shape[1]
+    step_bytes = cfg.block_k * spec.bits // 8
+    steps = -(-rb // step_bytes)
+    per_split = -(-steps // cfg.split_k) * step_bytes
+    split = -(-rb // per_split)
+    y = torch.empty((m, n), dtype=x.dtype, device=x.device)
+    ws = torch.empty((split, m, n), dtype=torch.float32, device=x.device) if split > 1 else y
+    has_scale = spec.scale is ScaleKind.ROW and packed.scales is not None
+    s = packed.scales if packed.scales is not None else w
+    g = packed.global_scale if packed.global_scale is not None else w
+    b = bias if bias is not None else w
+    sb = packed.scales.shape[1] if spec.scale not in (ScaleKind.ROW, ScaleKind.NONE) else 0
+    common = dict(FMT=packed.fmt.value, HAS_SCALE=has_scale, HAS_BIAS=bias is not None,
+                  INJECT=e2m1 is E2M1Decode.INJECT, HW=hw_fp8, BLOCK_M=cfg.block_m,
+                  BLOCK_N=cfg.block_n, PARTIAL=split > 1, num_warps=cfg.num_warps,
+                  num_stages=cfg.num_stages)
+    args = (x, w, s, g, b, y, ws, m, n, k, rb, sb, per_split)
+    if cfg.kernel is Kernel.GEMV:
+        if cfg.block_m < m:
+            raise ValueError(f"cfg: a GEMV launch with block_m={cfg.block_m} can't cover M={m}")
+        grid = (-(-n // cfg.block_n), split)
+        K_.gemv_kernel[grid](*args, BLOCK_KB=step_bytes, **common)
+    else:
+        if packed.fmt is Format.MXFP4 and cfg.block_k != 32:
+            raise ValueError("cfg: the tl.dot kernels step one MXFP4 block (block_k=32)")
+        grid = (-(-n // cfg.block_n), -(-m // cfg.block_m), split)
+        # The interpreter's bf16 tl.dot is wrong (triton 3.9): there, bf16 tiles go up to fp32.
+        upcast = x.device.type == "cpu" and x.dtype == torch.bfloat16
+        precision = "ieee" if x.dtype == torch.float32 or upcast else "tf32"
+        K_.dot_kernel[grid](*args, BLOCK_K=cfg.block_k, PRECISION=precision, UPCAST=upcast,
+                            **common)
+    if split > 1:
+        block = 256
+        K_.splitk_reduce_kernel[(-(-n // block), m)](
+            ws, s, g, b, y, m, n, split, FMT=packed.fmt.value, HAS_SCALE=has_scale,
+            HAS_BIAS=bias is not None, BLOCK=block)
+    return y

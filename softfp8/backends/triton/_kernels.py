@@ -1,0 +1,189 @@
+"""The Triton kernels (private: softfp8.backends.triton launches them and checks their arguments).
+
+Weights arrive as the packed rows viewed as bytes: row n starts at byte n * RB, RB (the padded
+row, a multiple of 16) is auto-specialised by Triton as divisible by 16, so a thread's 16
+contiguous bytes along K become one 128-bit load. FP8 rows hold one code per byte; FP4 rows
+two (code 2b in the low nibble of byte b, 2b + 1 in the high one). Codes are decoded in
+registers and never written back; accumulation is float32.
+
+Scales: the row scale (E5M2 optional, E4M3) and NVFP4's tensor scale multiply each output once
+in `_finish`; block scales multiply once per block (GEMV: partial sums per block; tiled: NVFP4
+folds the E4M3 block scale into the half-precision tile, exact since e2m1 * e4m3 has at most 6
+significant bits, MXFP4 scales each block's dot product, since 2^e does not fit an fp16 tile).
+
+Split-K: with PARTIAL the kernels write float32 partial sums to ws[pid_k, M, N] and
+`splitk_reduce_kernel` adds them in a fixed order (deterministic, no atomics), then finishes.
+"""
+import triton
+import triton.language as tl
+
+from ._decode import e2m1_to_f32, e4m3_to_f32, e5m2_to_f16, e5m2_to_f32, e8m0_to_f32
+
+
+@triton.jit
+def _finish(acc, offs_n, s_ptr, g_ptr, b_ptr, N,
+            FMT: tl.constexpr, HAS_SCALE: tl.constexpr, HAS_BIAS: tl.constexpr):
+    """Row scale, NVFP4's tensor scale and bias, once per output. acc: [BM, BN]; offs_n: [BN]."""
+    nmask = offs_n < N
+    if HAS_SCALE:
+        acc = acc * tl.load(s_ptr + offs_n, mask=nmask, other=1.0)[None, :]
+    if FMT == "nvfp4":
+        acc = acc * tl.load(g_ptr)
+    if HAS_BIAS:
+        acc = acc + tl.load(b_ptr + offs_n, mask=nmask, other=0.0).to(tl.float32)[None, :]
+    return acc
+
+
+@triton.jit
+def _store(acc, offs_m, offs_n, pid_k, y_ptr, ws_ptr, s_ptr, g_ptr, b_ptr, M, N,
+           FMT: tl.constexpr, HAS_SCALE: tl.constexpr, HAS_BIAS: tl.constexpr,
+           PARTIAL: tl.constexpr):
+    m2 = offs_m[:, None]
+    n2 = offs_n[None, :]
+    mask = (m2 < M) & (n2 < N)
+    if PARTIAL:
+        tl.store(ws_ptr + (pid_k * M + m2).to(tl.int64) * N + n2, acc, mask=mask)
+    else:
+        out = _finish(acc, offs_n, s_ptr, g_ptr, b_ptr, N, FMT, HAS_SCALE, HAS_BIAS)
+        tl.store(y_ptr + m2.to(tl.int64) * N + n2, out.to(y_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def gemv_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr,
+                M, N, K, RB, SB, KB_SPLIT,
+                FMT: tl.constexpr, HAS_SCALE: tl.constexpr, HAS_BIAS: tl.constexpr,
+                INJECT: tl.constexpr, HW: tl.constexpr, BLOCK_M: tl.constexpr,
+                BLOCK_N: tl.constexpr, BLOCK_KB: tl.constexpr, PARTIAL: tl.constexpr):
+    """CUDA-core GEMV for M <= BLOCK_M (1, or a few rows): program (pid_n, pid_k) reads rows
+    pid_n*BLOCK_N.. over bytes [pid_k*KB_SPLIT, +KB_SPLIT) once for all M rows of x. The
+    accumulator keeps the K axis ([BM, BN, BLOCK_KB] for FP8) so the loop has no cross-thread
+    reduction; one tl.sum at the end."""
+    pid_n = tl.program_id(0)
+    pid_k = tl.program_id(1)
+    offs_m = tl.arange(0, BLOCK_M)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_b = tl.arange(0, BLOCK_KB)
+    m3 = offs_m[:, None, None]
+    n3 = offs_n[None, :, None]
+    b3 = offs_b[None, None, :]
+    w_rows = w_ptr + n3.to(tl.int64) * RB
+    x_rows = x_ptr + m3.to(tl.int64) * K
+    mask_n = n3 < N
+    mask_m = m3 < M
+    kb_lo = pid_k * KB_SPLIT
+    kb_hi = tl.minimum(kb_lo + KB_SPLIT, RB)
+    if FMT == "e5m2" or FMT == "e4m3":
+        acc = tl.zeros((BLOCK_M, BLOCK_N, BLOCK_KB), dtype=tl.float32)
+    else:
+        HB: tl.constexpr = 8 if FMT == "nvfp4" else 16  # bytes per scale block
+        NBI: tl.constexpr = BLOCK_KB // HB
+        acc = tl.zeros((BLOCK_M, BLOCK_N, NBI), dtype=tl.float32)
+    for kb in range(kb_lo, kb_hi, BLOCK_KB):
+        bb = kb + b3
+        codes = tl.load(w_rows + bb, mask=mask_n & (bb < RB), other=0)
+        if FMT == "e5m2" or FMT == "e4m3":
+            if FMT == "e5m2":
+                w = e5m2_to_f32(codes, HW)
+            else:
+                w = e4m3_to_f32(codes, HW)
+            xv = tl.load(x_rows + bb, mask=mask_m & (bb < K), other=0.0).to(tl.float32)
+            acc += w * xv
+        else:
+            lo = e2m1_to_f32(codes, INJECT)
+            hi = e2m1_to_f32(codes >> 4, INJECT)
+            xe = tl.load(x_rows + 2 * bb, mask=mask_m & (2 * bb < K), other=0.0).to(tl.float32)
+            xo = tl.load(x_rows + 2 * bb + 1, mask=mask_m & (2 * bb + 1 < K), other=0.0).to(tl.float32)
+            p = lo * xe + hi * xo
+            p = tl.sum(tl.reshape(p, (BLOCK_M, BLOCK_N, NBI, HB)), axis=3)
+            sb = kb // HB + tl.arange(0, NBI)[None, None, :]
+            sc = tl.load(s_ptr + n3.to(tl.int64) * SB + sb, mask=mask_n & (sb < SB), other=0)
+            if FMT == "nvfp4":
+                acc += p * e4m3_to_f32(sc, False)
+            else:
+                acc += p * e8m0_to_f32(sc)
+    out = tl.sum(acc, axis=2)
+    _store(out, offs_m, offs_n, pid_k, y_ptr, ws_ptr, s_ptr, g_ptr, b_ptr, M, N,
+           FMT, HAS_SCALE, HAS_BIAS, PARTIAL)
+
+
+@triton.jit
+def dot_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr,
+               M, N, K, RB, SB, KB_SPLIT,
+               FMT: tl.constexpr, HAS_SCALE: tl.constexpr, HAS_BIAS: tl.constexpr,
+               INJECT: tl.constexpr, HW: tl.constexpr, BLOCK_M: tl.constexpr,
+               BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PARTIAL: tl.constexpr,
+               PRECISION: tl.constexpr, UPCAST: tl.constexpr):
+    """tl.dot kernel: each step decodes a [BLOCK_N, BLOCK_K] weight tile into x's dtype (fp16,
+    bf16, or fp32 with PRECISION="ieee") and multiplies it with a [BLOCK_M, BLOCK_K] tile of x.
+    Small M: one M block (BLOCK_M = 16), so the weights are read once for all rows; larger M:
+    a 2-D grid of tiles. MXFP4 steps one 32-code block at a time (BLOCK_K = 32).
+    UPCAST: both tiles in fp32 whatever x's dtype -- only for Triton's interpreter, whose bf16
+    tl.dot returns garbage (seen with triton 3.9; the launcher sets it there and nowhere else)."""
+    pid_n = tl.program_id(0)
+    pid_m = tl.program_id(1)
+    pid_k = tl.program_id(2)
+    FP8: tl.constexpr = FMT == "e5m2" or FMT == "e4m3"
+    BKB: tl.constexpr = BLOCK_K if FP8 else BLOCK_K // 2
+    xdt: tl.constexpr = tl.float32 if UPCAST else x_ptr.dtype.element_ty
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_b = tl.arange(0, BKB)
+    offs_k = tl.arange(0, BLOCK_K)
+    w_rows = w_ptr + offs_n[:, None].to(tl.int64) * RB
+    x_rows = x_ptr + offs_m[:, None].to(tl.int64) * K
+    mask_n = offs_n[:, None] < N
+    mask_m = offs_m[:, None] < M
+    kb_lo = pid_k * KB_SPLIT
+    kb_hi = tl.minimum(kb_lo + KB_SPLIT, RB)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for kb in range(kb_lo, kb_hi, BKB):
+        bb = kb + offs_b[None, :]
+        codes = tl.load(w_rows + bb, mask=mask_n & (bb < RB), other=0)
+        k0 = kb if FP8 else 2 * kb
+        kk = k0 + offs_k[None, :]
+        xt = tl.load(x_rows + kk, mask=mask_m & (kk < K), other=0.0).to(xdt)
+        if FP8:
+            if FMT == "e5m2":
+                if xdt == tl.float16 and not HW:
+                    w = e5m2_to_f16(codes)  # already the fp16 bits: no arithmetic at all
+                else:
+                    w = e5m2_to_f32(codes, HW).to(xdt)
+            else:
+                w = e4m3_to_f32(codes, HW).to(xdt)
+            acc = tl.dot(xt, tl.trans(w), acc, input_precision=PRECISION)
+        else:
+            lo = e2m1_to_f32(codes, INJECT)
+            hi = e2m1_to_f32(codes >> 4, INJECT)
+            if FMT == "nvfp4":
+                NBI: tl.constexpr = BKB // 8
+                sb = kb // 8 + tl.arange(0, NBI)[None, :]
+                sc = tl.load(s_ptr + offs_n[:, None].to(tl.int64) * SB + sb,
+                             mask=mask_n & (sb < SB), other=0)
+                s = e4m3_to_f32(sc, False)
+                s = tl.reshape(tl.broadcast_to(s[:, :, None], (BLOCK_N, NBI, 8)), (BLOCK_N, BKB))
+                w = tl.interleave(lo * s, hi * s).to(xdt)
+                acc = tl.dot(xt, tl.trans(w), acc, input_precision=PRECISION)
+            else:
+                sc = tl.load(s_ptr + offs_n.to(tl.int64) * SB + kb // 16,
+                             mask=offs_n < N, other=0)  # kb < RB, so kb // 16 < SB
+                w = tl.interleave(lo, hi).to(xdt)
+                part = tl.dot(xt, tl.trans(w), input_precision=PRECISION)
+                acc += part * e8m0_to_f32(sc)[None, :]
+    _store(acc, offs_m, offs_n, pid_k, y_ptr, ws_ptr, s_ptr, g_ptr, b_ptr, M, N,
+           FMT, HAS_SCALE, HAS_BIAS, PARTIAL)
+
+
+@triton.jit
+def splitk_reduce_kernel(ws_ptr, s_ptr, g_ptr, b_ptr, y_ptr, M, N, SPLIT,
+                         FMT: tl.constexpr, HAS_SCALE: tl.constexpr, HAS_BIAS: tl.constexpr,
+                         BLOCK: tl.constexpr):
+    """y[m, n] = finish(sum over s of ws[s, m, n]), summed in order s = 0, 1, ... (deterministic)."""
+    pid_m = tl.program_id(1)
+    offs_n = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs_n < N
+    acc = tl.zeros((1, BLOCK), dtype=tl.float32)
+    for s in range(0, SPLIT):
+        acc += tl.load(ws_ptr + (s * M + pid_m).to(tl.int64) * N + offs_n, mask=mask, other=0.0)[None, :]
+    out = _finish(acc, offs_n, s_ptr, g_ptr, b_ptr, N, FMT, HAS_SCALE, HAS_BIAS)
+    tl.store(y_ptr + pid_m.to(tl.int64) * N + offs_n[None, :], out.to(y_ptr.dtype.element_ty),
+             mask=mask[None, :])

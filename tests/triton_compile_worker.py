@@ -1,0 +1,142 @@
+"""Cross-compile every Triton kernel variant for one GPU target; print one JSON line per variant.
+
+Run by tests/test_triton_compile.py in a subprocess whose environment has no TRITON_INTERPRET
+(under the interpreter @triton.jit objects are not compilable). Usage:
+    python tests/triton_compile_worker.py cuda 90 32      # backend, arch, warp size
+Needs no GPU: triton.compile(ASTSource(...), target=GPUTarget(...)) stops at PTX/cubin or AMDGCN.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+import triton  # noqa: E402
+from triton.backends.compiler import GPUTarget  # noqa: E402
+from triton.compiler import ASTSource  # noqa: E402
+
+from softfp8.backends.triton import _kernels  # noqa: E402
+
+FP8 = ("e5m2", "e4m3")
+DECODES = [("e5m2", False), ("e4m3", False), ("nvfp4", False), ("nvfp4", True),
+           ("mxfp4", False), ("mxfp4", True)]  # (format, E2M1 injection)
+PTR = {"fp32": "*fp32", "fp16": "*fp16", "bf16": "*bf16"}
+INT_ARGS = ("M", "N", "K", "RB", "SB", "KB_SPLIT")
+DIV16 = ("RB", "KB_SPLIT")  # what Triton's launcher specialises as multiples of 16 at run time
+
+
+def variants(hw_ok: bool):
+    """(name, kernel, constexprs, x dtype, num_warps, num_stages): every kernel (GEMV, small-M,
+    tiled) x every decode (format, select/inject, hardware FP8 where the target has it), with the
+    tile settings launch_config uses. The activation dtype cycles fp16 -> bf16 -> fp32 across the
+    decodes so each kernel is compiled with each dtype (compiling the full cross product for 7
+    targets would cost minutes of CI for code paths that differ only in a load's conversion)."""
+    dtypes = ("fp16", "bf16", "fp32")
+    decodes = [(f, i, False) for f, i in DECODES]
+    if hw_ok:
+        decodes += [("e5m2", False, True), ("e4m3", False, True)]
+    for j, (fmt, inject, hw) in enumerate(decodes):
+        xd = dtypes[j % 3]
+        tag = f"{fmt}-{'inject' if inject else 'hw' if hw else 'sw' if fmt in FP8 else 'select'}"
+        base = dict(FMT=fmt, HAS_SCALE=fmt in FP8, HAS_BIAS=True, INJECT=inject, HW=hw)
+        f32 = xd == "fp32"
+        prec = "ieee" if f32 else "tf32"
+        mx = fmt == "mxfp4"
+        yield (f"gemv-{tag}-{xd}", _kernels.gemv_kernel,
+               dict(base, BLOCK_M=1, BLOCK_N=8, BLOCK_KB=1024 if fmt in FP8 else 512,
+                    PARTIAL=j % 2 == 0), xd, 4, 2)
+        yield (f"small_m-{tag}-{xd}", _kernels.dot_kernel,
+               dict(base, BLOCK_M=16, BLOCK_N=64, BLOCK_K=32 if mx else (64 if f32 else 256),
+                    PARTIAL=True, PRECISION=prec), xd, 4, 3)
+        if f32:
+            yield (f"tiled-{tag}-{xd}", _kernels.dot_kernel,
+                   dict(base, BLOCK_M=64, BLOCK_N=64, BLOCK_K=32, PARTIAL=False,
+                        PRECISION=prec), xd, 4, 2)
+        else:
+            yield (f"tiled-{tag}-{xd}", _kernels.dot_kernel,
+                   dict(base, BLOCK_M=128, BLOCK_N=128, BLOCK_K=32 if mx else 64,
+                        PARTIAL=False, PRECISION=prec), xd, 8, 3)
+
+
+def source(fn, constexprs, xd):
+    names = fn.arg_names
+    sig = {}
+    for name in names:
+        if name in constexprs:
+            sig[name] = "constexpr"
+        elif name == "x_ptr" or name == "y_ptr":
+            sig[name] = PTR[xd]
+        elif name in ("w_ptr", "s_ptr"):
+            sig[name] = "*u8" if name == "w_ptr" or constexprs["FMT"] not in FP8 else "*fp32"
+        elif name.endswith("_ptr"):
+            sig[name] = "*fp32"
+        else:
+            sig[name] = "i32"
+    attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in names
+             if n.endswith("_ptr") or n in DIV16}
+    return ASTSource(fn, sig, constexprs=dict(constexprs), attrs=attrs)
+
+
+def _ptxas(arch: int) -> str:
+    """The ptxas Triton itself uses for `arch` (3.9: get_ptxas(arch); older: get_ptxas())."""
+    from triton.backends.nvidia.compiler import get_ptxas
+    try:
+        tool = get_ptxas(arch)
+    except TypeError:
+        tool = get_ptxas()
+    return tool.path if hasattr(tool, "path") else tool[0]
+
+
+def resources(backend, arch, kernel):
+    """(registers, spill bytes) from ptxas -v on the PTX (NVIDIA) or the AMDGCN metadata."""
+    if backend == "cuda":
+        ptxas = _ptxas(arch)
+        with tempfile.NamedTemporaryFile("w", suffix=".ptx", delete=False) as f:
+            f.write(kernel.asm["ptx"])
+        out = subprocess.run([ptxas, "-v", f"--gpu-name=sm_{arch}a" if arch >= 90 else
+                              f"--gpu-name=sm_{arch}", f.name, "-o", os.devnull],
+                             capture_output=True, text=True).stderr
+        os.unlink(f.name)
+        regs = int(re.search(r"Used (\d+) registers", out).group(1))
+        spills = sum(int(v) for v in re.findall(r"(\d+) bytes spill (?:stores|loads)", out))
+        return regs, spills
+    text = kernel.asm["amdgcn"]
+    regs = int(re.search(r"\.vgpr_count:\s+(\d+)", text).group(1))
+    spill = re.search(r"\.vgpr_spill_count:\s+(\d+)", text)
+    sspill = re.search(r"\.sgpr_spill_count:\s+(\d+)", text)
+    return regs, (int(spill.group(1)) if spill else 0) + (int(sspill.group(1)) if sspill else 0)
+
+
+FP8_CVT = re.compile(r"^\s*cvt\.[^\n;]*(e4m3|e5m2|e2m1)", re.M)
+
+
+def main(backend: str, arch: str, warp: int) -> None:
+    arch_v = int(arch) if backend == "cuda" else arch
+    target = GPUTarget(backend, arch_v, warp)
+    hw_ok = backend == "cuda" and int(arch) >= 89
+    for name, fn, constexprs, xd, warps, stages in variants(hw_ok):
+        t0 = time.time()
+        rec = {"target": f"{backend}:{arch}", "variant": name, "hw": constexprs["HW"]}
+        try:
+            if fn is _kernels.dot_kernel:
+                constexprs = dict(constexprs, UPCAST=False)
+            k = triton.compile(source(fn, constexprs, xd), target=target,
+                               options={"num_warps": warps, "num_stages": stages})
+            rec["regs"], rec["spills"] = resources(backend, arch_v, k)
+            if backend == "cuda":
+                rec["fp8_cvt"] = sorted({m.group(0).strip() for m in FP8_CVT.finditer(k.asm["ptx"])})
+                rec["ld128"] = "ld.global.v4" in k.asm["ptx"]
+        except Exception as e:  # reported, and the test decides whether it is acceptable
+            rec["error"] = f"{type(e).__name__}: {str(e)[-600:]}"
+        rec["seconds"] = round(time.time() - t0, 2)
+        print(json.dumps(rec), flush=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2], int(sys.argv[3]))
