@@ -246,18 +246,24 @@ def test_triton_read_kernel_interpreted():
 
 
 def test_triton_read_kernel_issues_16_byte_loads_on_sm90():
-    triton = pytest.importorskip("triton")
-    from triton.backends.compiler import GPUTarget
-
-    from softfp8.bench import _triton_read as t
-
-    src = triton.compiler.ASTSource(
-        fn=t._sum_chunks, signature={"x_ptr": "*fp32", "out_ptr": "*fp32", "BLOCK": "constexpr",
-                                     "ITERS": "constexpr"},
-        constexprs={"BLOCK": t.BLOCK, "ITERS": t.ITERS},
-        attrs={(0,): [["tt.divisibility", 16]], (1,): [["tt.divisibility", 16]]})
-    ptx = triton.compile(src, target=GPUTarget("cuda", 90, 64), options={"num_warps": 8}).asm["ptx"]
-    loads = [line.split()[0] for line in ptx.splitlines() if "ld.global" in line]
+    pytest.importorskip("triton")
+    # Compiled in a subprocess without TRITON_INTERPRET (conftest sets it for this process, and
+    # interpreted @triton.jit objects can't be compiled).
+    code = (
+        "import triton\nfrom triton.backends.compiler import GPUTarget\n"
+        "from softfp8.bench import _triton_read as t\n"
+        "src = triton.compiler.ASTSource(fn=t._sum_chunks, signature={'x_ptr': '*fp32', "
+        "'out_ptr': '*fp32', 'BLOCK': 'constexpr', 'ITERS': 'constexpr'}, "
+        "constexprs={'BLOCK': t.BLOCK, 'ITERS': t.ITERS}, "
+        "attrs={(0,): [['tt.divisibility', 16]], (1,): [['tt.divisibility', 16]]})\n"
+        "ptx = triton.compile(src, target=GPUTarget('cuda', 90, 32), "
+        "options={'num_warps': 8}).asm['ptx']\n"
+        "print('\\n'.join(l.split()[0] for l in ptx.splitlines() if 'ld.global' in l))\n")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    loads = proc.stdout.split()
     assert loads and all(".v4." in op for op in loads), sorted(set(loads))
 
 
