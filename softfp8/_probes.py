@@ -105,12 +105,12 @@ def _numba_inject_funcs():
         import numba
         import numpy as np
 
-        @numba.njit(cache=False)
+        @numba.njit(cache=True)  # on disk: the next process starts fast
         def serial(codes):
             bits = ((codes & 7) << 22) | ((codes >> 3) << 31)
             return bits.astype(np.int32).view(np.float32) * np.float32(_INJECT_SCALE)
 
-        @numba.njit(parallel=True, cache=False)
+        @numba.njit(parallel=True, cache=True)
         def parallel(codes):
             # One element per prange iteration, so the work lands on the worker threads, whose
             # MXCSR can differ from the calling thread's.
