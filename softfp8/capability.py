@@ -34,7 +34,7 @@ TRITON_INTERPRET_ENV = "TRITON_INTERPRET"
 
 
 class Status(str, enum.Enum):
-    """The answer to the question a check asks (each `DeviceReport` field documents its question)."""
+    """The answer to a check's question (each `DeviceReport` field documents its question)."""
 
     YES = "yes"
     NO = "no"
@@ -250,10 +250,13 @@ def _enumerate() -> list[DeviceReport]:
             devices.append(DeviceReport(f"cuda:{i}", Runtime.ROCM if rocm else Runtime.CUDA,
                                         name=f"unreadable ({_probes.describe(exc)})"))
             continue
+        if rocm:
+            arch = str(getattr(props, "gcnArchName", "")) or None
+        else:
+            arch = f"sm_{cap[0]}{cap[1]}"
         devices.append(DeviceReport(
             f"cuda:{i}", Runtime.ROCM if rocm else Runtime.CUDA, name=str(props.name),
-            capability=None if rocm else (int(cap[0]), int(cap[1])),
-            arch=(str(getattr(props, "gcnArchName", "")) or None) if rocm else f"sm_{cap[0]}{cap[1]}",
+            capability=None if rocm else (int(cap[0]), int(cap[1])), arch=arch,
             memory_bytes=int(getattr(props, "total_memory", 0)) or None))
     try:
         mps = torch.backends.mps.is_available()
@@ -271,7 +274,7 @@ def collect(*, bandwidth: bool = False, facts: Facts | None = None) -> Capabilit
     from . import _probes
     start = time.perf_counter()
     facts = dict(facts or {})
-    interpret = os.environ.get(TRITON_INTERPRET_ENV, "0") not in ("", "0")
+    interpret = os.environ.get(TRITON_INTERPRET_ENV, "").strip().lower() in ("1", "true", "on", "yes")
     try:
         devices = _enumerate()
     except Exception as exc:

@@ -151,6 +151,7 @@ E2M1_PATH: dict[Backend, str | None] = {
 }
 """The FTZ check of the path that decodes E2M1 in each backend; None: it always selects."""
 
+_KIND_NAMES = {"cuda": "CUDA/ROCm GPUs", "cpu": "the CPU", "mps": "Apple GPUs", "xpu": "XPUs"}
 _MISSING = {"float8": "no float8 tensors", "scaled_mm": "no native FP8 matmul",
             "triton": "Triton can't run", "numba": "Numba can't run"}
 
@@ -288,7 +289,8 @@ def _select(fmt: Format, m: int, device: torch.device, report: CapabilityReport,
                 f"forbids that: choose a weight-only backend, or allow activation quantization")
         reason = _refusal(wanted, fmt, m, device, dev, report, actq, auto=False)
         if reason is not None:
-            raise BackendUnavailable(f"backend {wanted} ({wanted_from}) can't run {where}: {reason}")
+            raise BackendUnavailable(
+                f"backend {wanted} ({wanted_from}) can't run {where}: {reason}")
         return _choice(wanted, f"requested by {wanted_from}", device, dev, decode, decode_from)
     refusals = []
     for candidate in AUTO_ORDER:
@@ -323,10 +325,10 @@ def _refusal(backend: Backend, fmt: Format, m: int, device: torch.device,
     """None if `backend` may run `fmt` on `device` (as auto, or as an explicit request)."""
     if auto and device.type not in AUTO_DEVICE_TYPES[backend]:
         if backend is Backend.TRITON and device.type == "cpu":
-            return ("auto never picks Triton for CPU tensors (its interpreter is for debugging; "
-                    "backend='triton' forces it under TRITON_INTERPRET=1)")
-        kinds = ", ".join(sorted(AUTO_DEVICE_TYPES[backend]))
-        return f"auto uses it on {kinds} devices only"
+            return ("auto never picks Triton for CPU tensors (its interpreter is for debugging: "
+                    "backend='triton' with TRITON_INTERPRET=1)")
+        kinds = " and ".join(_KIND_NAMES.get(k, k) for k in sorted(AUTO_DEVICE_TYPES[backend]))
+        return f"auto uses it on {kinds} only"
     if not module_exists(backend):
         return f"{_MODULES[backend]} is not part of this build"
     try:

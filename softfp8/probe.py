@@ -12,7 +12,6 @@ import os
 import sys
 import types
 
-import torch
 
 from . import capability, dispatch
 from .capability import CapabilityReport, Check, DeviceReport, Status
@@ -154,7 +153,6 @@ class _CallableModule(types.ModuleType):
 
 
 sys.modules[__name__].__class__ = _CallableModule
-_ = torch  # torch is imported first so a broken install fails here, before any output
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -42,7 +42,8 @@ SPECS_BY_BACKEND = {
     Backend.NATIVE: dict(NEEDS=Needs(formats=frozenset({Format.E4M3, Format.E5M2}),
                                      device_types=frozenset({"cuda"})),
                          QUANTIZES_ACTIVATIONS=True, auto_accepts=native_auto_accepts),
-    Backend.TRITON: dict(NEEDS=Needs(formats=frozenset(Format), device_types=frozenset({"cuda", "cpu"}),
+    Backend.TRITON: dict(NEEDS=Needs(formats=frozenset(Format),
+                                     device_types=frozenset({"cuda", "cpu"}),
                                      min_capability=(7, 0), packages=("triton",))),
     Backend.NUMBA: dict(NEEDS=Needs(formats=frozenset(Format), device_types=frozenset({"cpu"}),
                                     packages=("numba",))),
@@ -57,10 +58,10 @@ def install(monkeypatch, *backends: Backend, **overrides) -> dict[Backend, types
         module = types.ModuleType(name)
         module.__spec__ = importlib.machinery.ModuleSpec(name, loader=None)
         module.matmul = matmul
-        for attr, value in {**SPECS_BY_BACKEND[backend], **overrides.get(backend.value, {})}.items():
-            if value is None:
-                continue
-            setattr(module, attr, value)
+        attrs = {**SPECS_BY_BACKEND[backend], **overrides.get(backend.value, {})}
+        for attr, value in attrs.items():
+            if value is not None:
+                setattr(module, attr, value)
         monkeypatch.setitem(sys.modules, name, module)
         made[backend] = module
     dispatch.clear_cache()
@@ -74,3 +75,14 @@ def remove(monkeypatch, *backends: Backend) -> None:
     for backend in backends:
         monkeypatch.setitem(sys.modules, dispatch._MODULES[backend], None)
     monkeypatch.setattr(dispatch, "_CACHE", {})
+
+
+def mock_gpus(monkeypatch, caps, *, hip=None, arch="gfx942:sramecc+:xnack-") -> None:
+    """torch.cuda as on a machine with GPUs of compute capabilities `caps` (ROCm if `hip`)."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: len(caps))
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda i=0: caps[i])
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i=0: types.SimpleNamespace(
+        name=f"Fake GPU {i}", total_memory=(i + 1) << 34, major=caps[i][0], minor=caps[i][1],
+        gcnArchName=arch))
+    monkeypatch.setattr(torch.version, "hip", hip)

@@ -7,12 +7,12 @@ import subprocess
 import sys
 import threading
 import time
-import types
 
 import pytest
 import torch
 
 import softfp8
+from fake_backends import mock_gpus
 from softfp8 import _probes, capability
 from softfp8.capability import Check, Runtime, Status
 
@@ -135,18 +135,8 @@ def test_injected_facts_replace_sub_probes():
     assert report.device("cpu").float8 == Check.no("x")
 
 
-def _mock_gpus(monkeypatch, caps, *, hip=None, arch="gfx942:sramecc+:xnack-"):
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(torch.cuda, "device_count", lambda: len(caps))
-    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda i=0: caps[i])
-    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i=0: types.SimpleNamespace(
-        name=f"Fake GPU {i}", total_memory=(i + 1) << 34, major=caps[i][0], minor=caps[i][1],
-        gcnArchName=arch))
-    monkeypatch.setattr(torch.version, "hip", hip)
-
-
 def test_mocked_cuda_devices_are_enumerated(monkeypatch):
-    _mock_gpus(monkeypatch, [(6, 1), (9, 0)])
+    mock_gpus(monkeypatch, [(6, 1), (9, 0)])
     report = capability.collect(facts={("cuda:1", "triton"): Check.yes("mocked")})
     p40, h = report.device("cuda:0"), report.device("cuda:1")
     assert (p40.runtime, p40.capability, p40.arch, p40.name) == (Runtime.CUDA, (6, 1), "sm_61",
@@ -161,7 +151,7 @@ def test_mocked_cuda_devices_are_enumerated(monkeypatch):
 
 
 def test_mocked_rocm_device(monkeypatch):
-    _mock_gpus(monkeypatch, [(9, 4)], hip="6.2")
+    mock_gpus(monkeypatch, [(9, 4)], hip="6.2")
     dev = capability.collect(facts={("*", "triton"): Check.no("mocked")}).device("cuda:0")
     assert dev.runtime is Runtime.ROCM and dev.capability is None
     assert dev.arch.startswith("gfx942")
@@ -182,3 +172,21 @@ def test_import_has_no_side_effects():
 def test_public_names():
     assert softfp8.CapabilityReport is capability.CapabilityReport
     assert isinstance(softfp8.probe(), softfp8.CapabilityReport)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="triton not installed")
+def test_triton_sub_probe_in_the_interpreter(monkeypatch):
+    # The real Triton FTZ kernel, run on the CPU by Triton's interpreter: both modes measured.
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    monkeypatch.setattr(_probes, "_TRITON_KERNEL", None)  # define it anew, interpreted
+    report = capability.collect()
+    cpu = report.device("cpu")
+    assert report.triton_interpret and report.triton.is_yes, report.triton
+    assert cpu.triton.is_yes and "interpreter" in cpu.triton.detail
+    assert cpu.ftz_triton.is_no and cpu.ftz_triton.value == (0.5, -0.5), cpu.ftz_triton
+    if torch.set_flush_denormal(True):
+        try:
+            flushed = capability.collect().device("cpu").ftz_triton
+        finally:
+            torch.set_flush_denormal(False)
+        assert flushed.is_yes and flushed.value == (0.0, -0.0), flushed
