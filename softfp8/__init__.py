@@ -1,9 +1,10 @@
 """softfp8: linear layers on packed 8-bit and 4-bit float weights, decoded in registers."""
-from .dispatch import Backend, BackendUnavailable, E2M1Decode
+from .capability import CapabilityReport, probe
+from .dispatch import ActivationQuant, Backend, BackendUnavailable, E2M1Decode
 from .formats import Format, PackedWeight
 from .linear import linear
 from .quantize import dequantize, quantize
 
-__all__ = ["Backend", "BackendUnavailable", "E2M1Decode", "Format", "PackedWeight",
-           "dequantize", "linear", "quantize"]
+__all__ = ["ActivationQuant", "Backend", "BackendUnavailable", "CapabilityReport", "E2M1Decode",
+           "Format", "PackedWeight", "dequantize", "linear", "probe", "quantize"]
 __version__ = "0.1.0"

@@ -1,8 +1,21 @@
 """Backends, what each needs, and `select()`: which backend runs a given (format, M, device).
 
 The registry maps each `Backend` to a module under `softfp8.backends` (see that package's
-docstring for the two names a module exposes). Nothing here matches GPU names: a backend states
-its needs as data and `Needs.why_not` says in words why it can't run somewhere.
+docstring for what a module exposes). Nothing here matches GPU names: a backend states its static
+needs as data (`Needs`), the probe measures what the machine does (`capability.probe()`), and the
+routing policy below is data too:
+
+- auto tries `AUTO_ORDER` (native, triton, numba, torch) and takes the first that runs, where
+  "runs" means: auto uses it on this device type (`AUTO_DEVICE_TYPES`: never Triton for CPU
+  tensors, even under TRITON_INTERPRET=1, where forcing it is allowed), its module is part of
+  the build, its `NEEDS` are met, the probe measured YES for every check in `PROBED` on this
+  device, activation quantization is allowed if the module sets `QUANTIZES_ACTIVATIONS`, and its
+  optional `auto_accepts(fmt, m, device, report)` hook returns None (native needs the hook: it is
+  used by auto only where its own measurements say it wins). The torch reference needs nothing.
+- E2M1 decoding is injection only where the probe measured that denormals survive on the path
+  that decodes (`E2M1_PATH`: the Triton kernel on that GPU, Numba on the CPU); select elsewhere.
+- `select()` results are cached per (format, M bucket, device, overrides, report), since
+  `linear()` calls it on every call.
 """
 from __future__ import annotations
 
@@ -15,10 +28,12 @@ from types import ModuleType
 
 import torch
 
+from .capability import CapabilityReport, DeviceReport, probe
 from .formats import Format
 
 BACKEND_ENV = "SOFTFP8_BACKEND"
 E2M1_DECODE_ENV = "SOFTFP8_E2M1_DECODE"
+ACTIVATION_QUANT_ENV = "SOFTFP8_ACTIVATION_QUANT"
 
 
 class _Choice(str, enum.Enum):
@@ -62,6 +77,15 @@ class E2M1Decode(_Choice):
     """Exponent injection and one multiply by 2^126: fewer instructions, wrong where FTZ/DAZ."""
     SELECT = "select"
     """Build the normalised float directly: exact everywhere."""
+
+
+class ActivationQuant(_Choice):
+    """Whether a backend may quantize the activations (W8A8) as well as the weights."""
+
+    ALLOW = "allow"
+    """Backends that quantize activations (native FP8) may run where auto finds them faster."""
+    FORBID = "forbid"
+    """Weight-only backends only: activations keep their dtype, as in the reference."""
 
 
 class BackendUnavailable(RuntimeError):
@@ -111,6 +135,32 @@ _MODULES: dict[Backend, str] = {
 
 AUTO_ORDER = (Backend.NATIVE, Backend.TRITON, Backend.NUMBA, Backend.TORCH)
 
+AUTO_DEVICE_TYPES: dict[Backend, frozenset[str]] = {
+    Backend.NATIVE: frozenset({"cuda"}),
+    Backend.TRITON: frozenset({"cuda"}),
+    Backend.NUMBA: frozenset({"cpu"}),
+    Backend.TORCH: frozenset({"cpu", "cuda", "mps", "xpu"}),
+}
+"""Device types on which auto may pick each backend (an explicit request may go further)."""
+
+PROBED: dict[Backend, tuple[str, ...]] = {
+    Backend.NATIVE: ("float8", "scaled_mm"),
+    Backend.TRITON: ("triton",),
+    Backend.NUMBA: ("numba",),
+    Backend.TORCH: (),
+}
+"""`DeviceReport` checks that must have measured YES on the device for the backend to run."""
+
+E2M1_PATH: dict[Backend, str | None] = {
+    Backend.NATIVE: None, Backend.TRITON: "ftz_triton", Backend.NUMBA: "ftz_numba",
+    Backend.TORCH: None,
+}
+"""The FTZ check of the path that decodes E2M1 in each backend; None: it always selects."""
+
+_KIND_NAMES = {"cuda": "CUDA/ROCm GPUs", "cpu": "the CPU", "mps": "Apple GPUs", "xpu": "XPUs"}
+_MISSING = {"float8": "no float8 tensors", "scaled_mm": "no native FP8 matmul",
+            "triton": "Triton can't run", "numba": "Numba can't run"}
+
 
 def load(backend: Backend | str) -> ModuleType:
     """The module that implements `backend` (imported on first use)."""
@@ -121,68 +171,222 @@ def load(backend: Backend | str) -> ModuleType:
 
 
 def module_exists(backend: Backend) -> bool:
-    return importlib.util.find_spec(_MODULES[backend]) is not None
+    try:
+        return importlib.util.find_spec(_MODULES[backend]) is not None
+    except (ImportError, ValueError):
+        return False
 
 
 @dataclass(frozen=True)
 class Choice:
-    """The outcome of `select`: the backend, the E2M1 decoder, and why."""
+    """The outcome of `select`: the backend, the E2M1 decoder, and why each was chosen."""
 
     backend: Backend
     e2m1: E2M1Decode
     reason: str
+    e2m1_reason: str = ""
+
+
+def _from_env(value, cls, env: str, arg: str, default):
+    """(parsed choice, where it came from): the keyword unless it is auto/None, then the env."""
+    if value is not None and not (isinstance(value, str) and value.strip().lower() == "auto"):
+        parsed = cls.parse(value, arg=arg)
+        if parsed.value != "auto":
+            return parsed, f"{arg}={parsed.value!r}"
+    raw = os.environ.get(env)
+    if raw:
+        parsed = cls.parse(raw, arg=env)
+        return parsed, f"{env}={parsed.value}"
+    return default, "default"
 
 
 def requested_backend(backend: Backend | str = Backend.AUTO) -> Backend:
     """`backend`, or SOFTFP8_BACKEND's value when `backend` is auto."""
-    backend = Backend.parse(backend, arg="backend")
-    if backend is Backend.AUTO and os.environ.get(BACKEND_ENV):
-        backend = Backend.parse(os.environ[BACKEND_ENV], arg=BACKEND_ENV)
-    return backend
+    return _from_env(backend, Backend, BACKEND_ENV, "backend", Backend.AUTO)[0]
 
 
 def requested_e2m1(e2m1: E2M1Decode | str = E2M1Decode.AUTO) -> E2M1Decode:
-    e2m1 = E2M1Decode.parse(e2m1, arg="e2m1")
-    if e2m1 is E2M1Decode.AUTO and os.environ.get(E2M1_DECODE_ENV):
-        e2m1 = E2M1Decode.parse(os.environ[E2M1_DECODE_ENV], arg=E2M1_DECODE_ENV)
-    return e2m1
+    """`e2m1`, or SOFTFP8_E2M1_DECODE's value when `e2m1` is auto."""
+    return _from_env(e2m1, E2M1Decode, E2M1_DECODE_ENV, "e2m1", E2M1Decode.AUTO)[0]
 
 
-def _capability(device: torch.device) -> tuple[int, int] | None:
-    if device.type == "cuda" and torch.version.hip is None:
-        return torch.cuda.get_device_capability(device)
-    return None
+def requested_activation_quant(activation_quant: ActivationQuant | str | None = None
+                               ) -> ActivationQuant:
+    """`activation_quant`, or SOFTFP8_ACTIVATION_QUANT's value when None (default: allow)."""
+    if activation_quant is not None:
+        return ActivationQuant.parse(activation_quant, arg="activation_quant")
+    return _from_env(None, ActivationQuant, ACTIVATION_QUANT_ENV, "activation_quant",
+                     ActivationQuant.ALLOW)[0]
+
+
+def m_bucket(m: int) -> int:
+    """The M that select() decides for: M itself up to 16, then the next power of two."""
+    if isinstance(m, bool) or not isinstance(m, int) or m < 1:
+        raise ValueError(f"m: expected a positive int (rows of x), got {m!r}")
+    return m if m <= 16 else 1 << (m - 1).bit_length()
+
+
+_CACHE: dict[tuple, tuple[CapabilityReport, Choice]] = {}
+_CACHE_LIMIT = 4096
+
+
+def clear_cache() -> None:
+    """Forget cached select() results (tests that swap backend modules call this)."""
+    _CACHE.clear()
 
 
 def select(fmt: Format | str, m: int, device: torch.device | str, *,
            backend: Backend | str = Backend.AUTO,
-           e2m1: E2M1Decode | str = E2M1Decode.AUTO) -> Choice:
-    """The backend and E2M1 decoder for a linear of format `fmt` with `m` rows on `device`."""
-    fmt = Format.parse(fmt)
-    device = torch.device(device)
-    wanted = requested_backend(backend)
-    decode = requested_e2m1(e2m1)
-    if decode is E2M1Decode.AUTO:
-        decode = E2M1Decode.SELECT  # exact everywhere; the probe refines this
-    cap = _capability(device)
+           e2m1: E2M1Decode | str = E2M1Decode.AUTO,
+           activation_quant: ActivationQuant | str | None = None,
+           report: CapabilityReport | None = None) -> Choice:
+    """The backend and E2M1 decoder for a linear of format `fmt` with `m` rows on `device`.
+
+    `backend`/`e2m1` auto defer to SOFTFP8_BACKEND/SOFTFP8_E2M1_DECODE; `activation_quant`
+    None defers to SOFTFP8_ACTIVATION_QUANT (default allow). `report` defaults to `probe()`.
+    An explicit backend that can't run raises BackendUnavailable naming what is missing."""
+    if report is None:
+        report = probe()
+    if not isinstance(device, torch.device):
+        device = torch.device(device)
+    if device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", _current_cuda_index())
+    env = os.environ
+    key = (fmt, m_bucket(m), device, backend, e2m1, activation_quant, env.get(BACKEND_ENV),
+           env.get(E2M1_DECODE_ENV), env.get(ACTIVATION_QUANT_ENV), id(report))
+    try:
+        hit = _CACHE.get(key)
+    except TypeError:  # an unhashable argument: let the parsers below name it
+        hit, key = None, None
+    if hit is not None:
+        return hit[1]
+    choice = _select(Format.parse(fmt), m_bucket(m), device, report, backend, e2m1,
+                     activation_quant)
+    if key is not None:
+        if len(_CACHE) >= _CACHE_LIMIT:
+            _CACHE.clear()
+        _CACHE[key] = (report, choice)  # the report rides along so its id can't be reused
+    return choice
+
+
+def _current_cuda_index() -> int:
+    try:
+        return torch.cuda.current_device()
+    except Exception:
+        return 0
+
+
+def _select(fmt: Format, m: int, device: torch.device, report: CapabilityReport,
+            backend, e2m1, activation_quant) -> Choice:
+    wanted, wanted_from = _from_env(backend, Backend, BACKEND_ENV, "backend", Backend.AUTO)
+    decode, decode_from = _from_env(e2m1, E2M1Decode, E2M1_DECODE_ENV, "e2m1", E2M1Decode.AUTO)
+    if activation_quant is not None:
+        actq = ActivationQuant.parse(activation_quant, arg="activation_quant")
+        actq_from = f"activation_quant={actq.value!r}"
+    else:
+        actq, actq_from = _from_env(None, ActivationQuant, ACTIVATION_QUANT_ENV,
+                                    "activation_quant", ActivationQuant.ALLOW)
+    dev = report.device(device)
+    where = f"{fmt} on {device}"
     if wanted is not Backend.AUTO:
-        reason = _why_not(wanted, fmt, device, cap)
+        if actq is ActivationQuant.FORBID and _quantizes_activations(wanted):
+            raise BackendUnavailable(
+                f"backend {wanted} ({wanted_from}) quantizes activations, but {actq_from} "
+                f"forbids that: choose a weight-only backend, or allow activation quantization")
+        reason = _refusal(wanted, fmt, m, device, dev, report, actq, auto=False)
         if reason is not None:
-            raise BackendUnavailable(f"backend {wanted} can't run {fmt} on {device}: {reason}")
-        return Choice(wanted, decode, "requested")
+            raise BackendUnavailable(
+                f"backend {wanted} ({wanted_from}) can't run {where}: {reason}")
+        return _choice(wanted, f"requested by {wanted_from}", device, dev, decode, decode_from)
     refusals = []
     for candidate in AUTO_ORDER:
-        reason = _why_not(candidate, fmt, device, cap)
-        if reason is None and device.type in load(candidate).NEEDS.explicit_only:
-            reason = f"it runs on {device.type} only when requested by name"
+        reason = _refusal(candidate, fmt, m, device, dev, report, actq, auto=True)
         if reason is None:
-            return Choice(candidate, decode, "; ".join(refusals) or "first choice")
-        refusals.append(f"{candidate}: {reason}")
-    raise BackendUnavailable(f"no backend can run {fmt} on {device}: " + "; ".join(refusals))
+            why = f"auto: {candidate} is the first of {' > '.join(AUTO_ORDER)} that runs {where}"
+            if refusals:
+                why += " (" + "; ".join(refusals) + ")"
+            return _choice(candidate, why, device, dev, decode, decode_from)
+        refusals.append(f"not {candidate}: {reason}")
+    raise BackendUnavailable(f"no backend can run {where}: " + "; ".join(refusals))
 
 
-def _why_not(backend: Backend, fmt: Format, device: torch.device,
-             cap: tuple[int, int] | None) -> str | None:
+def _choice(backend: Backend, why: str, device: torch.device, dev: DeviceReport | None,
+            decode: E2M1Decode, decode_from: str) -> Choice:
+    e2m1, e2m1_why = _decoder(backend, device, dev, decode, decode_from)
+    return Choice(backend, e2m1, why, e2m1_why)
+
+
+def _quantizes_activations(backend: Backend) -> bool:
     if not module_exists(backend):
-        return "it is not part of this build"
-    return load(backend).NEEDS.why_not(fmt, device, cap)
+        return False
+    try:
+        return bool(getattr(load(backend), "QUANTIZES_ACTIVATIONS", False))
+    except Exception:
+        return False
+
+
+def _refusal(backend: Backend, fmt: Format, m: int, device: torch.device,
+             dev: DeviceReport | None, report: CapabilityReport, actq: ActivationQuant, *,
+             auto: bool) -> str | None:
+    """None if `backend` may run `fmt` on `device` (as auto, or as an explicit request)."""
+    if auto and device.type not in AUTO_DEVICE_TYPES[backend]:
+        if backend is Backend.TRITON and device.type == "cpu":
+            return ("auto never picks Triton for CPU tensors (its interpreter is for debugging: "
+                    "backend='triton' with TRITON_INTERPRET=1)")
+        kinds = " and ".join(_KIND_NAMES.get(k, k) for k in sorted(AUTO_DEVICE_TYPES[backend]))
+        return f"auto uses it on {kinds} only"
+    if not module_exists(backend):
+        return f"{_MODULES[backend]} is not part of this build"
+    try:
+        module = load(backend)
+    except Exception as exc:
+        return f"{_MODULES[backend]} failed to import ({type(exc).__name__}: {exc})"
+    if actq is ActivationQuant.FORBID and getattr(module, "QUANTIZES_ACTIVATIONS", False):
+        return "it quantizes activations, and activation quantization is forbidden"
+    reason = module.NEEDS.why_not(fmt, device, dev.capability if dev is not None else None)
+    if reason is not None:
+        return reason
+    for name in PROBED[backend]:
+        if dev is None:
+            return f"the probe found no device {device}"
+        check = getattr(dev, name)
+        if check is None or not check.is_yes:
+            detail = "not applicable" if check is None else f"{check.status}: {check.detail}"
+            return f"{_MISSING[name]} on {device} ({detail})"
+    if auto:
+        hook = getattr(module, "auto_accepts", None)
+        if hook is None and backend is Backend.NATIVE:
+            return "it has no auto_accepts hook, so only an explicit request uses it"
+        if hook is not None:
+            try:
+                why = hook(fmt, m, device, report)
+            except Exception as exc:
+                return f"its auto_accepts hook failed ({type(exc).__name__}: {exc})"
+            if why is not None:
+                return str(why)
+    return None
+
+
+_PATH_NAME = {"ftz_triton": "the Triton kernel", "ftz_numba": "Numba"}
+
+
+def _decoder(backend: Backend, device: torch.device, dev: DeviceReport | None,
+             decode: E2M1Decode, decode_from: str) -> tuple[E2M1Decode, str]:
+    """(E2M1 decoder, why): inject only where denormals were measured to survive on the path."""
+    path = E2M1_PATH[backend]
+    check = getattr(dev, path, None) if (dev is not None and path is not None) else None
+    if decode is not E2M1Decode.AUTO:
+        why = f"requested by {decode_from}"
+        if decode is E2M1Decode.INJECT and check is not None and check.is_yes:
+            why += f" (note: this path flushes denormals, so +-0.5 decode as +-0: {check.detail})"
+        return decode, why
+    if path is None:
+        return E2M1Decode.SELECT, f"{backend} decodes E2M1 by selection (exact everywhere)"
+    if check is not None and check.is_no:
+        return E2M1Decode.INJECT, f"inject: measured exact in {_PATH_NAME[path]} ({check.detail})"
+    if check is not None and check.is_yes:
+        return E2M1Decode.SELECT, (f"select: {_PATH_NAME[path]} flushes denormals, so injection "
+                                   f"would read +-0.5 as +-0 ({check.detail})")
+    detail = "not measured" if check is None else check.detail
+    return E2M1Decode.SELECT, (f"select: FTZ in {_PATH_NAME[path]} on {device} is unknown "
+                               f"({detail}); selection is exact either way")

@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 
 from . import dispatch
-from .dispatch import Backend, E2M1Decode
+from .dispatch import ActivationQuant, Backend, E2M1Decode
 from .formats import PackedWeight
 
 ACTIVATION_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
@@ -40,14 +40,19 @@ def check_linear_args(x: object, packed: object, bias: object) -> None:
 
 def linear(x: torch.Tensor, packed: PackedWeight, bias: torch.Tensor | None = None, *,
            backend: Backend | str = Backend.AUTO,
-           e2m1: E2M1Decode | str = E2M1Decode.AUTO) -> torch.Tensor:
-    """y = x @ W.T + bias for a packed W [N, K]; x is [..., K], y is [..., N] in x's dtype."""
+           e2m1: E2M1Decode | str = E2M1Decode.AUTO,
+           activation_quant: ActivationQuant | str | None = None) -> torch.Tensor:
+    """y = x @ W.T + bias for a packed W [N, K]; x is [..., K], y is [..., N] in x's dtype.
+
+    `backend`, `e2m1` and `activation_quant` ("allow"/"forbid": may a backend quantize x, as
+    native FP8 does?) override SOFTFP8_BACKEND, SOFTFP8_E2M1_DECODE, SOFTFP8_ACTIVATION_QUANT."""
     check_linear_args(x, packed, bias)
     n, k = packed.shape
     lead = x.shape[:-1]
     x2 = x.reshape(-1, k).contiguous()
     if x2.shape[0] == 0:
         return x.new_empty((*lead, n))
-    choice = dispatch.select(packed.fmt, x2.shape[0], x.device, backend=backend, e2m1=e2m1)
+    choice = dispatch.select(packed.fmt, x2.shape[0], x.device, backend=backend, e2m1=e2m1,
+                             activation_quant=activation_quant)
     y = dispatch.load(choice.backend).matmul(x2, packed, bias, e2m1=choice.e2m1)
     return y.reshape(*lead, n)

@@ -1,0 +1,86 @@
+"""`python -m softfp8.probe`: a real subprocess (cold probe, JSON), and the text report."""
+import importlib
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from fake_backends import install, mock_gpus
+
+import softfp8
+from softfp8 import Format, capability
+from softfp8.capability import Check
+
+# softfp8.probe is also the function; the module is the CLI.
+probe_cli = importlib.import_module("softfp8.probe")
+
+
+def test_cli_json_in_a_fresh_process(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SOFTFP8_", "TRITON_INT"))}
+    env["NUMBA_CACHE_DIR"] = str(tmp_path)  # an empty cache: the cold probe compiles
+    out = subprocess.run([sys.executable, "-m", "softfp8.probe", "--json"], env=env, check=True,
+                         capture_output=True, text=True, timeout=120).stdout
+    data = json.loads(out)
+    report = data["report"]
+    cpu = report["devices"][0]
+    assert cpu["device"] == "cpu" and cpu["ftz_torch"]["status"] == "no"
+    # The acceptance bound, on this 2-core machine, Numba compilation included.
+    assert report["probe_seconds"] < 10, report["probe_seconds"]
+    rows = [r for r in data["routing"] if r["device"] == "cpu"]
+    assert sorted((r["format"], r["m"]) for r in rows) == sorted(
+        (f.value, m) for f in Format for m in (1, probe_cli.LARGE_M))
+    for row in rows:
+        assert row["backend"] in ("numba", "torch") and row["reason"].startswith("auto: ")
+        assert (row["e2m1"] is None) == (row["format"] in ("e5m2", "e4m3"))
+
+
+def test_text_report_names_every_check_and_format(capsys):
+    assert probe_cli.main([]) == 0
+    text = capsys.readouterr().out
+    for needle in ("devices", "cpu (cpu)", "FTZ, torch ops", "Triton launches", "Numba runs",
+                   "routing", "why: auto:", "E2M1:", *(f.value for f in Format)):
+        assert needle in text, needle
+
+
+def test_text_report_for_a_mocked_gpu(monkeypatch, capsys):
+    install(monkeypatch)
+    mock_gpus(monkeypatch, [(8, 6)])
+    facts = {("cuda:0", "triton"): Check.yes("mocked: launched"),
+             ("cuda:0", "ftz_triton"): Check.no("mocked: survive"),
+             ("cuda:0", "scaled_mm"): Check.no("mocked: torch._scaled_mm raised")}
+    report = capability.collect(facts=facts)
+    monkeypatch.setattr(capability, "probe", lambda *a, **k: report)
+    probe_cli.main(["--json"])
+    rows = json.loads(capsys.readouterr().out)["routing"]
+    gpu = {(r["format"], r["m"]): r for r in rows if r["device"] == "cuda:0"}
+    assert gpu[("nvfp4", 1)]["backend"] == "triton" and gpu[("nvfp4", 1)]["e2m1"] == "inject"
+    probe_cli.main([])
+    text = capsys.readouterr().out
+    assert "cuda:0 (cuda): Fake GPU 0, sm_86, compute capability 8.6, 16.0 GiB" in text
+    assert "-> triton, E2M1 inject" in text
+
+
+def test_routing_errors_are_reported_not_raised(monkeypatch, capsys):
+    monkeypatch.setenv("SOFTFP8_BACKEND", "warp-drive")
+    assert probe_cli.main([]) == 0
+    assert "error: SOFTFP8_BACKEND='warp-drive' is not valid" in capsys.readouterr().out
+
+
+def test_softfp8_probe_stays_callable_after_the_cli_module_is_imported():
+    import softfp8.probe  # noqa: F401 - rebinds the package attribute to the module
+    assert isinstance(softfp8.probe(), softfp8.CapabilityReport)
+    assert softfp8.probe() is capability.probe()
+
+
+@pytest.mark.gpu
+def test_gpu_report_on_real_hardware(capsys):
+    import torch
+    if not torch.cuda.is_available():
+        pytest.skip("no GPU")
+    report = capability.probe(bandwidth=True)
+    gpu = report.device("cuda:0")
+    assert gpu.triton.is_yes and gpu.ftz_triton.status is not capability.Status.UNKNOWN
+    assert gpu.bandwidth.is_yes and gpu.bandwidth.value > 50
+    probe_cli.main(["--bandwidth"])
+    assert "cuda:0" in capsys.readouterr().out
