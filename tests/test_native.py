@@ -59,13 +59,21 @@ def test_why_not_fp4_formats(fmt):
 
 @pytest.mark.parametrize("cap, ok", [((7, 5), False), ((8, 9), True), ((9, 0), True)])
 def test_select_with_mocked_cuda(monkeypatch, cap, ok):
+    from fake_backends import mock_gpus
+
+    from softfp8 import capability
+    from softfp8.capability import Check
+
     monkeypatch.delenv(BACKEND_ENV, raising=False)
-    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: cap)
+    mock_gpus(monkeypatch, [cap])
+    report = capability.collect(facts={
+        ("cuda:0", "float8"): Check.yes("mocked"), ("cuda:0", "ftz_torch"): Check.no("mocked"),
+        ("cuda:0", "scaled_mm"): Check.yes("mocked") if ok else Check.no("mocked: no FP8 units")})
     if ok:
-        assert select("e5m2", 64, "cuda", backend="native").backend is Backend.NATIVE
+        assert select("e5m2", 64, "cuda", backend="native", report=report).backend is Backend.NATIVE
     else:
         with pytest.raises(BackendUnavailable, match=r"8\.9 or newer, this GPU has 7\.5"):
-            select("e5m2", 64, "cuda", backend="native")
+            select("e5m2", 64, "cuda", backend="native", report=report)
 
 
 def test_auto_accepts_follows_the_crossover():
