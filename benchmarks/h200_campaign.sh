@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# One H200 measurement campaign per call (device time is scarce): bash benchmarks/h200_campaign.sh STEP
+# Everything lands in $OUT (the device tool brings it back); each step is bounded by timeout.
+set -u
+export PYTHONUNBUFFERED=1 TRITON_INTERPRET=0
+OUT=${OUT:-out}; mkdir -p "$OUT"
+step=${1:-smoke}
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv
+python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__, torch.cuda.get_device_name())"
+run() { local name=$1 secs=$2; shift 2; echo "=== $name"; timeout "$secs" "$@" > "$OUT/$name.txt" 2>&1; echo "=== $name rc=$?"; tail -n 25 "$OUT/$name.txt"; }
+case $step in
+smoke)
+  run probe 90 python3 -m softfp8.probe --bandwidth
+  run gputests 240 python3 -m pytest -q -x -m gpu -p no:cacheprovider tests/
+  run sweep 200 python3 benchmarks/sweep_gemv.py --quick --formats e5m2,nvfp4,mxfp4 --out "$OUT/sweep.json"
+  run token 150 python3 -m softfp8.bench token --preset llama2-7b --backends triton --out "$OUT/token.json"
+  ;;
+esac
