@@ -1,0 +1,129 @@
+"""CPU GEMV (M = 1): the numba backend per format against torch's fp32, bf16 and fp16 mv.
+
+    python benchmarks/cpu_gemv.py [--shapes 11008x4096,4096x11008] [--reps 50]
+
+Everything runs in one process on the same weights: each timing is the median of `--reps`
+calls after warm-up, and numba and torch calls are interleaved round by round so that a busy
+machine slows both alike. Cold start is measured in a child process with an empty
+NUMBA_CACHE_DIR (first call = compilation), and again with that cache filled (load from disk).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import torch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+import softfp8  # noqa: E402
+from softfp8.backends import numba_cpu  # noqa: E402
+from softfp8.dispatch import E2M1Decode  # noqa: E402
+
+VARIANTS = [("e5m2", "-"), ("e4m3", "-"), ("nvfp4", "select"), ("nvfp4", "inject"),
+            ("mxfp4", "select"), ("mxfp4", "inject")]
+TARGET = {"e5m2": 1.5, "e4m3": 1.5, "nvfp4": 2.5, "mxfp4": 2.5}
+
+_COLD = """
+import json, sys, time, torch
+sys.path.insert(0, {root!r})
+import softfp8
+from softfp8.backends import numba_cpu
+from softfp8.dispatch import E2M1Decode
+p = softfp8.quantize(torch.randn(256, 512), {fmt!r})
+x = torch.randn(1, 512)
+t = time.perf_counter(); numba_cpu.matmul(x, p, None, e2m1=E2M1Decode.SELECT); first = time.perf_counter() - t
+t = time.perf_counter(); numba_cpu.matmul(x, p, None, e2m1=E2M1Decode.SELECT); second = time.perf_counter() - t
+print(json.dumps([first, second]))
+"""
+
+
+def cold_start(fmt: str, cache_dir: str) -> tuple[float, float]:
+    env = dict(os.environ, NUMBA_CACHE_DIR=cache_dir)
+    out = subprocess.run([sys.executable, "-c", _COLD.format(root=ROOT, fmt=fmt)], env=env,
+                         capture_output=True, text=True, check=True)
+    first, second = json.loads(out.stdout.strip().splitlines()[-1])
+    return first, second
+
+
+def timed(fn) -> float:
+    t = time.perf_counter()
+    fn()
+    return time.perf_counter() - t
+
+
+def bench_shape(n: int, k: int, reps: int) -> list[dict]:
+    g = torch.Generator().manual_seed(0)
+    w = torch.randn(n, k, generator=g) * 0.02
+    x = torch.randn(1, k, generator=g)
+    torch_calls = {}
+    for name, dt in (("fp32", torch.float32), ("bf16", torch.bfloat16), ("fp16", torch.float16)):
+        wd, xd = w.to(dt), x[0].to(dt)
+        torch_calls[name] = (lambda wd=wd, xd=xd: torch.mv(wd, xd))
+    calls = dict(torch_calls)
+    for fmt, dec in VARIANTS:
+        p = softfp8.quantize(w, fmt)
+        e2m1 = E2M1Decode.INJECT if dec == "inject" else E2M1Decode.SELECT
+        calls[(fmt, dec)] = (lambda p=p, e2m1=e2m1: numba_cpu.matmul(x, p, None, e2m1=e2m1))
+    for fn in calls.values():  # warm-up (and compile, or load from the cache)
+        for _ in range(3):
+            fn()
+    samples = {key: [] for key in calls}
+    for _ in range(reps):  # interleaved rounds: contention hits every entry alike
+        for key, fn in calls.items():
+            samples[key].append(timed(fn))
+    ms = {key: statistics.median(v) * 1e3 for key, v in samples.items()}
+    best_torch = min(ms[t] for t in torch_calls)
+    return [dict(shape=f"{n}x{k}", fmt=fmt, e2m1=dec, numba_ms=ms[(fmt, dec)],
+                 fp32_ms=ms["fp32"], bf16_ms=ms["bf16"], fp16_ms=ms["fp16"],
+                 speedup=best_torch / ms[(fmt, dec)], target=TARGET[fmt])
+            for fmt, dec in VARIANTS]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--shapes", default="11008x4096,4096x11008")
+    ap.add_argument("--reps", type=int, default=50)
+    ap.add_argument("--json", help="also write the rows as JSON to this file")
+    args = ap.parse_args()
+    import numba
+
+    print(f"# {time.strftime('%Y-%m-%d %H:%M')}  {platform.processor() or platform.machine()}  "
+          f"torch {torch.__version__}  numba {numba.__version__}  threads numba "
+          f"{numba.get_num_threads()} torch {torch.get_num_threads()} -> {numba_cpu._threads()}  "
+          f"loadavg {os.getloadavg()[0]:.2f}")
+    rows = []
+    for shape in args.shapes.split(","):
+        n, k = (int(v) for v in shape.lower().split("x"))
+        rows += bench_shape(n, k, args.reps)
+    head = (f"{'shape':>11} {'format':>6} {'e2m1':>6} {'numba ms':>9} {'fp32 ms':>8} "
+            f"{'bf16 ms':>8} {'fp16 ms':>8} {'speedup':>8} {'target':>7}")
+    print(head)
+    for r in rows:
+        ok = "ok" if r["speedup"] >= r["target"] else "MISS"
+        print(f"{r['shape']:>11} {r['fmt']:>6} {r['e2m1']:>6} {r['numba_ms']:9.3f} "
+              f"{r['fp32_ms']:8.3f} {r['bf16_ms']:8.3f} {r['fp16_ms']:8.3f} "
+              f"{r['speedup']:7.2f}x {r['target']:5.1f}x {ok}")
+    print("\ncold start, 256x512 GEMV in a fresh process (s): first call, second call")
+    with tempfile.TemporaryDirectory() as cache:
+        for fmt in TARGET:
+            compiled = cold_start(fmt, cache)
+            cached = cold_start(fmt, cache)
+            print(f"  {fmt:>6}: empty cache {compiled[0]:.2f} / {compiled[1] * 1e3:.2f} ms;  "
+                  f"filled cache {cached[0]:.3f} / {cached[1] * 1e3:.2f} ms")
+    print(f"loadavg at end {os.getloadavg()[0]:.2f}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,119 @@
+"""The Numba CPU backend: parallel kernels that read the packed words and decode in registers.
+
+Strategy by M (rows of activations):
+- M = 1 (GEMV): one fused kernel per format (`_numba_kernels.gemv_*`), decode + multiply-add in
+  the same vector loop, rows split over threads. This is the batch-1 decoding case.
+- 1 < M < `DEQUANT_MIN_M`: each weight row is decoded once into an L1-resident fp32 buffer and
+  reused for all M activation rows (`decode_matmul`), so decode cost does not grow with M.
+- M >= `DEQUANT_MIN_M`: slabs of rows are dequantised by the same kernel and multiplied with
+  torch's sgemm, which is far better blocked for large M than a hand loop.
+
+x is converted to float32 once per call (and zero-padded to the packed K, so the kernels never
+need a tail); y comes back in x's dtype. Threads: min(numba's and torch's current setting),
+set for the call and restored after. Numba, and the kernels, load on the first call only.
+"""
+from __future__ import annotations
+
+import torch
+
+from ..dispatch import E2M1Decode, Needs
+from ..formats import Format, PackedWeight
+
+NEEDS = Needs(formats=frozenset(Format), device_types=frozenset({"cpu"}), packages=("numba",))
+
+DEQUANT_MIN_M = 16
+"""From this many activation rows on, dequantise slabs and use torch's sgemm."""
+
+_SLAB_ELEMENTS = 1 << 23  # 32 MiB of float32 weight per dequantised slab
+_KIND = {Format.E5M2: 0, Format.E4M3: 1, Format.NVFP4: 2, Format.MXFP4: 3}
+
+
+def _threads() -> int:
+    import numba
+
+    return max(1, min(numba.get_num_threads(), torch.get_num_threads()))
+
+
+def _chunk(rows: int, threads: int) -> int:
+    # Several chunks per thread balance uneven progress; even sizes keep the two-row GEMV paired.
+    c = max(2, -(-rows // (threads * 4)))
+    return c + (c & 1)
+
+
+def matmul(x: torch.Tensor, packed: PackedWeight, bias: torch.Tensor | None = None, *,
+           e2m1: E2M1Decode = E2M1Decode.SELECT) -> torch.Tensor:
+    """y = x @ W.T + bias for x [M, K] on the CPU, accumulated in float32, returned in x's dtype."""
+    import numba
+
+    if x.device.type != "cpu" or packed.device.type != "cpu":
+        raise ValueError(f"x and packed must be on the cpu for the numba backend, got {x.device} "
+                         f"and {packed.device}")
+    inject = E2M1Decode(e2m1) is E2M1Decode.INJECT
+    threads = _threads()
+    previous = numba.get_num_threads()
+    numba.set_num_threads(threads)
+    try:
+        y = _matmul_f32(x, packed, inject, threads)
+    finally:
+        numba.set_num_threads(previous)
+    if bias is not None:
+        y += bias.to(torch.float32)
+    return y.to(x.dtype)
+
+
+def _padded_x(x: torch.Tensor, kp: int) -> torch.Tensor:
+    m, k = x.shape
+    if k == kp and x.dtype == torch.float32 and x.is_contiguous():
+        return x
+    xp = torch.zeros((m, kp), dtype=torch.float32)
+    xp[:, :k] = x
+    return xp
+
+
+def _matmul_f32(x: torch.Tensor, packed: PackedWeight, inject: bool, threads: int) -> torch.Tensor:
+    import numpy as np
+
+    from . import _numba_kernels as K
+
+    n, k = packed.shape
+    m = x.shape[0]
+    fmt = packed.fmt
+    kp = packed.padded_k
+    codes = packed.words.view(torch.uint8).numpy()  # [N, Kp] FP8 bytes or [N, Kp/2] FP4 bytes
+    fp4 = fmt in (Format.NVFP4, Format.MXFP4)
+    xp = _padded_x(x, kp)
+    y = torch.empty((m, n), dtype=torch.float32)
+    if m == 1:
+        chunk = _chunk(n, threads)
+        yv = y[0].numpy()
+        if fmt is Format.E5M2:
+            K.gemv_e5m2(codes, xp[0].numpy(), yv, chunk)
+        elif fmt is Format.E4M3:
+            K.gemv_e4m3(codes, xp[0].numpy(), yv, chunk)
+        else:
+            xe, xo = xp[0, 0::2].contiguous().numpy(), xp[0, 1::2].contiguous().numpy()
+            if fmt is Format.NVFP4:
+                g = np.float32(packed.global_scale.item())
+                K.gemv_nvfp4(codes, packed.scales.numpy(), g, xe, xo, yv, chunk, inject)
+            else:
+                K.gemv_mxfp4(codes, packed.scales.numpy(), xe, xo, yv, chunk, inject)
+    else:
+        scales = packed.scales.numpy() if fp4 else np.zeros((1, 1), np.uint8)
+        g = np.float32(packed.global_scale.item()) if fmt is Format.NVFP4 else np.float32(1.0)
+        kind = _KIND[fmt]
+        if m < DEQUANT_MIN_M:
+            no_w = np.zeros((0, kp), np.float32)
+            K.decode_matmul(kind, codes, scales, g, xp.numpy(), y.numpy(), no_w, 0, n,
+                            _chunk(n, threads), inject)
+        else:
+            no_x = np.zeros((0, kp), np.float32)
+            rows = max(1, _SLAB_ELEMENTS // kp)
+            for start in range(0, n, rows):
+                stop = min(n, start + rows)
+                w = torch.empty((stop - start, kp), dtype=torch.float32)
+                K.decode_matmul(kind, codes, scales, g, no_x, y.numpy(), w.numpy(), start, stop,
+                                _chunk(stop - start, threads), inject)
+                torch.matmul(xp, w.T, out=y[:, start:stop])
+    if not fp4 and packed.scales is not None:
+        y *= packed.scales
+    return y

@@ -1,0 +1,180 @@
+"""The Numba CPU backend: its decoders over every code, GEMV / small-M / large-M parity with an
+fp64 reference, NaN/inf propagation, threads, and the on-disk compilation cache."""
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+from conftest import rel_err, same_bits
+
+import softfp8
+from softfp8 import Format
+from softfp8.decode import E2M1_TO_FLOAT32
+
+numba = pytest.importorskip("numba")
+K = pytest.importorskip("softfp8.backends._numba_kernels")
+from softfp8.backends import numba_cpu  # noqa: E402
+
+ALL_BYTES = torch.arange(256, dtype=torch.int32)
+ALL_NIBBLES = torch.arange(16, dtype=torch.int32)
+E2M1_MODES = ["inject", "select"]
+
+
+def run_decoder(name, codes):
+    return torch.from_numpy(K.DECODERS[name](codes.numpy()))
+
+
+BYTE_DECODERS = [  # kernel decoder, torch dtype it must equal, factor the kernel divides by
+    ("e5m2_bits", torch.float8_e5m2, 1.0), ("e5m2_fast", torch.float8_e5m2, 1.0),
+    ("e4m3_bits", torch.float8_e4m3fn, 1.0), ("e4m3_fast_div256", torch.float8_e4m3fn, 256.0),
+    ("e8m0", torch.float8_e8m0fnu, 1.0),
+]
+
+
+@pytest.mark.parametrize("ftz", [False, True], ids=["denormals", "ftz"])
+@pytest.mark.parametrize("name, dtype, factor", BYTE_DECODERS, ids=[d[0] for d in BYTE_DECODERS])
+def test_byte_decoder_every_code(name, dtype, factor, ftz, request):
+    if ftz:
+        request.getfixturevalue("flush_denormals")
+    want = ALL_BYTES.to(torch.uint8).view(dtype).to(torch.float32)
+    with torch.no_grad():
+        got = run_decoder(name, ALL_BYTES)
+    if factor != 1.0:  # exact: a power of two, and every value stays a normal float32
+        got = got * factor
+    assert same_bits(got, want).all(), ALL_BYTES[~same_bits(got, want)].tolist()
+
+
+@pytest.mark.parametrize("name", ["e2m1_select", "e2m1_inject"])
+def test_e2m1_decoders_every_code(name):
+    got = run_decoder(name, ALL_NIBBLES)
+    assert same_bits(got, E2M1_TO_FLOAT32).all(), got.tolist()
+    assert torch.equal(torch.signbit(got), torch.signbit(E2M1_TO_FLOAT32))
+
+
+def test_e2m1_under_ftz_inject_fails_on_half_select_stays_exact(flush_denormals):
+    inject = run_decoder("e2m1_inject", ALL_NIBBLES)
+    select = run_decoder("e2m1_select", ALL_NIBBLES)
+    assert same_bits(select, E2M1_TO_FLOAT32).all()
+    wrong = ~same_bits(inject, E2M1_TO_FLOAT32)
+    assert ALL_NIBBLES[wrong].tolist() == [1, 9]  # ±0.5: their 2^-127 intermediate flushed
+    assert inject[[1, 9]].tolist() == [0.0, 0.0]
+
+
+def fp64_reference(x, packed, bias=None):
+    y = x.double() @ softfp8.dequantize(packed).double().T
+    return y if bias is None else y + bias.double()
+
+
+def run(x, packed, bias=None, e2m1="select"):
+    return numba_cpu.matmul(x, packed, bias, e2m1=softfp8.dispatch.E2M1Decode(e2m1))
+
+
+def quantized(fmt, n, k, seed):
+    g = torch.Generator().manual_seed(seed)
+    w = torch.randn(n, k, generator=g)
+    if fmt == "e5m2_rowscale":
+        return softfp8.quantize(w * 3, "e5m2", row_scale=True), g
+    return softfp8.quantize(w, fmt), g
+
+
+FORMATS = ["e5m2", "e5m2_rowscale", "e4m3", "nvfp4", "mxfp4"]
+# (N, K, M): odd N and K, the 4097 that straddles every block, and each M path (1, small, sgemm)
+CASES = [(3, 4097, 1), (4097, 17, 1), (17, 3, 2), (1, 1, 5), (4097, 3, 16), (17, 4097, 33),
+         (33, 1, 1), (1, 17, 2), (3, 3, 33)]
+
+
+FORMAT_DECODES = [(f, "select") for f in FORMATS] + [(f, "inject") for f in ("nvfp4", "mxfp4")]
+
+
+@pytest.mark.parametrize("fmt, e2m1", FORMAT_DECODES, ids=lambda v: str(v))
+@pytest.mark.parametrize("n, k, m", CASES, ids=lambda v: str(v))
+def test_matmul_matches_fp64(fmt, n, k, m, e2m1):
+    packed, g = quantized(fmt, n, k, seed=n * 31 + k * 7 + m)
+    x = torch.randn(m, k, generator=g)
+    bias = torch.randn(n, generator=g)
+    y = run(x, packed, bias, e2m1)
+    assert y.shape == (m, n) and y.dtype == torch.float32
+    assert rel_err(y, fp64_reference(x, packed, bias)) <= 1e-6
+
+
+@pytest.mark.parametrize("dtype, tol", [(torch.float16, 2e-3), (torch.bfloat16, 1e-2)])
+@pytest.mark.parametrize("m", [1, 5, 16])
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_half_activations(fmt, m, dtype, tol):
+    packed, g = quantized(fmt, 70, 333, seed=m)
+    x = torch.randn(m, 333, generator=g).to(dtype)
+    y = run(x, packed)
+    assert y.dtype == dtype
+    assert rel_err(y, fp64_reference(x, packed)) <= tol
+
+
+def same_nonfinite(y, ref):
+    assert torch.equal(torch.isnan(y), torch.isnan(ref))
+    assert torch.equal(torch.isposinf(y), torch.isposinf(ref))
+    assert torch.equal(torch.isneginf(y), torch.isneginf(ref))
+    fin = torch.isfinite(ref)
+    if fin.any():
+        assert rel_err(y[fin], ref[fin]) <= 1e-6
+
+
+@pytest.mark.parametrize("m", [1, 3, 20])
+@pytest.mark.parametrize("fmt", ["e5m2", "e4m3", "nvfp4", "mxfp4"])
+def test_nan_and_inf_propagate_like_torch(fmt, m):
+    g = torch.Generator().manual_seed(5)
+    w = torch.randn(8, 70, generator=g)
+    w[1, 5] = float("nan")
+    if fmt == "e5m2":
+        w[2, 9], w[3, 9] = float("inf"), float("-inf")  # only E5M2 can hold infinities
+    packed = softfp8.quantize(w, fmt)
+    x = torch.randn(m, 70, generator=g)
+    x[0, 40] = float("inf")  # meets zero codes too: inf * 0 is NaN, as in torch
+    x[-1, 60] = float("nan")
+    ref = softfp8.linear(x, packed, backend="torch")
+    assert torch.isnan(ref).any()  # the test would be empty without non-finite outputs
+    for e2m1 in E2M1_MODES:
+        same_nonfinite(run(x, packed, e2m1=e2m1), ref)
+
+
+def test_threads_follow_torch_and_are_restored():
+    packed, g = quantized("e4m3", 64, 256, seed=1)
+    x = torch.randn(1, 256, generator=g)
+    before_numba, before_torch = numba.get_num_threads(), torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        assert numba_cpu._threads() == 1
+        y1 = run(x, packed)
+    finally:
+        torch.set_num_threads(before_torch)
+    assert numba.get_num_threads() == before_numba
+    assert numba_cpu._threads() == min(before_numba, before_torch)
+    assert torch.equal(y1, run(x, packed))  # rows are independent: same bits on any thread count
+
+
+_CACHE_PROBE = textwrap.dedent("""
+    import json, time, torch, softfp8
+    from softfp8.backends import numba_cpu, _numba_kernels as K
+    packed = softfp8.quantize(torch.randn(8, 64), "e5m2")
+    t = time.perf_counter()
+    numba_cpu.matmul(torch.randn(1, 64), packed, None, e2m1=softfp8.dispatch.E2M1Decode.SELECT)
+    s = K.gemv_e5m2.stats
+    print(json.dumps({"hits": sum(s.cache_hits.values()), "misses": sum(s.cache_misses.values()),
+                      "seconds": time.perf_counter() - t}))
+""")
+
+
+def test_second_process_loads_kernels_from_the_disk_cache(tmp_path):
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path))
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+    def child():
+        out = subprocess.run([sys.executable, "-c", _CACHE_PROBE], env=env, cwd=root,
+                             capture_output=True, text=True, timeout=300, check=True)
+        return json.loads(out.stdout.strip().splitlines()[-1])
+
+    first, second = child(), child()
+    assert first["misses"] >= 1 and first["hits"] == 0  # empty cache: compiled
+    assert second["hits"] >= 1 and second["misses"] == 0  # loaded, nothing compiled
+    print(f"\ncold (compile) {first['seconds']:.2f} s, second process {second['seconds']:.3f} s")
