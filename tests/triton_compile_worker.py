@@ -21,7 +21,10 @@ import triton  # noqa: E402
 from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
 
-from softfp8.backends.triton import _kernels  # noqa: E402
+import torch  # noqa: E402
+
+from softfp8.backends.triton import DeviceInfo, Kernel, _kernels, launch_config  # noqa: E402
+from softfp8.formats import Format  # noqa: E402
 
 FP8 = ("e5m2", "e4m3")
 DECODES = [("e5m2", False), ("e4m3", False), ("nvfp4", False), ("nvfp4", True),
@@ -31,37 +34,39 @@ INT_ARGS = ("M", "N", "K", "RB", "SB", "KB_SPLIT")
 DIV16 = ("RB", "KB_SPLIT")  # what Triton's launcher specialises as multiples of 16 at run time
 
 
-def variants(hw_ok: bool):
+SHAPES = {"gemv": 1, "small_m": 8, "tiled": 256}  # M per kernel; N = K = 4096
+
+
+def variants(backend: str, arch):
     """(name, kernel, constexprs, x dtype, num_warps, num_stages): every kernel (GEMV, small-M,
     tiled) x every decode (format, select/inject, hardware FP8 where the target has it), with the
-    tile settings launch_config uses. The activation dtype cycles fp16 -> bf16 -> fp32 across the
-    decodes so each kernel is compiled with each dtype (compiling the full cross product for 7
-    targets would cost minutes of CI for code paths that differ only in a load's conversion)."""
-    dtypes = ("fp16", "bf16", "fp32")
+    tile settings launch_config picks for this target. The activation dtype cycles fp16 -> bf16
+    -> fp32 across the decodes so each kernel is compiled with each dtype (the full cross product
+    for 7 targets would cost minutes of CI for paths that differ only in a load's conversion)."""
+    cap = (arch // 10, arch % 10) if backend == "cuda" else None
+    info = DeviceInfo(sm_count=132, capability=cap, interpreter=False)
+    dtypes = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
     decodes = [(f, i, False) for f, i in DECODES]
-    if hw_ok:
+    if cap is not None and cap >= (8, 9):
         decodes += [("e5m2", False, True), ("e4m3", False, True)]
     for j, (fmt, inject, hw) in enumerate(decodes):
-        xd = dtypes[j % 3]
+        xd = list(dtypes)[j % 3]
         tag = f"{fmt}-{'inject' if inject else 'hw' if hw else 'sw' if fmt in FP8 else 'select'}"
         base = dict(FMT=fmt, HAS_SCALE=fmt in FP8, HAS_BIAS=True, INJECT=inject, HW=hw)
-        f32 = xd == "fp32"
-        prec = "ieee" if f32 else "tf32"
-        mx = fmt == "mxfp4"
-        yield (f"gemv-{tag}-{xd}", _kernels.gemv_kernel,
-               dict(base, BLOCK_M=1, BLOCK_N=8, BLOCK_KB=1024 if fmt in FP8 else 512,
-                    PARTIAL=j % 2 == 0), xd, 4, 2)
-        yield (f"small_m-{tag}-{xd}", _kernels.dot_kernel,
-               dict(base, BLOCK_M=16, BLOCK_N=64, BLOCK_K=32 if mx else (64 if f32 else 256),
-                    PARTIAL=True, PRECISION=prec), xd, 4, 3)
-        if f32:
-            yield (f"tiled-{tag}-{xd}", _kernels.dot_kernel,
-                   dict(base, BLOCK_M=64, BLOCK_N=64, BLOCK_K=32, PARTIAL=False,
-                        PRECISION=prec), xd, 4, 2)
-        else:
-            yield (f"tiled-{tag}-{xd}", _kernels.dot_kernel,
-                   dict(base, BLOCK_M=128, BLOCK_N=128, BLOCK_K=32 if mx else 64,
-                        PARTIAL=False, PRECISION=prec), xd, 8, 3)
+        for kname, m in SHAPES.items():
+            cfg = launch_config(4096, 4096, m, Format(fmt), info, dtypes[xd])
+            assert cfg.kernel.value == kname, (kname, cfg)
+            partial = cfg.split_k > 1
+            if cfg.kernel is Kernel.GEMV:
+                c = dict(base, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, PARTIAL=partial,
+                         BLOCK_KB=cfg.block_k * (8 if fmt in FP8 else 4) // 8)
+                fn = _kernels.gemv_kernel
+            else:
+                c = dict(base, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,
+                         PARTIAL=partial, PRECISION="ieee",
+                         UPCAST=False)
+                fn = _kernels.dot_kernel
+            yield f"{kname}-{tag}-{xd}", fn, c, xd, cfg.num_warps, cfg.num_stages
 
 
 def source(fn, constexprs, xd):
@@ -119,13 +124,10 @@ FP8_CVT = re.compile(r"^\s*cvt\.[^\n;]*(e4m3|e5m2|e2m1)", re.M)
 def main(backend: str, arch: str, warp: int) -> None:
     arch_v = int(arch) if backend == "cuda" else arch
     target = GPUTarget(backend, arch_v, warp)
-    hw_ok = backend == "cuda" and int(arch) >= 89
-    for name, fn, constexprs, xd, warps, stages in variants(hw_ok):
+    for name, fn, constexprs, xd, warps, stages in variants(backend, arch_v):
         t0 = time.time()
         rec = {"target": f"{backend}:{arch}", "variant": name, "hw": constexprs["HW"]}
         try:
-            if fn is _kernels.dot_kernel:
-                constexprs = dict(constexprs, UPCAST=False)
             k = triton.compile(source(fn, constexprs, xd), target=target,
                                options={"num_warps": warps, "num_stages": stages})
             rec["regs"], rec["spills"] = resources(backend, arch_v, k)

@@ -91,7 +91,8 @@ def launch_config(n: int, k: int, m: int, fmt: Format, info: DeviceInfo,
       (124-128 registers on sm_90, no spills); FP4 rows are half the bytes (2 loads).
     - Small M (2..16): one 16-row x block against a 64 x 256 weight tile; fp32 activations with
       M <= 4 stay on the GEMV (an fp32 "ieee" dot is FMAs on 16 padded rows, 4x the work), and
-      fp32 tiles are smaller (at 128 x 128 the FMA dot spilled 42 KB on sm_90).
+      FMA-dot tiles are smaller (fp32 at 128 x 128 spilled 42 KB on sm_90; fp16 at 64 x 256 on
+      sm_75 spilled 9 KB: triton_compile_worker.py, 2026-11-29, triton 3.9.0).
     - Tiled: 64/128 x 128 output tiles, 8 warps, 3 stages, the usual Hopper/Ampere shapes.
     - Split-K when there are fewer than 4 programs per SM (e.g. N = 4096 at M = 1 on 132 SMs):
       K is cut into at most 16 equal parts, each at least one step long.
@@ -99,18 +100,24 @@ def launch_config(n: int, k: int, m: int, fmt: Format, info: DeviceInfo,
     Tuning against measurements is issue 5; until then these are reasoned, not measured.
     """
     f32 = x_dtype == torch.float32
+    # Where tl.dot becomes FMAs with operands in registers -- fp32 "ieee", and every dtype before
+    # sm_80 (Triton 3.x has no tensor-core path there) -- tiles must be small or they spill.
+    fma_dot = f32 or (info.capability is not None and info.capability < (8, 0))
     mx = fmt is Format.MXFP4  # the tl.dot kernels step one MXFP4 block (32 codes) at a time
     if m == 1 or (f32 and m <= 4):
         bm = 1 if m == 1 else (2 if m == 2 else 4)
         bn = 64 if info.interpreter else max(8 // bm, 2)
         cfg = LaunchConfig(Kernel.GEMV, bm, bn, 1024)
     elif m <= 16:
-        bk = 32 if mx else (64 if f32 else 256)
-        cfg = LaunchConfig(Kernel.SMALL_M, 16, 64, bk, num_warps=4, num_stages=3)
+        if fma_dot:
+            cfg = LaunchConfig(Kernel.SMALL_M, 16, 32, 32, num_warps=4, num_stages=2)
+        else:
+            cfg = LaunchConfig(Kernel.SMALL_M, 16, 64, 32 if mx else 256, num_warps=4,
+                               num_stages=3)
     elif info.interpreter:
         cfg = LaunchConfig(Kernel.TILED, 32, 64, 32 if mx else 64)
-    elif f32:  # an "ieee" fp32 dot is FMAs with operands in registers: small tiles, no spills
-        cfg = LaunchConfig(Kernel.TILED, 64, 64, 32, num_warps=4, num_stages=2)
+    elif fma_dot:
+        cfg = LaunchConfig(Kernel.TILED, 32, 32, 32, num_warps=4, num_stages=2)
     else:
         cfg = LaunchConfig(Kernel.TILED, 64 if m <= 64 else 128, 128, 32 if mx else 64,
                            num_warps=8, num_stages=3)
@@ -184,7 +191,7 @@ def run(x: torch.Tensor, packed: PackedWeight, bias: torch.Tensor | None, cfg: L
         grid = (-(-n // cfg.block_n), -(-m // cfg.block_m), split)
         # The interpreter's bf16 tl.dot is wrong (triton 3.9): there, bf16 tiles go up to fp32.
         upcast = x.device.type == "cpu" and x.dtype == torch.bfloat16
-        precision = "ieee" if x.dtype == torch.float32 or upcast else "tf32"
+        precision = "ieee"  # fp32: exact FMAs (1e-5); fp16/bf16 operands ignore it
         K_.dot_kernel[grid](*args, BLOCK_K=cfg.block_k, PRECISION=precision, UPCAST=upcast,
                             **common)
     if split > 1:
