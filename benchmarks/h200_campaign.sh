@@ -12,6 +12,7 @@ case $step in
 smoke)
   run probe 90 python3 -m softfp8.probe --bandwidth
   run gputests 240 python3 -m pytest -q -x -m gpu -p no:cacheprovider tests/
+  run tritoncheck 150 python3 benchmarks/gpu_triton_check.py
   run sweep 200 python3 benchmarks/sweep_gemv.py --quick --formats e5m2,nvfp4,mxfp4 --out "$OUT/sweep.json"
   run token 150 python3 -m softfp8.bench token --preset llama2-7b --backends triton --out "$OUT/token.json"
   ;;
