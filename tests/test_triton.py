@@ -181,3 +181,17 @@ def test_gpu_hardware_fp8_same_bits(fmt):
     for hw in (False, True):
         y = run(x, packed, None, LaunchConfig(Kernel.GEMV, 1, 16, 32), hw_fp8=hw)[0].cpu()
         assert ((y == expect) | (torch.isnan(y) & torch.isnan(expect))).all(), f"hw_fp8={hw}"
+
+
+def test_fp8_decode_env_forces_integer_or_refuses(monkeypatch):
+    h200 = triton_backend.DeviceInfo(sm_count=132, capability=(9, 0), interpreter=False)
+    t4 = triton_backend.DeviceInfo(sm_count=40, capability=(7, 5), interpreter=False)
+    monkeypatch.setenv(triton_backend.FP8_DECODE_ENV, "integer")
+    assert not triton_backend.uses_hardware_fp8(Format.E5M2, h200)
+    monkeypatch.setenv(triton_backend.FP8_DECODE_ENV, "hardware")
+    assert triton_backend.uses_hardware_fp8(Format.E5M2, h200)
+    with pytest.raises(ValueError, match="SOFTFP8_FP8_DECODE=hardware.*8.9"):
+        triton_backend.uses_hardware_fp8(Format.E5M2, t4)
+    monkeypatch.setenv(triton_backend.FP8_DECODE_ENV, "fast")
+    with pytest.raises(ValueError, match="'auto', 'integer', 'hardware'"):
+        triton_backend.uses_hardware_fp8(Format.E5M2, h200)

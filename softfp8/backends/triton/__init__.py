@@ -76,11 +76,23 @@ def device_info(device: torch.device) -> DeviceInfo:
     return DeviceInfo(props.multi_processor_count, cap, interpreter=False)
 
 
+FP8_DECODE_ENV = "SOFTFP8_FP8_DECODE"
+"""auto | integer | hardware. `integer` forces the bit-operation FP8 decode even on sm_89+, so an
+H200 measures what a T4 or RTX 3090 user gets; `hardware` on a GPU without it is an error."""
+
+
 def uses_hardware_fp8(fmt: Format, info: DeviceInfo) -> bool:
     """The one place that picks hardware FP8 conversion: NVIDIA sm_89+ for E5M2/E4M3 codes (same
     bits as the integer decode, checked per code by the GPU tests); integer decode elsewhere."""
-    return (fmt in (Format.E5M2, Format.E4M3) and info.capability is not None
-            and info.capability >= (8, 9))
+    has_hw = info.capability is not None and info.capability >= (8, 9)
+    wanted = os.environ.get(FP8_DECODE_ENV, "auto").strip().lower()
+    if wanted not in ("auto", "integer", "hardware"):
+        raise ValueError(f"{FP8_DECODE_ENV}={wanted!r} is not valid; expected one of "
+                         "'auto', 'integer', 'hardware'")
+    if wanted == "hardware" and not has_hw:
+        raise ValueError(f"{FP8_DECODE_ENV}=hardware: this GPU has no FP8 conversion "
+                         "instructions (they need NVIDIA compute capability 8.9 or newer)")
+    return fmt in (Format.E5M2, Format.E4M3) and has_hw and wanted != "integer"
 
 
 def launch_config(n: int, k: int, m: int, fmt: Format, info: DeviceInfo,
