@@ -2,8 +2,9 @@
 from .dispatch import Backend, BackendUnavailable, E2M1Decode
 from .formats import Format, PackedWeight
 from .linear import linear
+from .modules import Linear, QuantizeSummary, quantize_model
 from .quantize import dequantize, quantize
 
-__all__ = ["Backend", "BackendUnavailable", "E2M1Decode", "Format", "PackedWeight",
-           "dequantize", "linear", "quantize"]
+__all__ = ["Backend", "BackendUnavailable", "E2M1Decode", "Format", "Linear", "PackedWeight",
+           "QuantizeSummary", "dequantize", "linear", "quantize", "quantize_model"]
 __version__ = "0.1.0"

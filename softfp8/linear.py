@@ -1,11 +1,11 @@
-"""`linear()`: y = x @ W.T + b with a packed W, on the backend dispatch picks."""
+"""`linear()`: y = x @ W.T + b with a packed W, on the backend dispatch picks (via softfp8/ops.py)."""
 from __future__ import annotations
 
 import torch
 
-from . import dispatch
 from .dispatch import Backend, E2M1Decode
 from .formats import PackedWeight
+from .ops import packed_linear
 
 ACTIVATION_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
@@ -41,13 +41,13 @@ def check_linear_args(x: object, packed: object, bias: object) -> None:
 def linear(x: torch.Tensor, packed: PackedWeight, bias: torch.Tensor | None = None, *,
            backend: Backend | str = Backend.AUTO,
            e2m1: E2M1Decode | str = E2M1Decode.AUTO) -> torch.Tensor:
-    """y = x @ W.T + bias for a packed W [N, K]; x is [..., K], y is [..., N] in x's dtype."""
+    """y = x @ W.T + bias for a packed W [N, K]; x is [..., K] (any M), y is [..., N] in x's dtype.
+
+    Runs through the `softfp8::linear` custom op (softfp8/ops.py), so it compiles with
+    `torch.compile(fullgraph=True)` and can be captured in a CUDA graph."""
     check_linear_args(x, packed, bias)
+    backend = Backend.parse(backend, arg="backend")
+    e2m1 = E2M1Decode.parse(e2m1, arg="e2m1")
     n, k = packed.shape
-    lead = x.shape[:-1]
-    x2 = x.reshape(-1, k).contiguous()
-    if x2.shape[0] == 0:
-        return x.new_empty((*lead, n))
-    choice = dispatch.select(packed.fmt, x2.shape[0], x.device, backend=backend, e2m1=e2m1)
-    y = dispatch.load(choice.backend).matmul(x2, packed, bias, e2m1=choice.e2m1)
-    return y.reshape(*lead, n)
+    return packed_linear(x, packed.words, packed.scales, packed.global_scale, packed.fmt.value,
+                         n, k, bias, backend.value, e2m1.value)
