@@ -1,0 +1,86 @@
+"""End to end on CPU: a tiny transformers Llama from a config (random weights, nothing
+downloaded), converted with quantize_model, run forward and with generate()."""
+import copy
+
+import pytest
+import torch
+from conftest import rel_err
+
+import softfp8
+from softfp8 import Format
+
+transformers = pytest.importorskip("transformers")
+
+# Logits error against the unquantized model, per format: loose sanity bounds (two layers, HF's
+# std-0.02 init). Measured here (2026-11-29, 2-core CPU, torch 2.13, transformers 5.24; lm_head
+# skipped / converted): e5m2 7.0% / 8.8%, e4m3 3.4% / 4.2%, nvfp4 11.9% / 15.4%,
+# mxfp4 14.2% / 18.4%. The bounds are about twice that; the test prints the values.
+GREEDY = dict(do_sample=False, pad_token_id=0)
+BOUNDS = {Format.E5M2: 0.2, Format.E4M3: 0.08, Format.NVFP4: 0.3, Format.MXFP4: 0.35}
+
+
+@pytest.fixture(scope="module")
+def tiny_llama():
+    config = transformers.LlamaConfig(
+        hidden_size=64, intermediate_size=172, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, vocab_size=256, max_position_embeddings=128,
+        tie_word_embeddings=False)
+    torch.manual_seed(0)
+    model = transformers.LlamaForCausalLM(config).eval()
+    ids = torch.randint(0, config.vocab_size, (2, 9), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        logits = model(ids).logits
+    return model, ids, logits
+
+
+@pytest.mark.parametrize("skip_lm_head", [True, False], ids=["skip-lm_head", "all"])
+@pytest.mark.parametrize("fmt", list(Format))
+def test_quantized_llama_logits_and_generate(tiny_llama, fmt, skip_lm_head):
+    model, ids, ref = tiny_llama
+    q = copy.deepcopy(model)
+    summary = softfp8.quantize_model(q, fmt, skip="lm_head" if skip_lm_head else None,
+                                     progress=False)
+    assert len(summary.converted) == 2 * 7 + (0 if skip_lm_head else 1)
+    assert summary.skipped == (("lm_head",) if skip_lm_head else ())
+    assert summary.bytes_after < summary.bytes_before
+    assert isinstance(q.model.layers[1].mlp.down_proj, softfp8.Linear)
+    with torch.no_grad():
+        logits = q(ids).logits
+    err = rel_err(logits, ref)
+    print(f"\n{fmt} ({'lm_head fp32' if skip_lm_head else 'all linears'}): logits error "
+          f"{err:.2%}; {summary}")
+    assert 0 < err < BOUNDS[fmt]
+
+    out = q.generate(ids, **GREEDY, max_new_tokens=4, min_new_tokens=4)
+    assert out.shape == (2, ids.shape[1] + 4) and torch.equal(out[:, :ids.shape[1]], ids)
+    # Greedy decoding's first token is the argmax of the quantized model's own last logits.
+    assert torch.equal(out[:, ids.shape[1]], logits[:, -1].argmax(-1))
+
+
+def test_generate_with_static_cache_matches_dynamic(tiny_llama):
+    model, ids, _ = tiny_llama
+    q = copy.deepcopy(model)
+    softfp8.quantize_model(q, "e4m3", progress=False)
+    dynamic = q.generate(ids, **GREEDY, max_new_tokens=5, min_new_tokens=5)
+    static = q.generate(ids, **GREEDY, max_new_tokens=5, min_new_tokens=5,
+                        cache_implementation="static")
+    assert torch.equal(dynamic, static)
+
+
+def test_quantized_llama_state_dict_round_trips_through_safetensors(tiny_llama, tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    model, ids, _ = tiny_llama
+    q = copy.deepcopy(model)
+    softfp8.quantize_model(q, "nvfp4", skip="lm_head", progress=False)
+    path = tmp_path / "model.safetensors"
+    save_file(q.state_dict(), str(path))
+    # A fresh model of the same config, converted the same way, then loaded: same logits bit
+    # for bit (its own random weights are overwritten by every saved tensor).
+    torch.manual_seed(123)
+    fresh = transformers.LlamaForCausalLM(model.config).eval()
+    softfp8.quantize_model(fresh, "nvfp4", skip="lm_head", progress=False)
+    with torch.no_grad():
+        assert not torch.equal(fresh(ids).logits, q(ids).logits)
+        fresh.load_state_dict(load_file(str(path)))
+        assert torch.equal(fresh(ids).logits, q(ids).logits)
