@@ -84,3 +84,67 @@ def test_quantized_llama_state_dict_round_trips_through_safetensors(tiny_llama, 
         assert not torch.equal(fresh(ids).logits, q(ids).logits)
         fresh.load_state_dict(load_file(str(path)))
         assert torch.equal(fresh(ids).logits, q(ids).logits)
+
+
+# -- demos --------------------------------------------------------------------------------
+
+REPO = __import__("pathlib").Path(__file__).resolve().parents[1]
+
+
+def test_demo_runs_and_writes_its_receipt(tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    cmd = [sys.executable, str(REPO / "demos" / "demo.py"), "--device", "cpu", "--shape", "48,80",
+           "--repeats", "2", "--out", str(tmp_path)]
+    run = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert run.returncode == 0, run.stdout + run.stderr
+    receipt = json.loads((tmp_path / "receipt.json").read_text())
+    assert receipt["ok"] is True
+    assert set(receipt["backend_per_layer"]) == {f.value for f in Format}
+    assert all(r["reference_decoder_bit_exact"] for r in receipt["decode"])
+    assert [r["codes"] for r in receipt["decode"]][:4] == [256, 256, 16, 16]
+    gemv = receipt["gemv"]["rows"]
+    assert [r["format"] for r in gemv[1:]] == [f.value for f in Format]
+    assert all(0 < r["error_vs_fp32_layer"] < 0.2 and r["parity_vs_reference"] <= 1e-5
+               and r["seconds"] > 0 for r in gemv[1:])
+    assert receipt["versions"]["torch"] == torch.__version__
+    assert "--shape 48,80" in receipt["command"]
+    assert ("probe" in receipt) and (receipt["probe"] is not None) == hasattr(softfp8, "probe")
+
+
+def _make_figures():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("make_figures", REPO / "demos" / "make_figures.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_make_figures_measures_locally_without_a_bench_receipt(tmp_path, capsys):
+    assert _make_figures().main(["--quick", "--device", "cpu", "--out", str(tmp_path / "figs"),
+                                 "--receipts", str(tmp_path / "none")]) == 0
+    pngs = sorted(p.name for p in (tmp_path / "figs").glob("*.png"))
+    assert pngs == ["bandwidth_model.png", "error_per_format.png", "speedups.png"]
+    assert all((tmp_path / "figs" / p).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in pngs)
+    out = capsys.readouterr().out
+    assert "over 3840 outputs" in out and "local measurement" in out
+
+
+def test_make_figures_reads_bench_receipts():
+    import json
+
+    figures = _make_figures()
+    receipt = {"gpu": "NVIDIA H200", "token": [
+        {"format": "e5m2", "predicted_ms": 1.6, "measured_ms": 1.7},
+        {"format": "fp16", "predicted_ms": 3.2, "measured_ms": 3.5}],
+        "shapes": [{"shape": "4096x4096", "format": "nvfp4", "speedup_vs_fp16": 3.1}]}
+    import tempfile
+    with tempfile.TemporaryDirectory() as tmp:
+        (__import__("pathlib").Path(tmp) / "bench.json").write_text(json.dumps(receipt))
+        model, speed, files = figures.bench_points(__import__("pathlib").Path(tmp))
+    assert model == [("NVIDIA H200", "e5m2", 1.6, 1.7), ("NVIDIA H200", "fp16", 3.2, 3.5)]
+    assert speed == [("NVIDIA H200", "4096x4096 nvfp4", "nvfp4", 3.1)]
+    assert len(files) == 1
