@@ -21,11 +21,13 @@ from pathlib import Path
 
 import torch
 
-import softfp8
-from softfp8 import Format, dispatch
-from softfp8.decode import (E2M1_TO_FLOAT32, decode_e2m1_to_f32, decode_e4m3_to_f32,
-                            decode_e5m2_to_f32, decode_e8m0)
-from softfp8.quantize import pack_codes
+# Run from a checkout: import the softfp8 beside this script rather than another installed copy.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import softfp8  # noqa: E402
+from softfp8 import Format, dispatch  # noqa: E402
+from softfp8.decode import (E2M1_TO_FLOAT32, decode_e2m1_to_f32,  # noqa: E402
+                            decode_e4m3_to_f32, decode_e5m2_to_f32, decode_e8m0)
+from softfp8.quantize import pack_codes  # noqa: E402
 
 PARITY_BOUND = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1e-2}
 _SCALE_ONE = {Format.NVFP4: 0x38, Format.MXFP4: 127}  # E4M3 1.0, E8M0 2^0

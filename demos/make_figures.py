@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 import time
 from pathlib import Path
 
@@ -29,6 +30,8 @@ matplotlib.use("Agg")  # files only; no display needed
 import matplotlib.pyplot as plt  # noqa: E402
 import torch  # noqa: E402
 
+# Run from a checkout: import the softfp8 beside this script rather than another installed copy.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import softfp8  # noqa: E402
 from softfp8 import Format, dispatch  # noqa: E402
 
