@@ -39,6 +39,22 @@ FORMAT_COLOURS = {"e5m2": "tab:blue", "e4m3": "tab:orange", "nvfp4": "tab:green"
                   "mxfp4": "tab:red"}
 
 
+_COMMAND = "python demos/make_figures.py"  # main() adds its arguments
+
+
+def stamp(fig, device: torch.device) -> None:
+    """Date, machine, versions and command at the foot of a figure: every number on it was
+    measured by that run."""
+    import datetime
+    import platform
+
+    where = torch.cuda.get_device_name(device) if device.type == "cuda" else \
+        f"{platform.machine()} CPU, {torch.get_num_threads()} threads"
+    fig.text(0.01, 0.005, f"{datetime.date.today()} | {where} | torch {torch.__version__} | "
+             f"softfp8 {softfp8.__version__} | {_COMMAND}",
+             fontsize=5, color="0.4")
+
+
 # -- receipts -----------------------------------------------------------------------------
 
 def _records(node, device=None):
@@ -133,7 +149,8 @@ def figure_error(out: Path, device: torch.device, n: int, k: int) -> dict:
     ax.set_ylabel("outputs")
     ax.set_title(f"GEMV output error over {n} outputs (K={k}), {device}, auto backend")
     ax.legend()
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.02, 1, 1))
+    stamp(fig, device)
     fig.savefig(out / "error_per_format.png", dpi=120)
     plt.close(fig)
     return summary
@@ -188,7 +205,8 @@ def figure_model(out: Path, points: list[tuple], local: list[dict], bandwidth: f
     ax.set_title("Bandwidth model vs measurement")
     ax.text(0.02, 0.98, note, transform=ax.transAxes, va="top", fontsize=7)
     ax.legend(fontsize=7, loc="lower right")
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.02, 1, 1))
+    stamp(fig, device)
     fig.savefig(out / "bandwidth_model.png", dpi=120)
     plt.close(fig)
 
@@ -219,7 +237,8 @@ def figure_speedups(out: Path, speed: list[tuple], local: list[dict], device: to
     ax.set_title("GEMV speedup per shape")
     ax.text(0.02, 0.98, note, transform=ax.transAxes, va="top", fontsize=7)
     ax.legend(fontsize=7)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.02, 1, 1))
+    stamp(fig, device)
     fig.savefig(out / "speedups.png", dpi=120)
     plt.close(fig)
 
@@ -231,6 +250,8 @@ def main(argv=None) -> int:
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--quick", action="store_true", help="small shapes (tests, slow CPUs)")
     args = parser.parse_args(argv)
+    global _COMMAND
+    _COMMAND = " ".join(["python demos/make_figures.py", *(sys.argv[1:] if argv is None else argv)])
     out, device = Path(args.out), torch.device(args.device)
     out.mkdir(parents=True, exist_ok=True)
     k = 256 if args.quick else 4096

@@ -148,3 +148,24 @@ def test_make_figures_reads_bench_receipts():
     assert model == [("NVIDIA H200", "e5m2", 1.6, 1.7), ("NVIDIA H200", "fp16", 3.2, 3.5)]
     assert speed == [("NVIDIA H200", "4096x4096 nvfp4", "nvfp4", 3.1)]
     assert len(files) == 1
+
+
+def test_gpu_e2e_script_smoke_on_cpu(tmp_path, monkeypatch, capsys):
+    # The H200 script's own logic (build, convert, time, receipt) on a tiny model, eager only.
+    import importlib.util
+    import json
+
+    monkeypatch.setenv("SOFTFP8_BACKEND", "torch")  # restored after; main() sets it too
+    spec = importlib.util.spec_from_file_location(
+        "gpu_e2e_generate", REPO / "benchmarks" / "gpu_e2e_generate.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    receipt = tmp_path / "e2e.json"
+    assert script.main(["--tiny", "--device", "cpu", "--backend", "torch", "--variants",
+                        "fp16,e4m3", "--modes", "eager", "--short", "1", "--long", "3",
+                        "--repeats", "1", "--json", str(receipt)]) == 0
+    rows = json.loads(receipt.read_text())["rows"]
+    assert [(r["variant"], r["ran"]) for r in rows] == [("fp16", "eager"), ("e4m3", "eager")]
+    assert rows[0]["logits_rel_err"] == 0 and 0 < rows[1]["logits_rel_err"] < 0.1
+    assert all(r["tok_s"] > 0 for r in rows) and rows[1]["weight_bytes"] < rows[0]["weight_bytes"]
+    assert "# versions:" in capsys.readouterr().out
