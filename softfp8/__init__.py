@@ -3,8 +3,10 @@ from .capability import CapabilityReport, probe
 from .dispatch import ActivationQuant, Backend, BackendUnavailable, E2M1Decode
 from .formats import Format, PackedWeight
 from .linear import linear
+from .modules import Linear, QuantizeSummary, quantize_model
 from .quantize import dequantize, quantize
 
 __all__ = ["ActivationQuant", "Backend", "BackendUnavailable", "CapabilityReport", "E2M1Decode",
-           "Format", "PackedWeight", "dequantize", "linear", "probe", "quantize"]
+           "Format", "Linear", "PackedWeight", "QuantizeSummary", "dequantize", "linear", "probe",
+           "quantize", "quantize_model"]
 __version__ = "0.1.0"

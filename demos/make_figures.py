@@ -1,0 +1,277 @@
+"""Regenerate the README's figures from live computation (and from bench receipts, if any).
+
+    python demos/make_figures.py                  # writes figures/*.png
+    python demos/make_figures.py --quick --out /tmp/figs
+
+1. figures/error_per_format.png: the output error of one GEMV per format over 3,840 outputs
+   (N = 3840), computed now on the backend auto picks, against the unquantized fp32 layer.
+2. figures/bandwidth_model.png: the README's bandwidth model (predicted time = bytes moved /
+   measured read bandwidth) against measured time, one colour per device.
+3. figures/speedups.png: speedup over fp16 per shape and format.
+
+Figures 2 and 3 take GPU numbers from bench receipts: every *.json under --receipts is searched
+for records (JSON objects, at any depth) holding numbers under keys that contain "predicted" and
+"measured" (figure 2) or "speedup" (figure 3); the record's "format"/"shape"/"name" label it and
+the nearest "gpu"/"device" above it names the device. Without such a receipt they plot only what
+can be measured on this machine, and say so on the figure.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only; no display needed
+import matplotlib.pyplot as plt  # noqa: E402
+import torch  # noqa: E402
+
+# Run from a checkout: import the softfp8 beside this script rather than another installed copy.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import softfp8  # noqa: E402
+from softfp8 import Format, dispatch  # noqa: E402
+
+FORMAT_COLOURS = {"e5m2": "tab:blue", "e4m3": "tab:orange", "nvfp4": "tab:green",
+                  "mxfp4": "tab:red"}
+
+
+_COMMAND = "python demos/make_figures.py"  # main() adds its arguments
+
+
+def stamp(fig, device: torch.device) -> None:
+    """Date, machine, versions and command at the foot of a figure: every number on it was
+    measured by that run."""
+    import datetime
+    import platform
+
+    where = torch.cuda.get_device_name(device) if device.type == "cuda" else \
+        f"{platform.machine()} CPU, {torch.get_num_threads()} threads"
+    fig.text(0.01, 0.005, f"{datetime.date.today()} | {where} | torch {torch.__version__} | "
+             f"softfp8 {softfp8.__version__} | {_COMMAND}",
+             fontsize=5, color="0.4")
+
+
+# -- receipts -----------------------------------------------------------------------------
+
+def _records(node, device=None):
+    """(device, record) for every JSON object under `node`, with the nearest device above it."""
+    if isinstance(node, dict):
+        for key in ("gpu", "device", "device_name"):
+            if isinstance(node.get(key), str):
+                device = node[key]
+                break
+        yield device, node
+        for value in node.values():
+            yield from _records(value, device)
+    elif isinstance(node, list):
+        for value in node:
+            yield from _records(value, device)
+
+
+def _number(record: dict, word: str) -> float | None:
+    for key, value in record.items():
+        if word in key.lower() and isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+    return None
+
+
+def _label(record: dict) -> str:
+    parts = [str(record[k]) for k in ("name", "shape", "format", "m") if k in record]
+    return " ".join(parts) or "?"
+
+
+def bench_points(receipts: Path) -> tuple[list[tuple], list[tuple], list[str]]:
+    """Model points (device, label, predicted, measured) and speedups (device, label, fmt, x)."""
+    model, speed, files = [], [], []
+    for path in sorted(receipts.glob("**/*.json")) if receipts.is_dir() else []:
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        before = len(model) + len(speed)
+        for device, record in _records(data):
+            predicted, measured = _number(record, "predicted"), _number(record, "measured")
+            if predicted is not None and measured is not None:
+                model.append((device or path.stem, _label(record), predicted, measured))
+            speedup = _number(record, "speedup")
+            if speedup is not None:
+                speed.append((device or path.stem, _label(record), str(record.get("format", "?")),
+                              speedup))
+        if len(model) + len(speed) > before:
+            files.append(str(path))
+    return model, speed, files
+
+
+# -- live measurement -----------------------------------------------------------------------
+
+def median_seconds(fn, repeats: int = 5, budget_s: float = 1.0) -> float:
+    fn()
+    samples, start = [], time.perf_counter()
+    for _ in range(repeats):
+        if samples and time.perf_counter() - start > budget_s:
+            break
+        t0 = time.perf_counter()
+        fn()
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+        samples.append(time.perf_counter() - t0)
+    return statistics.median(samples)
+
+
+def read_bandwidth(device: torch.device, nbytes: int) -> float:
+    """Bytes per second of a full read (a sum over a buffer larger than the caches)."""
+    buf = torch.ones(nbytes // 4, device=device)
+    return nbytes / median_seconds(lambda: buf.sum())
+
+
+def figure_error(out: Path, device: torch.device, n: int, k: int) -> dict:
+    g = torch.Generator().manual_seed(0)
+    weight = (torch.randn(n, k, generator=g) * 0.02).to(device)
+    x = torch.randn(1, k, generator=g).to(device)
+    exact = (x.double() @ weight.double().T)[0]
+    rms = exact.square().mean().sqrt()
+    fig, ax = plt.subplots(figsize=(7, 4))
+    summary = {}
+    for fmt in Format:
+        y = softfp8.linear(x, softfp8.quantize(weight, fmt))[0].double()
+        err = ((y - exact).abs() / rms).cpu()
+        summary[fmt.value] = {"outputs": n, "median": err.median().item(),
+                              "p99": err.quantile(0.99).item(),
+                              "relative_l2": ((y - exact).norm() / exact.norm()).item()}
+        ax.hist(err.clamp_min(1e-6).log10().numpy(), bins=60, histtype="step", linewidth=1.5,
+                color=FORMAT_COLOURS[fmt.value],
+                label=f"{fmt.value}: L2 {summary[fmt.value]['relative_l2']:.2%}")
+    ax.set_xlabel("log10 |y - y_fp32| / rms(y_fp32), per output")
+    ax.set_ylabel("outputs")
+    ax.set_title(f"GEMV output error over {n} outputs (K={k}), {device}, auto backend")
+    ax.legend()
+    fig.tight_layout(rect=(0, 0.02, 1, 1))
+    stamp(fig, device)
+    fig.savefig(out / "error_per_format.png", dpi=120)
+    plt.close(fig)
+    return summary
+
+
+def local_gemv_times(device: torch.device, shapes: list[tuple[int, int]]) -> list[dict]:
+    rows = []
+    g = torch.Generator().manual_seed(1)
+    for n, k in shapes:
+        weight = torch.randn(n, k, generator=g).to(device) * 0.02
+        dtype = torch.float16 if device.type == "cuda" else torch.float32
+        x = torch.randn(1, k, generator=g).to(device=device, dtype=dtype)
+        w = weight.to(dtype)
+        base = median_seconds(lambda: torch.nn.functional.linear(x, w))
+        rows.append({"shape": f"{n}x{k}", "format": str(dtype).replace("torch.", ""),
+                     "bytes": w.numel() * w.element_size(), "seconds": base, "speedup": 1.0})
+        for fmt in Format:
+            packed = softfp8.quantize(weight, fmt)
+            t = median_seconds(lambda: softfp8.linear(x, packed))
+            rows.append({"shape": f"{n}x{k}", "format": fmt.value, "bytes": packed.nbytes,
+                         "seconds": t, "speedup": base / t,
+                         "backend": dispatch.select(fmt, 1, device).backend.value})
+    return rows
+
+
+def figure_model(out: Path, points: list[tuple], local: list[dict], bandwidth: float,
+                 device: torch.device, files: list[str]) -> None:
+    fig, ax = plt.subplots(figsize=(6, 5))
+    if points:
+        for dev in sorted({p[0] for p in points}):
+            ps = [p for p in points if p[0] == dev]
+            ax.scatter([p[2] for p in ps], [p[3] for p in ps], label=dev, s=18)
+        note = "from " + ", ".join(Path(f).name for f in files)
+    else:
+        pred = [r["bytes"] / bandwidth * 1e3 for r in local]
+        meas = [r["seconds"] * 1e3 for r in local]
+        ax.scatter(pred, meas, label=f"{device} (read {bandwidth / 1e9:.1f} GB/s)", s=18)
+        for r, p, m in zip(local, pred, meas):
+            ax.annotate(f"{r['format']} {r.get('backend', '')}", (p, m), fontsize=6)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        note = ("no bench receipt under receipts/: measured on this machine only\n"
+                "(run softfp8-bench on a GPU for the device figures)")
+        pred_ms, meas_ms = "predicted ms (bytes / read bandwidth)", "measured ms"
+        ax.set_xlabel(pred_ms)
+        ax.set_ylabel(meas_ms)
+    lo, hi = ax.get_xlim()
+    ax.plot([lo, hi], [lo, hi], "k--", linewidth=0.8, label="measured = predicted")
+    if points:
+        ax.set_xlabel("predicted (bandwidth model)")
+        ax.set_ylabel("measured")
+    ax.set_title("Bandwidth model vs measurement")
+    ax.text(0.02, 0.98, note, transform=ax.transAxes, va="top", fontsize=7)
+    ax.legend(fontsize=7, loc="lower right")
+    fig.tight_layout(rect=(0, 0.02, 1, 1))
+    stamp(fig, device)
+    fig.savefig(out / "bandwidth_model.png", dpi=120)
+    plt.close(fig)
+
+
+def figure_speedups(out: Path, speed: list[tuple], local: list[dict], device: torch.device,
+                    files: list[str]) -> None:
+    if speed:
+        entries = [(f"{dev}: {label}", fmt, x) for dev, label, fmt, x in speed]
+        note = "from " + ", ".join(Path(f).name for f in files)
+    else:
+        base = "float16" if device.type == "cuda" else "float32"
+        entries = [(r["shape"], r["format"], r["speedup"]) for r in local if r["format"] != base]
+        note = (f"no bench receipt under receipts/: measured on this machine ({device}) against "
+                f"{base} F.linear,\nbackends as auto picks them here")
+    groups = list(dict.fromkeys(e[0] for e in entries))
+    formats = list(dict.fromkeys(e[1] for e in entries))
+    width = 0.8 / max(len(formats), 1)
+    fig, ax = plt.subplots(figsize=(max(6, 1.2 * len(groups)), 4))
+    for i, fmt in enumerate(formats):
+        xs = [groups.index(g) + i * width for g, f, _ in entries if f == fmt]
+        ys = [x for _, f, x in entries if f == fmt]
+        ax.bar(xs, ys, width, label=fmt, color=FORMAT_COLOURS.get(fmt))
+    ax.axhline(1.0, color="k", linewidth=0.8)
+    ax.set_xticks([i + 0.4 - width / 2 for i in range(len(groups))], groups, rotation=20,
+                  fontsize=7)
+    ax.set_ylabel("speedup over fp16 (x)" if speed else "speedup over F.linear (x)")
+    ax.set_yscale("log")
+    ax.set_title("GEMV speedup per shape")
+    ax.text(0.02, 0.98, note, transform=ax.transAxes, va="top", fontsize=7)
+    ax.legend(fontsize=7)
+    fig.tight_layout(rect=(0, 0.02, 1, 1))
+    stamp(fig, device)
+    fig.savefig(out / "speedups.png", dpi=120)
+    plt.close(fig)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description="Regenerate figures/*.png")
+    parser.add_argument("--out", default="figures")
+    parser.add_argument("--receipts", default="receipts")
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--quick", action="store_true", help="small shapes (tests, slow CPUs)")
+    args = parser.parse_args(argv)
+    global _COMMAND
+    _COMMAND = " ".join(["python demos/make_figures.py", *(sys.argv[1:] if argv is None else argv)])
+    out, device = Path(args.out), torch.device(args.device)
+    out.mkdir(parents=True, exist_ok=True)
+    k = 256 if args.quick else 4096
+    errors = figure_error(out, device, 3840, k)
+    for fmt, e in errors.items():
+        print(f"{fmt:6s} over {e['outputs']} outputs: relative L2 {e['relative_l2']:.2%}, "
+              f"median {e['median']:.2%}, p99 {e['p99']:.2%} of rms")
+    model, speed, files = bench_points(Path(args.receipts))
+    local, bandwidth = [], float("nan")
+    if not model or not speed:
+        shapes = [(256, 256), (512, 256)] if args.quick else [(4096, 4096), (11008, 4096),
+                                                              (4096, 11008)]
+        local = local_gemv_times(device, shapes)
+        bandwidth = read_bandwidth(device, (16 if args.quick else 512) << 20)
+    figure_model(out, model, local, bandwidth, device, files)
+    figure_speedups(out, speed, local, device, files)
+    print("bench receipts used: " + (", ".join(files) if files else "none (local measurement)"))
+    print(f"wrote {', '.join(str(p) for p in sorted(out.glob('*.png')))}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

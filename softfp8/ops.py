@@ -1,0 +1,87 @@
+"""The `softfp8::linear` custom op: what `torch.compile` and CUDA graphs see of a packed linear.
+
+`torch.compile` can't trace into a Triton launcher, a Numba kernel or the dispatcher's Python,
+so the whole of "pick a backend, run it" is one opaque op registered with `torch.library`, with a
+fake (meta) implementation that gives the output's shape, dtype and device. Dynamo then keeps
+`fullgraph=True` graphs whole, and Inductor/cudagraphs treat the op like any aten op.
+
+The op takes the PackedWeight's tensors one by one (words, optional scales, optional global
+scale) plus its format and logical shape as plain ints/strings, because an op signature can't
+carry a Python dataclass.
+
+CUDA graphs. The real implementation runs once while a graph is captured and never again (replay
+runs the recorded kernels), so:
+- the backend and the E2M1 decoder, including SOFTFP8_BACKEND / SOFTFP8_E2M1_DECODE, are fixed at
+  capture time; changing the environment afterwards does not change a captured graph;
+- nothing on this path may synchronise the device: the argument checks only read shapes, dtypes
+  and devices (metadata), `dispatch.select` reads the compute capability (cached by torch, no
+  sync) and the environment, and the backends allocate their outputs with `torch.empty`, which a
+  capture serves from the graph's private pool. A backend that calls `.item()`, `.cpu()` or
+  `torch.cuda.synchronize()`, or allocates pinned host memory, would break capture: keep them
+  out of `matmul`.
+"""
+from __future__ import annotations
+
+import torch
+
+from . import dispatch
+from .formats import PackedWeight
+
+OP_NAME = "softfp8::linear"
+
+
+@torch.library.custom_op(OP_NAME, mutates_args=())
+def packed_linear(x: torch.Tensor, words: torch.Tensor, scales: torch.Tensor | None,
+                  global_scale: torch.Tensor | None, fmt: str, out_features: int,
+                  in_features: int, bias: torch.Tensor | None, backend: str,
+                  e2m1: str, activation_quant: str | None = None) -> torch.Tensor:
+    """y = x @ W.T + bias with W the packed weight given by its tensors; x is [..., K]."""
+    from .linear import check_linear_args  # linear.py imports this module
+
+    packed = PackedWeight(fmt, (out_features, in_features), words, scales, global_scale)
+    check_linear_args(x, packed, bias)
+    lead = x.shape[:-1]
+    x2 = x.reshape(-1, in_features).contiguous()
+    if x2.shape[0] == 0:
+        return x.new_empty((*lead, out_features))
+    choice = dispatch.select(packed.fmt, x2.shape[0], x.device, backend=backend, e2m1=e2m1,
+                             activation_quant=activation_quant)
+    y = dispatch.load(choice.backend).matmul(x2, packed, bias, e2m1=choice.e2m1)
+    return y.reshape(*lead, out_features)
+
+
+@packed_linear.register_fake
+def _(x, words, scales, global_scale, fmt, out_features, in_features, bias, backend, e2m1,
+      activation_quant=None):
+    # Checks a trace can make from metadata alone, so compiled code fails as eager code does.
+    torch._check(x.shape[-1] == in_features,
+                 lambda: f"x: expected a last dimension of {in_features} (the weight's "
+                         f"in_features), got shape {tuple(x.shape)}")
+    torch._check(words.dtype == torch.int32, lambda: f"words: expected int32, got {words.dtype}")
+    return x.new_empty((*x.shape[:-1], out_features))
+
+
+def _setup_context(ctx, inputs, output):
+    x, words, scales, global_scale, fmt, n, k, bias, *_ = inputs
+    ctx.save_for_backward(words, scales, global_scale)
+    ctx.fmt, ctx.shape, ctx.x_dtype = fmt, (n, k), x.dtype
+    ctx.has_bias = bias is not None
+    ctx.bias_dtype = None if bias is None else bias.dtype
+
+
+def _backward(ctx, grad):
+    # Gradients flow to the activations and the bias (adapters, activation attribution), never to
+    # the packed weight. dx = dy @ W: the weight is dequantized here, which is fine for a backward
+    # pass but is why no forward path does it.
+    from .quantize import dequantize
+
+    words, scales, global_scale = ctx.saved_tensors
+    w = dequantize(PackedWeight(ctx.fmt, ctx.shape, words, scales, global_scale))
+    grad_x = (grad.to(torch.float32) @ w).to(ctx.x_dtype) if ctx.needs_input_grad[0] else None
+    grad_bias = None
+    if ctx.has_bias and ctx.needs_input_grad[7]:
+        grad_bias = grad.reshape(-1, ctx.shape[0]).sum(0).to(ctx.bias_dtype)
+    return grad_x, None, None, None, None, None, None, grad_bias, None, None, None
+
+
+packed_linear.register_autograd(_backward, setup_context=_setup_context)
