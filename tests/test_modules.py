@@ -153,7 +153,7 @@ def test_repr_shows_format_shape_and_backend(monkeypatch):
     assert "in_features=300" in text and "out_features=40" in text
     assert "fmt=mxfp4" in text and f"backend={chosen}" in text
     monkeypatch.setenv("SOFTFP8_BACKEND", "native")
-    assert "backend=none (backend native can't run" in repr(q)
+    assert "backend=none (backend native (SOFTFP8_BACKEND=native) can't run" in repr(q)
 
 
 def test_forward_validates_its_input():
