@@ -2,7 +2,7 @@
 # One H200 measurement campaign per call (device time is scarce): bash benchmarks/h200_campaign.sh STEP
 # Everything lands in $OUT (the device tool brings it back); each step is bounded by timeout.
 set -u
-export PYTHONUNBUFFERED=1 TRITON_INTERPRET=0
+export PYTHONUNBUFFERED=1 TRITON_INTERPRET=0 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 OUT=${OUT:-out}; mkdir -p "$OUT"
 step=${1:-smoke}
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv
@@ -15,5 +15,8 @@ smoke)
   run tritoncheck 150 python3 benchmarks/gpu_triton_check.py
   run sweep 200 python3 benchmarks/sweep_gemv.py --quick --formats e5m2,nvfp4,mxfp4 --out "$OUT/sweep.json"
   run token 150 python3 -m softfp8.bench token --preset llama2-7b --backends triton --out "$OUT/token.json"
+  ;;
+sweep1)
+  run sweep1 560 python3 benchmarks/sweep_gemv.py --ms 1 --budget 500 --out "$OUT/sweep1.json"
   ;;
 esac

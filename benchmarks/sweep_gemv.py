@@ -1,40 +1,45 @@
-"""Sweep the Triton GEMV launch settings on this GPU (M = 1 and small M), to build the launch table.
+"""Sweep the Triton launch settings on this GPU, to build the launch table from measurements.
 
-Each setting is timed as a CUDA graph that replays one launch per weight copy, with enough
-copies that the working set is >= 4x the L2 (so HBM, not L2, is measured), median of several
-replays; fp16 F.linear is timed the same way in the same process as the baseline.
+For each shape, format and M, every candidate setting (FMA GEMV kernel and tensor-core dot
+kernel, tile sizes, warps, stages, split-K) is timed as a CUDA graph replaying one launch per
+weight copy, with enough copies that the working set is >= 4x the L2 (HBM, not L2, is
+measured); median of several replays. fp16 F.linear is timed the same way in the same process.
+The FP8 decode is the integer one (what GPUs without FP8 units run), unless --hw.
 
-    python benchmarks/sweep_gemv.py --out receipts/sweep.json
+    python benchmarks/sweep_gemv.py --ms 1 --out receipts/sweep.json
 """
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
+import os
 import statistics
 import sys
 import time
 
-import torch
-import torch.nn.functional as F
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-import softfp8
-from softfp8.backends import triton as tb
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+import softfp8  # noqa: E402
+from softfp8.backends import triton as tb  # noqa: E402
 
 SHAPES = [(4096, 4096), (12288, 4096), (22016, 4096), (4096, 11008), (128256, 4096)]
+FP8 = ("e5m2", "e4m3")
 
 
-def graph_time(fn_list, reps=20):
-    """Median ms per call of a CUDA graph that runs every fn in fn_list once."""
+def graph_time(fns, reps=15):
+    """Median ms per call of a CUDA graph that runs every fn once."""
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(s):
-        for f in fn_list:
+        for f in fns:
             f()
     torch.cuda.current_stream().wait_stream(s)
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g):
-        for f in fn_list:
+        for f in fns:
             f()
     g.replay()
     torch.cuda.synchronize()
@@ -45,85 +50,118 @@ def graph_time(fn_list, reps=20):
         g.replay()
         b.record()
         b.synchronize()
-        times.append(a.elapsed_time(b) / len(fn_list))
+        times.append(a.elapsed_time(b) / len(fns))
     return statistics.median(times)
 
 
-def copies_for(nbytes, l2):
-    return max(2, min(64, -(-4 * l2 // nbytes)))
+def candidates(fmt, n, k, m, info, dtype):
+    """The settings tried: the current table's choice, then a grid around it."""
+    bits = 8 if fmt in FP8 else 4
+    out = [tb.launch_config(n, k, m, softfp8.Format(fmt), info, dtype)]
+    if m <= 4:
+        for bn in (2, 4, 8, 16):
+            for kbytes in (256, 512, 1024):
+                for nw in (2, 4, 8):
+                    if bn * kbytes // (32 * nw) < 4:  # under 4 bytes a thread: no 16 B loads
+                        continue
+                    out.append(tb.LaunchConfig(tb.Kernel.GEMV, max(1, m), bn, kbytes * 8 // bits,
+                                               1, nw, 1))
+    for bn in (32, 64, 128):
+        for bk in ((64, 128, 256) if bits == 8 else ((32,) if fmt == "mxfp4" else (64, 128, 256))):
+            for nw, st in ((4, 3), (4, 4), (8, 3)):
+                out.append(tb.LaunchConfig(tb.Kernel.SMALL_M, 16, bn, bk, 1, nw, st))
+    return out
+
+
+def with_split(c, n, m, sms):
+    """The split-K the table's rule gives this setting (>= 4 programs per SM), and none."""
+    programs = -(-n // c.block_n) * -(-m // c.block_m)
+    split = 1 if programs >= 4 * sms else min(16, -(-4 * sms // programs))
+    return sorted({1, split})
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser()
     ap.add_argument("--formats", default="e5m2,e4m3,nvfp4,mxfp4")
     ap.add_argument("--ms", default="1")
+    ap.add_argument("--shapes", default=None, help="N,K;N,K;... (default: llama2-7b + lm_head)")
+    ap.add_argument("--hw", action="store_true", help="hardware FP8 conversion (sm_89+)")
+    ap.add_argument("--budget", type=float, default=400, help="seconds; stop sweeping after")
     ap.add_argument("--out", default=None)
-    ap.add_argument("--quick", action="store_true")
     args = ap.parse_args(argv)
     dev = torch.device("cuda")
     props = torch.cuda.get_device_properties(dev)
     l2 = getattr(props, "L2_cache_size", 50 << 20)
     info = tb.device_info(dev)
-    results = []
+    shapes = SHAPES if not args.shapes else [tuple(map(int, s.split(","))) for s in args.shapes.split(";")]
+    results, best_rows = [], []
     t0 = time.time()
-    for n, k in SHAPES:
+    for n, k in shapes:
         w = torch.randn(n, k, device=dev) * 0.02
-        base = {}
         for m in [int(v) for v in args.ms.split(",")]:
             x = torch.randn(m, k, device=dev, dtype=torch.float16)
-            wc = [w.half() for _ in range(copies_for(n * k * 2, l2))]
+            copies = max(2, min(48, -(-4 * l2 // (n * k * 2))))
+            wc = [w.half() for _ in range(copies)]
             t16 = graph_time([lambda w_=w_: F.linear(x, w_) for w_ in wc])
             del wc
-            bw16 = n * k * 2 / t16 / 1e6
-            print(f"{n}x{k} M={m} fp16 F.linear {t16*1000:.1f} us {bw16:.0f} GB/s", flush=True)
+            print(f"{n}x{k} M={m} fp16 F.linear {t16*1000:.1f} us "
+                  f"{n*k*2/t16/1e6:.0f} GB/s", flush=True)
             for fmt in args.formats.split(","):
+                if time.time() - t0 > args.budget:
+                    print("budget spent; stopping", flush=True)
+                    break
                 p = softfp8.quantize(w, fmt)
+                ncopy = max(2, min(64, -(-4 * l2 // p.nbytes)))
                 ps = [p] + [softfp8.PackedWeight(p.fmt, p.shape, p.words.clone(),
                             None if p.scales is None else p.scales.clone(), p.global_scale)
-                            for _ in range(copies_for(p.nbytes, l2) - 1)]
-                ref = softfp8.linear(x.float(), p, backend="torch")
+                            for _ in range(ncopy - 1)]
+                ref = softfp8.linear(x.float(), p, backend="torch").double()
+                hw = args.hw and fmt in FP8
                 default = tb.launch_config(n, k, m, p.fmt, info, x.dtype)
-                bns = [4, 8, 16, 32] if not args.quick else [8]
-                bks = ([512, 1024, 2048] if not args.quick else [1024])
-                cands = {default}
-                for bn, bkb, nw in itertools.product(bns, bks, [4, 8]):
-                    bk = bkb * 8 // p.spec.bits
-                    c = tb.LaunchConfig(tb.Kernel.GEMV, max(1, m if m <= 4 else 1) if m <= 4 else 1,
-                                        bn, bk, 1, nw, 1)
-                    if m > 4:
-                        continue
-                    for split in sorted({1, tb.launch_config(n, k, m, p.fmt, info, x.dtype).split_k}):
-                        cands.add(tb.LaunchConfig(c.kernel, c.block_m, c.block_n, c.block_k, split, nw, 1))
                 best = None
-                for c in sorted(cands, key=str):
-                    try:
-                        y = tb.run(x, p, None, c)
-                        err = ((y.double() - ref.double()).norm() / ref.double().norm()).item()
-                        t = graph_time([lambda p_=p_: tb.run(x, p_, None, c) for p_ in ps])
-                    except Exception as e:  # a setting that doesn't compile is a data point too
-                        print(f"  {fmt} {c}: FAILED {type(e).__name__}: {str(e)[:120]}", flush=True)
-                        continue
-                    bw = p.nbytes / t / 1e6
-                    row = dict(n=n, k=k, m=m, fmt=fmt, cfg=c.__dict__ | {"kernel": c.kernel.value},
-                               us=t * 1000, gbps=bw, vs_fp16=t16 / t, err=err, default=c == default)
-                    results.append(row)
-                    if best is None or t < best["us"] / 1000:
-                        best = row
-                    if c == default:
-                        print(f"  {fmt} default {c.block_n}x{c.block_k} w{c.num_warps} s{c.split_k}: "
-                              f"{t*1000:.1f} us {bw:.0f} GB/s x{t16/t:.2f} err {err:.1e}", flush=True)
-                b = best
-                print(f"  {fmt} BEST {b['cfg']['block_n']}x{b['cfg']['block_k']} w{b['cfg']['num_warps']} "
-                      f"s{b['cfg']['split_k']}: {b['us']:.1f} us {b['gbps']:.0f} GB/s x{b['vs_fp16']:.2f}",
-                      flush=True)
+                for c0 in candidates(fmt, n, k, m, info, x.dtype):
+                    for split in with_split(c0, n, m, info.sm_count):
+                        c = tb.LaunchConfig(c0.kernel, c0.block_m, c0.block_n, c0.block_k, split,
+                                            c0.num_warps, c0.num_stages)
+                        try:
+                            y = tb.run(x, p, None, c, hw_fp8=hw)
+                            err = ((y.double() - ref).norm() / ref.norm()).item()
+                            t = graph_time([lambda p_=p_: tb.run(x, p_, None, c, hw_fp8=hw)
+                                            for p_ in ps])
+                        except Exception as e:  # a setting that fails to compile is data too
+                            print(f"  {fmt} {c}: FAILED {type(e).__name__}: {str(e)[:100]}")
+                            continue
+                        row = dict(n=n, k=k, m=m, fmt=fmt, hw=hw, kernel=c.kernel.value,
+                                   block_m=c.block_m, block_n=c.block_n, block_k=c.block_k,
+                                   split_k=c.split_k, num_warps=c.num_warps,
+                                   num_stages=c.num_stages, us=t * 1000,
+                                   gbps=p.nbytes / t / 1e6, vs_fp16=t16 / t, err=err,
+                                   is_default=c == default)
+                        results.append(row)
+                        if err > 1e-2:
+                            print(f"  {fmt} {c}: WRONG err {err:.2e}")
+                            continue
+                        if best is None or row["us"] < best["us"]:
+                            best = row
+                        if c == default:
+                            print(f"  {fmt} table: {c.kernel.value} {c.block_n}x{c.block_k} "
+                                  f"w{c.num_warps} st{c.num_stages} s{c.split_k}: {t*1000:.1f} us "
+                                  f"{row['gbps']:.0f} GB/s x{t16/t:.2f}", flush=True)
+                if best:
+                    best_rows.append(best)
+                    print(f"  {fmt} BEST:  {best['kernel']} {best['block_n']}x{best['block_k']} "
+                          f"w{best['num_warps']} st{best['num_stages']} s{best['split_k']}: "
+                          f"{best['us']:.1f} us {best['gbps']:.0f} GB/s x{best['vs_fp16']:.2f}",
+                          flush=True)
                 del ps
         del w
         torch.cuda.empty_cache()
     print(f"sweep took {time.time() - t0:.0f} s")
     if args.out:
         meta = dict(gpu=props.name, torch=torch.__version__, date=time.strftime("%Y-%m-%d"),
-                    triton=__import__("triton").__version__, argv=sys.argv)
-        json.dump(dict(meta=meta, results=results), open(args.out, "w"), indent=1)
+                    triton=__import__("triton").__version__, argv=sys.argv, l2=l2)
+        with open(args.out, "w") as f:
+            json.dump(dict(meta=meta, best=best_rows, results=results), f, indent=1)
 
 
 if __name__ == "__main__":
