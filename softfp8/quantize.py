@@ -129,13 +129,17 @@ def _check_weight(weight: object) -> torch.Tensor:
     if not isinstance(weight, torch.Tensor):
         raise TypeError(f"weight: expected a torch.Tensor, got {type(weight).__name__}")
     if weight.dtype not in (torch.float32, torch.float16, torch.bfloat16, torch.float64):
-        raise TypeError(f"weight: expected a floating-point tensor (float32, float16 or bfloat16), "
-                        f"got {weight.dtype}")
+        raise TypeError(f"weight: expected a floating-point tensor (float32, float16, bfloat16 "
+                        f"or float64), got {weight.dtype}")
     if weight.dim() != 2:
         raise ValueError(f"weight: expected a 2-D tensor [out_features, in_features], "
                          f"got {weight.dim()}-D of shape {tuple(weight.shape)}")
     if weight.numel() == 0:
         raise ValueError(f"weight: expected a non-empty tensor, got shape {tuple(weight.shape)}")
+    if weight.is_meta:
+        # The policy checks (inf, E5M2 overflow) and the scales need values; meta has none.
+        raise ValueError("weight: is on the meta device, which holds no values; expected a tensor "
+                         "with data (materialise it first, e.g. with module.to_empty + load)")
     return weight.detach().to(torch.float32)
 
 
@@ -158,6 +162,8 @@ def quantize(weight: torch.Tensor, fmt: Format | str = Format.E5M2, *,
     """
     fmt = Format.parse(fmt)
     w = _check_weight(weight)
+    if row_scale is not None and not isinstance(row_scale, bool):
+        raise TypeError(f"row_scale: expected True, False or None, got {row_scale!r}")
     spec = SPECS[fmt]
     if row_scale is not None and spec.scale_required:
         raise ValueError(f"row_scale: only applies to e5m2 (its scale is optional); {fmt} always "
@@ -222,6 +228,9 @@ def dequantize(packed: PackedWeight, dtype: torch.dtype = torch.float32) -> torc
     by the fast backends."""
     if not isinstance(packed, PackedWeight):
         raise TypeError(f"packed: expected a PackedWeight, got {type(packed).__name__}")
+    # An integer dtype would silently truncate the values and turn NaN/inf into garbage.
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise TypeError(f"dtype: expected a floating-point torch.dtype, got {dtype!r}")
     return dequantize_rows(packed, 0, packed.shape[0]).to(dtype)
 
 
