@@ -9,6 +9,7 @@ from __future__ import annotations
 import enum
 import importlib
 import importlib.util
+import operator
 import os
 from dataclasses import dataclass
 from types import ModuleType
@@ -144,8 +145,29 @@ def requested_e2m1(e2m1: E2M1Decode | str = E2M1Decode.AUTO) -> E2M1Decode:
 
 def _capability(device: torch.device) -> tuple[int, int] | None:
     if device.type == "cuda" and torch.version.hip is None:
-        return torch.cuda.get_device_capability(device)
+        try:
+            return torch.cuda.get_device_capability(device)
+        except (AssertionError, RuntimeError) as e:  # a CPU-only build, or no such GPU index
+            raise BackendUnavailable(f"device={device}: torch can't use it here ({e})") from e
     return None
+
+
+def _check_select_args(m: object, device: object) -> torch.device:
+    try:
+        rows = None if isinstance(m, bool) else operator.index(m)
+    except TypeError:
+        rows = None
+    if rows is None:
+        raise TypeError(f"m: expected an int (rows of x), got {type(m).__name__}")
+    if rows < 0:
+        raise ValueError(f"m: expected a non-negative number of rows, got {rows}")
+    if isinstance(device, torch.device):
+        return device
+    try:
+        return torch.device(device)
+    except (RuntimeError, TypeError) as e:
+        raise ValueError(f"device={device!r} is not a torch device; expected e.g. 'cpu', "
+                         f"'cuda:0' or a torch.device") from e
 
 
 def select(fmt: Format | str, m: int, device: torch.device | str, *,
@@ -153,7 +175,7 @@ def select(fmt: Format | str, m: int, device: torch.device | str, *,
            e2m1: E2M1Decode | str = E2M1Decode.AUTO) -> Choice:
     """The backend and E2M1 decoder for a linear of format `fmt` with `m` rows on `device`."""
     fmt = Format.parse(fmt)
-    device = torch.device(device)
+    device = _check_select_args(m, device)
     wanted = requested_backend(backend)
     decode = requested_e2m1(e2m1)
     if decode is E2M1Decode.AUTO:
