@@ -242,9 +242,13 @@ def dequantize_rows(packed: PackedWeight, start: int, stop: int) -> torch.Tensor
     k = packed.shape[1]
     rows = slice(start, stop)
     codes = unpack_codes(packed.words[rows], packed.fmt, packed.padded_k)
+    # Decode through a table of every code, built by the bit-operation decoder itself: the same
+    # bits, about 7x faster on a CPU than running the bit operations on every element (it is
+    # what lets the reference backend handle an N*K >= 2^31 weight in reasonable time).
+    # int64 indices: indexing with uint8 would be read as a boolean mask.
     if spec.scale is ScaleKind.ROW:
         decode = decode_e5m2_to_f32 if packed.fmt is Format.E5M2 else decode_e4m3_to_f32
-        w = decode(codes)
+        w = decode(torch.arange(256, device=codes.device))[codes.long()]
         if packed.scales is not None:
             w = w * packed.scales[rows, None]
         return w[:, :k]
@@ -252,5 +256,6 @@ def dequantize_rows(packed: PackedWeight, start: int, stop: int) -> torch.Tensor
         block_scale = decode_e4m3_to_f32(packed.scales[rows]) * packed.global_scale
     else:
         block_scale = decode_e8m0(packed.scales[rows])
-    w = decode_e2m1_to_f32(codes).view(stop - start, -1, spec.block) * block_scale[..., None]
+    w = decode_e2m1_to_f32(torch.arange(16, device=codes.device))[codes.long()]
+    w = w.view(stop - start, -1, spec.block) * block_scale[..., None]
     return w.view(stop - start, -1)[:, :k]
