@@ -236,6 +236,14 @@ def test_sizes_off_every_block_and_alignment(backend, fmt, n, k):
     assert rel_err(softfp8.linear(x, packed, backend=backend), fp64_reference(x, packed)) <= 1e-6
 
 
+def test_nvfp4_tiny_block_is_not_flushed_to_zero():
+    """A block far below the tensor's largest whose E4M3 scale would round to zero keeps the
+    smallest scale instead: 3 * 2^-9 * g is exactly representable and must survive."""
+    g = 4.0 / (6 * 448)
+    w = torch.tensor([[4.0] * 16, [3 * 2.0**-9 * g] + [0.0] * 15])
+    assert softfp8.dequantize(softfp8.quantize(w, "nvfp4"))[1, 0] == w[1, 0]
+
+
 # -- format names, env vars, select ---------------------------------------------------------
 
 @pytest.mark.parametrize("name", ["E5M2", "e4m3", " NVFP4 ".strip(), "MxFp4"])
