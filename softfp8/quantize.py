@@ -204,10 +204,13 @@ def _quantize_fp4(w: torch.Tensor, fmt: Format) -> PackedWeight:
         g = _finite_absmax(w.flatten(), dim=0) / (6.0 * 448.0)
         g = torch.where(g > 0, g, 1.0)
         scale_codes = encode_minifloat(amax / (6.0 * g), E4M3_ELEMENT)
-        # A block with non-zero values whose scale rounds to zero (amax / 6g at or below half
-        # of E4M3's smallest subnormal, 2^-10) would be flushed whole, even where the smallest
-        # scale (code 1, 2^-9) holds its values exactly; that scale is never worse than zero.
-        scale_codes = torch.where((amax > 0) & (scale_codes == 0), 1, scale_codes).to(torch.uint8)
+        # A block whose scale rounds to zero (amax / 6g at or below half of E4M3's smallest
+        # subnormal, 2^-10) would be flushed whole, even where the smallest scale (code 1,
+        # 2^-9 * g) holds its values exactly. Take that scale whenever it keeps a non-zero
+        # code (amax above a quarter of it; at a quarter E2M1 rounds to 0, ties to even), so
+        # that re-quantizing a dequantized weight makes the same choice.
+        keeps = amax > 0.25 * (2.0**-9 * g)
+        scale_codes = torch.where(keeps & (scale_codes == 0), 1, scale_codes).to(torch.uint8)
         block_scale = decode_e4m3_to_f32(scale_codes) * g
         nan_code, global_scale = _NVFP4_E4M3_NAN, g.reshape(())
     else:

@@ -2,7 +2,7 @@
 linear against the fp64 reference on every backend `select` accepts in this run."""
 import pytest
 import torch
-from conftest import rel_err, same_bits
+from conftest import rel_err
 from hardening_support import backends_for, fp64_reference
 
 hypothesis = pytest.importorskip("hypothesis")
@@ -81,13 +81,21 @@ def weights(draw, finite_only=True):
 # Found by hypothesis: the tiny row's NVFP4 block scale was a tie that rounded to zero on the
 # second pass, flushing a block the smallest scale holds exactly.
 @example(fmt=Format.NVFP4, w=torch.tensor([[4.0], [1e-5]]))
+@example(fmt=Format.NVFP4, w=torch.tensor([[3.4519]]))
+@example(fmt=Format.NVFP4, w=torch.tensor([[1.0], [2.7425e-23]]))
+@example(fmt=Format.E4M3, w=torch.tensor([[3.4519, 0.1]]))
 def test_quantize_dequantize_quantize_is_idempotent(fmt, w):
-    """Re-quantizing a dequantized weight gives back the same codes and scales: the values a
-    format stands for are fixed points of its quantizer."""
-    first = softfp8.quantize(w, fmt, **({"row_scale": True} if fmt is Format.E5M2 else {}))
+    """Re-quantizing a dequantized weight makes the same decisions: identical codes and block
+    scale codes. The fp32 scales (row, NVFP4 tensor) are amax / constant, so they may move by an
+    ulp between passes (hypothesis found [[3.4519]] in NVFP4), hence values within 2 ulp."""
+    kw = {"row_scale": True} if fmt is Format.E5M2 else {}
+    first = softfp8.quantize(w, fmt, **kw)
     dq = softfp8.dequantize(first)
-    again = softfp8.quantize(dq, fmt, **({"row_scale": True} if fmt is Format.E5M2 else {}))
-    assert same_bits(softfp8.dequantize(again), dq).all()
+    again = softfp8.quantize(dq, fmt, **kw)
+    assert torch.equal(again.words, first.words)
+    if fmt in (Format.NVFP4, Format.MXFP4):
+        assert torch.equal(again.scales, first.scales)
+    torch.testing.assert_close(softfp8.dequantize(again), dq, rtol=2.0**-22, atol=0)
 
 
 @PROPS
@@ -100,7 +108,9 @@ def test_linear_equals_fp64_reference_on_every_backend(fmt, w, m, bias, seed, da
     g = torch.Generator().manual_seed(seed)
     x = torch.randn(m, k, generator=g)
     b = torch.randn(n, generator=g) if bias else None
-    packed = softfp8.quantize(w, fmt)
+    # Unscaled E5M2 refuses finite weights past 57344 (the documented policy): scale those.
+    big = fmt is Format.E5M2 and w.abs().amax() > 57344
+    packed = softfp8.quantize(w, fmt, **({"row_scale": True} if big else {}))
     ref = fp64_reference(x, packed, b)
     if not ref.abs().amax() > 0:
         return
