@@ -2,7 +2,6 @@
 linear against the fp64 reference on every backend `select` accepts in this run."""
 import pytest
 import torch
-from conftest import rel_err
 from hardening_support import backends_for, fp64_reference
 
 hypothesis = pytest.importorskip("hypothesis")
@@ -99,9 +98,11 @@ def test_quantize_dequantize_quantize_is_idempotent(fmt, w):
 
 
 @PROPS
+@example(fmt=Format.E5M2, w=torch.tensor([[0.0, 1.5, 0.75, 1.5, 0.0, 2.0, 0.0, -1.0, 0.0, 2.0, 0.0,
+                                           -1.5]]), m=1, bias=False, seed=95839856)
 @given(fmt=FORMATS, w=weights(), m=st.integers(1, 5), bias=st.booleans(),
-       seed=st.integers(0, 2**31 - 1), data=st.data())
-def test_linear_equals_fp64_reference_on_every_backend(fmt, w, m, bias, seed, data):
+       seed=st.integers(0, 2**31 - 1))
+def test_linear_equals_fp64_reference_on_every_backend(fmt, w, m, bias, seed):
     n, k = w.shape
     if not w.abs().amax() > 0:
         return  # never test on zeros: a relative error against zero says nothing
@@ -114,7 +115,16 @@ def test_linear_equals_fp64_reference_on_every_backend(fmt, w, m, bias, seed, da
     ref = fp64_reference(x, packed, b)
     if not ref.abs().amax() > 0:
         return
-    backend = data.draw(st.sampled_from(backends_for(fmt, "cpu", m)), label="backend")
-    y = softfp8.linear(x, packed, b, backend=backend)
+    for backend in backends_for(fmt, "cpu", m):
+        _check_linear(softfp8.linear(x, packed, b, backend=backend), x, packed, b, ref)
+
+
+def _check_linear(y, x, packed, b, ref):
+    (m, k), n = x.shape, packed.shape[0]
     assert y.shape == (m, n) and y.dtype == torch.float32
-    assert rel_err(y, ref) <= 1e-6
+    # fp32 summation's forward error bound, (K + 2) * 2^-24 * sum |x_i w_i| (+ |bias|): hypothesis
+    # found cancelling rows (result -0.008 from terms ~2) where a norm-relative 1e-6 is unfair.
+    absolute = x.double().abs() @ softfp8.dequantize(packed).double().abs().T
+    if b is not None:
+        absolute = absolute + b.double().abs()
+    assert ((y.double() - ref).abs() <= (k + 2) * 2.0**-24 * absolute).all()
