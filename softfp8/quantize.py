@@ -175,7 +175,10 @@ def quantize(weight: torch.Tensor, fmt: Format | str = Format.E5M2, *,
             if fmt is Format.E4M3:
                 _refuse_inf(w, fmt)
             amax = _finite_absmax(w, dim=1)
-            scales = torch.where(amax > 0, amax / spec.element.max_finite, 1.0)
+            # Keep the scale a normal float32: a denormal one (rows of denormal weights) is
+            # rounded so coarsely that w / scale can pass the max, and E5M2 made that inf.
+            scales = torch.where(amax > 0, (amax / spec.element.max_finite).clamp_min(2.0**-126),
+                                 1.0)
             w = w / scales[:, None]
         codes = encode_minifloat(w, spec.element)
         if scales is None and fmt is Format.E5M2:
@@ -202,7 +205,7 @@ def _quantize_fp4(w: torch.Tensor, fmt: Format) -> PackedWeight:
     if fmt is Format.NVFP4:
         # Two levels: the tensor scale maps the largest block scale to E4M3's max (448).
         g = _finite_absmax(w.flatten(), dim=0) / (6.0 * 448.0)
-        g = torch.where(g > 0, g, 1.0)
+        g = torch.where(g > 0, g, 1.0).clamp_min(2.0**-126)  # normal, as for row scales
         scale_codes = encode_minifloat(amax / (6.0 * g), E4M3_ELEMENT)
         # A block whose scale rounds to zero (amax / 6g at or below half of E4M3's smallest
         # subnormal, 2^-10) would be flushed whole, even where the smallest scale (code 1,

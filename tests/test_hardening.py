@@ -244,6 +244,17 @@ def test_nvfp4_tiny_block_is_not_flushed_to_zero():
     assert softfp8.dequantize(softfp8.quantize(w, "nvfp4"))[1, 0] == w[1, 0]
 
 
+@pytest.mark.parametrize("fmt", list(Format))
+def test_denormal_weights_never_become_inf(fmt):
+    """A row of fp32 denormals once got a denormal row scale, so coarse that w / scale passed
+    E5M2's max and a finite weight came back as inf."""
+    w = torch.tensor([[3.6734e-40, -1e-41, 2e-45], [1.0, 0.5, -0.25]])
+    kw = {"row_scale": True} if fmt is Format.E5M2 else {}
+    dq = softfp8.dequantize(softfp8.quantize(w, fmt, **kw))
+    assert torch.isfinite(dq).all()
+    assert (dq[0].abs() <= 2.0**-126).all()
+
+
 # -- format names, env vars, select ---------------------------------------------------------
 
 @pytest.mark.parametrize("name", ["E5M2", "e4m3", " NVFP4 ".strip(), "MxFp4"])
