@@ -22,6 +22,7 @@ from __future__ import annotations
 import enum
 import importlib
 import importlib.util
+import operator
 import os
 from dataclasses import dataclass
 from types import ModuleType
@@ -235,6 +236,24 @@ def clear_cache() -> None:
     _CACHE.clear()
 
 
+def _check_select_args(m: object, device: object) -> torch.device:
+    try:
+        rows = None if isinstance(m, bool) else operator.index(m)
+    except TypeError:
+        rows = None
+    if rows is None:
+        raise TypeError(f"m: expected an int (rows of x), got {type(m).__name__}")
+    if rows < 0:
+        raise ValueError(f"m: expected a non-negative number of rows, got {rows}")
+    if isinstance(device, torch.device):
+        return device
+    try:
+        return torch.device(device)
+    except (RuntimeError, TypeError) as e:
+        raise ValueError(f"device={device!r} is not a torch device; expected e.g. 'cpu', "
+                         f"'cuda:0' or a torch.device") from e
+
+
 def select(fmt: Format | str, m: int, device: torch.device | str, *,
            backend: Backend | str = Backend.AUTO,
            e2m1: E2M1Decode | str = E2M1Decode.AUTO,
@@ -245,10 +264,9 @@ def select(fmt: Format | str, m: int, device: torch.device | str, *,
     `backend`/`e2m1` auto defer to SOFTFP8_BACKEND/SOFTFP8_E2M1_DECODE; `activation_quant`
     None defers to SOFTFP8_ACTIVATION_QUANT (default allow). `report` defaults to `probe()`.
     An explicit backend that can't run raises BackendUnavailable naming what is missing."""
+    device = _check_select_args(m, device)
     if report is None:
         report = probe()
-    if not isinstance(device, torch.device):
-        device = torch.device(device)
     if device.type == "cuda" and device.index is None:
         device = torch.device("cuda", _current_cuda_index())
     env = os.environ

@@ -10,6 +10,7 @@ shows: ``shape`` is the logical (N, K).
 from __future__ import annotations
 
 import enum
+import operator
 from dataclasses import dataclass, replace
 
 import torch
@@ -134,10 +135,8 @@ class PackedWeight:
         # relies on, so a corrupted one is a clear error here, never a wrong read there.
         object.__setattr__(self, "fmt", Format.parse(self.fmt))
         spec = SPECS[self.fmt]
-        n, k = (int(d) for d in self.shape)
+        n, k = _check_shape(self.shape)
         object.__setattr__(self, "shape", (n, k))
-        if n < 1 or k < 1:
-            raise ValueError(f"shape={self.shape} must be two positive sizes (N, K)")
         kp = padded_k(k, self.fmt)
         _expect(self.words, "words", torch.int32, (n, kp // spec.codes_per_word))
         if spec.scale is ScaleKind.ROW:
@@ -194,6 +193,21 @@ class PackedWeight:
     def __repr__(self) -> str:
         n, k = self.shape
         return f"PackedWeight({self.fmt}, shape=({n}, {k}), device={self.device}, nbytes={self.nbytes})"
+
+
+def _check_shape(shape: object) -> tuple[int, int]:
+    # Strict on purpose: int() would silently truncate 5.5 to 5, and the string "57" would
+    # unpack as (5, 7). operator.index accepts exactly the integer types (numpy's included).
+    bad = TypeError(f"shape: expected a pair of ints (N, K), got {shape!r}")
+    if not isinstance(shape, (tuple, list, torch.Size)) or len(shape) != 2:
+        raise bad
+    try:
+        n, k = (operator.index(d) for d in shape if not isinstance(d, bool))
+    except (TypeError, ValueError):
+        raise bad from None
+    if n < 1 or k < 1:
+        raise ValueError(f"shape: expected two positive sizes (N, K), got ({n}, {k})")
+    return n, k
 
 
 def _expect(t: torch.Tensor | None, name: str, dtype: torch.dtype, shape: tuple[int, ...]) -> None:

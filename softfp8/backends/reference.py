@@ -25,12 +25,15 @@ def matmul(x: torch.Tensor, packed: PackedWeight, bias: torch.Tensor | None = No
     which is exact whatever the denormal mode."""
     n, k = packed.shape
     xf = x.to(torch.float32)
-    y = torch.empty((x.shape[0], n), dtype=torch.float32, device=x.device)
     rows = max(1, _SLAB_ELEMENTS // max(k, 1))
-    for start in range(0, n, rows):
-        stop = min(n, start + rows)
-        w = dequantize_rows(packed, start, stop)
-        torch.matmul(xf, w.T, out=y[:, start:stop])
+    slabs = [(start, min(n, start + rows)) for start in range(0, n, rows)]
+    if torch.is_grad_enabled() and (x.requires_grad or (bias is not None and bias.requires_grad)):
+        # matmul(out=...) refuses autograd; the oracle should give x (and bias) a gradient.
+        y = torch.cat([xf @ dequantize_rows(packed, a, b).T for a, b in slabs], dim=1)
+    else:
+        y = torch.empty((x.shape[0], n), dtype=torch.float32, device=x.device)
+        for a, b in slabs:
+            torch.matmul(xf, dequantize_rows(packed, a, b).T, out=y[:, a:b])
     if bias is not None:
-        y += bias.to(torch.float32)
+        y = y + bias.to(torch.float32)
     return y.to(x.dtype)
