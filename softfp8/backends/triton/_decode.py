@@ -70,3 +70,31 @@ def e8m0_to_f32(code):
     bits = tl.where(c == 0, 0x400000, c << 23)
     bits = tl.where(c == 0xFF, _F32_QNAN, bits)
     return bits.to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def e4m3_to_f16_div256(code):
+    """E4M3fn as fp16 bits with one shift: the fields land in fp16's, and since fp16's bias (15)
+    exceeds E4M3's (7) by 8, the fp16 reads value * 2^-8 -- subnormals included, as fp16
+    subnormals (exact; tensor cores and the fp16->fp32 conversion keep them). The caller
+    multiplies the fp32 accumulator by 256 once. 0x7F/0xFF would read as 1.875 * 2^-8: made NaN.
+    Two integer operations a code instead of the re-bias's eight: E4M3 was decode-bound."""
+    c = code.to(tl.int32) & 0xFF
+    bits = ((c & 0x7F) << 7) | ((c & 0x80) << 8)
+    bits = tl.where((c & 0x7F) == 0x7F, bits | 0x7E00, bits)
+    return bits.to(tl.int16).to(tl.float16, bitcast=True)
+
+
+@triton.jit
+def e2m1_to_f16(code, INJECT: tl.constexpr):
+    """E2M1 (low nibble of `code`) as exact fp16, for tensor-core tiles. INJECT: ``e1 e0 m0`` at
+    fp16 bits 9..11 is value * 2^-14 (±0.5 an fp16 subnormal), then one fp16 multiply by 2^14
+    (chosen only where the probe found denormals honoured). Select: the normalised fp16 is
+    built directly: exponent e + 14, mantissa m; e == 0 gives 0 or 0.5 (0x3800)."""
+    c = code.to(tl.int32)
+    if INJECT:
+        bits = ((c & 7) << 9) | ((c & 8) << 12)
+        return bits.to(tl.int16).to(tl.float16, bitcast=True) * 16384.0
+    mag = tl.where((c & 6) != 0, ((c & 7) << 9) + 0x3800, (c & 1) * 0x3800)
+    bits = mag | ((c & 8) << 12)
+    return bits.to(tl.int16).to(tl.float16, bitcast=True)

@@ -17,7 +17,8 @@ Split-K: with PARTIAL the kernels write float32 partial sums to ws[pid_k, M, N] 
 import triton
 import triton.language as tl
 
-from ._decode import e2m1_to_f32, e4m3_to_f32, e5m2_to_f16, e5m2_to_f32, e8m0_to_f32
+from ._decode import (e2m1_to_f16, e2m1_to_f32, e4m3_to_f16_div256, e4m3_to_f32, e5m2_to_f16,
+                      e5m2_to_f32, e8m0_to_f32)
 
 
 @triton.jit
@@ -46,6 +47,15 @@ def _store(acc, offs_m, offs_n, pid_k, y_ptr, ws_ptr, s_ptr, g_ptr, b_ptr, M, N,
     else:
         out = _finish(acc, offs_n, s_ptr, g_ptr, b_ptr, N, FMT, HAS_SCALE, HAS_BIAS)
         tl.store(y_ptr + m2.to(tl.int64) * N + n2, out.to(y_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _f16_to(w, xdt: tl.constexpr):
+    """An fp16 tile in the dot's dtype. bf16 goes through fp32: Triton emulates f32 -> bf16 on
+    GPUs without bf16 (sm_75), not f16 -> bf16."""
+    if xdt == tl.float16:
+        return w
+    return w.to(tl.float32).to(xdt)
 
 
 @triton.jit
@@ -84,15 +94,19 @@ def gemv_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr,
         if FMT == "e5m2" or FMT == "e4m3":
             if FMT == "e5m2":
                 w = e5m2_to_f32(codes, HW)
-            else:
+            elif HW:
                 w = e4m3_to_f32(codes, HW)
+            else:
+                w = e4m3_to_f16_div256(codes).to(tl.float32)  # x 256 once, below
             xv = tl.load(x_rows + bb, mask=mask_m & (bb < K), other=0.0).to(tl.float32)
             acc += w * xv
         else:
             lo = e2m1_to_f32(codes, INJECT)
             hi = e2m1_to_f32(codes >> 4, INJECT)
-            xe = tl.load(x_rows + 2 * bb, mask=mask_m & (2 * bb < K), other=0.0).to(tl.float32)
-            xo = tl.load(x_rows + 2 * bb + 1, mask=mask_m & (2 * bb + 1 < K), other=0.0).to(tl.float32)
+            # one contiguous (vectorised) load of x, split into the even and odd codes' planes
+            kk = 2 * kb + tl.arange(0, 2 * BLOCK_KB)[None, None, :]
+            xx = tl.load(x_rows + kk, mask=mask_m & (kk < K), other=0.0).to(tl.float32)
+            xe, xo = tl.split(tl.reshape(xx, (BLOCK_M, 1, BLOCK_KB, 2)))
             p = lo * xe + hi * xo
             p = tl.sum(tl.reshape(p, (BLOCK_M, BLOCK_N, NBI, HB)), axis=3)
             sb = kb // HB + tl.arange(0, NBI)[None, None, :]
@@ -102,6 +116,8 @@ def gemv_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr,
             else:
                 acc += p * e8m0_to_f32(sc)
     out = tl.sum(acc, axis=2)
+    if FMT == "e4m3" and not HW:
+        out = out * 256.0  # e4m3_to_f16_div256 read every code as value * 2^-8
     _store(out, offs_m, offs_n, pid_k, y_ptr, ws_ptr, s_ptr, g_ptr, b_ptr, M, N,
            FMT, HAS_SCALE, HAS_BIAS, PARTIAL)
 
@@ -148,27 +164,39 @@ def dot_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr,
                     w = e5m2_to_f16(codes)  # already the fp16 bits: no arithmetic at all
                 else:
                     w = e5m2_to_f32(codes, HW).to(xdt)
-            else:
+            elif HW:
                 w = e4m3_to_f32(codes, HW).to(xdt)
+            else:
+                w = _f16_to(e4m3_to_f16_div256(codes), xdt)  # exact in bf16/fp32; x 256 below
             acc = tl.dot(xt, tl.trans(w), acc, input_precision=PRECISION)
         else:
-            lo = e2m1_to_f32(codes, INJECT)
-            hi = e2m1_to_f32(codes >> 4, INJECT)
+            # No interleave: the even codes (low nibbles) meet x's even elements and the odd
+            # codes x's odd ones, in two dots; the sum over K does not care about the order.
+            xx = tl.load(x_rows + (2 * kb + tl.arange(0, 2 * BKB))[None, :],
+                         mask=mask_m & ((2 * kb + tl.arange(0, 2 * BKB))[None, :] < K), other=0.0)
+            xe, xo = tl.split(tl.reshape(xx.to(xdt), (BLOCK_M, BKB, 2)))
+            lo = e2m1_to_f16(codes, INJECT)
+            hi = e2m1_to_f16(codes >> 4, INJECT)
             if FMT == "nvfp4":
+                # e2m1 * e4m3 has at most 6 significant bits and lies in fp16's normal range:
+                # folding the block scale into the fp16 tile is exact (and exact in bf16).
                 NBI: tl.constexpr = BKB // 8
                 sb = kb // 8 + tl.arange(0, NBI)[None, :]
                 sc = tl.load(s_ptr + offs_n[:, None].to(tl.int64) * SB + sb,
                              mask=mask_n & (sb < SB), other=0)
-                s = e4m3_to_f32(sc, False)
+                s = e4m3_to_f32(sc, False).to(tl.float16)  # per block: no fp16 subnormal step
                 s = tl.reshape(tl.broadcast_to(s[:, :, None], (BLOCK_N, NBI, 8)), (BLOCK_N, BKB))
-                w = tl.interleave(lo * s, hi * s).to(xdt)
-                acc = tl.dot(xt, tl.trans(w), acc, input_precision=PRECISION)
+                acc = tl.dot(xe, tl.trans(_f16_to(lo * s, xdt)), acc, input_precision=PRECISION)
+                acc = tl.dot(xo, tl.trans(_f16_to(hi * s, xdt)), acc, input_precision=PRECISION)
             else:
+                # 2^e does not fit an fp16 tile: one block a step, its dot scaled in fp32.
                 sc = tl.load(s_ptr + offs_n.to(tl.int64) * SB + kb // 16,
                              mask=offs_n < N, other=0)  # kb < RB, so kb // 16 < SB
-                w = tl.interleave(lo, hi).to(xdt)
-                part = tl.dot(xt, tl.trans(w), input_precision=PRECISION)
+                part = tl.dot(xe, tl.trans(_f16_to(lo, xdt)), input_precision=PRECISION)
+                part = tl.dot(xo, tl.trans(_f16_to(hi, xdt)), part, input_precision=PRECISION)
                 acc += part * e8m0_to_f32(sc)[None, :]
+    if FMT == "e4m3" and not HW:
+        acc = acc * 256.0  # e4m3_to_f16_div256 read every code as value * 2^-8
     _store(acc, offs_m, offs_n, pid_k, y_ptr, ws_ptr, s_ptr, g_ptr, b_ptr, M, N,
            FMT, HAS_SCALE, HAS_BIAS, PARTIAL)
 
