@@ -19,4 +19,9 @@ smoke)
 sweep1)
   run sweep1 560 python3 benchmarks/sweep_gemv.py --ms 1 --budget 500 --out "$OUT/sweep1.json"
   ;;
+sweep2)
+  run gputests 200 python3 -m pytest -q -x -m gpu -p no:cacheprovider tests/test_triton.py
+  run sweep2 330 python3 benchmarks/sweep_gemv.py --ms 1 --budget 300 --shapes "4096,4096;12288,4096;22016,4096;4096,11008;128256,4096" --out "$OUT/sweep2.json"
+  SOFTFP8_FP8_DECODE=integer run token 120 python3 -m softfp8.bench token --preset llama2-7b --backends triton --out "$OUT/token.json"
+  ;;
 esac

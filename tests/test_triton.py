@@ -195,3 +195,31 @@ def test_fp8_decode_env_forces_integer_or_refuses(monkeypatch):
     monkeypatch.setenv(triton_backend.FP8_DECODE_ENV, "fast")
     with pytest.raises(ValueError, match="'auto', 'integer', 'hardware'"):
         triton_backend.uses_hardware_fp8(Format.E5M2, h200)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA/ROCm GPU")
+@pytest.mark.parametrize("fmt", [Format.E5M2, Format.E4M3])
+@pytest.mark.parametrize("kernel", [triton_backend.Kernel.GEMV, triton_backend.Kernel.SMALL_M])
+def test_gpu_every_fp8_code_through_the_kernel_decode(fmt, kernel):
+    """Row n holds code n at k = 0 and x is one-hot there, so y[n] is code n decoded: every code,
+    NaN and inf included, through the software decode the kernel really runs (PTX on NVIDIA)."""
+    from softfp8.decode import decode_e4m3_to_f32, decode_e5m2_to_f32
+
+    dev = torch.device("cuda")
+    codes = torch.zeros(256, 16, dtype=torch.uint8, device=dev)
+    codes[:, 0] = torch.arange(256, dtype=torch.uint8, device=dev)
+    scales = torch.ones(256, device=dev) if fmt is Format.E4M3 else None
+    packed = PackedWeight(fmt, (256, 16), codes.view(torch.int32), scales)
+    x = torch.zeros(1, 16, dtype=torch.float16, device=dev)
+    x[0, 0] = 1.0
+    cfg = triton_backend.LaunchConfig(kernel, 1 if kernel is triton_backend.Kernel.GEMV else 16,
+                                      8 if kernel is triton_backend.Kernel.GEMV else 32, 64)
+    y = triton_backend.run(x.float() if kernel is triton_backend.Kernel.GEMV else x, packed,
+                           None, cfg, hw_fp8=False).float().cpu()[0]
+    decode = decode_e5m2_to_f32 if fmt is Format.E5M2 else decode_e4m3_to_f32
+    want = decode(torch.arange(256)).to(torch.float16).float()  # y is in x's dtype
+    if kernel is triton_backend.Kernel.GEMV:
+        want = decode(torch.arange(256))
+    same = (y == want) | (torch.isnan(y) & torch.isnan(want))
+    assert same.all(), torch.arange(256)[~same].tolist()

@@ -52,7 +52,8 @@ def variants(backend: str, arch):
     for j, (fmt, inject, hw) in enumerate(decodes):
         xd = list(dtypes)[j % 3]
         tag = f"{fmt}-{'inject' if inject else 'hw' if hw else 'sw' if fmt in FP8 else 'select'}"
-        base = dict(FMT=fmt, HAS_SCALE=fmt in FP8, HAS_BIAS=True, INJECT=inject, HW=hw)
+        base = dict(FMT=fmt, HAS_SCALE=fmt in FP8, HAS_BIAS=True, INJECT=inject, HW=hw,
+                    ASM=backend == "cuda" and fmt in FP8 and not hw)
         for kname, m in SHAPES.items():
             cfg = launch_config(4096, 4096, m, Format(fmt), info, dtypes[xd])
             assert cfg.kernel.value == kname, (kname, cfg)

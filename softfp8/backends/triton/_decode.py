@@ -98,3 +98,62 @@ def e2m1_to_f16(code, INJECT: tl.constexpr):
     mag = tl.where((c & 6) != 0, ((c & 7) << 9) + 0x3800, (c & 1) * 0x3800)
     bits = mag | ((c & 8) << 12)
     return bits.to(tl.int16).to(tl.float16, bitcast=True)
+
+
+# -- NVIDIA PTX: four codes per 32-bit word ---------------------------------------------------
+# Triton unpacks a uint8 tensor one byte per register and re-packs fp16 pairs for the tensor
+# cores: several integer operations a code, which made the 8-bit GEMV decode-bound (measured on
+# the H200, BENCHMARKS.md). `prmt` moves bytes of a whole word at once. With pack=4, Triton hands
+# the asm one register holding codes 0..3 and takes back two registers of fp16 pairs ($0: codes
+# 0, 1; $1: codes 2, 3; element 0 in the low half). NVIDIA only (the launcher's ASM flag); the
+# functions above are the portable mirror, and the GPU tests check both give the same bits.
+
+@triton.jit
+def e5m2_to_f16_ptx(code):
+    """E5M2 -> fp16: two `prmt` per four codes (each byte to the high byte of an fp16)."""
+    return tl.inline_asm_elementwise(
+        asm="""{
+        prmt.b32 $0, $2, 0, 0x1404;
+        prmt.b32 $1, $2, 0, 0x3424;
+        }""",
+        constraints="=r,=r,r", args=[code], dtype=tl.float16, is_pure=True, pack=4)
+
+
+@triton.jit
+def e4m3_to_f16_div256_ptx(code):
+    """E4M3fn -> fp16 * 2^-8 (as `e4m3_to_f16_div256`) on fp16 pairs: h = code << 8 per half;
+    bits = ((h >> 1) & 0x3F80) | (h & 0x8000). NaN codes (low 15 bits 0x3F80) are found per
+    16-bit lane without a compare: m = (bits ^ 0x3F80) & 0x7FFF is zero only there, m + 0x7FFF
+    sets the lane's top bit unless it is zero (no carry leaves a lane), and 0x8000 - 0x0200
+    = 0x7E00 is or-ed in to make the lane a NaN."""
+    return tl.inline_asm_elementwise(
+        asm="""{
+        .reg .b32 h<2>, r<2>, t<2>, z<2>;
+        prmt.b32 h0, $2, 0, 0x1404;
+        prmt.b32 h1, $2, 0, 0x3424;
+        shr.b32 r0, h0, 1;
+        shr.b32 r1, h1, 1;
+        and.b32 r0, r0, 0x3F803F80;
+        and.b32 r1, r1, 0x3F803F80;
+        and.b32 t0, h0, 0x80008000;
+        and.b32 t1, h1, 0x80008000;
+        or.b32 r0, r0, t0;
+        or.b32 r1, r1, t1;
+        xor.b32 t0, r0, 0x3F803F80;
+        xor.b32 t1, r1, 0x3F803F80;
+        and.b32 t0, t0, 0x7FFF7FFF;
+        and.b32 t1, t1, 0x7FFF7FFF;
+        add.u32 t0, t0, 0x7FFF7FFF;
+        add.u32 t1, t1, 0x7FFF7FFF;
+        not.b32 t0, t0;
+        not.b32 t1, t1;
+        and.b32 z0, t0, 0x80008000;
+        and.b32 z1, t1, 0x80008000;
+        shr.b32 t0, z0, 6;
+        shr.b32 t1, z1, 6;
+        sub.u32 z0, z0, t0;
+        sub.u32 z1, z1, t1;
+        or.b32 $0, r0, z0;
+        or.b32 $1, r1, z1;
+        }""",
+        constraints="=r,=r,r", args=[code], dtype=tl.float16, is_pure=True, pack=4)

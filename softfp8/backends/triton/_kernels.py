@@ -17,8 +17,20 @@ Split-K: with PARTIAL the kernels write float32 partial sums to ws[pid_k, M, N] 
 import triton
 import triton.language as tl
 
-from ._decode import (e2m1_to_f16, e2m1_to_f32, e4m3_to_f16_div256, e4m3_to_f32, e5m2_to_f16,
-                      e5m2_to_f32, e8m0_to_f32)
+from ._decode import (e2m1_to_f16, e2m1_to_f32, e4m3_to_f16_div256, e4m3_to_f16_div256_ptx,
+                      e4m3_to_f32, e5m2_to_f16, e5m2_to_f16_ptx, e5m2_to_f32, e8m0_to_f32)
+
+
+@triton.jit
+def _fp8_to_f16(codes, FMT: tl.constexpr, ASM: tl.constexpr):
+    """Software FP8 decode to fp16 (E4M3 as value * 2^-8): PTX on NVIDIA, portable elsewhere."""
+    if FMT == "e5m2":
+        if ASM:
+            return e5m2_to_f16_ptx(codes)
+        return e5m2_to_f16(codes)
+    if ASM:
+        return e4m3_to_f16_div256_ptx(codes)
+    return e4m3_to_f16_div256(codes)
 
 
 @triton.jit
@@ -63,7 +75,8 @@ def gemv_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr,
                 M, N, K, RB, SB, KB_SPLIT,
                 FMT: tl.constexpr, HAS_SCALE: tl.constexpr, HAS_BIAS: tl.constexpr,
                 INJECT: tl.constexpr, HW: tl.constexpr, BLOCK_M: tl.constexpr,
-                BLOCK_N: tl.constexpr, BLOCK_KB: tl.constexpr, PARTIAL: tl.constexpr):
+                BLOCK_N: tl.constexpr, BLOCK_KB: tl.constexpr, PARTIAL: tl.constexpr,
+                ASM: tl.constexpr = False):
     """CUDA-core GEMV for M <= BLOCK_M (1, or a few rows): program (pid_n, pid_k) reads rows
     pid_n*BLOCK_N.. over bytes [pid_k*KB_SPLIT, +KB_SPLIT) once for all M rows of x. The
     accumulator keeps the K axis ([BM, BN, BLOCK_KB] for FP8) so the loop has no cross-thread
@@ -92,12 +105,10 @@ def gemv_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr,
         bb = kb + b3
         codes = tl.load(w_rows + bb, mask=mask_n & (bb < RB), other=0)
         if FMT == "e5m2" or FMT == "e4m3":
-            if FMT == "e5m2":
-                w = e5m2_to_f32(codes, HW)
-            elif HW:
-                w = e4m3_to_f32(codes, HW)
+            if HW:
+                w = e5m2_to_f32(codes, HW) if FMT == "e5m2" else e4m3_to_f32(codes, HW)
             else:
-                w = e4m3_to_f16_div256(codes).to(tl.float32)  # x 256 once, below
+                w = _fp8_to_f16(codes, FMT, ASM).to(tl.float32)  # E4M3: x 256 once, below
             xv = tl.load(x_rows + bb, mask=mask_m & (bb < K), other=0.0).to(tl.float32)
             acc += w * xv
         else:
@@ -128,7 +139,7 @@ def dot_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr,
                FMT: tl.constexpr, HAS_SCALE: tl.constexpr, HAS_BIAS: tl.constexpr,
                INJECT: tl.constexpr, HW: tl.constexpr, BLOCK_M: tl.constexpr,
                BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PARTIAL: tl.constexpr,
-               PRECISION: tl.constexpr, UPCAST: tl.constexpr):
+               PRECISION: tl.constexpr, UPCAST: tl.constexpr, ASM: tl.constexpr = False):
     """tl.dot kernel: each step decodes a [BLOCK_N, BLOCK_K] weight tile into x's dtype (fp16,
     bf16, or fp32 with PRECISION="ieee") and multiplies it with a [BLOCK_M, BLOCK_K] tile of x.
     Small M: one M block (BLOCK_M = 16), so the weights are read once for all rows; larger M:
@@ -159,15 +170,10 @@ def dot_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr,
         kk = k0 + offs_k[None, :]
         xt = tl.load(x_rows + kk, mask=mask_m & (kk < K), other=0.0).to(xdt)
         if FP8:
-            if FMT == "e5m2":
-                if xdt == tl.float16 and not HW:
-                    w = e5m2_to_f16(codes)  # already the fp16 bits: no arithmetic at all
-                else:
-                    w = e5m2_to_f32(codes, HW).to(xdt)
-            elif HW:
-                w = e4m3_to_f32(codes, HW).to(xdt)
+            if HW:
+                w = (e5m2_to_f32(codes, HW) if FMT == "e5m2" else e4m3_to_f32(codes, HW)).to(xdt)
             else:
-                w = _f16_to(e4m3_to_f16_div256(codes), xdt)  # exact in bf16/fp32; x 256 below
+                w = _f16_to(_fp8_to_f16(codes, FMT, ASM), xdt)  # E4M3: x 256 below
             acc = tl.dot(xt, tl.trans(w), acc, input_precision=PRECISION)
         else:
             # No interleave: the even codes (low nibbles) meet x's even elements and the odd
