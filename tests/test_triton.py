@@ -146,8 +146,12 @@ def test_launch_table_is_deterministic_and_splits_small_n():
     h200 = triton_backend.DeviceInfo(sm_count=132, capability=(9, 0), interpreter=False)
     a = launch_config(4096, 4096, 1, Format.E5M2, h200)
     assert a == launch_config(4096, 4096, 1, Format.E5M2, h200)
-    assert a.kernel is Kernel.GEMV and a.split_k > 1  # 512 row blocks < 4 per SM
-    assert launch_config(128256, 4096, 1, Format.E5M2, h200).split_k == 1
+    assert a.kernel is Kernel.GEMV and a.split_k == 1  # 512 row blocks fill a wave: no split
+    t4 = triton_backend.DeviceInfo(sm_count=40, capability=(7, 5), interpreter=False)
+    assert launch_config(64, 4096, 1, Format.E5M2, t4).split_k > 1  # 8 row blocks < 40 SMs
+    big = launch_config(128256, 4096, 1, Format.E5M2, h200)
+    assert big.kernel is Kernel.SMALL_M and big.split_k == 1  # measured: the dot kernel wins
+    assert launch_config(128256, 4096, 1, Format.E5M2, h200, torch.float32).kernel is Kernel.GEMV
     assert launch_config(4096, 4096, 8, Format.E5M2, h200).kernel is Kernel.SMALL_M
     assert launch_config(4096, 4096, 2048, Format.E5M2, h200).kernel is Kernel.TILED
     assert triton_backend.uses_hardware_fp8(Format.E4M3, h200)

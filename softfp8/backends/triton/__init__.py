@@ -97,29 +97,42 @@ def uses_hardware_fp8(fmt: Format, info: DeviceInfo) -> bool:
 
 def launch_config(n: int, k: int, m: int, fmt: Format, info: DeviceInfo,
                   x_dtype: torch.dtype = torch.float16) -> LaunchConfig:
-    """The launch table, keyed on (N, K, M, device). Why these numbers:
-    - GEMV: 8 rows x 1024 codes per step and 4 warps: for FP8 each thread issues four 16-byte
-      loads per step (bytes in flight to cover HBM latency) and keeps 64 fp32 partial sums
-      (124-128 registers on sm_90, no spills); FP4 rows are half the bytes (2 loads).
+    """The launch table, keyed on (N, K, M, device). M = 1 comes from the H200 sweep of
+    2026-11-29 (benchmarks/sweep_gemv.py; integer FP8 decode, fp16 activations; BENCHMARKS.md):
+    - 8-bit, N >= 8192, where tl.dot has tensor cores: the dot kernel with one 16-row x block
+      (decode to fp16 tiles), 32 (N < 16384) or 64 x 256 tiles, 4 warps, 3 stages: E5M2 up to
+      4.2 TB/s at 128256 x 4096, 1.3-1.5x faster than the FMA GEMV there.
+    - 8-bit below that, and FP4: the FMA GEMV with 16-byte loads; FP8 8 rows x 1024 codes, FP4
+      4 rows x 2048 codes (16 x 1024 from N >= 16384). FP4 is decode-bound (0.5-0.7 TB/s), so
+      its tiles mattered little (within 5%).
+    - Split-K only when the row blocks don't fill one wave of SMs: at 4096 x 4096 a 2-way split
+      cost 25% (the reduction is a second launch).
+    Reasoned, not measured (and every GPU but the H200):
     - Small M (2..16): one 16-row x block against a 64 x 256 weight tile; fp32 activations with
       M <= 4 stay on the GEMV (an fp32 "ieee" dot is FMAs on 16 padded rows, 4x the work), and
       FMA-dot tiles are smaller (fp32 at 128 x 128 spilled 42 KB on sm_90; fp16 at 64 x 256 on
       sm_75 spilled 9 KB: triton_compile_worker.py, 2026-11-29, triton 3.9.0).
     - Tiled: 64/128 x 128 output tiles, 8 warps, 3 stages, the usual Hopper/Ampere shapes.
-    - Split-K when there are fewer than 4 programs per SM (e.g. N = 4096 at M = 1 on 132 SMs):
-      K is cut into at most 16 equal parts, each at least one step long.
     The interpreter gets large tiles and few programs, since it pays per program, not per byte.
-    Tuning against measurements is issue 5; until then these are reasoned, not measured.
     """
     f32 = x_dtype == torch.float32
     # Where tl.dot becomes FMAs with operands in registers -- fp32 "ieee", and every dtype before
     # sm_80 (Triton 3.x has no tensor-core path there) -- tiles must be small or they spill.
     fma_dot = f32 or (info.capability is not None and info.capability < (8, 0))
     mx = fmt is Format.MXFP4  # the tl.dot kernels step one MXFP4 block (32 codes) at a time
-    if m == 1 or (f32 and m <= 4):
+    fp8 = fmt in (Format.E5M2, Format.E4M3)
+    if m == 1 and fp8 and n >= 8192 and not fma_dot and not info.interpreter:
+        cfg = LaunchConfig(Kernel.SMALL_M, 16, 64 if n >= 16384 else 32, 256, num_warps=4,
+                           num_stages=3)
+    elif m == 1 or (f32 and m <= 4):
         bm = 1 if m == 1 else (2 if m == 2 else 4)
-        bn = 64 if info.interpreter else max(8 // bm, 2)
-        cfg = LaunchConfig(Kernel.GEMV, bm, bn, 1024)
+        if info.interpreter:
+            cfg = LaunchConfig(Kernel.GEMV, bm, 64, 1024)
+        elif fp8 or bm > 1:
+            cfg = LaunchConfig(Kernel.GEMV, bm, max(8 // bm, 2), 1024)
+        else:
+            cfg = LaunchConfig(Kernel.GEMV, 1, 16 if n >= 16384 else 4,
+                               1024 if n >= 16384 else 2048)
     elif m <= 16:
         if fma_dot:
             cfg = LaunchConfig(Kernel.SMALL_M, 16, 32, 32, num_warps=4, num_stages=2)
@@ -135,7 +148,7 @@ def launch_config(n: int, k: int, m: int, fmt: Format, info: DeviceInfo,
                            num_warps=8, num_stages=3)
     programs = -(-n // cfg.block_n) * -(-m // cfg.block_m)
     steps = -(-k // cfg.block_k)
-    want = 4 * info.sm_count
+    want = 4 * info.sm_count if info.interpreter else info.sm_count
     split = 1 if programs >= want else min(16, steps, -(-want // programs))
     return LaunchConfig(cfg.kernel, cfg.block_m, cfg.block_n, cfg.block_k, max(split, 1),
                         cfg.num_warps, cfg.num_stages)
