@@ -24,4 +24,18 @@ sweep2)
   run sweep2 330 python3 benchmarks/sweep_gemv.py --ms 1 --budget 300 --shapes "4096,4096;12288,4096;22016,4096;4096,11008;128256,4096" --out "$OUT/sweep2.json"
   SOFTFP8_FP8_DECODE=integer run token 120 python3 -m softfp8.bench token --preset llama2-7b --backends triton --out "$OUT/token.json"
   ;;
+final)
+  # issue 3/4/5/7/8 numbers: one call. The software FP8 decode is forced where it matters
+  # (SOFTFP8_FP8_DECODE=integer: what a GPU without FP8 units runs).
+  run probe 40 python3 -m softfp8.probe --bandwidth
+  run gputests 110 python3 -m pytest -q -m gpu -p no:cacheprovider tests/
+  export SOFTFP8_FP8_DECODE=integer
+  run token 40 python3 -m softfp8.bench token --preset llama2-7b --backends triton --out "$OUT/token.json"
+  run shapes 60 python3 -m softfp8.bench shapes --preset llama3-8b --backends triton --out "$OUT/shapes.json"
+  run smallm 50 python3 -m softfp8.bench small-m --preset llama3-8b --backends triton --formats e5m2,e4m3 --out "$OUT/smallm.json"
+  run prefill 50 python3 -m softfp8.bench prefill --preset llama3-8b --backends triton --formats e5m2,e4m3,nvfp4 --out "$OUT/prefill.json"
+  unset SOFTFP8_FP8_DECODE
+  run native 70 python3 benchmarks/gpu_native_crossover.py --ms 1,4,16,32,64,128,256,512,2048 --reps 10 --json "$OUT/native.json"
+  SOFTFP8_FP8_DECODE=integer run e2e 120 python3 benchmarks/gpu_e2e_generate.py --variants fp16,e5m2,e4m3,nvfp4 --modes eager --short 8 --long 40 --repeats 2 --json "$OUT/e2e.json"
+  ;;
 esac
