@@ -79,7 +79,7 @@ def test_select_with_mocked_cuda(monkeypatch, cap, ok):
 def test_auto_accepts_follows_the_crossover():
     cuda = torch.device("cuda")
     below = native.auto_accepts(Format.E4M3, native.NATIVE_MIN_M - 1, cuda, None)
-    assert below is not None and str(native.NATIVE_MIN_M) in below and "provisional" in below
+    assert below is not None and str(native.NATIVE_MIN_M) in below and "measured" in below
     assert native.auto_accepts(Format.E4M3, native.NATIVE_MIN_M, cuda, None) is None
     assert native.auto_accepts("e5m2", 4 * native.NATIVE_MIN_M, cuda, None) is None
     assert "nvfp4" in native.auto_accepts(Format.NVFP4, 4096, cuda, None)

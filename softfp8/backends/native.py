@@ -62,10 +62,12 @@ NEEDS = Needs(formats=frozenset({Format.E4M3, Format.E5M2}), device_types=frozen
 QUANTIZES_ACTIVATIONS = True
 """W8A8: activations are rounded to E4M3 per call (see the module docstring for the bound)."""
 
-# PROVISIONAL, not yet measured: auto uses native from this M upwards and the weight-only
-# (Triton) path below it. The lead measures the real crossover on the H200 with
-# benchmarks/gpu_native_crossover.py and replaces this value (with the command and date).
-NATIVE_MIN_M = 32
+# Auto uses native from this M upwards and the weight-only (Triton) path below it. Measured on
+# the H200, 2026-11-29, torch 2.11.0+cu130, triton 3.6.0, llama3-8b layer shapes, E4M3 W8A8 vs
+# Triton weight-only: `python benchmarks/gpu_native_crossover.py --ms 1,4,16,32,64,128,256,512,
+# 2048 --reps 10` (BENCHMARKS.md): native is faster for gate_up and down from M = 256 and for
+# the whole layer from M = 256.
+NATIVE_MIN_M = 256
 
 EXPECTED_REL_ERR_BOUND = 0.05
 """Documented bound on ‖y_native − y_weight_only‖ / ‖y_weight_only‖ (module docstring)."""
@@ -95,7 +97,7 @@ def auto_accepts(fmt: Format, m: int, device: torch.device, report: object = Non
         return ("not verified on ROCm (MI300 uses the fnuz FP8 encoding, not the e4m3fn codes "
                 "softfp8 stores); force backend='native' to try it")
     if m < NATIVE_MIN_M:
-        return (f"M = {m} is below the native crossover M = {NATIVE_MIN_M} (provisional); "
+        return (f"M = {m} is below the native crossover M = {NATIVE_MIN_M} (measured on the H200); "
                 "the weight-only path is faster there")
     return None
 
