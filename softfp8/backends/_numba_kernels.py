@@ -25,6 +25,8 @@ _INLINE = dict(nogil=True, cache=True, fastmath=_FM, inline="always")
 _I32 = np.int32
 _F32_QNAN = 0x7FC00000
 _F32_INF = 0x7F800000
+_SIGN = np.int32(-0x80000000)
+_E2M1_BITS = np.int32(0x01C00000)  # e1 e0 m0 at float32 bits 22..24
 
 
 # -- bit casts: numba has no scalar float32<->int32 view in parallel code, nor float16 on CPU --
@@ -306,65 +308,149 @@ def gemv_fp8(c16, xe, xo, y, chunk, e4m3):
 # block scale, decoded in the lane by bit operations (E4M3 or E8M0). Lanes per word with the
 # scales spread per word first ran at 7.9 against 11 Gelem/s: the spreading loop is scalar.
 # Written out by hand: a `for j in range(8)` loop is not unrolled before vectorisation (4x
-# slower), and a decoder passed as an argument is not inlined.
+# slower), and calling the word decoders from here (numba's IR inlining deep-copies the callee
+# per call site) took ~20 s to compile per variant.
 
 @nb.njit(**_INLINE)
 def _word_sum_select(w, xp, o, b):
-    d = e2m1_word_select
-    return (d(w, 0) * xp[o, b] + d(w, 1) * xp[o + 1, b] + d(w, 2) * xp[o + 2, b]
-            + d(w, 3) * xp[o + 3, b] + d(w, 4) * xp[o + 4, b] + d(w, 5) * xp[o + 5, b]
-            + d(w, 6) * xp[o + 6, b] + d(w, 7) * xp[o + 7, b])
+    """Sum over the 8 codes j of word w of code x xp[o + j, b]: e2m1_word_select written out, its
+    two selects as masks (conditional expressions compiled ~3x slower, same speed)."""
+    t = w
+    k = _I32(t & _I32(7))
+    m = _I32(_I32(k << _I32(22)) + _I32(0x3F000000))
+    m = _I32(_I32(m - _I32(_I32(k == _I32(1)) << _I32(22))) & _I32(-_I32(k != _I32(0))))
+    a = _i2f(_I32(m | _I32(_I32(t << _I32(28)) & _SIGN))) * xp[o + 0, b]
+    t = _I32(w >> _I32(4))
+    k = _I32(t & _I32(7))
+    m = _I32(_I32(k << _I32(22)) + _I32(0x3F000000))
+    m = _I32(_I32(m - _I32(_I32(k == _I32(1)) << _I32(22))) & _I32(-_I32(k != _I32(0))))
+    a += _i2f(_I32(m | _I32(_I32(t << _I32(28)) & _SIGN))) * xp[o + 1, b]
+    t = _I32(w >> _I32(8))
+    k = _I32(t & _I32(7))
+    m = _I32(_I32(k << _I32(22)) + _I32(0x3F000000))
+    m = _I32(_I32(m - _I32(_I32(k == _I32(1)) << _I32(22))) & _I32(-_I32(k != _I32(0))))
+    a += _i2f(_I32(m | _I32(_I32(t << _I32(28)) & _SIGN))) * xp[o + 2, b]
+    t = _I32(w >> _I32(12))
+    k = _I32(t & _I32(7))
+    m = _I32(_I32(k << _I32(22)) + _I32(0x3F000000))
+    m = _I32(_I32(m - _I32(_I32(k == _I32(1)) << _I32(22))) & _I32(-_I32(k != _I32(0))))
+    a += _i2f(_I32(m | _I32(_I32(t << _I32(28)) & _SIGN))) * xp[o + 3, b]
+    t = _I32(w >> _I32(16))
+    k = _I32(t & _I32(7))
+    m = _I32(_I32(k << _I32(22)) + _I32(0x3F000000))
+    m = _I32(_I32(m - _I32(_I32(k == _I32(1)) << _I32(22))) & _I32(-_I32(k != _I32(0))))
+    a += _i2f(_I32(m | _I32(_I32(t << _I32(28)) & _SIGN))) * xp[o + 4, b]
+    t = _I32(w >> _I32(20))
+    k = _I32(t & _I32(7))
+    m = _I32(_I32(k << _I32(22)) + _I32(0x3F000000))
+    m = _I32(_I32(m - _I32(_I32(k == _I32(1)) << _I32(22))) & _I32(-_I32(k != _I32(0))))
+    a += _i2f(_I32(m | _I32(_I32(t << _I32(28)) & _SIGN))) * xp[o + 5, b]
+    t = _I32(w >> _I32(24))
+    k = _I32(t & _I32(7))
+    m = _I32(_I32(k << _I32(22)) + _I32(0x3F000000))
+    m = _I32(_I32(m - _I32(_I32(k == _I32(1)) << _I32(22))) & _I32(-_I32(k != _I32(0))))
+    a += _i2f(_I32(m | _I32(_I32(t << _I32(28)) & _SIGN))) * xp[o + 6, b]
+    t = _I32(w >> _I32(28))
+    k = _I32(t & _I32(7))
+    m = _I32(_I32(k << _I32(22)) + _I32(0x3F000000))
+    m = _I32(_I32(m - _I32(_I32(k == _I32(1)) << _I32(22))) & _I32(-_I32(k != _I32(0))))
+    a += _i2f(_I32(m | _I32(_I32(t << _I32(28)) & _SIGN))) * xp[o + 7, b]
+    return a
 
 
 @nb.njit(**_INLINE)
 def _word_sum_inject(w, xp, o, b):
-    d = e2m1_word_inject_div2p126
-    return (d(w, 0) * xp[o, b] + d(w, 1) * xp[o + 1, b] + d(w, 2) * xp[o + 2, b]
-            + d(w, 3) * xp[o + 3, b] + d(w, 4) * xp[o + 4, b] + d(w, 5) * xp[o + 5, b]
-            + d(w, 6) * xp[o + 6, b] + d(w, 7) * xp[o + 7, b])
+    """Sum over the 8 codes j of word w of code / 2^126 x xp[o + j, b]: e2m1_word_inject_div2p126
+    written out."""
+    t = _I32(w << _I32(28))
+    a = _i2f(_I32(_I32(t & _SIGN) | _I32(_I32(t >> _I32(6)) & _E2M1_BITS))) * xp[o + 0, b]
+    t = _I32(w << _I32(24))
+    a += _i2f(_I32(_I32(t & _SIGN) | _I32(_I32(t >> _I32(6)) & _E2M1_BITS))) * xp[o + 1, b]
+    t = _I32(w << _I32(20))
+    a += _i2f(_I32(_I32(t & _SIGN) | _I32(_I32(t >> _I32(6)) & _E2M1_BITS))) * xp[o + 2, b]
+    t = _I32(w << _I32(16))
+    a += _i2f(_I32(_I32(t & _SIGN) | _I32(_I32(t >> _I32(6)) & _E2M1_BITS))) * xp[o + 3, b]
+    t = _I32(w << _I32(12))
+    a += _i2f(_I32(_I32(t & _SIGN) | _I32(_I32(t >> _I32(6)) & _E2M1_BITS))) * xp[o + 4, b]
+    t = _I32(w << _I32(8))
+    a += _i2f(_I32(_I32(t & _SIGN) | _I32(_I32(t >> _I32(6)) & _E2M1_BITS))) * xp[o + 5, b]
+    t = _I32(w << _I32(4))
+    a += _i2f(_I32(_I32(t & _SIGN) | _I32(_I32(t >> _I32(6)) & _E2M1_BITS))) * xp[o + 6, b]
+    t = w
+    a += _i2f(_I32(_I32(t & _SIGN) | _I32(_I32(t >> _I32(6)) & _E2M1_BITS))) * xp[o + 7, b]
+    return a
 
 
+# One block sum per (format, decoder), chosen in Python: a single function with both branches
+# got inlined whole, branches and all, and compiled ~4x slower.
 @nb.njit(**_INLINE)
-def _block_sum(words, r, b, xp, mx, inject):
-    if mx:
-        if inject:
-            return (_word_sum_inject(words[r, 4 * b], xp, 0, b)
-                    + _word_sum_inject(words[r, 4 * b + 1], xp, 8, b)
-                    + _word_sum_inject(words[r, 4 * b + 2], xp, 16, b)
-                    + _word_sum_inject(words[r, 4 * b + 3], xp, 24, b))
-        return (_word_sum_select(words[r, 4 * b], xp, 0, b)
-                + _word_sum_select(words[r, 4 * b + 1], xp, 8, b)
-                + _word_sum_select(words[r, 4 * b + 2], xp, 16, b)
-                + _word_sum_select(words[r, 4 * b + 3], xp, 24, b))
-    if inject:
-        return (_word_sum_inject(words[r, 2 * b], xp, 0, b)
-                + _word_sum_inject(words[r, 2 * b + 1], xp, 8, b))
+def _nv_select(words, r, b, xp):
     return (_word_sum_select(words[r, 2 * b], xp, 0, b)
             + _word_sum_select(words[r, 2 * b + 1], xp, 8, b))
 
 
-@nb.njit(**_JIT)
-def _gemv_fp4_rows(words, scales, g, xp, y, r0, r1, mx, inject):
+@nb.njit(**_INLINE)
+def _nv_inject(words, r, b, xp):
+    return (_word_sum_inject(words[r, 2 * b], xp, 0, b)
+            + _word_sum_inject(words[r, 2 * b + 1], xp, 8, b))
+
+
+@nb.njit(**_INLINE)
+def _mx_select(words, r, b, xp):
+    return (_word_sum_select(words[r, 4 * b], xp, 0, b)
+            + _word_sum_select(words[r, 4 * b + 1], xp, 8, b)
+            + _word_sum_select(words[r, 4 * b + 2], xp, 16, b)
+            + _word_sum_select(words[r, 4 * b + 3], xp, 24, b))
+
+
+@nb.njit(**_INLINE)
+def _mx_inject(words, r, b, xp):
+    return (_word_sum_inject(words[r, 4 * b], xp, 0, b)
+            + _word_sum_inject(words[r, 4 * b + 1], xp, 8, b)
+            + _word_sum_inject(words[r, 4 * b + 2], xp, 16, b)
+            + _word_sum_inject(words[r, 4 * b + 3], xp, 24, b))
+
+
+_BLOCK_SUM = {(False, False): _nv_select, (False, True): _nv_inject,
+              (True, False): _mx_select, (True, True): _mx_inject}
+
+
+def _fp4_gemv(mx, inject):
+    """The GEMV for one (format, decoder): each of the four compiles only when first used (all in
+    one function took ~50 s to compile, most of it for variants a process never calls)."""
+
+    block_sum = _BLOCK_SUM[mx, inject]
     post = np.float32(2.0 ** 63) if inject else np.float32(1.0)
-    for r in range(r0, r1):
-        acc = np.float32(0.0)
-        if mx:
-            for b in range(scales.shape[1]):
-                acc += _block_sum(words, r, b, xp, True, inject) * e8m0_i32(scales[r, b])
-            y[r] = acc * post
-        else:  # E4M3 scale / 256 via fp16 (16-bit lanes); 256 and the tensor scale once per row
-            for b in range(scales.shape[1]):
-                acc += _block_sum(words, r, b, xp, False, inject) * e4m3_fast_div256(scales[r, b])
-            y[r] = acc * post * np.float32(256.0) * g
+
+    if mx:
+        @nb.njit(**_JIT)
+        def rows(words, scales, g, xp, y, r0, r1):
+            for r in range(r0, r1):
+                acc = np.float32(0.0)
+                for b in range(scales.shape[1]):
+                    acc += block_sum(words, r, b, xp) * e8m0_i32(scales[r, b])
+                y[r] = acc * post
+    else:
+        @nb.njit(**_JIT)
+        def rows(words, scales, g, xp, y, r0, r1):
+            for r in range(r0, r1):
+                acc = np.float32(0.0)
+                for b in range(scales.shape[1]):  # E4M3 / 256 via fp16, in 16-bit lanes
+                    acc += block_sum(words, r, b, xp) * e4m3_fast_div256(scales[r, b])
+                y[r] = acc * post * np.float32(256.0) * g  # x 256 and tensor scale once per row
+
+    @nb.njit(parallel=True, **_JIT)
+    def gemv(words, scales, g, xp, y, chunk):
+        n = words.shape[0]
+        for c in nb.prange((n + chunk - 1) // chunk):
+            rows(words, scales, g, xp, y, c * chunk, min(n, (c + 1) * chunk))
+
+    return gemv
 
 
-@nb.njit(parallel=True, **_JIT)
-def gemv_fp4(words, scales, g, xp, y, chunk, mx, inject):
-    """y[r] = row r . x for FP4 words [N, Kp/8]; xp [block codes, blocks] the planes (x 2^63
-    when inject); g the NVFP4 tensor scale."""
-    n = words.shape[0]
-    for c in nb.prange((n + chunk - 1) // chunk):
-        _gemv_fp4_rows(words, scales, g, xp, y, c * chunk, min(n, (c + 1) * chunk), mx, inject)
+GEMV_FP4 = {(mx, inject): _fp4_gemv(mx, inject) for mx in (False, True) for inject in (False, True)}
+"""(is MXFP4, inject) -> gemv(words [N, Kp/8], scales, g, xp, y, chunk): y[r] = row r . x, with
+xp [block codes, blocks] the planes (x 2^63 when inject) and g the NVFP4 tensor scale."""
 
 
 # -- M > 1: decode a row once into fp32, then reuse it for every activation row -----------------

@@ -113,8 +113,8 @@ def _matmul_f32(x: torch.Tensor, packed: PackedWeight, inject: bool, threads: in
             if inject:
                 planes = planes * _INJECT_X_SCALE  # exact: a power of two, range checked
             g = np.float32(packed.global_scale.item()) if fmt is Format.NVFP4 else np.float32(1)
-            K.gemv_fp4(packed.words.numpy(), packed.scales.numpy(), g,
-                       planes.contiguous().numpy(), yv, chunk, mx, inject)
+            K.GEMV_FP4[mx, inject](packed.words.numpy(), packed.scales.numpy(), g,
+                                   planes.contiguous().numpy(), yv, chunk)
     else:
         scales = packed.scales.numpy() if fp4 else np.zeros((1, 1), np.uint8)
         g = np.float32(packed.global_scale.item()) if fmt is Format.NVFP4 else np.float32(1.0)
