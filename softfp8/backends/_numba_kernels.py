@@ -411,46 +411,53 @@ def _mx_inject(words, r, b, xp):
             + _word_sum_inject(words[r, 4 * b + 3], xp, 24, b))
 
 
-_BLOCK_SUM = {(False, False): _nv_select, (False, True): _nv_inject,
-              (True, False): _mx_select, (True, True): _mx_inject}
+# Top-level functions, not closures from a factory: numba's disk cache did not reuse those
+# (every process recompiled), and the decoder is a runtime flag with both loops compiled.
+
+@nb.njit(**_JIT)
+def _nvfp4_rows(words, scales, g, xp, y, r0, r1, inject):
+    post = np.float32(2.0 ** 63 * 256.0) if inject else np.float32(256.0)
+    for r in range(r0, r1):
+        acc = np.float32(0.0)
+        if inject:  # E4M3 scale / 256 via fp16 (16-bit lanes); x 256 and g once per row
+            for b in range(scales.shape[1]):
+                acc += _nv_inject(words, r, b, xp) * e4m3_fast_div256(scales[r, b])
+        else:
+            for b in range(scales.shape[1]):
+                acc += _nv_select(words, r, b, xp) * e4m3_fast_div256(scales[r, b])
+        y[r] = acc * post * g
 
 
-def _fp4_gemv(mx, inject):
-    """The GEMV for one (format, decoder): each of the four compiles only when first used (all in
-    one function took ~50 s to compile, most of it for variants a process never calls)."""
-
-    block_sum = _BLOCK_SUM[mx, inject]
+@nb.njit(**_JIT)
+def _mxfp4_rows(words, scales, xp, y, r0, r1, inject):
     post = np.float32(2.0 ** 63) if inject else np.float32(1.0)
-
-    if mx:
-        @nb.njit(**_JIT)
-        def rows(words, scales, g, xp, y, r0, r1):
-            for r in range(r0, r1):
-                acc = np.float32(0.0)
-                for b in range(scales.shape[1]):
-                    acc += block_sum(words, r, b, xp) * e8m0_i32(scales[r, b])
-                y[r] = acc * post
-    else:
-        @nb.njit(**_JIT)
-        def rows(words, scales, g, xp, y, r0, r1):
-            for r in range(r0, r1):
-                acc = np.float32(0.0)
-                for b in range(scales.shape[1]):  # E4M3 / 256 via fp16, in 16-bit lanes
-                    acc += block_sum(words, r, b, xp) * e4m3_fast_div256(scales[r, b])
-                y[r] = acc * post * np.float32(256.0) * g  # x 256 and tensor scale once per row
-
-    @nb.njit(parallel=True, **_JIT)
-    def gemv(words, scales, g, xp, y, chunk):
-        n = words.shape[0]
-        for c in nb.prange((n + chunk - 1) // chunk):
-            rows(words, scales, g, xp, y, c * chunk, min(n, (c + 1) * chunk))
-
-    return gemv
+    for r in range(r0, r1):
+        acc = np.float32(0.0)
+        if inject:
+            for b in range(scales.shape[1]):
+                acc += _mx_inject(words, r, b, xp) * e8m0_i32(scales[r, b])
+        else:
+            for b in range(scales.shape[1]):
+                acc += _mx_select(words, r, b, xp) * e8m0_i32(scales[r, b])
+        y[r] = acc * post
 
 
-GEMV_FP4 = {(mx, inject): _fp4_gemv(mx, inject) for mx in (False, True) for inject in (False, True)}
-"""(is MXFP4, inject) -> gemv(words [N, Kp/8], scales, g, xp, y, chunk): y[r] = row r . x, with
-xp [block codes, blocks] the planes (x 2^63 when inject) and g the NVFP4 tensor scale."""
+@nb.njit(parallel=True, **_JIT)
+def gemv_nvfp4(words, scales, g, xp, y, chunk, inject):
+    """y[r] = row r . x for NVFP4 words [N, Kp/8]; xp [16, Kp/16] the planes (x 2^63 when
+    inject), g the tensor scale."""
+    n = words.shape[0]
+    for c in nb.prange((n + chunk - 1) // chunk):
+        _nvfp4_rows(words, scales, g, xp, y, c * chunk, min(n, (c + 1) * chunk), inject)
+
+
+@nb.njit(parallel=True, **_JIT)
+def gemv_mxfp4(words, scales, xp, y, chunk, inject):
+    """y[r] = row r . x for MXFP4 words [N, Kp/8]; xp [32, Kp/32] the planes (x 2^63 when
+    inject)."""
+    n = words.shape[0]
+    for c in nb.prange((n + chunk - 1) // chunk):
+        _mxfp4_rows(words, scales, xp, y, c * chunk, min(n, (c + 1) * chunk), inject)
 
 
 # -- M > 1: decode a row once into fp32, then reuse it for every activation row -----------------

@@ -50,9 +50,10 @@ def _threads() -> int:
 
 
 def _chunk(rows: int, threads: int) -> int:
-    # Several chunks per thread balance uneven progress; multiples of 4 keep the four-row FP8
-    # GEMV on its fast path.
-    c = max(4, -(-rows // (threads * 4)))
+    # ~16 chunks per thread balance uneven progress (measured E5M2 11008x4096, 2 threads: 1.66 ms
+    # against 2.55 ms with 4 per thread); multiples of 4 keep the four-row FP8 GEMV on its fast
+    # path.
+    c = max(4, -(-rows // (threads * 16)))
     return -(-c // 4) * 4
 
 
@@ -112,9 +113,12 @@ def _matmul_f32(x: torch.Tensor, packed: PackedWeight, inject: bool, threads: in
             inject = inject and _inject_fold_safe(x0)
             if inject:
                 planes = planes * _INJECT_X_SCALE  # exact: a power of two, range checked
-            g = np.float32(packed.global_scale.item()) if fmt is Format.NVFP4 else np.float32(1)
-            K.GEMV_FP4[mx, inject](packed.words.numpy(), packed.scales.numpy(), g,
-                                   planes.contiguous().numpy(), yv, chunk)
+            xpn = planes.contiguous().numpy()
+            if mx:
+                K.gemv_mxfp4(packed.words.numpy(), packed.scales.numpy(), xpn, yv, chunk, inject)
+            else:
+                K.gemv_nvfp4(packed.words.numpy(), packed.scales.numpy(),
+                             np.float32(packed.global_scale.item()), xpn, yv, chunk, inject)
     else:
         scales = packed.scales.numpy() if fp4 else np.zeros((1, 1), np.uint8)
         g = np.float32(packed.global_scale.item()) if fmt is Format.NVFP4 else np.float32(1.0)
