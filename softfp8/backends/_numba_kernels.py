@@ -6,9 +6,10 @@ compiling. fastmath is {'reassoc', 'contract'} only: it lets LLVM split the K-re
 vector lanes and fuse multiply-adds, and keeps NaN/inf semantics (no nnan/ninf), so NaN and inf
 propagate as in torch's matmul.
 
-Layout (softfp8/formats.py): FP8 rows are read as bytes [N, Kp], FP4 rows as bytes [N, Kp/2]
-with the even code of a byte in its low nibble; the FP4 kernels take x split into its even and
-odd elements (xe, xo) so both nibbles of a byte meet contiguous activations.
+Layout (softfp8/formats.py): the GEMVs read FP8 rows as uint16 [N, Kp/2] (two codes per lane,
+x split into its even and odd elements) and FP4 rows as int32 words [N, Kp/8] with one vector lane
+per scale block (x split into planes xp[j, b] = x[block * b + j]); the M > 1 path decodes rows
+from bytes.
 """
 from __future__ import annotations
 
