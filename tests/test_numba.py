@@ -63,6 +63,40 @@ def test_e2m1_under_ftz_inject_fails_on_half_select_stays_exact(flush_denormals)
     assert inject[[1, 9]].tolist() == [0.0, 0.0]
 
 
+@pytest.mark.parametrize("ftz", [False, True], ids=["denormals", "ftz"])
+@pytest.mark.parametrize("name, dtype, factor", [("e5m2_pair", torch.float8_e5m2, 1.0),
+                                                 ("e4m3_pair_div256", torch.float8_e4m3fn, 256.0)])
+def test_pair_decoders_every_code_in_both_bytes(name, dtype, factor, ftz, request):
+    """The GEMV reads FP8 rows as uint16: every code must decode in the low and the high byte."""
+    if ftz:
+        request.getfixturevalue("flush_denormals")
+    lo, hi = torch.meshgrid(ALL_BYTES, ALL_BYTES, indexing="ij")
+    u16 = (lo | (hi << 8)).reshape(-1).to(torch.int32).to(torch.uint16)  # every pair of codes
+    got = torch.from_numpy(K.PACKED_DECODERS[name](u16.numpy())) * factor  # exact: power of 2
+    want = torch.stack([lo, hi], -1).reshape(-1).to(torch.uint8).view(dtype).to(torch.float32)
+    assert same_bits(got, want).all()
+
+
+@pytest.mark.parametrize("name, factor", [("e2m1_word_select", 1.0),
+                                          ("e2m1_word_inject_div2p126", 2.0 ** 126)])
+def test_word_decoders_every_code_at_every_position(name, factor):
+    """The FP4 GEMV decodes code j of an int32 word in place: all 16 codes at all 8 positions,
+    next to neighbours of every value (word k has code (k + j) % 16 at position j)."""
+    j = torch.arange(8)
+    codes = (torch.arange(16)[:, None] + j[None, :]) % 16  # [16 words, 8 positions]
+    words = (codes << (4 * j)).sum(1).to(torch.int64)
+    words = torch.where(words >= 2 ** 31, words - 2 ** 32, words).to(torch.int32)
+    got = torch.from_numpy(K.PACKED_DECODERS[name](words.numpy())).double() * factor
+    want = E2M1_TO_FLOAT32[codes.reshape(-1)]
+    assert same_bits(got.float(), want).all(), got.tolist()
+
+
+def test_e8m0_i32_every_code():
+    codes = torch.arange(256, dtype=torch.int32)
+    got = torch.from_numpy(K.DECODERS["e8m0_i32"](codes.numpy()))
+    assert same_bits(got, codes.to(torch.uint8).view(torch.float8_e8m0fnu).float()).all()
+
+
 def fp64_reference(x, packed, bias=None):
     y = x.double() @ softfp8.dequantize(packed).double().T
     return y if bias is None else y + bias.double()
@@ -159,7 +193,7 @@ _CACHE_PROBE = textwrap.dedent("""
     packed = softfp8.quantize(torch.randn(8, 64), "e5m2")
     t = time.perf_counter()
     numba_cpu.matmul(torch.randn(1, 64), packed, None, e2m1=softfp8.dispatch.E2M1Decode.SELECT)
-    s = K.gemv_e5m2.stats
+    s = K.gemv_fp8.stats
     print(json.dumps({"hits": sum(s.cache_hits.values()), "misses": sum(s.cache_misses.values()),
                       "seconds": time.perf_counter() - t}))
 """)
@@ -178,3 +212,16 @@ def test_second_process_loads_kernels_from_the_disk_cache(tmp_path):
     assert first["misses"] >= 1 and first["hits"] == 0  # empty cache: compiled
     assert second["hits"] >= 1 and second["misses"] == 0  # loaded, nothing compiled
     print(f"\ncold (compile) {first['seconds']:.2f} s, second process {second['seconds']:.3f} s")
+
+
+@pytest.mark.parametrize("fmt", ["nvfp4", "mxfp4"])
+@pytest.mark.parametrize("magnitude", [1e-30, 1e-15, 1.0, 1e17, 1e30])
+def test_fp4_inject_fold_holds_over_the_range_of_x(fmt, magnitude):
+    """The inject GEMV folds 2^126 as 2^63 on x and on the row sum; where x is too large or too
+    small for that, numba_cpu falls back to select. Either way the result stays within 1e-6."""
+    packed, g = quantized(fmt, 37, 200, seed=3)
+    x = torch.randn(1, 200, generator=g) * magnitude
+    ref = fp64_reference(x, packed)
+    y = run(x, packed, e2m1="inject")
+    assert torch.isfinite(y).all()
+    assert rel_err(y, ref) <= 1e-6
