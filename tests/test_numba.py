@@ -225,3 +225,18 @@ def test_fp4_inject_fold_holds_over_the_range_of_x(fmt, magnitude):
     y = run(x, packed, e2m1="inject")
     assert torch.isfinite(y).all()
     assert rel_err(y, ref) <= 1e-6
+
+
+@pytest.mark.parametrize("e2m1", ["inject", "select"])
+@pytest.mark.parametrize("m", [1, 2, 5])
+def test_fp4_zero_codes_beside_a_large_block_scale_stay_zero(e2m1, m):
+    """Found by hypothesis: a row whose only block scale is large (448) beside zero blocks. With
+    fastmath reassoc, 2^126 (injection) * 448 * g overflowed to inf and inf * 0 gave NaN."""
+    w = torch.zeros(4, 14)
+    w[3, 13] = 32.0
+    packed = softfp8.quantize(w, "nvfp4")
+    x = torch.randn(m, 14, generator=torch.Generator().manual_seed(0))
+    y = softfp8.linear(x, packed, backend="numba", e2m1=e2m1)
+    want = x.double() @ softfp8.dequantize(packed).double().T
+    assert torch.isfinite(y).all()
+    assert rel_err(y, want) <= 1e-6

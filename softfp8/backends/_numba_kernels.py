@@ -479,14 +479,14 @@ def _decode_row(kind, codes, scales, g, r, inject, out):
         per = 8 if kind == NVFP4 else 16  # bytes per block scale
         for blk in range(scales.shape[1]):
             s = e4m3_bits(scales[r, blk]) * g if kind == NVFP4 else e8m0(scales[r, blk])
+            # Always select here, whatever `inject` says: with fastmath's reassoc, LLVM folded
+            # the injection's x 2^126 into s, which overflows for s >= 4 (inf * 0 = NaN for zero
+            # codes; the case decode_e2m1_to_f32_inject's docstring warns of). A row is decoded
+            # once per call here, so the cheaper decoder buys nothing.
             for i in range(blk * per, (blk + 1) * per):
                 b = _I32(codes[r, i])
-                if inject:
-                    out[2 * i] = e2m1_inject(b) * s
-                    out[2 * i + 1] = e2m1_inject(_I32(b >> _I32(4))) * s
-                else:
-                    out[2 * i] = e2m1_select(b) * s
-                    out[2 * i + 1] = e2m1_select(_I32(b >> _I32(4))) * s
+                out[2 * i] = e2m1_select(b) * s
+                out[2 * i + 1] = e2m1_select(_I32(b >> _I32(4))) * s
 
 
 @nb.njit(parallel=True, **_JIT)
