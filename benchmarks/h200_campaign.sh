@@ -38,4 +38,9 @@ final)
   run native 70 python3 benchmarks/gpu_native_crossover.py --ms 1,4,16,32,64,128,256,512,2048 --reps 10 --json "$OUT/native.json"
   SOFTFP8_FP8_DECODE=integer run e2e 120 python3 benchmarks/gpu_e2e_generate.py --variants fp16,e5m2,e4m3,nvfp4 --modes eager --short 8 --long 40 --repeats 2 --json "$OUT/e2e.json"
   ;;
+fp4)
+  run gputests 120 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_triton.py
+  run sweep3 200 python3 benchmarks/sweep_gemv.py --ms 1 --budget 180 --formats nvfp4,mxfp4 --shapes "4096,4096;22016,4096;4096,11008;128256,4096" --out "$OUT/sweep3.json"
+  SOFTFP8_FP8_DECODE=integer run token 40 python3 -m softfp8.bench token --preset llama2-7b --backends triton --out "$OUT/token.json"
+  ;;
 esac

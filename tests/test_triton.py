@@ -227,3 +227,35 @@ def test_gpu_every_fp8_code_through_the_kernel_decode(fmt, kernel):
         want = decode(torch.arange(256))
     same = (y == want) | (torch.isnan(y) & torch.isnan(want))
     assert same.all(), torch.arange(256)[~same].tolist()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA/ROCm GPU")
+@pytest.mark.parametrize("fmt", [Format.NVFP4, Format.MXFP4])
+@pytest.mark.parametrize("e2m1", [E2M1Decode.INJECT, E2M1Decode.SELECT])
+@pytest.mark.parametrize("kernel", [triton_backend.Kernel.GEMV, triton_backend.Kernel.SMALL_M])
+def test_gpu_every_e2m1_code_in_both_nibbles_through_the_kernel(fmt, e2m1, kernel):
+    """Rows 0..15 hold code n in the low nibble of byte 0 (k = 0), rows 16..31 in the high one
+    (k = 1); x = 1 at k = 0 and 1, 0 elsewhere; scales 1. So y[n] is that code decoded, through
+    the decode the kernel really runs (PTX pairs on NVIDIA with inject)."""
+    from softfp8.decode import E2M1_TO_FLOAT32
+
+    dev = torch.device("cuda")
+    codes = torch.zeros(32, 16, dtype=torch.uint8, device=dev)
+    codes[:16, 0] = torch.arange(16, dtype=torch.uint8, device=dev)
+    codes[16:, 0] = torch.arange(16, dtype=torch.uint8, device=dev) << 4
+    if fmt is Format.NVFP4:
+        scales = torch.full((32, 2), 0x38, dtype=torch.uint8, device=dev)  # E4M3 1.0
+        packed = PackedWeight(fmt, (32, 32), codes.view(torch.int32), scales,
+                              torch.ones((), device=dev))
+    else:
+        scales = torch.full((32, 1), 127, dtype=torch.uint8, device=dev)  # E8M0 1.0
+        packed = PackedWeight(fmt, (32, 32), codes.view(torch.int32), scales)
+    x = torch.zeros(1, 32, device=dev)
+    x[0, :2] = 1.0
+    gemv = kernel is triton_backend.Kernel.GEMV
+    block_k = 32 if fmt is Format.MXFP4 and not gemv else 64
+    cfg = triton_backend.LaunchConfig(kernel, 1 if gemv else 16, 8 if gemv else 32, block_k)
+    y = triton_backend.run(x if gemv else x.half(), packed, None, cfg, e2m1=e2m1).float().cpu()
+    want = torch.cat([E2M1_TO_FLOAT32, E2M1_TO_FLOAT32])
+    assert torch.equal(y[0], want), (y[0] - want).nonzero().flatten().tolist()

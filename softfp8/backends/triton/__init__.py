@@ -202,8 +202,8 @@ def run(x: torch.Tensor, packed: PackedWeight, bias: torch.Tensor | None, cfg: L
     sb = packed.scales.shape[1] if spec.scale not in (ScaleKind.ROW, ScaleKind.NONE) else 0
     info = device_info(x.device)
     # PTX word-at-a-time FP8 decode: NVIDIA only (not ROCm, not the interpreter)
-    asm = (info.capability is not None and not info.interpreter and not hw_fp8
-           and packed.fmt in (Format.E5M2, Format.E4M3))
+    # (FP4: the PTX decode injects, so it is used only with e2m1=inject)
+    asm = info.capability is not None and not info.interpreter and not hw_fp8
     common = dict(FMT=packed.fmt.value, HAS_SCALE=has_scale, HAS_BIAS=bias is not None,
                   INJECT=e2m1 is E2M1Decode.INJECT, HW=hw_fp8, ASM=asm, BLOCK_M=cfg.block_m,
                   BLOCK_N=cfg.block_n, PARTIAL=split > 1, num_warps=cfg.num_warps,

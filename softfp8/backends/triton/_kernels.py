@@ -17,7 +17,7 @@ Split-K: with PARTIAL the kernels write float32 partial sums to ws[pid_k, M, N] 
 import triton
 import triton.language as tl
 
-from ._decode import (e2m1_to_f16, e2m1_to_f32, e4m3_to_f16_div256, e4m3_to_f16_div256_ptx,
+from ._decode import (e2m1_pair_to_f16_ptx, e2m1_to_f16, e2m1_to_f32, e4m3_to_f16_div256, e4m3_to_f16_div256_ptx,
                       e4m3_to_f32, e5m2_to_f16, e5m2_to_f16_ptx, e5m2_to_f32, e8m0_to_f32)
 
 
@@ -112,8 +112,13 @@ def gemv_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr,
             xv = tl.load(x_rows + bb, mask=mask_m & (bb < K), other=0.0).to(tl.float32)
             acc += w * xv
         else:
-            lo = e2m1_to_f32(codes, INJECT)
-            hi = e2m1_to_f32(codes >> 4, INJECT)
+            if ASM and INJECT:
+                lo16, hi16 = e2m1_pair_to_f16_ptx(codes)
+                lo = lo16.to(tl.float32)
+                hi = hi16.to(tl.float32)
+            else:
+                lo = e2m1_to_f32(codes, INJECT)
+                hi = e2m1_to_f32(codes >> 4, INJECT)
             # one contiguous (vectorised) load of x, split into the even and odd codes' planes
             kk = 2 * kb + tl.arange(0, 2 * BLOCK_KB)[None, None, :]
             xx = tl.load(x_rows + kk, mask=mask_m & (kk < K), other=0.0).to(tl.float32)
@@ -181,8 +186,11 @@ def dot_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr,
             xx = tl.load(x_rows + (2 * kb + tl.arange(0, 2 * BKB))[None, :],
                          mask=mask_m & ((2 * kb + tl.arange(0, 2 * BKB))[None, :] < K), other=0.0)
             xe, xo = tl.split(tl.reshape(xx.to(xdt), (BLOCK_M, BKB, 2)))
-            lo = e2m1_to_f16(codes, INJECT)
-            hi = e2m1_to_f16(codes >> 4, INJECT)
+            if ASM and INJECT:
+                lo, hi = e2m1_pair_to_f16_ptx(codes)
+            else:
+                lo = e2m1_to_f16(codes, INJECT)
+                hi = e2m1_to_f16(codes >> 4, INJECT)
             if FMT == "nvfp4":
                 # e2m1 * e4m3 has at most 6 significant bits and lies in fp16's normal range:
                 # folding the block scale into the fp16 tile is exact (and exact in bf16).
