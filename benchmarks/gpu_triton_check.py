@@ -33,7 +33,7 @@ def parity() -> bool:
     ok = True
     for fmt in Format:
         g = torch.Generator().manual_seed(0)
-        packed = softfp8.quantize(torch.randn(3840, 4103, generator=g), fmt).cuda()
+        packed = softfp8.quantize(torch.randn(3840, 4103, generator=g), fmt).to("cuda")
         w = softfp8.dequantize(packed).double()
         for m in (1, 8, 64):
             x = torch.randn(m, 4103, generator=g).cuda()
@@ -81,7 +81,7 @@ def timings() -> None:
         w16 = w32.half().cuda()
         f16 = [w16] + [w16.clone() for _ in range(n_copies(w16.numel() * 2, l2) - 1)]
         for fmt in Format:
-            p = softfp8.quantize(w32, fmt).cuda()
+            p = softfp8.quantize(w32, fmt).to("cuda")
             packs = [p] + [type(p)(p.fmt, p.shape, p.words.clone(),
                                    None if p.scales is None else p.scales.clone(), p.global_scale)
                            for _ in range(n_copies(p.nbytes, l2) - 1)]

@@ -265,6 +265,9 @@ def select(fmt: Format | str, m: int, device: torch.device | str, *,
     None defers to SOFTFP8_ACTIVATION_QUANT (default allow). `report` defaults to `probe()`.
     An explicit backend that can't run raises BackendUnavailable naming what is missing."""
     device = _check_select_args(m, device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise BackendUnavailable(f"device={device}: torch can't use a CUDA device here "
+                                 "(no GPU, or a CPU-only build of torch)")
     if report is None:
         report = probe()
     if device.type == "cuda" and device.index is None:

@@ -54,6 +54,10 @@ def packed_linear(x: torch.Tensor, words: torch.Tensor, scales: torch.Tensor | N
 def _(x, words, scales, global_scale, fmt, out_features, in_features, bias, backend, e2m1,
       activation_quant=None):
     # Checks a trace can make from metadata alone, so compiled code fails as eager code does.
+    # (A meta x beside a real weight lands here too, never in the real implementation.)
+    if x.device != words.device:
+        raise ValueError(f"x is on {x.device} but the packed weight is on {words.device}; "
+                         "expected one device")
     torch._check(x.shape[-1] == in_features,
                  lambda: f"x: expected a last dimension of {in_features} (the weight's "
                          f"in_features), got shape {tuple(x.shape)}")
