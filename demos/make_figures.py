@@ -81,6 +81,8 @@ def _number(record: dict, word: str) -> float | None:
 
 def _label(record: dict) -> str:
     parts = [str(record[k]) for k in ("name", "shape", "format", "m") if k in record]
+    if not parts and "impl" in record:  # bench rows name the baseline by its impl only
+        parts = [str(record["impl"])]
     return " ".join(parts) or "?"
 
 
@@ -94,12 +96,18 @@ def bench_points(receipts: Path) -> tuple[list[tuple], list[tuple], list[str]]:
             continue
         before = len(model) + len(speed)
         for device, record in _records(data):
-            predicted, measured = _number(record, "predicted"), _number(record, "measured")
+            if isinstance(record.get("m"), int) and record["m"] != 1:
+                continue  # batch-1 figures: small-M and prefill rows answer other questions
+            if "predicted_ms" in record and "ms" in record:  # softfp8-bench token rows
+                predicted, measured = float(record["predicted_ms"]), float(record["ms"])
+            else:  # ratios such as measured_over_predicted are not times: skip them
+                predicted = _number(record, "predicted")
+                measured = _number({k: v for k, v in record.items() if "over" not in k}, "measured")
             if predicted is not None and measured is not None:
                 model.append((device or path.stem, _label(record), predicted, measured))
             speedup = _number(record, "speedup")
             if speedup is not None:
-                speed.append((device or path.stem, _label(record), str(record.get("format", "?")),
+                speed.append((device or path.stem, _label(record), str(record.get("format", record.get("impl", "?"))),
                               speedup))
         if len(model) + len(speed) > before:
             files.append(str(path))
