@@ -14,9 +14,7 @@ import datetime
 import enum
 import json
 import platform
-import statistics
 import sys
-import time
 from pathlib import Path
 
 import torch
@@ -24,6 +22,7 @@ import torch
 # Run from a checkout: import the softfp8 beside this script rather than another installed copy.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import softfp8  # noqa: E402
+from softfp8.bench.timing import measure  # noqa: E402
 from softfp8 import Format, dispatch  # noqa: E402
 from softfp8.decode import (E2M1_TO_FLOAT32, decode_e2m1_to_f32,  # noqa: E402
                             decode_e4m3_to_f32, decode_e5m2_to_f32, decode_e8m0)
@@ -118,30 +117,10 @@ def check_decoders(device: torch.device, backend_of: dict) -> list[dict]:
     return results
 
 
-def time_call(fn, device: torch.device, repeats: int, budget_s: float = 2.0) -> float:
-    """Median seconds of `fn()` after warm-up (CUDA events on a GPU); at most `repeats` samples,
-    fewer once `budget_s` is spent (the reference backend takes seconds per call on a CPU)."""
-    t_start = time.perf_counter()
-    fn()
-    if time.perf_counter() - t_start < budget_s / 10:
-        fn(), fn()
-    samples = []
-    t_start = time.perf_counter()
-    for _ in range(repeats):
-        if samples and time.perf_counter() - t_start > budget_s:
-            break
-        if device.type == "cuda":
-            start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            fn()
-            stop.record()
-            stop.synchronize()
-            samples.append(start.elapsed_time(stop) / 1e3)
-        else:
-            t0 = time.perf_counter()
-            fn()
-            samples.append(time.perf_counter() - t0)
-    return statistics.median(samples)
+def time_call(fn, device: torch.device, repeats: int) -> float:
+    """Median seconds of `fn()` after warm-up: softfp8-bench's timer (CUDA events on a GPU; on a
+    CPU fewer samples once its time budget is spent, since the reference takes seconds a call)."""
+    return measure([fn], device, warmup=1, reps=repeats, graph=False).seconds
 
 
 def gemv_per_format(device: torch.device, n: int, k: int, dtype: torch.dtype,

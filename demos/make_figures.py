@@ -19,9 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
-import time
 from pathlib import Path
 
 import matplotlib
@@ -33,6 +31,7 @@ import torch  # noqa: E402
 # Run from a checkout: import the softfp8 beside this script rather than another installed copy.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import softfp8  # noqa: E402
+from softfp8.bench.timing import measure  # noqa: E402
 from softfp8 import Format, dispatch  # noqa: E402
 
 FORMAT_COLOURS = {"e5m2": "tab:blue", "e4m3": "tab:orange", "nvfp4": "tab:green",
@@ -116,24 +115,15 @@ def bench_points(receipts: Path) -> tuple[list[tuple], list[tuple], list[str]]:
 
 # -- live measurement -----------------------------------------------------------------------
 
-def median_seconds(fn, repeats: int = 5, budget_s: float = 1.0) -> float:
-    fn()
-    samples, start = [], time.perf_counter()
-    for _ in range(repeats):
-        if samples and time.perf_counter() - start > budget_s:
-            break
-        t0 = time.perf_counter()
-        fn()
-        if torch.cuda.is_available():
-            torch.cuda.synchronize()
-        samples.append(time.perf_counter() - t0)
-    return statistics.median(samples)
+def median_seconds(fn, device: torch.device) -> float:
+    """softfp8-bench's timer: median seconds of `fn()` after a warm-up call."""
+    return measure([fn], device, warmup=1, reps=5, graph=False).seconds
 
 
 def read_bandwidth(device: torch.device, nbytes: int) -> float:
     """Bytes per second of a full read (a sum over a buffer larger than the caches)."""
     buf = torch.ones(nbytes // 4, device=device)
-    return nbytes / median_seconds(lambda: buf.sum())
+    return nbytes / median_seconds(lambda: buf.sum(), device)
 
 
 def figure_error(out: Path, device: torch.device, n: int, k: int) -> dict:
@@ -172,12 +162,12 @@ def local_gemv_times(device: torch.device, shapes: list[tuple[int, int]]) -> lis
         dtype = torch.float16 if device.type == "cuda" else torch.float32
         x = torch.randn(1, k, generator=g).to(device=device, dtype=dtype)
         w = weight.to(dtype)
-        base = median_seconds(lambda: torch.nn.functional.linear(x, w))
+        base = median_seconds(lambda: torch.nn.functional.linear(x, w), device)
         rows.append({"shape": f"{n}x{k}", "format": str(dtype).replace("torch.", ""),
                      "bytes": w.numel() * w.element_size(), "seconds": base, "speedup": 1.0})
         for fmt in Format:
             packed = softfp8.quantize(weight, fmt)
-            t = median_seconds(lambda: softfp8.linear(x, packed))
+            t = median_seconds(lambda: softfp8.linear(x, packed), device)
             rows.append({"shape": f"{n}x{k}", "format": fmt.value, "bytes": packed.nbytes,
                          "seconds": t, "speedup": base / t,
                          "backend": dispatch.select(fmt, 1, device).backend.value})

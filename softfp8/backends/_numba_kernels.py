@@ -16,11 +16,9 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-# DECODERS and PACKED_DECODERS are re-exported for the tests
-from ._numba_decode import (  # noqa: F401
-    DECODERS, PACKED_DECODERS, _E2M1_BITS, _I32, _INLINE, _JIT, _SIGN, _i2f, e2m1_select,
-    e2m1_word_inject_div2p126, e2m1_word_select, e4m3_bits, e4m3_fast_div256, e4m3_pair_div256,
-    e5m2_fast, e5m2_pair, e8m0, e8m0_i32)
+from ._numba_decode import (
+    _E2M1_BITS, _I32, _INLINE, _JIT, _SIGN, _i2f, e2m1_select, e4m3_bits, e4m3_fast_div256,
+    e4m3_pair_div256, e5m2_fast, e5m2_pair, e8m0, e8m0_i32)
 
 
 # -- fused GEMV (M = 1): decode in registers, rows split into chunks, one prange step each ------
