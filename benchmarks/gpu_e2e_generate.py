@@ -112,6 +112,9 @@ def decode_rate(model, ids, mode, args, torch, transformers):
                 t_long = generate_seconds(model, ids, args.long, kwargs, torch, args.device)
                 per_token.append((t_long - t_short) / (args.long - args.short))
             s = statistics.median(per_token)
+            if s <= 0:  # the longer call was not slower: noise, not a speed
+                return float("nan"), float("nan"), "; ".join(
+                    [*notes, f"{attempt}: T_long <= T_short (timing noise), no rate"])
             compiled = getattr(model, "_compiled_call", None) is not None
             ran = attempt + ("" if attempt != "static-compile" or compiled
                              else " (transformers did not compile)")

@@ -162,7 +162,7 @@ def test_gpu_e2e_script_smoke_on_cpu(tmp_path, monkeypatch, capsys):
     spec.loader.exec_module(script)
     receipt = tmp_path / "e2e.json"
     assert script.main(["--tiny", "--device", "cpu", "--backend", "torch", "--variants",
-                        "fp16,e4m3", "--modes", "eager", "--short", "1", "--long", "3",
+                        "fp16,e4m3", "--modes", "eager", "--short", "1", "--long", "17",
                         "--repeats", "1", "--json", str(receipt)]) == 0
     rows = json.loads(receipt.read_text())["rows"]
     assert [(r["variant"], r["ran"]) for r in rows] == [("fp16", "eager"), ("e4m3", "eager")]
