@@ -9,9 +9,7 @@ Exit status 1 if any decode is not bit-exact or any GEMV misses its parity bound
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import datetime
-import enum
 import json
 import platform
 import sys
@@ -24,6 +22,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import softfp8  # noqa: E402
 from softfp8.bench.timing import measure  # noqa: E402
 from softfp8 import Format, dispatch  # noqa: E402
+from softfp8.capability import probe  # noqa: E402
+from softfp8.probe import as_text  # noqa: E402
 from softfp8.decode import (E2M1_TO_FLOAT32, decode_e2m1_to_f32,  # noqa: E402
                             decode_e4m3_to_f32, decode_e5m2_to_f32, decode_e8m0)
 from softfp8.quantize import pack_codes  # noqa: E402
@@ -32,30 +32,11 @@ PARITY_BOUND = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1e-2}
 _SCALE_ONE = {Format.NVFP4: 0x38, Format.MXFP4: 127}  # E4M3 1.0, E8M0 2^0
 
 
-def jsonable(obj):
-    """Reports (dataclasses, enums, devices, dtypes) as plain JSON values."""
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return {f.name: jsonable(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
-    if isinstance(obj, enum.Enum):
-        return obj.value
-    if isinstance(obj, dict):
-        return {str(k): jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple, set, frozenset)):
-        return [jsonable(v) for v in obj]
-    if obj is None or isinstance(obj, (bool, int, float, str)):
-        return obj
-    return str(obj)
-
-
-def probe_report() -> tuple[object | None, str]:
-    """softfp8.probe() where this build has it (it arrives with the capability module)."""
-    if not hasattr(softfp8, "probe"):
-        return None, "softfp8.probe is not part of this build"
-    try:
-        report = softfp8.probe()
-    except Exception as err:  # the probe promises never to raise; report it if it does
-        return None, f"softfp8.probe() raised {type(err).__name__}: {err}"
-    return report, str(report)
+def probe_report():
+    """The probe's report and the text `python -m softfp8.probe` prints for it (the probe never
+    raises: a sub-probe that fails is in the report as unknown, with its reason)."""
+    report = probe()
+    return report, as_text(report)
 
 
 def all_codes_packed(fmt: Format, device: torch.device) -> tuple[softfp8.PackedWeight, torch.Tensor]:
@@ -148,15 +129,14 @@ def gemv_per_format(device: torch.device, n: int, k: int, dtype: torch.dtype,
     return rows
 
 
-def versions() -> dict:
-    found = {"python": platform.python_version(), "softfp8": softfp8.__version__,
-             "torch": torch.__version__, "cuda": torch.version.cuda, "hip": torch.version.hip}
-    for name in ("triton", "numba", "transformers"):
-        try:
-            found[name] = __import__(name).__version__
-        except Exception:
-            found[name] = None
-    return found
+def versions(report) -> dict:
+    """The versions the probe recorded, and transformers' (the end-to-end path uses it)."""
+    try:
+        import transformers
+        found = transformers.__version__
+    except ImportError:
+        found = None
+    return {**report.to_dict()["versions"], "transformers": found}
 
 
 def parse_args(argv=None):
@@ -212,7 +192,7 @@ def main(argv=None) -> int:
         "machine": {"platform": platform.platform(), "processor": platform.processor(),
                     "device": str(device), "gpu": torch.cuda.get_device_name(device)
                     if device.type == "cuda" else None, "threads": torch.get_num_threads()},
-        "versions": versions(), "probe": jsonable(report), "probe_text": report_text,
+        "versions": versions(report), "probe": report.to_dict(), "probe_text": report_text,
         "backend_per_layer": {f.value: b for f, b in backend_of.items()},
         "decode": decode, "parity_bound": bound,
         "gemv": {"shape": [n, k], "activation_dtype": str(dtype), "timing": "median seconds",

@@ -111,7 +111,7 @@ def test_demo_runs_and_writes_its_receipt(tmp_path):
                and r["seconds"] > 0 for r in gemv[1:])
     assert receipt["versions"]["torch"] == torch.__version__
     assert "--shape 48,80" in receipt["command"]
-    assert ("probe" in receipt) and (receipt["probe"] is not None) == hasattr(softfp8, "probe")
+    assert receipt["probe"] is not None and receipt["probe_text"].startswith("softfp8 capability")
 
 
 def _make_figures():

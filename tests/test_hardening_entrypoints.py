@@ -10,7 +10,6 @@ import sys
 import pytest
 import torch
 from conftest import rel_err
-from hardening_support import require, require_module
 
 import softfp8
 
@@ -23,7 +22,7 @@ def _linear_layer(n=6, k=40, seed=0):
 # -- softfp8.Linear ------------------------------------------------------------------------
 
 def test_linear_module_from_linear_bad_input():
-    Linear = require("Linear", "issue 8: the nn.Module")
+    Linear = softfp8.Linear
     with pytest.raises(TypeError, match="linear"):
         Linear.from_linear(torch.randn(6, 40), fmt="e5m2")
     with pytest.raises(ValueError, match="fmt='fp3'"):
@@ -32,7 +31,7 @@ def test_linear_module_from_linear_bad_input():
 
 @pytest.mark.parametrize("fmt", ["e5m2", "e4m3", "nvfp4", "mxfp4"])
 def test_linear_module_bad_activation(fmt):
-    Linear = require("Linear", "issue 8: the nn.Module")
+    Linear = softfp8.Linear
     layer = Linear.from_linear(_linear_layer(), fmt=fmt)
     with pytest.raises(ValueError, match="x.*40"):
         layer(torch.randn(2, 41))
@@ -61,7 +60,7 @@ def _corrupted_state_dicts(sd):
 def test_linear_module_corrupted_state_dict_is_refused(fmt):
     """Loading a damaged state_dict must raise and name the entry — torch's default copy_ would
     silently cast a float64 `words` into int32, a silent wrong result."""
-    Linear = require("Linear", "issue 8: the nn.Module")
+    Linear = softfp8.Linear
     good = Linear.from_linear(_linear_layer(), fmt=fmt)
     sd = good.state_dict()
     x = torch.randn(3, 40)
@@ -79,7 +78,7 @@ def test_linear_module_corrupted_state_dict_is_refused(fmt):
 # -- quantize_model ------------------------------------------------------------------------
 
 def test_quantize_model_bad_input():
-    quantize_model = require("quantize_model", "issue 8: model conversion")
+    quantize_model = softfp8.quantize_model
     with pytest.raises(TypeError, match="model"):
         quantize_model(torch.randn(3, 3), fmt="e5m2")
     model = torch.nn.Sequential(torch.nn.Linear(8, 4))
@@ -89,7 +88,7 @@ def test_quantize_model_bad_input():
 
 
 def test_quantize_model_odd_shapes_stay_close():
-    quantize_model = require("quantize_model", "issue 8: model conversion")
+    quantize_model = softfp8.quantize_model
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(33, 17), torch.nn.ReLU(), torch.nn.Linear(17, 3))
     x = torch.randn(5, 33)
@@ -101,7 +100,7 @@ def test_quantize_model_odd_shapes_stay_close():
 # -- probe and the CLIs --------------------------------------------------------------------
 
 def test_probe_never_raises_and_is_cached():
-    probe = require("probe", "issue 3: capability probe")
+    probe = softfp8.capability.probe
     import dataclasses
 
     a, b = probe(), probe()
@@ -128,7 +127,6 @@ def _usage_error(done):
 
 
 def test_probe_cli_json_and_bad_flag():
-    require_module("softfp8.probe")
     done = _run_cli("softfp8.probe", "--json")
     assert done.returncode == 0, done.stderr
     assert isinstance(json.loads(done.stdout), dict)
@@ -136,7 +134,6 @@ def test_probe_cli_json_and_bad_flag():
 
 
 def test_probe_cli_with_unknown_backend_env_reports_not_crashes(monkeypatch):
-    require_module("softfp8.probe")
     monkeypatch.setenv("SOFTFP8_BACKEND", "no-such-backend")
     done = _run_cli("softfp8.probe")
     assert "Traceback" not in done.stderr
@@ -144,7 +141,6 @@ def test_probe_cli_with_unknown_backend_env_reports_not_crashes(monkeypatch):
 
 
 def test_bench_cli_bad_flag_and_shape():
-    require_module("softfp8.bench")
     assert _usage_error(_run_cli("softfp8.bench", "--no-such-flag"))
     bad = _run_cli("softfp8.bench", "shapes", "--shape", "not,a,shape")
     assert bad.returncode != 0 and "Traceback" not in bad.stderr

@@ -5,8 +5,7 @@ import threading
 
 import pytest
 import torch
-from conftest import rel_err
-from hardening_support import backends_for, require
+from hardening_support import backends_for
 
 import softfp8
 from softfp8 import Backend
@@ -140,7 +139,7 @@ def test_select_from_8_threads_is_identical():
 
 
 def test_probe_from_8_threads_is_identical():
-    probe = require("probe", "issue 3: capability probe")
+    probe = softfp8.capability.probe
     import dataclasses
 
     results = _in_threads(lambda i: probe(refresh=(i == 0)) if i % 2 == 0 else probe())

@@ -55,27 +55,12 @@ def environment(device: torch.device) -> dict:
     }
 
 
-def probe_report() -> object:
-    """softfp8.probe()'s report where the probe exists (it is being written alongside)."""
-    import types
+def probe_report() -> dict:
+    """The probe's report as plain JSON (softfp8.capability.probe never raises: a sub-probe that
+    fails is in the report as unknown, with its reason)."""
+    from ..capability import probe
 
-    import softfp8
-
-    probe = getattr(softfp8, "probe", None)
-    if isinstance(probe, types.ModuleType):  # the CLI module shadowing the function
-        probe = getattr(probe, "probe", None)
-    if not callable(probe):
-        return {"unavailable": "softfp8.probe does not exist in this build"}
-    try:
-        report = probe()
-    except Exception as exc:  # noqa: BLE001 - the bench reports a probe failure, it does not stop
-        return {"error": f"{type(exc).__name__}: {exc}"}
-    for name in ("as_dict", "to_dict", "to_json_dict"):
-        if callable(getattr(report, name, None)):
-            return getattr(report, name)()
-    if dataclasses.is_dataclass(report):
-        return dataclasses.asdict(report)
-    return str(report)
+    return probe().to_dict()
 
 
 def _jsonable(obj: object) -> object:
