@@ -101,9 +101,6 @@ class Needs:
     device_types: frozenset[str]
     min_capability: tuple[int, int] | None = None  # CUDA compute capability; ROCm is exempt
     packages: tuple[str, ...] = ()
-    # Device types the backend runs on only when asked for by name, never under auto (the
-    # Triton interpreter on CPU: correct, but far slower than any CPU backend).
-    explicit_only: frozenset[str] = frozenset()
 
     def why_not(self, fmt: Format, device: torch.device,
                 capability: tuple[int, int] | None = None) -> str | None:

@@ -7,7 +7,7 @@ when a kernel is launched, so NEEDS can explain a missing package instead of fai
 
 TRITON_INTERPRET=1 in the environment when this module is first imported makes NEEDS accept CPU
 tensors: forcing backend="triton" then runs the kernels in Triton's interpreter (CI, debugging).
-Auto dispatch never picks the interpreter (NEEDS.explicit_only).
+Auto dispatch never picks the interpreter (dispatch.AUTO_DEVICE_TYPES).
 """
 from __future__ import annotations
 
@@ -29,7 +29,6 @@ NEEDS = Needs(
     device_types=frozenset({"cuda", "cpu"} if INTERPRET else {"cuda"}),
     min_capability=(7, 0),
     packages=("triton",),
-    explicit_only=frozenset({"cpu"}),
 )
 
 
@@ -177,17 +176,23 @@ def matmul(x: torch.Tensor, packed: PackedWeight, bias: torch.Tensor | None = No
     e2m1 = _check(x, packed, bias, e2m1)
     info = device_info(x.device)
     cfg = launch_config(*packed.shape, x.shape[0], packed.fmt, info, x.dtype)
-    return run(x, packed, bias, cfg, e2m1=e2m1, hw_fp8=uses_hardware_fp8(packed.fmt, info))
+    return _launch(x, packed, bias, cfg, e2m1, uses_hardware_fp8(packed.fmt, info))
 
 
 def run(x: torch.Tensor, packed: PackedWeight, bias: torch.Tensor | None, cfg: LaunchConfig, *,
         e2m1: E2M1Decode = E2M1Decode.SELECT, hw_fp8: bool = False) -> torch.Tensor:
     """Launch with explicit settings (tests and benchmarks use this to reach every variant)."""
-    from . import _kernels as K_
-
     e2m1 = _check(x, packed, bias, e2m1)
     if hw_fp8 and packed.fmt not in (Format.E5M2, Format.E4M3):
         raise ValueError(f"hw_fp8: only e5m2/e4m3 codes have a hardware conversion, not {packed.fmt}")
+    return _launch(x, packed, bias, cfg, e2m1, hw_fp8)
+
+
+def _launch(x: torch.Tensor, packed: PackedWeight, bias: torch.Tensor | None, cfg: LaunchConfig,
+            e2m1: E2M1Decode, hw_fp8: bool) -> torch.Tensor:
+    """The launch itself, on arguments `_check` has passed (matmul and run each check once)."""
+    from . import _kernels as K_
+
     x = x.contiguous()
     if bias is not None:
         bias = bias.contiguous()  # the kernels index it as bias[n]: a strided view read wrong values
