@@ -43,4 +43,12 @@ fp4)
   run sweep3 200 python3 benchmarks/sweep_gemv.py --ms 1 --budget 180 --formats nvfp4,mxfp4 --shapes "4096,4096;22016,4096;4096,11008;128256,4096" --out "$OUT/sweep3.json"
   SOFTFP8_FP8_DECODE=integer run token 40 python3 -m softfp8.bench token --preset llama2-7b --backends triton --out "$OUT/token.json"
   ;;
+wdot1)
+  # the weight-as-left-operand kernel (WDOT) against the table, then the token with the winners
+  run gputests 120 python3 -m pytest -q -x -m gpu -p no:cacheprovider tests/test_triton.py
+  export SOFTFP8_FP8_DECODE=integer
+  run sweepm1 230 python3 benchmarks/sweep_gemv.py --ms 1 --kernels wdot --e2m1 inject --budget 210 --shapes "12288,4096;4096,4096;22016,4096;4096,11008;128256,4096" --out "$OUT/sweep_m1.json"
+  SOFTFP8_TRITON_TABLE="$OUT/sweep_m1.json" run token 50 python3 -m softfp8.bench token --preset llama2-7b --backends triton --out "$OUT/token.json"
+  run sweeppf 140 python3 benchmarks/sweep_gemv.py --ms 2048 --kernels wdot,tiled --e2m1 inject --formats e5m2,nvfp4 --budget 120 --shapes "4096,4096;28672,4096;4096,14336;6144,4096" --out "$OUT/sweep_pf.json"
+  ;;
 esac

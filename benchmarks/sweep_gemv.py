@@ -54,11 +54,13 @@ def graph_time(fns, reps=10):
     return statistics.median(times)
 
 
-def candidates(fmt, n, k, m, info, dtype):
-    """The settings tried: the current table's choice, then a grid around it."""
+def candidates(fmt, n, k, m, info, dtype, kernels):
+    """The settings tried: the current table's choice, then a grid around it, for the kernels
+    named in `kernels` (gemv, small_m, tiled, wdot)."""
     bits = 8 if fmt in FP8 else 4
+    mx = fmt == "mxfp4"
     out = [tb.launch_config(n, k, m, softfp8.Format(fmt), info, dtype)]
-    if m <= 4:
+    if m <= 4 and "gemv" in kernels:
         for bn in (4, 8, 16):
             for kbytes in (512, 1024):
                 for nw in (4, 8):
@@ -66,11 +68,38 @@ def candidates(fmt, n, k, m, info, dtype):
                         continue
                     out.append(tb.LaunchConfig(tb.Kernel.GEMV, max(1, m), bn, kbytes * 8 // bits,
                                                1, nw, 1))
-    for bn in (32, 64, 128):
-        for bk in ((128, 256) if bits == 8 else ((32,) if fmt == "mxfp4" else (128, 256))):
-            for nw, st in ((4, 3), (8, 3)):
-                out.append(tb.LaunchConfig(tb.Kernel.SMALL_M, 16, bn, bk, 1, nw, st))
-    return out
+    if m <= 16 and "small_m" in kernels:
+        for bn in (32, 64, 128):
+            for bk in ((128, 256) if bits == 8 else ((32,) if mx else (128, 256))):
+                for nw, st in ((4, 3), (8, 3)):
+                    out.append(tb.LaunchConfig(tb.Kernel.SMALL_M, 16, bn, bk, 1, nw, st))
+    if m <= 16 and "wdot" in kernels:
+        # (block_n, block_k in codes, warps, stages); x^T is one 16-column block
+        if mx:
+            grid = [(64, 32, 4, 4), (64, 32, 4, 6), (128, 32, 4, 4), (128, 32, 8, 4)]
+        elif bits == 8:
+            grid = [(64, 128, 4, 4), (64, 256, 4, 3), (64, 256, 4, 4), (64, 512, 4, 3),
+                    (128, 128, 4, 4), (128, 256, 8, 3), (64, 256, 8, 3)]
+        else:  # (64, 512) and (128, 512) spill 300-400 B on sm_90 (triton 3.9 cross-compile)
+            grid = [(64, 128, 4, 4), (64, 256, 4, 3), (64, 256, 4, 4), (128, 256, 8, 3)]
+        for bn, bk, nw, st in grid:
+            out.append(tb.LaunchConfig(tb.Kernel.WDOT, 16, bn, bk, 1, nw, st))
+    if m > 16:
+        bk = 32 if mx else 64
+        if "tiled" in kernels:
+            out += [tb.LaunchConfig(tb.Kernel.TILED, 128, 128, bk, 1, 8, 3),
+                    tb.LaunchConfig(tb.Kernel.TILED, 128, 256, bk, 1, 8, 3)]
+        if "wdot" in kernels:  # block_m is the wgmma N side here; 256 spills (sm_90, 808 B)
+            out += [tb.LaunchConfig(tb.Kernel.WDOT, 128, 128, bk, 1, 8, 3),
+                    tb.LaunchConfig(tb.Kernel.WDOT, 128, 128, bk, 1, 8, 4),
+                    tb.LaunchConfig(tb.Kernel.WDOT, 128, 128, 2 * bk, 1, 8, 3),
+                    tb.LaunchConfig(tb.Kernel.WDOT, 64, 128, bk, 1, 4, 4)]
+    seen, uniq = set(), []
+    for c in out:
+        if c not in seen:
+            seen.add(c)
+            uniq.append(c)
+    return uniq
 
 
 def with_split(c, n, m, sms):
@@ -86,6 +115,10 @@ def main(argv=None):
     ap.add_argument("--ms", default="1")
     ap.add_argument("--shapes", default=None, help="N,K;N,K;... (default: llama2-7b + lm_head)")
     ap.add_argument("--hw", action="store_true", help="hardware FP8 conversion (sm_89+)")
+    ap.add_argument("--kernels", default="gemv,small_m,tiled,wdot",
+                    help="which kernels' settings to sweep (the table's choice always runs)")
+    ap.add_argument("--e2m1", default="select", choices=("select", "inject"),
+                    help="FP4 decoder (inject only where the probe found denormals honoured)")
     ap.add_argument("--budget", type=float, default=400, help="seconds; stop sweeping after")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
@@ -119,19 +152,20 @@ def main(argv=None):
                 hw = args.hw and fmt in FP8
                 default = tb.launch_config(n, k, m, p.fmt, info, x.dtype)
                 best = None
-                for c0 in candidates(fmt, n, k, m, info, x.dtype):
+                e2m1 = tb.E2M1Decode(args.e2m1)
+                for c0 in candidates(fmt, n, k, m, info, x.dtype, args.kernels.split(",")):
                     for split in with_split(c0, n, m, info.sm_count):
                         c = tb.LaunchConfig(c0.kernel, c0.block_m, c0.block_n, c0.block_k, split,
                                             c0.num_warps, c0.num_stages)
                         try:
-                            y = tb.run(x, p, None, c, hw_fp8=hw)
+                            y = tb.run(x, p, None, c, hw_fp8=hw, e2m1=e2m1)
                             err = ((y.double() - ref).norm() / ref.norm()).item()
-                            t = graph_time([lambda p_=p_: tb.run(x, p_, None, c, hw_fp8=hw)
+                            t = graph_time([lambda p_=p_: tb.run(x, p_, None, c, hw_fp8=hw, e2m1=e2m1)
                                             for p_ in ps])
                         except Exception as e:  # a setting that fails to compile is data too
                             print(f"  {fmt} {c}: FAILED {type(e).__name__}: {str(e)[:100]}")
                             continue
-                        row = dict(n=n, k=k, m=m, fmt=fmt, hw=hw, kernel=c.kernel.value,
+                        row = dict(n=n, k=k, m=m, fmt=fmt, hw=hw, e2m1=args.e2m1, kernel=c.kernel.value,
                                    block_m=c.block_m, block_n=c.block_n, block_k=c.block_k,
                                    split_k=c.split_k, num_warps=c.num_warps,
                                    num_stages=c.num_stages, us=t * 1000,

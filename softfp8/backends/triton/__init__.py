@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import enum
 import functools
+import json
 import os
 from dataclasses import dataclass
 
@@ -41,6 +42,9 @@ class Kernel(str, enum.Enum):
     """tl.dot with one 16-row block of x (M = 2..16): weights read once for all rows."""
     TILED = "tiled"
     """tl.dot over a 2-D grid of output tiles, for larger M."""
+    WDOT = "wdot"
+    """tl.dot with the decoded weight tile as the left operand (tensor cores read it from
+    registers); any M, x^T at least 16 columns wide."""
 
 
 @dataclass(frozen=True)
@@ -99,6 +103,26 @@ def uses_hardware_fp8(fmt: Format, info: DeviceInfo) -> bool:
     return fmt is Format.E5M2 and has_hw and wanted != "integer"
 
 
+TABLE_ENV = "SOFTFP8_TRITON_TABLE"
+"""Path to a sweep receipt (`benchmarks/sweep_gemv.py --out FILE`, run on your GPU): its fastest
+setting per (N, K, M, format) replaces the built-in table's for fp16/bf16 activations of exactly
+those shapes. For tuning a GPU the table was not measured on, and for trying a sweep's winners
+before they go into the table."""
+
+
+@functools.lru_cache(maxsize=4)
+def _table_from_sweep(path: str) -> dict:
+    try:
+        with open(path) as f:
+            rows = json.load(f)["best"]
+        return {(r["n"], r["k"], r["m"], r["fmt"]):
+                LaunchConfig(Kernel(r["kernel"]), r["block_m"], r["block_n"], r["block_k"],
+                             r["split_k"], r["num_warps"], r["num_stages"]) for r in rows}
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise ValueError(f"{TABLE_ENV}={path!r}: expected a sweep receipt written by "
+                         f"benchmarks/sweep_gemv.py --out ({type(e).__name__}: {e})") from e
+
+
 def launch_config(n: int, k: int, m: int, fmt: Format, info: DeviceInfo,
                   x_dtype: torch.dtype = torch.float16) -> LaunchConfig:
     """The launch table, keyed on (N, K, M, device). M = 1 comes from the H200 sweep of
@@ -119,6 +143,11 @@ def launch_config(n: int, k: int, m: int, fmt: Format, info: DeviceInfo,
     - Tiled: 64/128 x 128 output tiles, 8 warps, 3 stages, the usual Hopper/Ampere shapes.
     The interpreter gets large tiles and few programs, since it pays per program, not per byte.
     """
+    table = os.environ.get(TABLE_ENV)
+    if table and x_dtype != torch.float32 and not info.interpreter:
+        cfg = _table_from_sweep(table).get((n, k, m, fmt.value))
+        if cfg is not None:
+            return cfg
     f32 = x_dtype == torch.float32
     # Where tl.dot becomes FMAs with operands in registers -- fp32 "ieee", and every dtype before
     # sm_80 (Triton 3.x has no tensor-core path there) -- tiles must be small or they spill.
@@ -233,7 +262,8 @@ def _launch(x: torch.Tensor, packed: PackedWeight, bias: torch.Tensor | None, cf
         # The interpreter's bf16 tl.dot is wrong (triton 3.9): there, bf16 tiles go up to fp32.
         upcast = x.device.type == "cpu" and x.dtype == torch.bfloat16
         precision = "ieee"  # fp32: exact FMAs (1e-5); fp16/bf16 operands ignore it
-        K_.dot_kernel[grid](*args, BLOCK_K=cfg.block_k, PRECISION=precision, UPCAST=upcast,
+        kern = K_.wdot_kernel if cfg.kernel is Kernel.WDOT else K_.dot_kernel
+        kern[grid](*args, BLOCK_K=cfg.block_k, PRECISION=precision, UPCAST=upcast,
                             **common)
     if split > 1:
         block = 256

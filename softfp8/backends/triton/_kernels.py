@@ -229,3 +229,79 @@ def splitk_reduce_kernel(ws_ptr, s_ptr, g_ptr, b_ptr, y_ptr, M, N, SPLIT,
     out = _finish(acc, offs_n, s_ptr, g_ptr, b_ptr, N, FMT, HAS_SCALE, HAS_BIAS)
     tl.store(y_ptr + pid_m.to(tl.int64) * N + offs_n[None, :], out.to(y_ptr.dtype.element_ty),
              mask=mask[None, :])
+
+
+@triton.jit
+def wdot_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr,
+                M, N, K, RB, SB, KB_SPLIT,
+                FMT: tl.constexpr, HAS_SCALE: tl.constexpr, HAS_BIAS: tl.constexpr,
+                INJECT: tl.constexpr, HW: tl.constexpr, BLOCK_M: tl.constexpr,
+                BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PARTIAL: tl.constexpr,
+                PRECISION: tl.constexpr, UPCAST: tl.constexpr, ASM: tl.constexpr = False):
+    """dot_kernel with the operands swapped: acc[BLOCK_N, BLOCK_M] = W_tile @ x_tile^T. The
+    decoded weight tile is the dot's *left* operand, which tensor cores take from registers
+    (Hopper's wgmma reads only its right operand from shared memory): the decoded tile never
+    makes a round trip through shared memory, and x^T, the right operand, is the small one (16
+    columns for M <= 16, padding that costs tensor-core FLOPs only). Same arguments, same
+    results as dot_kernel; the output tile is transposed once at the end."""
+    pid_n = tl.program_id(0)
+    pid_m = tl.program_id(1)
+    pid_k = tl.program_id(2)
+    FP8: tl.constexpr = FMT == "e5m2" or FMT == "e4m3"
+    BKB: tl.constexpr = BLOCK_K if FP8 else BLOCK_K // 2
+    xdt: tl.constexpr = tl.float32 if UPCAST else x_ptr.dtype.element_ty
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_b = tl.arange(0, BKB)
+    w_rows = w_ptr + offs_n[:, None].to(tl.int64) * RB
+    # x is read as [BLOCK_M, k] rows (contiguous, vector loads) and transposed in the dot's
+    # shared-memory operand, where a transpose is only a different descriptor
+    x_rows = x_ptr + offs_m[:, None].to(tl.int64) * K
+    mask_mr = offs_m[:, None] < M
+    mask_n = offs_n[:, None] < N
+    kb_lo = pid_k * KB_SPLIT
+    kb_hi = tl.minimum(kb_lo + KB_SPLIT, RB)
+    acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
+    for kb in range(kb_lo, kb_hi, BKB):
+        bb = kb + offs_b[None, :]
+        codes = tl.load(w_rows + bb, mask=mask_n & (bb < RB), other=0)
+        if FP8:
+            kk = kb + offs_b[None, :]
+            xt = tl.trans(tl.load(x_rows + kk, mask=mask_mr & (kk < K), other=0.0).to(xdt))
+            if HW:
+                w = (e5m2_to_f32(codes, HW) if FMT == "e5m2" else e4m3_to_f32(codes, HW)).to(xdt)
+            else:
+                w = _f16_to(_fp8_to_f16(codes, FMT, ASM), xdt)  # E4M3: x 256 below
+            acc = tl.dot(w, xt, acc, input_precision=PRECISION)
+        else:
+            # even codes (low nibbles) meet x's even elements, odd codes the odd ones
+            kk = 2 * kb + tl.arange(0, 2 * BKB)[None, :]
+            xx = tl.load(x_rows + kk, mask=mask_mr & (kk < K), other=0.0).to(xdt)
+            xe, xo = tl.split(tl.reshape(xx, (BLOCK_M, BKB, 2)))
+            xe = tl.trans(xe)
+            xo = tl.trans(xo)
+            if ASM and INJECT:
+                lo, hi = e2m1_pair_to_f16_ptx(codes)
+            else:
+                lo = e2m1_to_f16(codes, INJECT)
+                hi = e2m1_to_f16(codes >> 4, INJECT)
+            if FMT == "nvfp4":
+                # exact fold of the E4M3 block scale into the fp16 tile (see dot_kernel)
+                NBI: tl.constexpr = BKB // 8
+                sb = kb // 8 + tl.arange(0, NBI)[None, :]
+                sc = tl.load(s_ptr + offs_n[:, None].to(tl.int64) * SB + sb,
+                             mask=mask_n & (sb < SB), other=0)
+                s = e4m3_to_f32(sc, False).to(tl.float16)
+                s = tl.reshape(tl.broadcast_to(s[:, :, None], (BLOCK_N, NBI, 8)), (BLOCK_N, BKB))
+                acc = tl.dot(_f16_to(lo * s, xdt), xe, acc, input_precision=PRECISION)
+                acc = tl.dot(_f16_to(hi * s, xdt), xo, acc, input_precision=PRECISION)
+            else:
+                sc = tl.load(s_ptr + offs_n.to(tl.int64) * SB + kb // 16,
+                             mask=offs_n < N, other=0)  # kb < RB, so kb // 16 < SB
+                part = tl.dot(_f16_to(lo, xdt), xe, input_precision=PRECISION)
+                part = tl.dot(_f16_to(hi, xdt), xo, part, input_precision=PRECISION)
+                acc += part * e8m0_to_f32(sc)[:, None]
+    if FMT == "e4m3" and not HW:
+        acc = acc * 256.0  # e4m3_to_f16_div256 read every code as value * 2^-8
+    _store(tl.trans(acc), offs_m, offs_n, pid_k, y_ptr, ws_ptr, s_ptr, g_ptr, b_ptr, M, N,
+           FMT, HAS_SCALE, HAS_BIAS, PARTIAL)
