@@ -51,4 +51,14 @@ wdot1)
   SOFTFP8_TRITON_TABLE="$OUT/sweep_m1.json" run token 50 python3 -m softfp8.bench token --preset llama2-7b --backends triton --out "$OUT/token.json"
   run sweeppf 140 python3 benchmarks/sweep_gemv.py --ms 2048 --kernels wdot,tiled --e2m1 inject --formats e5m2,nvfp4 --budget 120 --shapes "4096,4096;28672,4096;4096,14336;6144,4096" --out "$OUT/sweep_pf.json"
   ;;
+pdl1)
+  # programmatic dependent launch (off / on without prefetch / on with 32 KiB and 128 KiB L2
+  # prefetch per program), then the FP4 and E4M3 settings with injection on the dot kernel
+  run gputests 120 python3 -m pytest -q -x -m gpu -p no:cacheprovider tests/test_triton.py
+  export SOFTFP8_FP8_DECODE=integer
+  for v in off:0 auto:0 auto:32768 auto:131072; do
+    SOFTFP8_PDL=${v%%:*} SOFTFP8_PDL_PREFETCH=${v##*:} run "token-${v%%:*}-${v##*:}" 60 python3 -m softfp8.bench token --preset llama2-7b --backends triton
+  done
+  run sweepm1 300 python3 benchmarks/sweep_gemv.py --ms 1 --kernels gemv,small_m --e2m1 inject --formats e5m2,nvfp4,mxfp4,e4m3 --budget 280 --shapes "4096,4096;4096,11008;12288,4096;22016,4096" --out "$OUT/sweep_m1.json"
+  ;;
 esac

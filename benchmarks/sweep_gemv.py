@@ -66,10 +66,11 @@ def candidates(fmt, n, k, m, info, dtype, kernels):
                 for nw in (4, 8):
                     if bn * kbytes // (32 * nw) < 4:  # under 4 bytes a thread: no 16 B loads
                         continue
-                    out.append(tb.LaunchConfig(tb.Kernel.GEMV, max(1, m), bn, kbytes * 8 // bits,
-                                               1, nw, 1))
+                    for st in (1, 3):
+                        out.append(tb.LaunchConfig(tb.Kernel.GEMV, max(1, m), bn,
+                                                   kbytes * 8 // bits, 1, nw, st))
     if m <= 16 and "small_m" in kernels:
-        for bn in (32, 64, 128):
+        for bn in (16, 32, 64, 128):
             for bk in ((128, 256) if bits == 8 else ((32,) if mx else (128, 256))):
                 for nw, st in ((4, 3), (8, 3)):
                     out.append(tb.LaunchConfig(tb.Kernel.SMALL_M, 16, bn, bk, 1, nw, st))

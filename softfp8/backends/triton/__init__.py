@@ -103,6 +103,29 @@ def uses_hardware_fp8(fmt: Format, info: DeviceInfo) -> bool:
     return fmt is Format.E5M2 and has_hw and wanted != "integer"
 
 
+PDL_ENV = "SOFTFP8_PDL"
+"""auto | off. auto: NVIDIA sm_90+ launches every kernel with programmatic dependent launch, so a
+kernel starts (and pulls its first weight bytes toward L2) while the previous one finishes;
+off: plain launches (GPUs before sm_90 have no PDL)."""
+PDL_PREFETCH_ENV = "SOFTFP8_PDL_PREFETCH"
+"""Bytes of each program's weights prefetched to L2 before the PDL wait (a multiple of 16;
+0 = none). Default PDL_PREFETCH_BYTES."""
+PDL_PREFETCH_BYTES = 32768
+
+
+def pdl_settings(info: DeviceInfo) -> tuple[bool, int]:
+    """(use PDL, prefetch bytes) for launches on this device."""
+    wanted = os.environ.get(PDL_ENV, "auto").strip().lower()
+    if wanted not in ("auto", "off"):
+        raise ValueError(f"{PDL_ENV}={wanted!r} is not valid; expected 'auto' or 'off'")
+    raw = os.environ.get(PDL_PREFETCH_ENV, str(PDL_PREFETCH_BYTES)).strip()
+    if not raw.isdigit() or int(raw) % 16:
+        raise ValueError(f"{PDL_PREFETCH_ENV}={raw!r}: expected a multiple of 16 (bytes)")
+    on = (wanted == "auto" and info.capability is not None and info.capability >= (9, 0)
+          and not info.interpreter)
+    return on, int(raw) if on else 0
+
+
 TABLE_ENV = "SOFTFP8_TRITON_TABLE"
 """Path to a sweep receipt (`benchmarks/sweep_gemv.py --out FILE`, run on your GPU): its fastest
 setting per (N, K, M, format) replaces the built-in table's for fp16/bf16 activations of exactly
@@ -245,10 +268,12 @@ def _launch(x: torch.Tensor, packed: PackedWeight, bias: torch.Tensor | None, cf
     # PTX word-at-a-time FP8 decode: NVIDIA only (not ROCm, not the interpreter)
     # (FP4: the PTX decode injects, so it is used only with e2m1=inject)
     asm = info.capability is not None and not info.interpreter and not hw_fp8
+    pdl, prefetch = pdl_settings(info)
+    launch = dict(launch_pdl=True) if pdl else {}
     common = dict(FMT=packed.fmt.value, HAS_SCALE=has_scale, HAS_BIAS=bias is not None,
                   INJECT=e2m1 is E2M1Decode.INJECT, HW=hw_fp8, ASM=asm, BLOCK_M=cfg.block_m,
                   BLOCK_N=cfg.block_n, PARTIAL=split > 1, num_warps=cfg.num_warps,
-                  num_stages=cfg.num_stages)
+                  num_stages=cfg.num_stages, PDL=pdl, PREFETCH=prefetch, **launch)
     args = (x, w, s, g, b, y, ws, m, n, k, rb, sb, per_split)
     if cfg.kernel is Kernel.GEMV:
         if cfg.block_m < m:
@@ -269,5 +294,5 @@ def _launch(x: torch.Tensor, packed: PackedWeight, bias: torch.Tensor | None, cf
         block = 256
         K_.splitk_reduce_kernel[(-(-n // block), m)](
             ws, s, g, b, y, m, n, split, FMT=packed.fmt.value, HAS_SCALE=has_scale,
-            HAS_BIAS=bias is not None, BLOCK=block)
+            HAS_BIAS=bias is not None, BLOCK=block, PDL=pdl, **launch)
     return y

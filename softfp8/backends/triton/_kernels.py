@@ -16,6 +16,7 @@ Split-K: with PARTIAL the kernels write float32 partial sums to ws[pid_k, M, N] 
 """
 import triton
 import triton.language as tl
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 from ._decode import (e2m1_pair_to_f16_ptx, e2m1_to_f16, e2m1_to_f32, e4m3_to_f16_div256, e4m3_to_f16_div256_ptx,
                       e4m3_to_f32, e5m2_to_f16, e5m2_to_f16_ptx, e5m2_to_f32, e8m0_to_f32)
@@ -62,6 +63,37 @@ def _store(acc, offs_m, offs_n, pid_k, y_ptr, ws_ptr, s_ptr, g_ptr, b_ptr, M, N,
 
 
 @triton.jit
+def _prefetch_l2(ptr, nbytes):
+    """One bulk prefetch of [ptr, ptr + nbytes) into L2 by thread 0 (sm_90+; 16-byte aligned)."""
+    return tl.inline_asm_elementwise(
+        asm="""{
+        .reg .pred p;
+        .reg .b32 t;
+        mov.u32 t, %tid.x;
+        setp.eq.u32 p, t, 0;
+        @p cp.async.bulk.prefetch.L2.global [$1], $2;
+        mov.u32 $0, 0;
+        }""",
+        constraints="=r,l,r", args=[ptr, nbytes], dtype=tl.int32, is_pure=False, pack=1)
+
+
+@triton.jit
+def _pdl_enter(w_ptr, row0, N, RB, kb_lo, kb_hi, BLOCK_N: tl.constexpr, PDL: tl.constexpr,
+               PREFETCH: tl.constexpr):
+    """Programmatic dependent launch (sm_90+, launched with launch_pdl): let the next kernel
+    begin launching now, start this program's first PREFETCH weight bytes toward L2 (weights do
+    not depend on the previous kernel), then wait until the previous kernel has finished and its
+    writes are visible. Everything that reads x or writes anything comes after the wait."""
+    if PDL:
+        gdc_launch_dependents()
+        if PREFETCH > 0:
+            rows = tl.minimum(N - row0, BLOCK_N)
+            nbytes = tl.minimum((rows - 1) * RB + (kb_hi - kb_lo), PREFETCH)
+            _prefetch_l2(w_ptr + row0.to(tl.int64) * RB + kb_lo, nbytes)
+        gdc_wait()
+
+
+@triton.jit
 def _f16_to(w, xdt: tl.constexpr):
     """An fp16 tile in the dot's dtype. bf16 goes through fp32: Triton emulates f32 -> bf16 on
     GPUs without bf16 (sm_75), not f16 -> bf16."""
@@ -76,7 +108,8 @@ def gemv_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr,
                 FMT: tl.constexpr, HAS_SCALE: tl.constexpr, HAS_BIAS: tl.constexpr,
                 INJECT: tl.constexpr, HW: tl.constexpr, BLOCK_M: tl.constexpr,
                 BLOCK_N: tl.constexpr, BLOCK_KB: tl.constexpr, PARTIAL: tl.constexpr,
-                ASM: tl.constexpr = False):
+                ASM: tl.constexpr = False,
+                PDL: tl.constexpr = False, PREFETCH: tl.constexpr = 0):
     """CUDA-core GEMV for M <= BLOCK_M (1, or a few rows): program (pid_n, pid_k) reads rows
     pid_n*BLOCK_N.. over bytes [pid_k*KB_SPLIT, +KB_SPLIT) once for all M rows of x. The
     accumulator keeps the K axis ([BM, BN, BLOCK_KB] for FP8) so the loop has no cross-thread
@@ -95,6 +128,7 @@ def gemv_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr,
     mask_m = m3 < M
     kb_lo = pid_k * KB_SPLIT
     kb_hi = tl.minimum(kb_lo + KB_SPLIT, RB)
+    _pdl_enter(w_ptr, pid_n * BLOCK_N, N, RB, kb_lo, kb_hi, BLOCK_N, PDL, PREFETCH)
     if FMT == "e5m2" or FMT == "e4m3":
         acc = tl.zeros((BLOCK_M, BLOCK_N, BLOCK_KB), dtype=tl.float32)
     else:
@@ -144,7 +178,8 @@ def dot_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr,
                FMT: tl.constexpr, HAS_SCALE: tl.constexpr, HAS_BIAS: tl.constexpr,
                INJECT: tl.constexpr, HW: tl.constexpr, BLOCK_M: tl.constexpr,
                BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PARTIAL: tl.constexpr,
-               PRECISION: tl.constexpr, UPCAST: tl.constexpr, ASM: tl.constexpr = False):
+               PRECISION: tl.constexpr, UPCAST: tl.constexpr, ASM: tl.constexpr = False,
+                PDL: tl.constexpr = False, PREFETCH: tl.constexpr = 0):
     """tl.dot kernel: each step decodes a [BLOCK_N, BLOCK_K] weight tile into x's dtype (fp16,
     bf16, or fp32 with PRECISION="ieee") and multiplies it with a [BLOCK_M, BLOCK_K] tile of x.
     Small M: one M block (BLOCK_M = 16), so the weights are read once for all rows; larger M:
@@ -167,6 +202,7 @@ def dot_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr,
     mask_m = offs_m[:, None] < M
     kb_lo = pid_k * KB_SPLIT
     kb_hi = tl.minimum(kb_lo + KB_SPLIT, RB)
+    _pdl_enter(w_ptr, pid_n * BLOCK_N, N, RB, kb_lo, kb_hi, BLOCK_N, PDL, PREFETCH)
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for kb in range(kb_lo, kb_hi, BKB):
         bb = kb + offs_b[None, :]
@@ -218,8 +254,11 @@ def dot_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr,
 @triton.jit
 def splitk_reduce_kernel(ws_ptr, s_ptr, g_ptr, b_ptr, y_ptr, M, N, SPLIT,
                          FMT: tl.constexpr, HAS_SCALE: tl.constexpr, HAS_BIAS: tl.constexpr,
-                         BLOCK: tl.constexpr):
+                         BLOCK: tl.constexpr, PDL: tl.constexpr = False):
     """y[m, n] = finish(sum over s of ws[s, m, n]), summed in order s = 0, 1, ... (deterministic)."""
+    if PDL:
+        gdc_launch_dependents()
+        gdc_wait()
     pid_m = tl.program_id(1)
     offs_n = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = offs_n < N
@@ -237,7 +276,8 @@ def wdot_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr,
                 FMT: tl.constexpr, HAS_SCALE: tl.constexpr, HAS_BIAS: tl.constexpr,
                 INJECT: tl.constexpr, HW: tl.constexpr, BLOCK_M: tl.constexpr,
                 BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PARTIAL: tl.constexpr,
-                PRECISION: tl.constexpr, UPCAST: tl.constexpr, ASM: tl.constexpr = False):
+                PRECISION: tl.constexpr, UPCAST: tl.constexpr, ASM: tl.constexpr = False,
+                PDL: tl.constexpr = False, PREFETCH: tl.constexpr = 0):
     """dot_kernel with the operands swapped: acc[BLOCK_N, BLOCK_M] = W_tile @ x_tile^T. The
     decoded weight tile is the dot's *left* operand, which tensor cores take from registers
     (Hopper's wgmma reads only its right operand from shared memory): the decoded tile never
@@ -261,6 +301,7 @@ def wdot_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr,
     mask_n = offs_n[:, None] < N
     kb_lo = pid_k * KB_SPLIT
     kb_hi = tl.minimum(kb_lo + KB_SPLIT, RB)
+    _pdl_enter(w_ptr, pid_n * BLOCK_N, N, RB, kb_lo, kb_hi, BLOCK_N, PDL, PREFETCH)
     acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
     for kb in range(kb_lo, kb_hi, BKB):
         bb = kb + offs_b[None, :]
