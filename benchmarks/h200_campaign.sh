@@ -61,4 +61,14 @@ pdl1)
   done
   run sweepm1 300 python3 benchmarks/sweep_gemv.py --ms 1 --kernels gemv,small_m --e2m1 inject --formats e5m2,nvfp4,mxfp4,e4m3 --budget 280 --shapes "4096,4096;4096,11008;12288,4096;22016,4096" --out "$OUT/sweep_m1.json"
   ;;
+pdl2)
+  # PDL with the trigger after the main loop, the dequant+cuBLAS prefill, deeper lm_head pipelines
+  run gputests 120 python3 -m pytest -q -x -m gpu -p no:cacheprovider tests/test_triton.py
+  export SOFTFP8_FP8_DECODE=integer
+  for v in off:0 late:0 late:32768 early:32768; do
+    SOFTFP8_PDL=${v%%:*} SOFTFP8_PDL_PREFETCH=${v##*:} run "token-${v%%:*}-${v##*:}" 60 python3 -m softfp8.bench token --preset llama2-7b --backends triton
+  done
+  run sweeppf 200 python3 benchmarks/sweep_gemv.py --ms 512,2048 --kernels dequant,tiled --e2m1 inject --budget 180 --shapes "6144,4096;4096,4096;28672,4096;4096,14336;128256,4096" --out "$OUT/sweep_pf.json"
+  run sweeplm 120 python3 benchmarks/sweep_gemv.py --ms 1 --kernels small_m --formats e5m2,e4m3 --budget 100 --shapes "128256,4096;28672,4096" --out "$OUT/sweep_lm.json"
+  ;;
 esac

@@ -74,6 +74,10 @@ def candidates(fmt, n, k, m, info, dtype, kernels):
             for bk in ((128, 256) if bits == 8 else ((32,) if mx else (128, 256))):
                 for nw, st in ((4, 3), (8, 3)):
                     out.append(tb.LaunchConfig(tb.Kernel.SMALL_M, 16, bn, bk, 1, nw, st))
+        if bits == 8:  # deeper pipelines for the large shapes (lm_head)
+            for bn, bk, nw, st in ((64, 256, 4, 4), (64, 256, 4, 5), (64, 512, 4, 3),
+                                   (128, 256, 8, 4), (128, 128, 4, 4)):
+                out.append(tb.LaunchConfig(tb.Kernel.SMALL_M, 16, bn, bk, 1, nw, st))
     if m <= 16 and "wdot" in kernels:
         # (block_n, block_k in codes, warps, stages); x^T is one 16-column block
         if mx:
@@ -87,6 +91,9 @@ def candidates(fmt, n, k, m, info, dtype, kernels):
             out.append(tb.LaunchConfig(tb.Kernel.WDOT, 16, bn, bk, 1, nw, st))
     if m > 16:
         bk = 32 if mx else 64
+        if "dequant" in kernels:  # slab rows; block_k = codes per dequant program
+            out += [tb.LaunchConfig(tb.Kernel.DEQUANT, 1, rows, 512, 1, 4, 1)
+                    for rows in (1024, 4096)]
         if "tiled" in kernels:
             out += [tb.LaunchConfig(tb.Kernel.TILED, 128, 128, bk, 1, 8, 3),
                     tb.LaunchConfig(tb.Kernel.TILED, 128, 256, bk, 1, 8, 3)]
@@ -105,6 +112,8 @@ def candidates(fmt, n, k, m, info, dtype, kernels):
 
 def with_split(c, n, m, sms):
     """The split-K the table's rule gives this setting (>= 4 programs per SM), and none."""
+    if c.kernel is tb.Kernel.DEQUANT:
+        return [1]
     programs = -(-n // c.block_n) * -(-m // c.block_m)
     split = 1 if programs >= 4 * sms else min(16, -(-4 * sms // programs))
     return sorted({1, split})

@@ -155,6 +155,21 @@ def test_wdot_matches_reference(fmt, e2m1, dtype, n, k, m, with_bias):
     assert rel_err(y, reference.matmul(x, packed, bias)) <= tolerance(dtype)
 
 
+@pytest.mark.parametrize("fmt, e2m1", DECODES, ids=str)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_dequant_slabs_match_reference(fmt, e2m1, dtype):
+    """Kernel.DEQUANT: rows decoded a slab at a time (here 16 of 37, so three slabs, the last
+    short) and multiplied by torch; the slab is rounded to x's dtype once, within that dtype's
+    unit of the reference."""
+    g = torch.Generator().manual_seed(11)
+    packed = softfp8.quantize(torch.randn(37, 301, generator=g), fmt).to(DEVICE)
+    x = torch.randn(40, 301, generator=g).to(dtype).to(DEVICE)
+    bias = torch.randn(37, generator=g).to(DEVICE)
+    y = run(x, packed, bias, LaunchConfig(Kernel.DEQUANT, 1, 16, 64), e2m1=e2m1)
+    assert y.dtype == dtype and y.shape == (40, 37) and y.is_contiguous()
+    assert rel_err(y, reference.matmul(x, packed, bias)) <= tolerance(dtype)
+
+
 def test_needs_and_bad_input():
     packed = softfp8.quantize(torch.randn(5, 7), "e4m3").to(DEVICE)
     with pytest.raises(ValueError, match="x: expected a 2-D"):

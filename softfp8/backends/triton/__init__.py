@@ -42,6 +42,10 @@ class Kernel(str, enum.Enum):
     """tl.dot with one 16-row block of x (M = 2..16): weights read once for all rows."""
     TILED = "tiled"
     """tl.dot over a 2-D grid of output tiles, for larger M."""
+    DEQUANT = "dequant"
+    """Large M: decode block_n rows at a time into x's dtype (a bounded slab, never the whole
+    weight) and multiply each slab with torch's GEMM (cuBLAS); compute-bound there, so the
+    decode is a small fixed cost."""
     WDOT = "wdot"
     """tl.dot with the decoded weight tile as the left operand (tensor cores read it from
     registers); any M, x^T at least 16 columns wide."""
@@ -104,26 +108,33 @@ def uses_hardware_fp8(fmt: Format, info: DeviceInfo) -> bool:
 
 
 PDL_ENV = "SOFTFP8_PDL"
-"""auto | off. auto: NVIDIA sm_90+ launches every kernel with programmatic dependent launch, so a
-kernel starts (and pulls its first weight bytes toward L2) while the previous one finishes;
-off: plain launches (GPUs before sm_90 have no PDL)."""
+"""auto | off | early | late: programmatic dependent launch on NVIDIA sm_90+ (a kernel starts,
+and pulls its first weight bytes toward L2, while the previous one finishes). early: the next
+kernel may launch as soon as this one starts; late: once this one's main loops are done. auto
+is PDL_AUTO (measured, BENCHMARKS.md); GPUs before sm_90 have no PDL."""
+PDL_AUTO = "off"
 PDL_PREFETCH_ENV = "SOFTFP8_PDL_PREFETCH"
 """Bytes of each program's weights prefetched to L2 before the PDL wait (a multiple of 16;
 0 = none). Default PDL_PREFETCH_BYTES."""
 PDL_PREFETCH_BYTES = 32768
+_PDL_MODES = {"off": 0, "early": 1, "late": 2}
 
 
-def pdl_settings(info: DeviceInfo) -> tuple[bool, int]:
-    """(use PDL, prefetch bytes) for launches on this device."""
+def pdl_settings(info: DeviceInfo) -> tuple[int, int]:
+    """(PDL mode: 0 off, 1 early, 2 late; prefetch bytes) for launches on this device."""
     wanted = os.environ.get(PDL_ENV, "auto").strip().lower()
-    if wanted not in ("auto", "off"):
-        raise ValueError(f"{PDL_ENV}={wanted!r} is not valid; expected 'auto' or 'off'")
+    if wanted == "auto":
+        wanted = PDL_AUTO
+    if wanted not in _PDL_MODES:
+        raise ValueError(f"{PDL_ENV}={wanted!r} is not valid; expected one of 'auto', "
+                         "'off', 'early', 'late'")
     raw = os.environ.get(PDL_PREFETCH_ENV, str(PDL_PREFETCH_BYTES)).strip()
     if not raw.isdigit() or int(raw) % 16:
         raise ValueError(f"{PDL_PREFETCH_ENV}={raw!r}: expected a multiple of 16 (bytes)")
-    on = (wanted == "auto" and info.capability is not None and info.capability >= (9, 0)
-          and not info.interpreter)
-    return on, int(raw) if on else 0
+    if info.capability is None or info.capability < (9, 0) or info.interpreter:
+        return 0, 0
+    mode = _PDL_MODES[wanted]
+    return mode, int(raw) if mode else 0
 
 
 TABLE_ENV = "SOFTFP8_TRITON_TABLE"
@@ -269,12 +280,14 @@ def _launch(x: torch.Tensor, packed: PackedWeight, bias: torch.Tensor | None, cf
     # (FP4: the PTX decode injects, so it is used only with e2m1=inject)
     asm = info.capability is not None and not info.interpreter and not hw_fp8
     pdl, prefetch = pdl_settings(info)
-    launch = dict(launch_pdl=True) if pdl else {}
+    launch = dict(launch_pdl=True) if pdl else {}  # pdl: a mode, 0 = off
     common = dict(FMT=packed.fmt.value, HAS_SCALE=has_scale, HAS_BIAS=bias is not None,
                   INJECT=e2m1 is E2M1Decode.INJECT, HW=hw_fp8, ASM=asm, BLOCK_M=cfg.block_m,
                   BLOCK_N=cfg.block_n, PARTIAL=split > 1, num_warps=cfg.num_warps,
                   num_stages=cfg.num_stages, PDL=pdl, PREFETCH=prefetch, **launch)
     args = (x, w, s, g, b, y, ws, m, n, k, rb, sb, per_split)
+    if cfg.kernel is Kernel.DEQUANT:
+        return _dequant_matmul(x, packed, bias, cfg, e2m1, w, s, g, rb, sb, has_scale)
     if cfg.kernel is Kernel.GEMV:
         if cfg.block_m < m:
             raise ValueError(f"cfg: a GEMV launch with block_m={cfg.block_m} can't cover M={m}")
@@ -295,4 +308,31 @@ def _launch(x: torch.Tensor, packed: PackedWeight, bias: torch.Tensor | None, cf
         K_.splitk_reduce_kernel[(-(-n // block), m)](
             ws, s, g, b, y, m, n, split, FMT=packed.fmt.value, HAS_SCALE=has_scale,
             HAS_BIAS=bias is not None, BLOCK=block, PDL=pdl, **launch)
+    return y
+
+
+def _dequant_matmul(x, packed, bias, cfg, e2m1, w, s, g, rb, sb, has_scale):
+    """Kernel.DEQUANT: per slab of cfg.block_n rows, dequant_kernel writes the rows in x's dtype
+    (rounded once: the products code x scales are exact in float32) and torch.mm / addmm writes
+    y's columns for those rows in place (a column slice of y is a valid cuBLAS output)."""
+    from . import _kernels as K_
+
+    m, k = x.shape
+    n = packed.shape[0]
+    rows = min(cfg.block_n, n)
+    slab = torch.empty((rows, k), dtype=x.dtype, device=x.device)
+    y = torch.empty((m, n), dtype=x.dtype, device=x.device)
+    block_r, block_kb = 16, cfg.block_k * packed.spec.bits // 8
+    b = None if bias is None else bias.to(x.dtype)
+    for r0 in range(0, n, rows):
+        r = min(rows, n - r0)
+        K_.dequant_kernel[(-(-r // block_r), -(-rb // block_kb))](
+            w, s, g, slab, n, k, rb, sb, r0, FMT=packed.fmt.value, HAS_SCALE=has_scale,
+            INJECT=e2m1 is E2M1Decode.INJECT, BLOCK_R=block_r, BLOCK_KB=block_kb,
+            num_warps=cfg.num_warps)
+        part = slab[:r].t()
+        if b is None:
+            torch.mm(x, part, out=y[:, r0:r0 + r])
+        else:
+            torch.addmm(b[r0:r0 + r], x, part, out=y[:, r0:r0 + r])
     return y

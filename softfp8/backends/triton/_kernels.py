@@ -80,17 +80,25 @@ def _prefetch_l2(ptr, nbytes):
 @triton.jit
 def _pdl_enter(w_ptr, row0, N, RB, kb_lo, kb_hi, BLOCK_N: tl.constexpr, PDL: tl.constexpr,
                PREFETCH: tl.constexpr):
-    """Programmatic dependent launch (sm_90+, launched with launch_pdl): let the next kernel
-    begin launching now, start this program's first PREFETCH weight bytes toward L2 (weights do
-    not depend on the previous kernel), then wait until the previous kernel has finished and its
-    writes are visible. Everything that reads x or writes anything comes after the wait."""
-    if PDL:
+    """Programmatic dependent launch (sm_90+, launched with launch_pdl). PDL = 1: let the next
+    kernel begin launching at once; 2: only when this program's loop is done (_pdl_exit). Then
+    start this program's first PREFETCH weight bytes toward L2 (weights do not depend on the
+    previous kernel) and wait until the previous kernel has finished and its writes are visible:
+    everything that reads x or writes anything comes after the wait."""
+    if PDL == 1:
         gdc_launch_dependents()
+    if PDL != 0:
         if PREFETCH > 0:
             rows = tl.minimum(N - row0, BLOCK_N)
             nbytes = tl.minimum((rows - 1) * RB + (kb_hi - kb_lo), PREFETCH)
             _prefetch_l2(w_ptr + row0.to(tl.int64) * RB + kb_lo, nbytes)
         gdc_wait()
+
+
+@triton.jit
+def _pdl_exit(PDL: tl.constexpr):
+    if PDL == 2:
+        gdc_launch_dependents()
 
 
 @triton.jit
@@ -109,7 +117,7 @@ def gemv_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr,
                 INJECT: tl.constexpr, HW: tl.constexpr, BLOCK_M: tl.constexpr,
                 BLOCK_N: tl.constexpr, BLOCK_KB: tl.constexpr, PARTIAL: tl.constexpr,
                 ASM: tl.constexpr = False,
-                PDL: tl.constexpr = False, PREFETCH: tl.constexpr = 0):
+                PDL: tl.constexpr = 0, PREFETCH: tl.constexpr = 0):
     """CUDA-core GEMV for M <= BLOCK_M (1, or a few rows): program (pid_n, pid_k) reads rows
     pid_n*BLOCK_N.. over bytes [pid_k*KB_SPLIT, +KB_SPLIT) once for all M rows of x. The
     accumulator keeps the K axis ([BM, BN, BLOCK_KB] for FP8) so the loop has no cross-thread
@@ -165,6 +173,7 @@ def gemv_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr,
                 acc += p * e4m3_to_f32(sc, False)
             else:
                 acc += p * e8m0_to_f32(sc)
+    _pdl_exit(PDL)
     out = tl.sum(acc, axis=2)
     if FMT == "e4m3" and not HW:
         out = out * 256.0  # e4m3_to_f16_div256 read every code as value * 2^-8
@@ -179,7 +188,7 @@ def dot_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr,
                INJECT: tl.constexpr, HW: tl.constexpr, BLOCK_M: tl.constexpr,
                BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PARTIAL: tl.constexpr,
                PRECISION: tl.constexpr, UPCAST: tl.constexpr, ASM: tl.constexpr = False,
-                PDL: tl.constexpr = False, PREFETCH: tl.constexpr = 0):
+                PDL: tl.constexpr = 0, PREFETCH: tl.constexpr = 0):
     """tl.dot kernel: each step decodes a [BLOCK_N, BLOCK_K] weight tile into x's dtype (fp16,
     bf16, or fp32 with PRECISION="ieee") and multiplies it with a [BLOCK_M, BLOCK_K] tile of x.
     Small M: one M block (BLOCK_M = 16), so the weights are read once for all rows; larger M:
@@ -245,6 +254,7 @@ def dot_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr,
                 part = tl.dot(xe, tl.trans(_f16_to(lo, xdt)), input_precision=PRECISION)
                 part = tl.dot(xo, tl.trans(_f16_to(hi, xdt)), part, input_precision=PRECISION)
                 acc += part * e8m0_to_f32(sc)[None, :]
+    _pdl_exit(PDL)
     if FMT == "e4m3" and not HW:
         acc = acc * 256.0  # e4m3_to_f16_div256 read every code as value * 2^-8
     _store(acc, offs_m, offs_n, pid_k, y_ptr, ws_ptr, s_ptr, g_ptr, b_ptr, M, N,
@@ -254,9 +264,9 @@ def dot_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr,
 @triton.jit
 def splitk_reduce_kernel(ws_ptr, s_ptr, g_ptr, b_ptr, y_ptr, M, N, SPLIT,
                          FMT: tl.constexpr, HAS_SCALE: tl.constexpr, HAS_BIAS: tl.constexpr,
-                         BLOCK: tl.constexpr, PDL: tl.constexpr = False):
+                         BLOCK: tl.constexpr, PDL: tl.constexpr = 0):
     """y[m, n] = finish(sum over s of ws[s, m, n]), summed in order s = 0, 1, ... (deterministic)."""
-    if PDL:
+    if PDL != 0:
         gdc_launch_dependents()
         gdc_wait()
     pid_m = tl.program_id(1)
@@ -277,7 +287,7 @@ def wdot_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr,
                 INJECT: tl.constexpr, HW: tl.constexpr, BLOCK_M: tl.constexpr,
                 BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PARTIAL: tl.constexpr,
                 PRECISION: tl.constexpr, UPCAST: tl.constexpr, ASM: tl.constexpr = False,
-                PDL: tl.constexpr = False, PREFETCH: tl.constexpr = 0):
+                PDL: tl.constexpr = 0, PREFETCH: tl.constexpr = 0):
     """dot_kernel with the operands swapped: acc[BLOCK_N, BLOCK_M] = W_tile @ x_tile^T. The
     decoded weight tile is the dot's *left* operand, which tensor cores take from registers
     (Hopper's wgmma reads only its right operand from shared memory): the decoded tile never
@@ -342,7 +352,46 @@ def wdot_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr,
                 part = tl.dot(_f16_to(lo, xdt), xe, input_precision=PRECISION)
                 part = tl.dot(_f16_to(hi, xdt), xo, part, input_precision=PRECISION)
                 acc += part * e8m0_to_f32(sc)[:, None]
+    _pdl_exit(PDL)
     if FMT == "e4m3" and not HW:
         acc = acc * 256.0  # e4m3_to_f16_div256 read every code as value * 2^-8
     _store(tl.trans(acc), offs_m, offs_n, pid_k, y_ptr, ws_ptr, s_ptr, g_ptr, b_ptr, M, N,
            FMT, HAS_SCALE, HAS_BIAS, PARTIAL)
+
+
+@triton.jit
+def dequant_kernel(w_ptr, s_ptr, g_ptr, out_ptr, N, K, RB, SB, ROW0,
+                   FMT: tl.constexpr, HAS_SCALE: tl.constexpr, INJECT: tl.constexpr,
+                   BLOCK_R: tl.constexpr, BLOCK_KB: tl.constexpr):
+    """out[r, k] = W[ROW0 + r, k] in out's dtype, for a slab of rows that a cuBLAS GEMM consumes
+    next (large M only: the slab is bounded, so no full-size copy of the weights is ever made).
+    Each value is decoded exactly in float32 (portable decoders), times its block, row and
+    tensor scales, and rounded to out's dtype once."""
+    pid_r = tl.program_id(0)
+    pid_k = tl.program_id(1)
+    offs_r = pid_r * BLOCK_R + tl.arange(0, BLOCK_R)
+    rows = ROW0 + offs_r
+    offs_b = pid_k * BLOCK_KB + tl.arange(0, BLOCK_KB)
+    rmask = rows[:, None] < N
+    codes = tl.load(w_ptr + rows[:, None].to(tl.int64) * RB + offs_b[None, :],
+                    mask=rmask & (offs_b[None, :] < RB), other=0)
+    out_rows = out_ptr + offs_r[:, None].to(tl.int64) * K
+    if FMT == "e5m2" or FMT == "e4m3":
+        w = e5m2_to_f32(codes, False) if FMT == "e5m2" else e4m3_to_f32(codes, False)
+        if HAS_SCALE:
+            w = w * tl.load(s_ptr + rows, mask=rows < N, other=1.0)[:, None]
+        tl.store(out_rows + offs_b[None, :], w.to(out_ptr.dtype.element_ty),
+                 mask=rmask & (offs_b[None, :] < K))
+    else:
+        HB: tl.constexpr = 8 if FMT == "nvfp4" else 16  # bytes per scale block
+        sc = tl.load(s_ptr + rows[:, None].to(tl.int64) * SB + offs_b[None, :] // HB,
+                     mask=rmask & (offs_b[None, :] < RB), other=0)
+        s = e4m3_to_f32(sc, False) if FMT == "nvfp4" else e8m0_to_f32(sc)
+        if FMT == "nvfp4":
+            s = s * tl.load(g_ptr)
+        lo = e2m1_to_f32(codes, INJECT) * s
+        hi = e2m1_to_f32(codes >> 4, INJECT) * s
+        w = tl.reshape(tl.join(lo, hi), (BLOCK_R, 2 * BLOCK_KB))  # code 2b, then 2b + 1
+        kk = 2 * pid_k * BLOCK_KB + tl.arange(0, 2 * BLOCK_KB)
+        tl.store(out_rows + kk[None, :], w.to(out_ptr.dtype.element_ty),
+                 mask=rmask & (kk[None, :] < K))
