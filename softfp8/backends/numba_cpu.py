@@ -109,16 +109,31 @@ def _matmul_f32(x: torch.Tensor, packed: PackedWeight, inject: bool, threads: in
                        x0[1::2].contiguous().numpy(), yv, chunk, fmt is Format.E4M3)
         else:  # FP4 words, one lane per block, met by planes[j, b] = x[block * b + j]
             mx = fmt is Format.MXFP4
-            planes = x0.view(-1, SPECS[fmt].block).T
+            block = SPECS[fmt].block
+            words, scales = packed.words.numpy(), packed.scales.numpy()
+            g = np.float32(1.0) if mx else np.float32(packed.global_scale.item())
+            if _lut_available():
+                # The table lookup is the select decode and faster than injection too (measured
+                # single core, 256x4096 in cache: NVFP4 18.4 against 13.4 Gelem/s, MXFP4 22.1
+                # against 14.2); where injection is allowed it gives the same bits, so it serves
+                # both decoders here.
+                from . import _numba_lut as L
+
+                xs, xpn = L.x_steps(x0, block)
+                if mx:
+                    L.gemv_mxfp4(words, scales, xs, xpn, yv, chunk)
+                else:
+                    L.gemv_nvfp4(words, scales, g, xs, xpn, yv, chunk)
+                return _row_scaled(y, packed, fp4)
+            planes = x0.view(-1, block).T
             inject = inject and _inject_fold_safe(x0)
             if inject:
                 planes = planes * _INJECT_X_SCALE  # exact: a power of two, range checked
             xpn = planes.contiguous().numpy()
             if mx:
-                K.gemv_mxfp4(packed.words.numpy(), packed.scales.numpy(), xpn, yv, chunk, inject)
+                K.gemv_mxfp4(words, scales, xpn, yv, chunk, inject)
             else:
-                K.gemv_nvfp4(packed.words.numpy(), packed.scales.numpy(),
-                             np.float32(packed.global_scale.item()), xpn, yv, chunk, inject)
+                K.gemv_nvfp4(words, scales, g, xpn, yv, chunk, inject)
     else:
         scales = packed.scales.numpy() if fp4 else np.zeros((1, 1), np.uint8)
         g = np.float32(packed.global_scale.item()) if fmt is Format.NVFP4 else np.float32(1.0)
@@ -136,6 +151,20 @@ def _matmul_f32(x: torch.Tensor, packed: PackedWeight, inject: bool, threads: in
                 K.decode_matmul(kind, codes, scales, g, no_x, y.numpy(), w.numpy(), start, stop,
                                 _chunk(stop - start, threads), inject)
                 torch.matmul(xp, w.T, out=y[:, start:stop])
+    return _row_scaled(y, packed, fp4)
+
+
+def _row_scaled(y: torch.Tensor, packed: PackedWeight, fp4: bool) -> torch.Tensor:
     if not fp4 and packed.scales is not None:
         y *= packed.scales
     return y
+
+
+def _lut_available() -> bool:
+    """Whether the FP4 table-lookup GEMV (AVX-512 vpermps) can run; `SOFTFP8_NUMBA_FP4_LUT=0`
+    turns it off (read per call: for comparisons, and in case a CPU misreports its features)."""
+    import os
+
+    from . import _numba_lut
+
+    return os.environ.get("SOFTFP8_NUMBA_FP4_LUT", "1") != "0" and _numba_lut.available()

@@ -1,0 +1,101 @@
+"""The AVX-512 table-lookup FP4 GEMV (softfp8/backends/_numba_lut.py): every E2M1 code at every
+nibble and block position bit-exact through the kernel, fp64 parity over odd shapes, and the
+bit-operation kernels it replaces still right when it is switched off."""
+import pytest
+import torch
+from conftest import rel_err, same_bits
+
+import softfp8
+from softfp8.decode import E2M1_TO_FLOAT32
+from softfp8.dispatch import E2M1Decode
+
+numba = pytest.importorskip("numba")
+L = pytest.importorskip("softfp8.backends._numba_lut")
+from softfp8.backends import numba_cpu  # noqa: E402
+
+np = pytest.importorskip("numpy")
+needs_avx512 = pytest.mark.skipif(not L.available(), reason="numba does not target AVX-512 here")
+
+BLOCK = {"nvfp4": 16, "mxfp4": 32}
+ONE = {"nvfp4": 0x38, "mxfp4": 127}  # scale code of 1.0: E4M3 and E8M0
+
+
+def words_of(codes):
+    """codes [N, K] in 0..15 -> int32 words [N, K/8], code 8i+j at bits 4j..4j+3."""
+    n, k = codes.shape
+    c = codes.to(torch.int64).view(n, k // 8, 8) << (4 * torch.arange(8))
+    w = c.sum(-1)
+    return torch.where(w >= 2 ** 31, w - 2 ** 32, w).to(torch.int32)
+
+
+def gemv(fmt, words, scales, x):
+    y = np.zeros(words.shape[0], np.float32)
+    xs, xp = L.x_steps(x, BLOCK[fmt])
+    if fmt == "nvfp4":
+        L.gemv_nvfp4(words.numpy(), scales.numpy(), np.float32(1.0), xs, xp, y, 4)
+    else:
+        L.gemv_mxfp4(words.numpy(), scales.numpy(), xs, xp, y, 4)
+    return torch.from_numpy(y)
+
+
+@needs_avx512
+@pytest.mark.parametrize("fmt", ["nvfp4", "mxfp4"])
+def test_every_code_at_every_position_is_exact(fmt):
+    """16 rows, row r holding code (r + k) % 16 at position k: a one-hot x at k reads column k
+    back, so each code is seen at every nibble, word and lane of a 16-block step, and in the
+    tail blocks past the last whole step (which the bit-operation select path decodes)."""
+    blk = BLOCK[fmt]
+    k = blk * 16 + blk  # one whole step and one tail block
+    codes = (torch.arange(16)[:, None] + torch.arange(k)[None, :]) % 16
+    words = words_of(codes)
+    scales = torch.full((16, k // blk), ONE[fmt], dtype=torch.uint8)
+    got = torch.empty(16, k)
+    for col in range(k):
+        x = torch.zeros(k)
+        x[col] = 1.0
+        got[:, col] = gemv(fmt, words, scales, x)
+    want = E2M1_TO_FLOAT32[codes]
+    # exact values; code 8 (-0) reads back +0, as in any dot product: -0 + the +0 products
+    bad = got != want
+    assert same_bits(got[codes != 8], want[codes != 8]).all()
+    assert not bad.any(), (codes[bad][:8].tolist(), got[bad][:8].tolist())
+
+
+@needs_avx512
+@pytest.mark.parametrize("fmt", ["nvfp4", "mxfp4"])
+@pytest.mark.parametrize("n, k", [(1, 1), (17, 4097), (4097, 33), (5, 512), (3, 1000)])
+def test_gemv_matches_fp64(fmt, n, k):
+    g = torch.Generator().manual_seed(n + k)
+    packed = softfp8.quantize(torch.randn(n, k, generator=g), fmt)
+    x = torch.randn(1, k, generator=g)
+    want = x.double() @ softfp8.dequantize(packed).double().T
+    for e2m1 in (E2M1Decode.SELECT, E2M1Decode.INJECT):
+        assert rel_err(numba_cpu.matmul(x, packed, None, e2m1=e2m1), want) <= 1e-6
+
+
+@pytest.mark.parametrize("e2m1", [E2M1Decode.SELECT, E2M1Decode.INJECT])
+@pytest.mark.parametrize("fmt", ["nvfp4", "mxfp4"])
+def test_bit_operation_kernels_still_run_when_the_table_is_off(fmt, e2m1, monkeypatch):
+    """SOFTFP8_NUMBA_FP4_LUT=0 (and any CPU without AVX-512) takes the _numba_kernels GEMVs."""
+    monkeypatch.setenv("SOFTFP8_NUMBA_FP4_LUT", "0")
+    assert not numba_cpu._lut_available()
+    g = torch.Generator().manual_seed(7)
+    packed = softfp8.quantize(torch.randn(37, 4097, generator=g), fmt)
+    x = torch.randn(1, 4097, generator=g)
+    want = x.double() @ softfp8.dequantize(packed).double().T
+    assert rel_err(numba_cpu.matmul(x, packed, None, e2m1=e2m1), want) <= 1e-6
+
+
+def test_available_follows_numba_target(monkeypatch):
+    from numba.core import config
+
+    L.available.cache_clear()
+    try:
+        monkeypatch.setattr(config, "CPU_NAME", "generic")
+        monkeypatch.setattr(config, "CPU_FEATURES", None)
+        assert L.available() is False
+        L.available.cache_clear()
+        monkeypatch.setattr(config, "CPU_FEATURES", "+avx2,+avx512f")
+        assert L.available() is True
+    finally:
+        L.available.cache_clear()
