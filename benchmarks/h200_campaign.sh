@@ -71,4 +71,17 @@ pdl2)
   run sweeppf 200 python3 benchmarks/sweep_gemv.py --ms 512,2048 --kernels dequant,tiled --e2m1 inject --budget 180 --shapes "6144,4096;4096,4096;28672,4096;4096,14336;128256,4096" --out "$OUT/sweep_pf.json"
   run sweeplm 120 python3 benchmarks/sweep_gemv.py --ms 1 --kernels small_m --formats e5m2,e4m3 --budget 100 --shapes "128256,4096;28672,4096" --out "$OUT/sweep_lm.json"
   ;;
+final2)
+  # the second session's numbers: one call; bench receipts go into one tarball (the device tool
+  # brings back at most 8 files)
+  run gputests 150 python3 -m pytest -q -m gpu -p no:cacheprovider tests/
+  export SOFTFP8_FP8_DECODE=integer
+  mkdir -p "$OUT/r"
+  run token 60 python3 -m softfp8.bench token --preset llama2-7b --backends triton --out "$OUT/r/token.json"
+  run shapes 70 python3 -m softfp8.bench shapes --preset llama3-8b --backends triton --out "$OUT/r/shapes.json"
+  run smallm 60 python3 -m softfp8.bench small-m --preset llama3-8b --backends triton --formats e5m2,e4m3 --out "$OUT/r/smallm.json"
+  run prefill 80 python3 -m softfp8.bench prefill --preset llama3-8b --backends triton --out "$OUT/r/prefill.json"
+  run e2e 150 python3 benchmarks/gpu_e2e_generate.py --variants fp16,e5m2,e4m3,nvfp4,mxfp4 --modes static-compile --short 8 --long 40 --repeats 2 --json "$OUT/r/e2e.json"
+  tar czf "$OUT/receipts.tgz" -C "$OUT" r && rm -rf "$OUT/r"
+  ;;
 esac

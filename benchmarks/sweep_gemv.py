@@ -56,7 +56,7 @@ def graph_time(fns, reps=10):
 
 def candidates(fmt, n, k, m, info, dtype, kernels):
     """The settings tried: the current table's choice, then a grid around it, for the kernels
-    named in `kernels` (gemv, small_m, tiled, wdot)."""
+    named in `kernels` (gemv, small_m, tiled, dequant)."""
     bits = 8 if fmt in FP8 else 4
     mx = fmt == "mxfp4"
     out = [tb.launch_config(n, k, m, softfp8.Format(fmt), info, dtype)]
@@ -78,17 +78,6 @@ def candidates(fmt, n, k, m, info, dtype, kernels):
             for bn, bk, nw, st in ((64, 256, 4, 4), (64, 256, 4, 5), (64, 512, 4, 3),
                                    (128, 256, 8, 4), (128, 128, 4, 4)):
                 out.append(tb.LaunchConfig(tb.Kernel.SMALL_M, 16, bn, bk, 1, nw, st))
-    if m <= 16 and "wdot" in kernels:
-        # (block_n, block_k in codes, warps, stages); x^T is one 16-column block
-        if mx:
-            grid = [(64, 32, 4, 4), (64, 32, 4, 6), (128, 32, 4, 4), (128, 32, 8, 4)]
-        elif bits == 8:
-            grid = [(64, 128, 4, 4), (64, 256, 4, 3), (64, 256, 4, 4), (64, 512, 4, 3),
-                    (128, 128, 4, 4), (128, 256, 8, 3), (64, 256, 8, 3)]
-        else:  # (64, 512) and (128, 512) spill 300-400 B on sm_90 (triton 3.9 cross-compile)
-            grid = [(64, 128, 4, 4), (64, 256, 4, 3), (64, 256, 4, 4), (128, 256, 8, 3)]
-        for bn, bk, nw, st in grid:
-            out.append(tb.LaunchConfig(tb.Kernel.WDOT, 16, bn, bk, 1, nw, st))
     if m > 16:
         bk = 32 if mx else 64
         if "dequant" in kernels:  # slab rows; block_k = codes per dequant program
@@ -97,11 +86,6 @@ def candidates(fmt, n, k, m, info, dtype, kernels):
         if "tiled" in kernels:
             out += [tb.LaunchConfig(tb.Kernel.TILED, 128, 128, bk, 1, 8, 3),
                     tb.LaunchConfig(tb.Kernel.TILED, 128, 256, bk, 1, 8, 3)]
-        if "wdot" in kernels:  # block_m is the wgmma N side here; 256 spills (sm_90, 808 B)
-            out += [tb.LaunchConfig(tb.Kernel.WDOT, 128, 128, bk, 1, 8, 3),
-                    tb.LaunchConfig(tb.Kernel.WDOT, 128, 128, bk, 1, 8, 4),
-                    tb.LaunchConfig(tb.Kernel.WDOT, 128, 128, 2 * bk, 1, 8, 3),
-                    tb.LaunchConfig(tb.Kernel.WDOT, 64, 128, bk, 1, 4, 4)]
     seen, uniq = set(), []
     for c in out:
         if c not in seen:
@@ -125,7 +109,7 @@ def main(argv=None):
     ap.add_argument("--ms", default="1")
     ap.add_argument("--shapes", default=None, help="N,K;N,K;... (default: llama2-7b + lm_head)")
     ap.add_argument("--hw", action="store_true", help="hardware FP8 conversion (sm_89+)")
-    ap.add_argument("--kernels", default="gemv,small_m,tiled,wdot",
+    ap.add_argument("--kernels", default="gemv,small_m,tiled,dequant",
                     help="which kernels' settings to sweep (the table's choice always runs)")
     ap.add_argument("--e2m1", default="select", choices=("select", "inject"),
                     help="FP4 decoder (inject only where the probe found denormals honoured)")

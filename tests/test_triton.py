@@ -74,8 +74,7 @@ def test_matches_reference(kernel, fmt, e2m1, dtype, n, k, m, with_bias):
 
 @pytest.mark.parametrize("fmt", list(Format))
 @pytest.mark.parametrize("cfg", [LaunchConfig(Kernel.GEMV, 2, 16, 64, split_k=3),
-                                 LaunchConfig(Kernel.SMALL_M, 16, 32, 32, split_k=4),
-                                 LaunchConfig(Kernel.WDOT, 16, 32, 32, split_k=4)], ids=str)
+                                 LaunchConfig(Kernel.SMALL_M, 16, 32, 32, split_k=4)], ids=str)
 def test_split_k_matches_reference(fmt, cfg):
     g = torch.Generator().manual_seed(5)
     packed = softfp8.quantize(torch.randn(37, 300, generator=g), fmt).to(DEVICE)
@@ -114,7 +113,7 @@ def _every_code(fmt: Format, device) -> tuple[PackedWeight, torch.Tensor]:
     return PackedWeight(fmt, (272, k), pack_codes(codes, fmt), sc, g).to(device), expect
 
 
-@pytest.mark.parametrize("kernel", [Kernel.GEMV, Kernel.SMALL_M, Kernel.WDOT])
+@pytest.mark.parametrize("kernel", [Kernel.GEMV, Kernel.SMALL_M])
 @pytest.mark.parametrize("fmt, e2m1", DECODES, ids=str)
 def test_every_code_decodes_exactly(fmt, e2m1, kernel):
     packed, expect = _every_code(fmt, DEVICE)
@@ -125,34 +124,6 @@ def test_every_code_decodes_exactly(fmt, e2m1, kernel):
     y = run(x, packed, None, cfg, e2m1=e2m1)[0].cpu()
     ok = (y == expect) | (torch.isnan(y) & torch.isnan(expect))
     assert ok.all(), f"codes {torch.nonzero(~ok).flatten().tolist()}: {y[~ok]} != {expect[~ok]}"
-
-
-def _wdot_cases():
-    """The weight-as-left-operand kernel, run explicitly (the table routes by measurement): every
-    decode x every dtype once, shapes and M drawn as in _cases."""
-    rng = random.Random(9)
-    cases = []
-    for i, ((fmt, e2m1), dtype) in enumerate(itertools.product(DECODES, DTYPES)):
-        n, k = rng.choice(SIZES), rng.choice(SIZES)
-        if n == k == 4097:
-            n = rng.choice(SIZES[:3])
-        m = rng.choice((1, 2, 16, 33))
-        cases.append(pytest.param(fmt, e2m1, dtype, n, k, m, i % 2 == 0,
-                                  id=f"{fmt}-{e2m1}-{str(dtype)[6:]}-{n}x{k}-m{m}"))
-    return cases
-
-
-@pytest.mark.parametrize("fmt, e2m1, dtype, n, k, m, with_bias", _wdot_cases())
-def test_wdot_matches_reference(fmt, e2m1, dtype, n, k, m, with_bias):
-    g = torch.Generator().manual_seed(n * 13 + k * 5 + m)
-    packed = softfp8.quantize(torch.randn(n, k, generator=g), fmt).to(DEVICE)
-    x = torch.randn(m, k, generator=g).to(dtype).to(DEVICE)
-    bias = torch.randn(n, generator=g).to(DEVICE) if with_bias else None
-    cfg = LaunchConfig(Kernel.WDOT, 16, 32 if DEVICE == "cpu" else 64,
-                       32 if fmt is Format.MXFP4 else 64)
-    y = run(x, packed, bias, cfg, e2m1=e2m1)
-    assert y.dtype == dtype and y.shape == (m, n)
-    assert rel_err(y, reference.matmul(x, packed, bias)) <= tolerance(dtype)
 
 
 @pytest.mark.parametrize("fmt, e2m1", DECODES, ids=str)
@@ -197,7 +168,12 @@ def test_launch_table_is_deterministic_and_splits_small_n():
     assert big.kernel is Kernel.SMALL_M and big.split_k == 1  # measured: the dot kernel wins
     assert launch_config(128256, 4096, 1, Format.E5M2, h200, torch.float32).kernel is Kernel.GEMV
     assert launch_config(4096, 4096, 8, Format.E5M2, h200).kernel is Kernel.SMALL_M
-    assert launch_config(4096, 4096, 2048, Format.E5M2, h200).kernel is Kernel.TILED
+    assert launch_config(4096, 4096, 256, Format.E5M2, h200).kernel is Kernel.TILED
+    deq = launch_config(4096, 4096, 2048, Format.E5M2, h200)  # measured: dequant + cuBLAS wins
+    assert deq.kernel is Kernel.DEQUANT
+    assert deq.block_n * 4096 * 2 <= triton_backend.DEQUANT_SLAB_BYTES < 4096 * 4096 * 2
+    assert launch_config(128256, 14336, 512, Format.NVFP4, h200).block_n * 14336 * 2 <= (
+        triton_backend.DEQUANT_SLAB_BYTES)  # a bounded slab, never the whole weight
     assert triton_backend.uses_hardware_fp8(Format.E5M2, h200)
     assert not triton_backend.uses_hardware_fp8(Format.E4M3, h200)  # measured slower there
     assert not triton_backend.uses_hardware_fp8(
@@ -249,8 +225,7 @@ def test_fp8_decode_env_forces_integer_or_refuses(monkeypatch):
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA/ROCm GPU")
 @pytest.mark.parametrize("fmt", [Format.E5M2, Format.E4M3])
-@pytest.mark.parametrize("kernel", [triton_backend.Kernel.GEMV, triton_backend.Kernel.SMALL_M,
-                                    triton_backend.Kernel.WDOT])
+@pytest.mark.parametrize("kernel", [triton_backend.Kernel.GEMV, triton_backend.Kernel.SMALL_M])
 def test_gpu_every_fp8_code_through_the_kernel_decode(fmt, kernel):
     """Row n holds code n at k = 0 and x is one-hot there, so y[n] is code n decoded: every code,
     NaN and inf included, through the software decode the kernel really runs (PTX on NVIDIA)."""
@@ -264,8 +239,7 @@ def test_gpu_every_fp8_code_through_the_kernel_decode(fmt, kernel):
     x = torch.zeros(1, 16, dtype=torch.float16, device=dev)
     x[0, 0] = 1.0
     cfg = triton_backend.LaunchConfig(kernel, 1 if kernel is triton_backend.Kernel.GEMV else 16,
-                                      {triton_backend.Kernel.GEMV: 8,
-                                       triton_backend.Kernel.WDOT: 64}.get(kernel, 32), 64)
+                                      8 if kernel is triton_backend.Kernel.GEMV else 32, 64)
     y = triton_backend.run(x.float() if kernel is triton_backend.Kernel.GEMV else x, packed,
                            None, cfg, hw_fp8=False).float().cpu()[0]
     decode = decode_e5m2_to_f32 if fmt is Format.E5M2 else decode_e4m3_to_f32
@@ -280,8 +254,7 @@ def test_gpu_every_fp8_code_through_the_kernel_decode(fmt, kernel):
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA/ROCm GPU")
 @pytest.mark.parametrize("fmt", [Format.NVFP4, Format.MXFP4])
 @pytest.mark.parametrize("e2m1", [E2M1Decode.INJECT, E2M1Decode.SELECT])
-@pytest.mark.parametrize("kernel", [triton_backend.Kernel.GEMV, triton_backend.Kernel.SMALL_M,
-                                    triton_backend.Kernel.WDOT])
+@pytest.mark.parametrize("kernel", [triton_backend.Kernel.GEMV, triton_backend.Kernel.SMALL_M])
 def test_gpu_every_e2m1_code_in_both_nibbles_through_the_kernel(fmt, e2m1, kernel):
     """Rows 0..15 hold code n in the low nibble of byte 0 (k = 0), rows 16..31 in the high one
     (k = 1); x = 1 at k = 0 and 1, 0 elsewhere; scales 1. So y[n] is that code decoded, through
@@ -303,28 +276,45 @@ def test_gpu_every_e2m1_code_in_both_nibbles_through_the_kernel(fmt, e2m1, kerne
     x[0, :2] = 1.0
     gemv = kernel is triton_backend.Kernel.GEMV
     block_k = 32 if fmt is Format.MXFP4 and not gemv else 64
-    block_n = 8 if gemv else 64 if kernel is triton_backend.Kernel.WDOT else 32
-    cfg = triton_backend.LaunchConfig(kernel, 1 if gemv else 16, block_n, block_k)
+    cfg = triton_backend.LaunchConfig(kernel, 1 if gemv else 16, 8 if gemv else 32, block_k)
     y = triton_backend.run(x if gemv else x.half(), packed, None, cfg, e2m1=e2m1).float().cpu()
     want = torch.cat([E2M1_TO_FLOAT32, E2M1_TO_FLOAT32])
     assert torch.equal(y[0], want), (y[0] - want).nonzero().flatten().tolist()
+
+
+def test_pdl_settings(monkeypatch):
+    h200 = triton_backend.DeviceInfo(sm_count=132, capability=(9, 0), interpreter=False)
+    a100 = triton_backend.DeviceInfo(sm_count=108, capability=(8, 0), interpreter=False)
+    assert triton_backend.pdl_settings(a100, Format.E5M2) == (0, 0)  # no PDL before sm_90
+    assert triton_backend.pdl_settings(h200, Format.E5M2) == (2, 0)  # measured: late, no prefetch
+    assert triton_backend.pdl_settings(h200, Format.NVFP4) == (1, 32768)
+    monkeypatch.setenv(triton_backend.PDL_ENV, "off")
+    assert triton_backend.pdl_settings(h200, Format.NVFP4) == (0, 0)
+    monkeypatch.setenv(triton_backend.PDL_ENV, "sometimes")
+    with pytest.raises(ValueError, match="SOFTFP8_PDL='sometimes'"):
+        triton_backend.pdl_settings(h200, Format.E5M2)
+    monkeypatch.setenv(triton_backend.PDL_ENV, "late")
+    monkeypatch.setenv(triton_backend.PDL_PREFETCH_ENV, "100")
+    with pytest.raises(ValueError, match="multiple of 16"):
+        triton_backend.pdl_settings(h200, Format.E5M2)
 
 
 def test_table_from_a_sweep_receipt_overrides_exact_shapes(tmp_path, monkeypatch):
     import json
 
     h200 = triton_backend.DeviceInfo(sm_count=132, capability=(9, 0), interpreter=False)
-    row = dict(n=4096, k=4096, m=1, fmt="e5m2", kernel="wdot", block_m=16, block_n=64,
+    row = dict(n=4096, k=4096, m=1, fmt="e5m2", kernel="small_m", block_m=16, block_n=64,
                block_k=256, split_k=2, num_warps=4, num_stages=3)
     path = tmp_path / "sweep.json"
     path.write_text(json.dumps({"best": [row]}))
     builtin = launch_config(4096, 4096, 1, Format.E5M2, h200)
     monkeypatch.setenv(triton_backend.TABLE_ENV, str(path))
     assert launch_config(4096, 4096, 1, Format.E5M2, h200) == LaunchConfig(
-        Kernel.WDOT, 16, 64, 256, 2, 4, 3)
+        Kernel.SMALL_M, 16, 64, 256, 2, 4, 3)
     assert launch_config(4096, 4096, 1, Format.E5M2, h200, torch.float32) != LaunchConfig(
-        Kernel.WDOT, 16, 64, 256, 2, 4, 3)  # the sweep timed fp16 activations only
-    assert launch_config(4096, 4096, 2, Format.E5M2, h200).kernel is not Kernel.WDOT
+        Kernel.SMALL_M, 16, 64, 256, 2, 4, 3)  # the sweep timed fp16 activations only
+    assert launch_config(4096, 4096, 2, Format.E5M2, h200) != LaunchConfig(
+        Kernel.SMALL_M, 16, 64, 256, 2, 4, 3)
     assert builtin != launch_config(4096, 4096, 1, Format.E5M2, h200)
     bad = tmp_path / "bad.json"
     bad.write_text("{}")

@@ -23,7 +23,7 @@ from triton.compiler import ASTSource  # noqa: E402
 
 import torch  # noqa: E402
 
-from softfp8.backends.triton import DeviceInfo, Kernel, _kernels, launch_config  # noqa: E402
+from softfp8.backends.triton import DeviceInfo, Kernel, _kernels, launch_config, pdl_settings  # noqa: E402
 from softfp8.formats import Format  # noqa: E402
 
 FP8 = ("e5m2", "e4m3")
@@ -52,8 +52,9 @@ def variants(backend: str, arch):
     for j, (fmt, inject, hw) in enumerate(decodes):
         xd = list(dtypes)[j % 3]
         tag = f"{fmt}-{'inject' if inject else 'hw' if hw else 'sw' if fmt in FP8 else 'select'}"
+        pdl, prefetch = pdl_settings(info, Format(fmt))  # sm_90: the PDL prologue compiles too
         base = dict(FMT=fmt, HAS_SCALE=fmt in FP8, HAS_BIAS=True, INJECT=inject, HW=hw,
-                    ASM=backend == "cuda" and not hw)
+                    ASM=backend == "cuda" and not hw, PDL=pdl, PREFETCH=prefetch)
         for kname, m in SHAPES.items():
             cfg = launch_config(4096, 4096, m, Format(fmt), info, dtypes[xd])
             assert cfg.kernel.value == kname, (kname, cfg)
@@ -68,6 +69,10 @@ def variants(backend: str, arch):
                          UPCAST=False)
                 fn = _kernels.dot_kernel
             yield f"{kname}-{tag}-{xd}", fn, c, xd, cfg.num_warps, cfg.num_stages
+        if not hw:  # the large-M slab decode (portable decoders only)
+            c = dict(FMT=fmt, HAS_SCALE=fmt in FP8, INJECT=inject, BLOCK_R=16,
+                     BLOCK_KB=512 * (8 if fmt in FP8 else 4) // 8)
+            yield f"dequant-{tag}-{xd}", _kernels.dequant_kernel, c, xd, 4, 1
 
 
 def source(fn, constexprs, xd):
@@ -76,7 +81,7 @@ def source(fn, constexprs, xd):
     for name in names:
         if name in constexprs:
             sig[name] = "constexpr"
-        elif name == "x_ptr" or name == "y_ptr":
+        elif name in ("x_ptr", "y_ptr", "out_ptr"):
             sig[name] = PTR[xd]
         elif name in ("w_ptr", "s_ptr"):
             sig[name] = "*u8" if name == "w_ptr" or constexprs["FMT"] not in FP8 else "*fp32"
@@ -127,7 +132,7 @@ def main(backend: str, arch: str, warp: int) -> None:
     target = GPUTarget(backend, arch_v, warp)
     for name, fn, constexprs, xd, warps, stages in variants(backend, arch_v):
         t0 = time.time()
-        rec = {"target": f"{backend}:{arch}", "variant": name, "hw": constexprs["HW"]}
+        rec = {"target": f"{backend}:{arch}", "variant": name, "hw": constexprs.get("HW", False)}
         try:
             k = triton.compile(source(fn, constexprs, xd), target=target,
                                options={"num_warps": warps, "num_stages": stages})

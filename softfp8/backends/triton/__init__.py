@@ -11,6 +11,7 @@ Auto dispatch never picks the interpreter (dispatch.AUTO_DEVICE_TYPES).
 """
 from __future__ import annotations
 
+import contextlib
 import enum
 import functools
 import json
@@ -46,9 +47,6 @@ class Kernel(str, enum.Enum):
     """Large M: decode block_n rows at a time into x's dtype (a bounded slab, never the whole
     weight) and multiply each slab with torch's GEMM (cuBLAS); compute-bound there, so the
     decode is a small fixed cost."""
-    WDOT = "wdot"
-    """tl.dot with the decoded weight tile as the left operand (tensor cores read it from
-    registers); any M, x^T at least 16 columns wide."""
 
 
 @dataclass(frozen=True)
@@ -109,26 +107,35 @@ def uses_hardware_fp8(fmt: Format, info: DeviceInfo) -> bool:
 
 PDL_ENV = "SOFTFP8_PDL"
 """auto | off | early | late: programmatic dependent launch on NVIDIA sm_90+ (a kernel starts,
-and pulls its first weight bytes toward L2, while the previous one finishes). early: the next
-kernel may launch as soon as this one starts; late: once this one's main loops are done. auto
-is PDL_AUTO (measured, BENCHMARKS.md); GPUs before sm_90 have no PDL."""
-PDL_AUTO = "off"
+and may pull its first weight bytes toward L2, while the previous one finishes). early: the
+next kernel may launch as soon as this one starts; late: once this one's main loop is done.
+GPUs before sm_90 have no PDL. auto = `pdl_auto`."""
 PDL_PREFETCH_ENV = "SOFTFP8_PDL_PREFETCH"
-"""Bytes of each program's weights prefetched to L2 before the PDL wait (a multiple of 16;
-0 = none). Default PDL_PREFETCH_BYTES."""
-PDL_PREFETCH_BYTES = 32768
+"""Overrides the bytes of each program's weights prefetched to L2 before the PDL wait (a
+multiple of 16; 0 = none)."""
 _PDL_MODES = {"off": 0, "early": 1, "late": 2}
 
 
-def pdl_settings(info: DeviceInfo) -> tuple[int, int]:
+def pdl_auto(fmt: Format) -> tuple[str, int]:
+    """Measured on the H200 (2026-11-29, `bench token --preset llama2-7b`, campaign steps pdl1
+    and pdl2; BENCHMARKS.md), ms per token off -> late -> early + 32 KiB prefetch: E5M2 2.121
+    -> 2.079 -> 2.518, E4M3 3.384 -> 3.308 -> 4.521, NVFP4 3.171 -> 2.855 -> 2.714, MXFP4 2.772
+    -> 2.731 -> 2.613. Early launch with a prefetch helps the decode-bound FP4 kernels and
+    hurts the bandwidth-bound 8-bit ones, whose waiting programs take SM slots; the prefetch
+    alone (late + 32 KiB) cost E5M2 9%."""
+    return ("late", 0) if fmt in (Format.E5M2, Format.E4M3) else ("early", 32768)
+
+
+def pdl_settings(info: DeviceInfo, fmt: Format) -> tuple[int, int]:
     """(PDL mode: 0 off, 1 early, 2 late; prefetch bytes) for launches on this device."""
     wanted = os.environ.get(PDL_ENV, "auto").strip().lower()
+    auto_mode, auto_bytes = pdl_auto(fmt)
     if wanted == "auto":
-        wanted = PDL_AUTO
+        wanted = auto_mode
     if wanted not in _PDL_MODES:
         raise ValueError(f"{PDL_ENV}={wanted!r} is not valid; expected one of 'auto', "
                          "'off', 'early', 'late'")
-    raw = os.environ.get(PDL_PREFETCH_ENV, str(PDL_PREFETCH_BYTES)).strip()
+    raw = os.environ.get(PDL_PREFETCH_ENV, str(auto_bytes)).strip()
     if not raw.isdigit() or int(raw) % 16:
         raise ValueError(f"{PDL_PREFETCH_ENV}={raw!r}: expected a multiple of 16 (bytes)")
     if info.capability is None or info.capability < (9, 0) or info.interpreter:
@@ -136,6 +143,11 @@ def pdl_settings(info: DeviceInfo) -> tuple[int, int]:
     mode = _PDL_MODES[wanted]
     return mode, int(raw) if mode else 0
 
+
+DEQUANT_MIN_M = 512
+"""From this many activation rows on, Kernel.DEQUANT (measured at 512 and 2048 on the H200)."""
+DEQUANT_SLAB_BYTES = 16 << 20
+"""Bytes of one dequantised slab (two are in flight): a bounded workspace, whatever the layer."""
 
 TABLE_ENV = "SOFTFP8_TRITON_TABLE"
 """Path to a sweep receipt (`benchmarks/sweep_gemv.py --out FILE`, run on your GPU): its fastest
@@ -159,23 +171,27 @@ def _table_from_sweep(path: str) -> dict:
 
 def launch_config(n: int, k: int, m: int, fmt: Format, info: DeviceInfo,
                   x_dtype: torch.dtype = torch.float16) -> LaunchConfig:
-    """The launch table, keyed on (N, K, M, device). M = 1 comes from the H200 sweep of
-    2026-11-29 (benchmarks/sweep_gemv.py; integer FP8 decode, fp16 activations; BENCHMARKS.md):
-    - 8-bit, N >= 8192, where tl.dot has tensor cores: the dot kernel with one 16-row x block
-      (decode to fp16 tiles), 32 (N < 16384) or 64 x 256 tiles, 4 warps, 3 stages: E5M2 up to
-      4.2 TB/s at 128256 x 4096, 1.3-1.5x faster than the FMA GEMV there.
-    - 8-bit below that, and FP4: the FMA GEMV with 16-byte loads; FP8 8 rows x 1024 codes, FP4
-      4 rows x 2048 codes (16 x 1024 from N >= 16384). FP4 is decode-bound (0.5-0.7 TB/s), so
-      its tiles mattered little (within 5%).
+    """The launch table, keyed on (N, K, M, device). Measured on the H200 (2026-11-29,
+    benchmarks/sweep_gemv.py, integer FP8 decode, fp16 activations; BENCHMARKS.md):
+    - M = 1, 8-bit, N >= 8192, where tl.dot has tensor cores: the dot kernel with one 16-row x
+      block (decode to fp16 tiles), 32 (N < 16384) or 64 x 256 tiles, 4 warps, 3 stages; E5M2
+      from N >= 16384 128 x 256 with 8 warps (4267 GB/s at 128256 x 4096, 93.5% of read).
+    - M = 1, 8-bit below that, and FP4: the FMA GEMV with 16-byte loads; FP8 8 rows x 1024
+      codes; FP4 8 x 2048 (8 warps) at N <= 4096, 4 x 2048 below 16384, 8 x 1024 above. FP4 is
+      decode-bound (1.1-1.6 TB/s), so its tiles matter within 5-10%.
     - Split-K only when the row blocks don't fill one wave of SMs: at 4096 x 4096 a 2-way split
       cost 25% (the reduction is a second launch).
-    Reasoned, not measured (and every GPU but the H200):
+    - M >= DEQUANT_MIN_M: Kernel.DEQUANT, slabs of DEQUANT_SLAB_BYTES (0.79-0.91x fp16 cuBLAS
+      at M = 2048 against 0.33-0.63x for the tiled kernel; 0.50-0.68x against 0.11-0.46x at 512).
+    The wave rule and the M = 2..16 and 17..511 tiles are reasoned, not measured (and every GPU
+    but the H200 is):
     - Small M (2..16): one 16-row x block against a 64 x 256 weight tile; fp32 activations with
       M <= 4 stay on the GEMV (an fp32 "ieee" dot is FMAs on 16 padded rows, 4x the work), and
       FMA-dot tiles are smaller (fp32 at 128 x 128 spilled 42 KB on sm_90; fp16 at 64 x 256 on
       sm_75 spilled 9 KB: triton_compile_worker.py, 2026-11-29, triton 3.9.0).
     - Tiled: 64/128 x 128 output tiles, 8 warps, 3 stages, the usual Hopper/Ampere shapes.
-    The interpreter gets large tiles and few programs, since it pays per program, not per byte.
+    The interpreter gets large tiles and few programs, since it pays per program, not per byte
+    (and no DEQUANT: the tests run it explicitly).
     """
     table = os.environ.get(TABLE_ENV)
     if table and x_dtype != torch.float32 and not info.interpreter:
@@ -188,18 +204,26 @@ def launch_config(n: int, k: int, m: int, fmt: Format, info: DeviceInfo,
     fma_dot = f32 or (info.capability is not None and info.capability < (8, 0))
     mx = fmt is Format.MXFP4  # the tl.dot kernels step one MXFP4 block (32 codes) at a time
     fp8 = fmt in (Format.E5M2, Format.E4M3)
+    if m >= DEQUANT_MIN_M and not info.interpreter:
+        rows = max(128, DEQUANT_SLAB_BYTES // (k * x_dtype.itemsize) // 128 * 128)
+        return LaunchConfig(Kernel.DEQUANT, 1, min(rows, n), 512, num_warps=4, num_stages=1)
     if m == 1 and fp8 and n >= 8192 and not fma_dot and not info.interpreter:
-        cfg = LaunchConfig(Kernel.SMALL_M, 16, 64 if n >= 16384 else 32, 256, num_warps=4,
-                           num_stages=3)
+        if n >= 16384 and fmt is Format.E5M2:
+            cfg = LaunchConfig(Kernel.SMALL_M, 16, 128, 256, num_warps=8, num_stages=3)
+        else:
+            cfg = LaunchConfig(Kernel.SMALL_M, 16, 64 if n >= 16384 else 32, 256, num_warps=4,
+                               num_stages=3)
     elif m == 1 or (f32 and m <= 4):
         bm = 1 if m == 1 else (2 if m == 2 else 4)
         if info.interpreter:
             cfg = LaunchConfig(Kernel.GEMV, bm, 64, 1024)
         elif fp8 or bm > 1:
             cfg = LaunchConfig(Kernel.GEMV, bm, max(8 // bm, 2), 1024)
+        elif n >= 16384:
+            cfg = LaunchConfig(Kernel.GEMV, 1, 8, 1024)
         else:
-            cfg = LaunchConfig(Kernel.GEMV, 1, 16 if n >= 16384 else 4,
-                               1024 if n >= 16384 else 2048)
+            cfg = LaunchConfig(Kernel.GEMV, 1, 8 if n <= 4096 else 4, 2048,
+                               num_warps=8 if n <= 4096 else 4)
     elif m <= 16:
         if fma_dot:
             cfg = LaunchConfig(Kernel.SMALL_M, 16, 32, 32, num_warps=4, num_stages=2)
@@ -279,7 +303,7 @@ def _launch(x: torch.Tensor, packed: PackedWeight, bias: torch.Tensor | None, cf
     # PTX word-at-a-time FP8 decode: NVIDIA only (not ROCm, not the interpreter)
     # (FP4: the PTX decode injects, so it is used only with e2m1=inject)
     asm = info.capability is not None and not info.interpreter and not hw_fp8
-    pdl, prefetch = pdl_settings(info)
+    pdl, prefetch = pdl_settings(info, packed.fmt)
     launch = dict(launch_pdl=True) if pdl else {}  # pdl: a mode, 0 = off
     common = dict(FMT=packed.fmt.value, HAS_SCALE=has_scale, HAS_BIAS=bias is not None,
                   INJECT=e2m1 is E2M1Decode.INJECT, HW=hw_fp8, ASM=asm, BLOCK_M=cfg.block_m,
@@ -300,8 +324,7 @@ def _launch(x: torch.Tensor, packed: PackedWeight, bias: torch.Tensor | None, cf
         # The interpreter's bf16 tl.dot is wrong (triton 3.9): there, bf16 tiles go up to fp32.
         upcast = x.device.type == "cpu" and x.dtype == torch.bfloat16
         precision = "ieee"  # fp32: exact FMAs (1e-5); fp16/bf16 operands ignore it
-        kern = K_.wdot_kernel if cfg.kernel is Kernel.WDOT else K_.dot_kernel
-        kern[grid](*args, BLOCK_K=cfg.block_k, PRECISION=precision, UPCAST=upcast,
+        K_.dot_kernel[grid](*args, BLOCK_K=cfg.block_k, PRECISION=precision, UPCAST=upcast,
                             **common)
     if split > 1:
         block = 256
@@ -314,25 +337,60 @@ def _launch(x: torch.Tensor, packed: PackedWeight, bias: torch.Tensor | None, cf
 def _dequant_matmul(x, packed, bias, cfg, e2m1, w, s, g, rb, sb, has_scale):
     """Kernel.DEQUANT: per slab of cfg.block_n rows, dequant_kernel writes the rows in x's dtype
     (rounded once: the products code x scales are exact in float32) and torch.mm / addmm writes
-    y's columns for those rows in place (a column slice of y is a valid cuBLAS output)."""
+    y's columns for those rows in place (a column slice of y is a valid cuBLAS output). On CUDA
+    the decode runs on a side stream into two alternating slabs, so decoding slab i + 1 (memory-
+    bound) overlaps the GEMM of slab i (compute-bound)."""
     from . import _kernels as K_
 
     m, k = x.shape
     n = packed.shape[0]
     rows = min(cfg.block_n, n)
-    slab = torch.empty((rows, k), dtype=x.dtype, device=x.device)
+    nslabs = -(-n // rows)
+    slabs = [torch.empty((rows, k), dtype=x.dtype, device=x.device)
+             for _ in range(min(2, nslabs))]
     y = torch.empty((m, n), dtype=x.dtype, device=x.device)
     block_r, block_kb = 16, cfg.block_k * packed.spec.bits // 8
     b = None if bias is None else bias.to(x.dtype)
-    for r0 in range(0, n, rows):
+    cuda = x.device.type == "cuda"
+    main = torch.cuda.current_stream(x.device) if cuda else None
+    side = _side_stream(x.device) if cuda else None
+    if cuda:
+        side.wait_stream(main)  # the slabs, the weights and x are ready on main
+        for t in (*slabs, w, s, g):
+            t.record_stream(side)  # the allocator must not hand them out while side uses them
+        ready = [torch.cuda.Event() for _ in slabs]
+        free = [torch.cuda.Event() for _ in slabs]
+    for i in range(nslabs):
+        r0 = i * rows
         r = min(rows, n - r0)
-        K_.dequant_kernel[(-(-r // block_r), -(-rb // block_kb))](
-            w, s, g, slab, n, k, rb, sb, r0, FMT=packed.fmt.value, HAS_SCALE=has_scale,
-            INJECT=e2m1 is E2M1Decode.INJECT, BLOCK_R=block_r, BLOCK_KB=block_kb,
-            num_warps=cfg.num_warps)
+        slab = slabs[i % 2]
+        with torch.cuda.stream(side) if cuda else contextlib.nullcontext():
+            if cuda and i >= 2:
+                side.wait_event(free[i % 2])  # the GEMM of slab i - 2 has read this buffer
+            K_.dequant_kernel[(-(-r // block_r), -(-rb // block_kb))](
+                w, s, g, slab, n, k, rb, sb, r0, FMT=packed.fmt.value, HAS_SCALE=has_scale,
+                INJECT=e2m1 is E2M1Decode.INJECT, BLOCK_R=block_r, BLOCK_KB=block_kb,
+                num_warps=cfg.num_warps)
+            if cuda:
+                ready[i % 2].record(side)
+        if cuda:
+            main.wait_event(ready[i % 2])
         part = slab[:r].t()
         if b is None:
             torch.mm(x, part, out=y[:, r0:r0 + r])
         else:
             torch.addmm(b[r0:r0 + r], x, part, out=y[:, r0:r0 + r])
+        if cuda:
+            free[i % 2].record(main)
     return y
+
+
+_SIDE_STREAMS: dict = {}
+
+
+def _side_stream(device: torch.device):
+    key = device.index if device.index is not None else torch.cuda.current_device()
+    if key not in _SIDE_STREAMS:
+        _SIDE_STREAMS[key] = torch.cuda.Stream(device=device)
+    return _SIDE_STREAMS[key]
+
