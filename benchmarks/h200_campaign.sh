@@ -84,4 +84,11 @@ final2)
   run e2e 150 python3 benchmarks/gpu_e2e_generate.py --variants fp16,e5m2,e4m3,nvfp4,mxfp4 --modes static-compile --short 8 --long 40 --repeats 2 --json "$OUT/r/e2e.json"
   tar czf "$OUT/receipts.tgz" -C "$OUT" r && rm -rf "$OUT/r"
   ;;
+tune3)
+  # E5M2 PDL off against late in the token; lm_head/gate_up tiles under PDL late; M = 2, 8 tiles
+  export SOFTFP8_FP8_DECODE=integer
+  SOFTFP8_PDL=off run token-off 40 python3 -m softfp8.bench token --preset llama2-7b --backends triton --formats e5m2,e4m3
+  run sweeplm 70 python3 benchmarks/sweep_gemv.py --ms 1 --kernels small_m --formats e5m2 --budget 60 --shapes "128256,4096;28672,4096" --out "$OUT/sweep_lm.json"
+  run sweepsm 170 python3 benchmarks/sweep_gemv.py --ms 2,8 --kernels gemv,small_m --formats e4m3,e5m2 --budget 160 --shapes "4096,4096;6144,4096;4096,14336" --out "$OUT/sweep_sm.json"
+  ;;
 esac
