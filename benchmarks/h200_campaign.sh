@@ -91,4 +91,15 @@ tune3)
   run sweeplm 70 python3 benchmarks/sweep_gemv.py --ms 1 --kernels small_m --formats e5m2 --budget 60 --shapes "128256,4096;28672,4096" --out "$OUT/sweep_lm.json"
   run sweepsm 170 python3 benchmarks/sweep_gemv.py --ms 2,8 --kernels gemv,small_m --formats e4m3,e5m2 --budget 160 --shapes "4096,4096;6144,4096;4096,14336" --out "$OUT/sweep_sm.json"
   ;;
+final3)
+  # the numbers of the final table (kernels as in final2, whose GPU tests all passed)
+  run gputests 90 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_triton.py
+  export SOFTFP8_FP8_DECODE=integer
+  mkdir -p "$OUT/r"
+  run token 60 python3 -m softfp8.bench token --preset llama2-7b --backends triton --out "$OUT/r/token.json"
+  run shapes 60 python3 -m softfp8.bench shapes --preset llama3-8b --backends triton --out "$OUT/r/shapes.json"
+  run smallm 60 python3 -m softfp8.bench small-m --preset llama3-8b --backends triton --formats e5m2,e4m3 --out "$OUT/r/smallm.json"
+  run prefill 80 python3 -m softfp8.bench prefill --preset llama3-8b --backends triton --out "$OUT/r/prefill.json"
+  tar czf "$OUT/receipts.tgz" -C "$OUT" r && rm -rf "$OUT/r"
+  ;;
 esac

@@ -174,8 +174,9 @@ def launch_config(n: int, k: int, m: int, fmt: Format, info: DeviceInfo,
     """The launch table, keyed on (N, K, M, device). Measured on the H200 (2026-11-29,
     benchmarks/sweep_gemv.py, integer FP8 decode, fp16 activations; BENCHMARKS.md):
     - M = 1, 8-bit, N >= 8192, where tl.dot has tensor cores: the dot kernel with one 16-row x
-      block (decode to fp16 tiles), 32 (N < 16384) or 64 x 256 tiles, 4 warps, 3 stages; E5M2
-      from N >= 16384 128 x 256 with 8 warps (4267 GB/s at 128256 x 4096, 93.5% of read).
+      block (decode to fp16 tiles), 32 (N < 16384) or 64 x 256 tiles, 4 warps, 3 stages (E5M2
+      4196 GB/s at 128256 x 4096 under PDL, 93.8% of read; 128 x 256 with 8 warps was faster
+      without PDL and 10% slower with it).
     - M = 1, 8-bit below that, and FP4: the FMA GEMV with 16-byte loads; FP8 8 rows x 1024
       codes; FP4 8 x 2048 (8 warps) at N <= 4096, 4 x 2048 below 16384, 8 x 1024 above. FP4 is
       decode-bound (1.1-1.6 TB/s), so its tiles matter within 5-10%.
@@ -183,9 +184,11 @@ def launch_config(n: int, k: int, m: int, fmt: Format, info: DeviceInfo,
       cost 25% (the reduction is a second launch).
     - M >= DEQUANT_MIN_M: Kernel.DEQUANT, slabs of DEQUANT_SLAB_BYTES (0.79-0.91x fp16 cuBLAS
       at M = 2048 against 0.33-0.63x for the tiled kernel; 0.50-0.68x against 0.11-0.46x at 512).
-    The wave rule and the M = 2..16 and 17..511 tiles are reasoned, not measured (and every GPU
-    but the H200 is):
-    - Small M (2..16): one 16-row x block against a 64 x 256 weight tile; fp32 activations with
+    - Small M (2..16): one 16-row x block against a 64 x 256 weight tile, K split until there
+      are four programs per SM (6-9 ways at N = 4096-6144).
+    The M = 17..511 tiles and the dtypes other than fp16 are reasoned, not measured (and every
+    GPU but the H200 is):
+    - fp32 activations with
       M <= 4 stay on the GEMV (an fp32 "ieee" dot is FMAs on 16 padded rows, 4x the work), and
       FMA-dot tiles are smaller (fp32 at 128 x 128 spilled 42 KB on sm_90; fp16 at 64 x 256 on
       sm_75 spilled 9 KB: triton_compile_worker.py, 2026-11-29, triton 3.9.0).
@@ -208,11 +211,8 @@ def launch_config(n: int, k: int, m: int, fmt: Format, info: DeviceInfo,
         rows = max(128, DEQUANT_SLAB_BYTES // (k * x_dtype.itemsize) // 128 * 128)
         return LaunchConfig(Kernel.DEQUANT, 1, min(rows, n), 512, num_warps=4, num_stages=1)
     if m == 1 and fp8 and n >= 8192 and not fma_dot and not info.interpreter:
-        if n >= 16384 and fmt is Format.E5M2:
-            cfg = LaunchConfig(Kernel.SMALL_M, 16, 128, 256, num_warps=8, num_stages=3)
-        else:
-            cfg = LaunchConfig(Kernel.SMALL_M, 16, 64 if n >= 16384 else 32, 256, num_warps=4,
-                               num_stages=3)
+        cfg = LaunchConfig(Kernel.SMALL_M, 16, 64 if n >= 16384 else 32, 256, num_warps=4,
+                           num_stages=3)
     elif m == 1 or (f32 and m <= 4):
         bm = 1 if m == 1 else (2 if m == 2 else 4)
         if info.interpreter:
@@ -239,7 +239,10 @@ def launch_config(n: int, k: int, m: int, fmt: Format, info: DeviceInfo,
                            num_warps=8, num_stages=3)
     programs = -(-n // cfg.block_n) * -(-m // cfg.block_m)
     steps = -(-k // cfg.block_k)
-    want = 4 * info.sm_count if info.interpreter else info.sm_count
+    # M = 1 wants one wave (a split GEMV/dot cost 10-25% there); M = 2..16 splits K up to four
+    # programs per SM (measured: 64 x 256 tiles split 6-9 ways beat no split by 5-30%)
+    wide = info.interpreter or (cfg.kernel is Kernel.SMALL_M and m > 1)
+    want = 4 * info.sm_count if wide else info.sm_count
     split = 1 if programs >= want else min(16, steps, -(-want // programs))
     return LaunchConfig(cfg.kernel, cfg.block_m, cfg.block_n, cfg.block_k, max(split, 1),
                         cfg.num_warps, cfg.num_stages)
