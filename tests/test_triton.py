@@ -198,7 +198,8 @@ def test_gpu_parity_3840_outputs(fmt, m):
 @pytest.mark.skipif(not HAS_GPU, reason="needs a CUDA/ROCm GPU")
 @pytest.mark.parametrize("fmt", [Format.E5M2, Format.E4M3])
 def test_gpu_hardware_fp8_same_bits(fmt):
-    if not triton_backend.uses_hardware_fp8(fmt, device_info(torch.device("cuda"))):
+    cap = device_info(torch.device("cuda")).capability  # auto uses the cvt for E5M2 only, but
+    if cap is None or cap < (8, 9):                    # both must give the integer decode's bits
         pytest.skip("hardware FP8 conversion needs NVIDIA sm_89+")
     packed, expect = _every_code(fmt, "cuda")
     x = torch.zeros(1, packed.shape[1], device="cuda")
