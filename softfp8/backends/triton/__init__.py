@@ -144,8 +144,11 @@ def pdl_settings(info: DeviceInfo, fmt: Format) -> tuple[int, int]:
     return mode, int(raw) if mode else 0
 
 
-DEQUANT_MIN_M = 512
-"""From this many activation rows on, Kernel.DEQUANT (measured at 512 and 2048 on the H200)."""
+DEQUANT_MIN_M = 1024
+"""From this many activation rows on, Kernel.DEQUANT. Measured on the H200 (BENCHMARKS.md): at
+M = 512 the tiled kernel is faster (llama3-8b layer, E4M3: 0.544 ms against 0.658; prefill sum,
+E5M2: 0.570x fp16 against 0.533x), at 1024 and 2048 DEQUANT is (layer 0.929 ms; 1.498 against
+1.909). Between 512 and 1024 nothing was measured."""
 DEQUANT_SLAB_BYTES = 16 << 20
 """Bytes of one dequantised slab (two are in flight): a bounded workspace, whatever the layer."""
 
@@ -182,8 +185,8 @@ def launch_config(n: int, k: int, m: int, fmt: Format, info: DeviceInfo,
       decode-bound (1.1-1.6 TB/s), so its tiles matter within 5-10%.
     - Split-K only when the row blocks don't fill one wave of SMs: at 4096 x 4096 a 2-way split
       cost 25% (the reduction is a second launch).
-    - M >= DEQUANT_MIN_M: Kernel.DEQUANT, slabs of DEQUANT_SLAB_BYTES (0.79-0.91x fp16 cuBLAS
-      at M = 2048 against 0.33-0.63x for the tiled kernel; 0.50-0.68x against 0.11-0.46x at 512).
+    - M >= DEQUANT_MIN_M: Kernel.DEQUANT, slabs of DEQUANT_SLAB_BYTES (0.80-0.91x fp16 cuBLAS
+      at M = 2048 against 0.33-0.63x for the tiled kernel).
     - Small M (2..16): one 16-row x block against a 64 x 256 weight tile, K split until there
       are four programs per SM (6-9 ways at N = 4096-6144).
     The M = 17..511 tiles and the dtypes other than fp16 are reasoned, not measured (and every
