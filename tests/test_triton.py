@@ -141,6 +141,31 @@ def test_dequant_slabs_match_reference(fmt, e2m1, dtype):
     assert rel_err(y, reference.matmul(x, packed, bias)) <= tolerance(dtype)
 
 
+@pytest.mark.parametrize("fmt", [Format.E4M3, Format.NVFP4, Format.MXFP4])
+@pytest.mark.parametrize("dtype, row_scale, x_scale", [
+    (torch.float16, 1e-5, 10.0),     # a row whose every value is below 2^-14: subnormal in fp16
+    (torch.float16, 1e5, 1e-3),      # a row above 65504: inf in fp16
+    (torch.bfloat16, 1e-38, 1e30)],  # below 2^-118 in bf16
+    ids=["f16-tiny", "f16-huge", "bf16-tiny"])
+def test_dequant_redoes_rows_the_slab_dtype_cannot_hold(fmt, dtype, row_scale, x_scale):
+    """One row out of the slab dtype's exact range beside ordinary rows: DEQUANT's exact pass
+    must return it (and its tile) within the dtype's unit of the reference, and leave the blocks
+    with no such row (rows 64.. in the interpreter's 64-row tiles) to the slab path."""
+    if fmt is Format.NVFP4 and row_scale < 1e-30:
+        pytest.skip("NVFP4's E4M3 block scales under one tensor scale span 2^-9..448: the "
+                    "quantizer flushes a 1e-38 row beside rows of 1 to zero")
+    g = torch.Generator().manual_seed(12)
+    w = torch.randn(100, 96, generator=g)
+    w[7] *= row_scale
+    packed = softfp8.quantize(w, fmt).to(DEVICE)
+    x = (torch.randn(20, 96, generator=g) * x_scale).to(dtype).to(DEVICE)
+    y = run(x, packed, None, LaunchConfig(Kernel.DEQUANT, 1, 32, 64))
+    ref = reference.matmul(x, packed, None)
+    assert torch.isfinite(ref).all() and torch.isfinite(y).all()
+    for r in (7, 50, 80):
+        assert rel_err(y[:, r], ref[:, r]) <= tolerance(dtype), r
+
+
 def test_needs_and_bad_input():
     packed = softfp8.quantize(torch.randn(5, 7), "e4m3").to(DEVICE)
     with pytest.raises(ValueError, match="x: expected a 2-D"):

@@ -30,7 +30,7 @@ FP8 = ("e5m2", "e4m3")
 DECODES = [("e5m2", False), ("e4m3", False), ("nvfp4", False), ("nvfp4", True),
            ("mxfp4", False), ("mxfp4", True)]  # (format, E2M1 injection)
 PTR = {"fp32": "*fp32", "fp16": "*fp16", "bf16": "*bf16"}
-INT_ARGS = ("M", "N", "K", "RB", "SB", "KB_SPLIT")
+INT_ARGS = ("M", "N", "K", "RB", "SB", "KB_SPLIT", "ROW0")
 DIV16 = ("RB", "KB_SPLIT")  # what Triton's launcher specialises as multiples of 16 at run time
 
 
@@ -71,7 +71,7 @@ def variants(backend: str, arch):
             yield f"{kname}-{tag}-{xd}", fn, c, xd, cfg.num_warps, cfg.num_stages
         if not hw:  # the large-M slab decode (portable decoders only)
             c = dict(FMT=fmt, HAS_SCALE=fmt in FP8, INJECT=inject, BLOCK_R=16,
-                     BLOCK_KB=512 * (8 if fmt in FP8 else 4) // 8)
+                     BLOCK_KB=512 * (8 if fmt in FP8 else 4) // 8, CHECK=xd != "fp32")
             yield f"dequant-{tag}-{xd}", _kernels.dequant_kernel, c, xd, 4, 1
 
 
@@ -83,6 +83,8 @@ def source(fn, constexprs, xd):
             sig[name] = "constexpr"
         elif name in ("x_ptr", "y_ptr", "out_ptr"):
             sig[name] = PTR[xd]
+        elif name == "info_ptr":
+            sig[name] = "*i32"
         elif name in ("w_ptr", "s_ptr"):
             sig[name] = "*u8" if name == "w_ptr" or constexprs["FMT"] not in FP8 else "*fp32"
         elif name.endswith("_ptr"):

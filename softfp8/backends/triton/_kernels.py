@@ -188,13 +188,17 @@ def dot_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr,
                INJECT: tl.constexpr, HW: tl.constexpr, BLOCK_M: tl.constexpr,
                BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PARTIAL: tl.constexpr,
                PRECISION: tl.constexpr, UPCAST: tl.constexpr, ASM: tl.constexpr = False,
-                PDL: tl.constexpr = 0, PREFETCH: tl.constexpr = 0):
+               PDL: tl.constexpr = 0, PREFETCH: tl.constexpr = 0, FIX: tl.constexpr = False,
+               FIX_HI: tl.constexpr = 0, FIX_LO: tl.constexpr = 0):
     """tl.dot kernel: each step decodes a [BLOCK_N, BLOCK_K] weight tile into x's dtype (fp16,
     bf16, or fp32 with PRECISION="ieee") and multiplies it with a [BLOCK_M, BLOCK_K] tile of x.
     Small M: one M block (BLOCK_M = 16), so the weights are read once for all rows; larger M:
     a 2-D grid of tiles. MXFP4 steps one 32-code block at a time (BLOCK_K = 32).
     UPCAST: both tiles in fp32 whatever x's dtype -- only for Triton's interpreter, whose bf16
-    tl.dot returns garbage (seen with triton 3.9; the launcher sets it there and nowhere else)."""
+    tl.dot returns garbage (seen with triton 3.9; the launcher sets it there and nowhere else).
+    FIX: the exact pass after Kernel.DEQUANT -- ws_ptr holds each row's largest |value| (float32
+    bits, from dequant_kernel); only row blocks with a row that x's dtype can't hold exactly
+    (above FIX_HI, or nonzero below FIX_LO) loop and store, the others exit at once."""
     pid_n = tl.program_id(0)
     pid_m = tl.program_id(1)
     pid_k = tl.program_id(2)
@@ -212,6 +216,11 @@ def dot_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr,
     kb_lo = pid_k * KB_SPLIT
     kb_hi = tl.minimum(kb_lo + KB_SPLIT, RB)
     _pdl_enter(w_ptr, pid_n * BLOCK_N, N, RB, kb_lo, kb_hi, BLOCK_N, PDL, PREFETCH)
+    if FIX:
+        bits = tl.load(ws_ptr + offs_n, mask=offs_n < N, other=0)
+        bad = tl.sum(((bits > FIX_HI) | ((bits > 0) & (bits < FIX_LO))).to(tl.int32), axis=0)
+        kb_hi = tl.where(bad > 0, kb_hi, kb_lo)  # nothing to fix: no K steps ...
+        offs_n = tl.where(bad > 0, offs_n, N)  # ... and no store
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for kb in range(kb_lo, kb_hi, BKB):
         bb = kb + offs_b[None, :]
@@ -281,13 +290,15 @@ def splitk_reduce_kernel(ws_ptr, s_ptr, g_ptr, b_ptr, y_ptr, M, N, SPLIT,
 
 
 @triton.jit
-def dequant_kernel(w_ptr, s_ptr, g_ptr, out_ptr, N, K, RB, SB, ROW0,
+def dequant_kernel(w_ptr, s_ptr, g_ptr, out_ptr, info_ptr, N, K, RB, SB, ROW0,
                    FMT: tl.constexpr, HAS_SCALE: tl.constexpr, INJECT: tl.constexpr,
-                   BLOCK_R: tl.constexpr, BLOCK_KB: tl.constexpr):
+                   BLOCK_R: tl.constexpr, BLOCK_KB: tl.constexpr, CHECK: tl.constexpr):
     """out[r, k] = W[ROW0 + r, k] in out's dtype, for a slab of rows that a cuBLAS GEMM consumes
     next (large M only: the slab is bounded, so no full-size copy of the weights is ever made).
     Each value is decoded exactly in float32 (portable decoders), times its block, row and
-    tensor scales, and rounded to out's dtype once."""
+    tensor scales, and rounded to out's dtype once. CHECK: each row's largest |value| goes to
+    info[row] (atomic max of the float32 bits), so the exact pass can redo rows that the
+    narrower dtype would overflow or flush."""
     pid_r = tl.program_id(0)
     pid_k = tl.program_id(1)
     offs_r = pid_r * BLOCK_R + tl.arange(0, BLOCK_R)
@@ -301,6 +312,9 @@ def dequant_kernel(w_ptr, s_ptr, g_ptr, out_ptr, N, K, RB, SB, ROW0,
         w = e5m2_to_f32(codes, False) if FMT == "e5m2" else e4m3_to_f32(codes, False)
         if HAS_SCALE:
             w = w * tl.load(s_ptr + rows, mask=rows < N, other=1.0)[:, None]
+        if CHECK:
+            top = tl.max(tl.abs(w), axis=1)
+            tl.atomic_max(info_ptr + rows, top.to(tl.int32, bitcast=True), mask=rows < N)
         tl.store(out_rows + offs_b[None, :], w.to(out_ptr.dtype.element_ty),
                  mask=rmask & (offs_b[None, :] < K))
     else:
@@ -312,6 +326,9 @@ def dequant_kernel(w_ptr, s_ptr, g_ptr, out_ptr, N, K, RB, SB, ROW0,
             s = s * tl.load(g_ptr)
         lo = e2m1_to_f32(codes, INJECT) * s
         hi = e2m1_to_f32(codes >> 4, INJECT) * s
+        if CHECK:
+            top = tl.maximum(tl.max(tl.abs(lo), axis=1), tl.max(tl.abs(hi), axis=1))
+            tl.atomic_max(info_ptr + rows, top.to(tl.int32, bitcast=True), mask=rows < N)
         w = tl.reshape(tl.join(lo, hi), (BLOCK_R, 2 * BLOCK_KB))  # code 2b, then 2b + 1
         kk = 2 * pid_k * BLOCK_KB + tl.arange(0, 2 * BLOCK_KB)
         tl.store(out_rows + kk[None, :], w.to(out_ptr.dtype.element_ty),
