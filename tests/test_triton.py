@@ -198,6 +198,7 @@ def test_launch_table_is_deterministic_and_splits_small_n():
     assert deq.kernel is Kernel.DEQUANT
     assert deq.block_n * 4096 * 2 <= triton_backend.DEQUANT_SLAB_BYTES < 4096 * 4096 * 2
     assert launch_config(4096, 4096, 512, Format.E5M2, h200).kernel is Kernel.TILED  # measured
+    assert launch_config(4096, 4096, 512, Format.MXFP4, h200).kernel is Kernel.DEQUANT
     assert launch_config(128256, 14336, 1024, Format.NVFP4, h200).block_n * 14336 * 2 <= (
         triton_backend.DEQUANT_SLAB_BYTES)  # a bounded slab, never the whole weight
     assert triton_backend.uses_hardware_fp8(Format.E5M2, h200)

@@ -149,6 +149,9 @@ DEQUANT_MIN_M = 1024
 M = 512 the tiled kernel is faster (llama3-8b layer, E4M3: 0.544 ms against 0.658; prefill sum,
 E5M2: 0.570x fp16 against 0.533x), at 1024 and 2048 DEQUANT is (layer 0.929 ms; 1.498 against
 1.909). Between 512 and 1024 nothing was measured."""
+DEQUANT_MIN_M_MXFP4 = 512
+"""MXFP4's tiled kernel steps one 32-code block at a time and is slow at every M (0.11-0.15x
+fp16 at 512 and 2048 on the H200); DEQUANT measured 0.44x at 512 (not measured below)."""
 DEQUANT_SLAB_BYTES = 16 << 20
 """Bytes of one dequantised slab (two are in flight): a bounded workspace, whatever the layer."""
 
@@ -210,7 +213,7 @@ def launch_config(n: int, k: int, m: int, fmt: Format, info: DeviceInfo,
     fma_dot = f32 or (info.capability is not None and info.capability < (8, 0))
     mx = fmt is Format.MXFP4  # the tl.dot kernels step one MXFP4 block (32 codes) at a time
     fp8 = fmt in (Format.E5M2, Format.E4M3)
-    if m >= DEQUANT_MIN_M and not info.interpreter:
+    if m >= (DEQUANT_MIN_M_MXFP4 if mx else DEQUANT_MIN_M) and not info.interpreter:
         rows = max(128, DEQUANT_SLAB_BYTES // (k * x_dtype.itemsize) // 128 * 128)
         return LaunchConfig(Kernel.DEQUANT, 1, min(rows, n), 512, num_warps=4, num_stages=1)
     if m == 1 and fp8 and n >= 8192 and not fma_dot and not info.interpreter:
