@@ -11,7 +11,6 @@ Auto dispatch never picks the interpreter (dispatch.AUTO_DEVICE_TYPES).
 """
 from __future__ import annotations
 
-import contextlib
 import enum
 import functools
 import json
@@ -320,7 +319,9 @@ def _launch(x: torch.Tensor, packed: PackedWeight, bias: torch.Tensor | None, cf
                   num_stages=cfg.num_stages, PDL=pdl, PREFETCH=prefetch, **launch)
     args = (x, w, s, g, b, y, ws, m, n, k, rb, sb, per_split)
     if cfg.kernel is Kernel.DEQUANT:
-        return _dequant_matmul(x, packed, bias, cfg, e2m1, w, s, g, rb, sb, has_scale)
+        from ._dequant import dequant_matmul
+
+        return dequant_matmul(x, packed, bias, cfg, e2m1, w, s, g, rb, sb, has_scale)
     if cfg.kernel is Kernel.GEMV:
         if cfg.block_m < m:
             raise ValueError(f"cfg: a GEMV launch with block_m={cfg.block_m} can't cover M={m}")
@@ -341,104 +342,3 @@ def _launch(x: torch.Tensor, packed: PackedWeight, bias: torch.Tensor | None, cf
             ws, s, g, b, y, m, n, split, FMT=packed.fmt.value, HAS_SCALE=has_scale,
             HAS_BIAS=bias is not None, BLOCK=block, PDL=pdl, **launch)
     return y
-
-
-# Rows whose largest |value| lies outside these float32 bounds are not held exactly by a slab
-# of that dtype (overflow above, precision lost to subnormals below): the exact pass redoes them.
-_FIX_BOUNDS = {torch.float16: (0x477FE000, 0x38800000),   # 65504, 2^-14
-               torch.bfloat16: (0x7F7F0000, 0x04800000)}  # bf16's max, 2^-118
-
-
-def _dequant_matmul(x, packed, bias, cfg, e2m1, w, s, g, rb, sb, has_scale):
-    """Kernel.DEQUANT: per slab of cfg.block_n rows, dequant_kernel writes the rows in x's dtype
-    (rounded once: the products code x scales are exact in float32) and torch.mm / addmm writes
-    y's columns for those rows in place (a column slice of y is a valid cuBLAS output). On CUDA
-    the decode runs on a side stream into two alternating slabs, so decoding slab i + 1 (memory-
-    bound) overlaps the GEMM of slab i (compute-bound). For fp16/bf16 x, the decode also records
-    each row's largest |value|, and one tiled dot_kernel pass (FIX) recomputes exactly the row
-    blocks that the slab's dtype can't hold (|w| > 65504 or a whole row below 2^-14 in fp16);
-    its other programs exit at once."""
-    from . import _kernels as K_
-
-    m, k = x.shape
-    n = packed.shape[0]
-    rows = min(cfg.block_n, n)
-    nslabs = -(-n // rows)
-    slabs = [torch.empty((rows, k), dtype=x.dtype, device=x.device)
-             for _ in range(min(2, nslabs))]
-    y = torch.empty((m, n), dtype=x.dtype, device=x.device)
-    bounds = _FIX_BOUNDS.get(x.dtype)
-    info = torch.zeros(n if bounds else 1, dtype=torch.int32, device=x.device)
-    block_r, block_kb = 16, cfg.block_k * packed.spec.bits // 8
-    b = None if bias is None else bias.to(x.dtype)
-    cuda = x.device.type == "cuda"
-    main = torch.cuda.current_stream(x.device) if cuda else None
-    side = _side_stream(x.device) if cuda else None
-    if cuda:
-        side.wait_stream(main)  # the slabs, the weights, info and x are ready on main
-        for t in (*slabs, info, w, s, g):
-            t.record_stream(side)  # the allocator must not hand them out while side uses them
-        ready = [torch.cuda.Event() for _ in slabs]
-        free = [torch.cuda.Event() for _ in slabs]
-    for i in range(nslabs):
-        r0 = i * rows
-        r = min(rows, n - r0)
-        slab = slabs[i % 2]
-        with torch.cuda.stream(side) if cuda else contextlib.nullcontext():
-            if cuda and i >= 2:
-                side.wait_event(free[i % 2])  # the GEMM of slab i - 2 has read this buffer
-            K_.dequant_kernel[(-(-r // block_r), -(-rb // block_kb))](
-                w, s, g, slab, info, n, k, rb, sb, r0, FMT=packed.fmt.value,
-                HAS_SCALE=has_scale, INJECT=e2m1 is E2M1Decode.INJECT, BLOCK_R=block_r,
-                BLOCK_KB=block_kb, CHECK=bounds is not None, num_warps=cfg.num_warps)
-            if cuda:
-                ready[i % 2].record(side)
-        if cuda:
-            main.wait_event(ready[i % 2])
-        part = slab[:r].t()
-        if b is None:
-            torch.mm(x, part, out=y[:, r0:r0 + r])
-        else:
-            torch.addmm(b[r0:r0 + r], x, part, out=y[:, r0:r0 + r])
-        if cuda:
-            free[i % 2].record(main)
-    if bounds:
-        _exact_pass(x, packed, bias, e2m1, w, s, g, y, info, rb, sb, has_scale, bounds)
-    return y
-
-
-def _exact_pass(x, packed, bias, e2m1, w, s, g, y, info, rb, sb, has_scale, bounds):
-    """dot_kernel over every output tile with FIX: only row blocks flagged in `info` compute."""
-    from . import _kernels as K_
-
-    m, k = x.shape
-    n = packed.shape[0]
-    dev = device_info(x.device)
-    mx = packed.fmt is Format.MXFP4
-    if dev.interpreter:
-        bm, bn, bk, warps, stages = 32, 64, 32 if mx else 64, 4, 2
-    elif dev.capability is not None and dev.capability < (8, 0):
-        bm, bn, bk, warps, stages = 32, 32, 32, 4, 2
-    else:
-        bm, bn, bk, warps, stages = 128, 128, 32 if mx else 64, 8, 3
-    step = bk * packed.spec.bits // 8
-    per_split = -(-rb // step) * step
-    asm = dev.capability is not None and not dev.interpreter
-    K_.dot_kernel[(-(-n // bn), -(-m // bm), 1)](
-        x, w, s, g, bias if bias is not None else w, y, info, m, n, k, rb, sb, per_split,
-        FMT=packed.fmt.value, HAS_SCALE=has_scale,
-        HAS_BIAS=bias is not None, INJECT=e2m1 is E2M1Decode.INJECT, HW=False, ASM=asm,
-        BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, PARTIAL=False, PRECISION="ieee",
-        UPCAST=x.device.type == "cpu" and x.dtype == torch.bfloat16, FIX=True,
-        FIX_HI=bounds[0], FIX_LO=bounds[1], num_warps=warps, num_stages=stages)
-
-
-_SIDE_STREAMS: dict = {}
-
-
-def _side_stream(device: torch.device):
-    key = device.index if device.index is not None else torch.cuda.current_device()
-    if key not in _SIDE_STREAMS:
-        _SIDE_STREAMS[key] = torch.cuda.Stream(device=device)
-    return _SIDE_STREAMS[key]
-

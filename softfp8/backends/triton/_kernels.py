@@ -13,6 +13,11 @@ significant bits, MXFP4 scales each block's dot product, since 2^e does not fit 
 
 Split-K: with PARTIAL the kernels write float32 partial sums to ws[pid_k, M, N] and
 `splitk_reduce_kernel` adds them in a fixed order (deterministic, no atomics), then finishes.
+
+`dequant_kernel` is the one kernel that writes decoded weights: a bounded slab of rows for
+Kernel.DEQUANT's GEMM (large M, see _dequant.py). PDL (sm_90+): `_pdl_enter` / `_pdl_exit`
+place the programmatic-dependent-launch trigger and wait (everything that reads x or writes
+comes after the wait).
 """
 import triton
 import triton.language as tl
