@@ -68,7 +68,7 @@ def test_every_code_at_every_position_is_exact(fmt, group):
 @pytest.mark.parametrize("n, k", [(1, 1), (17, 4097), (4097, 33), (5, 512), (3, 1000),
                                   (11, 6001)])
 def test_gemv_matches_fp64(fmt, n, k):
-    """Odd shapes through numba_cpu.matmul; (11, 6001) is past _FP4_MULTIROW_MIN_K, so it runs 4
+    """Odd shapes through numba_cpu.matmul; (11, 6001) is past MULTIROW_MIN_K, so it runs 4
     rows a pass with leftover rows in its chunks."""
     g = torch.Generator().manual_seed(n + k)
     packed = softfp8.quantize(torch.randn(n, k, generator=g), fmt)

@@ -106,7 +106,8 @@ def _matmul_f32(x: torch.Tensor, packed: PackedWeight, inject: bool, threads: in
         x0 = xp[0]
         if not fp4:  # FP8 rows as uint16 pairs, met by the even and odd elements of x
             K.gemv_fp8(packed.words.view(torch.uint16).numpy(), x0[0::2].contiguous().numpy(),
-                       x0[1::2].contiguous().numpy(), yv, chunk, fmt is Format.E4M3)
+                       x0[1::2].contiguous().numpy(), yv, chunk, fmt is Format.E4M3,
+                       kp >= MULTIROW_MIN_K)
         else:  # FP4 words, one lane per block, met by planes[j, b] = x[block * b + j]
             mx = fmt is Format.MXFP4
             block = SPECS[fmt].block
@@ -160,18 +161,19 @@ def _row_scaled(y: torch.Tensor, packed: PackedWeight, fp4: bool) -> torch.Tenso
     return y
 
 
-_FP4_MULTIROW_MIN_K = 5632
-"""From this padded K on, the FP4 table GEMV runs 4 rows per pass (one x load serves 4 rows);
-below it one row per pass. Measured single core, 4096 rows x K (`_numba_lut` kernels):
-x (4 K bytes) still sits in the 32 KiB L1 at K = 5120, where one row a pass is as fast or faster
-(NVFP4 1.41 against 1.75 ms, MXFP4 1.02 against 0.92); at K = 6144 and up 4 rows win (NVFP4
-1.71 -> 1.49, 8192: 3.40 -> 2.24 ms; MXFP4 1.91 -> 1.21, 8192: 3.00 -> 1.82 ms)."""
+MULTIROW_MIN_K = 5632
+"""From this padded K on, the GEMVs run 4 rows per pass (one x load serves 4 rows); below it one
+row per pass. Measured single core, 4096 rows x K, FP4 table kernels: x (4 K bytes) still sits
+in the 32 KiB L1 at K = 5120, where one row a pass is as fast or faster (NVFP4 1.41 against 1.75
+ms, MXFP4 1.02 against 0.92); at K = 6144 and up 4 rows win (NVFP4 1.71 -> 1.49, 8192: 3.40 ->
+2.24 ms; MXFP4 1.91 -> 1.21, 8192: 3.00 -> 1.82 ms). FP8 measured at K = 4096 and 11008 only
+(_numba_kernels' comment), same side of the line."""
 
 
 def _group(kp: int) -> int:
     from . import _numba_lut
 
-    return _numba_lut.ROWS if kp >= _FP4_MULTIROW_MIN_K else 1
+    return _numba_lut.ROWS if kp >= MULTIROW_MIN_K else 1
 
 
 def _lut_available() -> bool:
