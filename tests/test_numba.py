@@ -31,6 +31,7 @@ def run_decoder(name, codes):
 BYTE_DECODERS = [  # kernel decoder, torch dtype it must equal, factor the kernel divides by
     ("e5m2_bits", torch.float8_e5m2, 1.0), ("e5m2_fast", torch.float8_e5m2, 1.0),
     ("e4m3_bits", torch.float8_e4m3fn, 1.0), ("e4m3_fast_div256", torch.float8_e4m3fn, 256.0),
+    ("e4m3_i32_div256", torch.float8_e4m3fn, 256.0),
     ("e8m0", torch.float8_e8m0fnu, 1.0),
 ]
 

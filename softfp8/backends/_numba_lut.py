@@ -28,7 +28,7 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from ._numba_decode import _JIT, e4m3_fast_div256, e8m0_i32
+from ._numba_decode import _JIT, e4m3_i32_div256, e8m0_i32
 from ._numba_kernels import _mx_select, _nv_select
 
 LANES = 16
@@ -164,13 +164,13 @@ def _nvfp4_rows(words, scales, g, xs, xp, y, r0, r1, group):
     steps = xs.shape[0]
     tail = steps * LANES // 2  # first block past the whole steps
     sc = np.empty((ROWS, nblk), np.float32)
-    post = np.float32(256.0) * g  # the scales below are E4M3 / 256 (e4m3_fast_div256)
+    post = np.float32(256.0) * g  # the scales below are E4M3 / 256 (e4m3_i32_div256)
     r = r0
     while r < r1:
         rows = ROWS if r + ROWS <= r1 and group == ROWS else 1
         for i in range(rows):
             for b in range(nblk):
-                sc[i, b] = e4m3_fast_div256(scales[r + i, b])
+                sc[i, b] = e4m3_i32_div256(scales[r + i, b])
         acc = _nv_rows(words, r, 0, steps, xs, sc) if rows == ROWS else (
             _nv_row(words, r, 0, steps, xs, sc))
         for i in range(rows):
