@@ -1,5 +1,5 @@
-"""The FP8 GEMV kernel itself (softfp8/backends/_numba_kernels.gemv_fp8), both row layouts (four
-rows a pass and one): every code at every byte position bit-exact through the kernel, every
+"""The FP8 GEMV kernel itself (softfp8/backends/_numba_kernels.gemv_fp8: four rows a pass, and
+gemv_fp8_1row): every code at every byte position bit-exact through the kernel, every
 non-finite code propagating, and fp64 parity on odd shapes either side of MULTIROW_MIN_K."""
 import pytest
 import torch
@@ -23,8 +23,9 @@ def values(fmt, codes):
 def gemv(fmt, codes, x, multirow):
     """codes uint8 [N, K] (K even), x float32 [K] -> y [N], chunks of 4 rows."""
     y = np.zeros(codes.shape[0], np.float32)
-    K.gemv_fp8(codes.view(torch.uint16).numpy(), x[0::2].contiguous().numpy(),
-               x[1::2].contiguous().numpy(), y, 4, fmt == "e4m3", multirow)
+    gemv = K.gemv_fp8 if multirow else K.gemv_fp8_1row
+    gemv(codes.view(torch.uint16).numpy(), x[0::2].contiguous().numpy(),
+         x[1::2].contiguous().numpy(), y, 4, fmt == "e4m3")
     return torch.from_numpy(y)
 
 

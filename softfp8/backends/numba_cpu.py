@@ -105,9 +105,9 @@ def _matmul_f32(x: torch.Tensor, packed: PackedWeight, inject: bool, threads: in
         yv = y[0].numpy()
         x0 = xp[0]
         if not fp4:  # FP8 rows as uint16 pairs, met by the even and odd elements of x
-            K.gemv_fp8(packed.words.view(torch.uint16).numpy(), x0[0::2].contiguous().numpy(),
-                       x0[1::2].contiguous().numpy(), yv, chunk, fmt is Format.E4M3,
-                       kp >= MULTIROW_MIN_K)
+            gemv = K.gemv_fp8 if kp >= MULTIROW_MIN_K else K.gemv_fp8_1row
+            gemv(packed.words.view(torch.uint16).numpy(), x0[0::2].contiguous().numpy(),
+                 x0[1::2].contiguous().numpy(), yv, chunk, fmt is Format.E4M3)
         else:  # FP4 words, one lane per block, met by planes[j, b] = x[block * b + j]
             mx = fmt is Format.MXFP4
             block = SPECS[fmt].block
