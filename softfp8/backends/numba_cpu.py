@@ -163,11 +163,11 @@ def _row_scaled(y: torch.Tensor, packed: PackedWeight, fp4: bool) -> torch.Tenso
 
 MULTIROW_MIN_K = 5632
 """From this padded K on, the GEMVs run 4 rows per pass (one x load serves 4 rows); below it one
-row per pass. Measured single core, 4096 rows x K, FP4 table kernels: x (4 K bytes) still sits
-in the 32 KiB L1 at K = 5120, where one row a pass is as fast or faster (NVFP4 1.41 against 1.75
-ms, MXFP4 1.02 against 0.92); at K = 6144 and up 4 rows win (NVFP4 1.71 -> 1.49, 8192: 3.40 ->
-2.24 ms; MXFP4 1.91 -> 1.21, 8192: 3.00 -> 1.82 ms). FP8 measured at K = 4096 and 11008 only
-(_numba_kernels' comment), same side of the line."""
+row per pass. Measured single core, 4096 rows x K, FP4 table kernels (one row against four):
+K = 4096 (11008 rows) NVFP4 2.70 against 3.96 ms, MXFP4 2.32 against 3.00; K = 5120, x (4 K
+bytes) still in the 32 KiB L1, mixed: NVFP4 1.41 against 1.75, MXFP4 1.02 against 0.92; from
+K = 6144 four win: NVFP4 1.71 -> 1.49 (8192: 3.40 -> 2.24), MXFP4 1.91 -> 1.21 (8192: 3.00 ->
+1.82 ms). FP8 measured at K = 4096 and 11008 only (_numba_kernels' comment), same sides."""
 
 
 def _group(kp: int) -> int:
