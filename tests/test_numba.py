@@ -31,6 +31,7 @@ def run_decoder(name, codes):
 BYTE_DECODERS = [  # kernel decoder, torch dtype it must equal, factor the kernel divides by
     ("e5m2_bits", torch.float8_e5m2, 1.0), ("e5m2_fast", torch.float8_e5m2, 1.0),
     ("e4m3_bits", torch.float8_e4m3fn, 1.0), ("e4m3_fast_div256", torch.float8_e4m3fn, 256.0),
+    ("e4m3_i32_div256", torch.float8_e4m3fn, 256.0),
     ("e8m0", torch.float8_e8m0fnu, 1.0),
 ]
 
@@ -194,8 +195,9 @@ _CACHE_PROBE = textwrap.dedent("""
     packed = softfp8.quantize(torch.randn(8, 64), "e5m2")
     t = time.perf_counter()
     numba_cpu.matmul(torch.randn(1, 64), packed, None, e2m1=softfp8.dispatch.E2M1Decode.SELECT)
-    s = K.gemv_fp8.stats
-    print(json.dumps({"hits": sum(s.cache_hits.values()), "misses": sum(s.cache_misses.values()),
+    s = [k.stats for k in (K.gemv_fp8, K.gemv_fp8_1row)]  # K = 64 takes the one-row kernel
+    print(json.dumps({"hits": sum(sum(v.cache_hits.values()) for v in s),
+                      "misses": sum(sum(v.cache_misses.values()) for v in s),
                       "seconds": time.perf_counter() - t}))
 """)
 

@@ -28,32 +28,34 @@ def words_of(codes):
     return torch.where(w >= 2 ** 31, w - 2 ** 32, w).to(torch.int32)
 
 
-def gemv(fmt, words, scales, x):
+def gemv(fmt, words, scales, x, group):
     y = np.zeros(words.shape[0], np.float32)
     xs, xp = L.x_steps(x, BLOCK[fmt])
     if fmt == "nvfp4":
-        L.gemv_nvfp4(words.numpy(), scales.numpy(), np.float32(1.0), xs, xp, y, 4)
+        L.gemv_nvfp4(words.numpy(), scales.numpy(), np.float32(1.0), xs, xp, y, 8, group)
     else:
-        L.gemv_mxfp4(words.numpy(), scales.numpy(), xs, xp, y, 4)
+        L.gemv_mxfp4(words.numpy(), scales.numpy(), xs, xp, y, 8, group)
     return torch.from_numpy(y)
 
 
 @needs_avx512
+@pytest.mark.parametrize("group", [1, L.ROWS])
 @pytest.mark.parametrize("fmt", ["nvfp4", "mxfp4"])
-def test_every_code_at_every_position_is_exact(fmt):
-    """16 rows, row r holding code (r + k) % 16 at position k: a one-hot x at k reads column k
-    back, so each code is seen at every nibble, word and lane of a 16-block step, and in the
-    tail blocks past the last whole step (which the bit-operation select path decodes)."""
+def test_every_code_at_every_position_is_exact(fmt, group):
+    """Row r holding code (r + k) % 16 at position k: a one-hot x at k reads column k back, so
+    each code is seen at every nibble and lane of a 16-word step, in each row slot of a 4-row
+    pass and in the one-row kernel (group 1, and the 2 rows left over in the last chunk of 8),
+    and in the tail blocks past the last whole step (the bit-operation select path)."""
     blk = BLOCK[fmt]
-    k = blk * 16 + blk  # one whole step and one tail block
-    codes = (torch.arange(16)[:, None] + torch.arange(k)[None, :]) % 16
+    n, k = 18, 256 + blk  # two whole steps of 128 codes and one tail block
+    codes = (torch.arange(n)[:, None] + torch.arange(k)[None, :]) % 16
     words = words_of(codes)
-    scales = torch.full((16, k // blk), ONE[fmt], dtype=torch.uint8)
-    got = torch.empty(16, k)
+    scales = torch.full((n, k // blk), ONE[fmt], dtype=torch.uint8)
+    got = torch.empty(n, k)
     for col in range(k):
         x = torch.zeros(k)
         x[col] = 1.0
-        got[:, col] = gemv(fmt, words, scales, x)
+        got[:, col] = gemv(fmt, words, scales, x, group)
     want = E2M1_TO_FLOAT32[codes]
     # exact values; code 8 (-0) reads back +0, as in any dot product: -0 + the +0 products
     bad = got != want
@@ -63,8 +65,11 @@ def test_every_code_at_every_position_is_exact(fmt):
 
 @needs_avx512
 @pytest.mark.parametrize("fmt", ["nvfp4", "mxfp4"])
-@pytest.mark.parametrize("n, k", [(1, 1), (17, 4097), (4097, 33), (5, 512), (3, 1000)])
+@pytest.mark.parametrize("n, k", [(1, 1), (17, 4097), (4097, 33), (5, 512), (3, 1000),
+                                  (11, 6001)])
 def test_gemv_matches_fp64(fmt, n, k):
+    """Odd shapes through numba_cpu.matmul; (11, 6001) is past MULTIROW_MIN_K, so it runs 4
+    rows a pass with leftover rows in its chunks."""
     g = torch.Generator().manual_seed(n + k)
     packed = softfp8.quantize(torch.randn(n, k, generator=g), fmt)
     x = torch.randn(1, k, generator=g)

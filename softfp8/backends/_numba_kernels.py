@@ -22,8 +22,11 @@ from ._numba_decode import (
 
 
 # -- fused GEMV (M = 1): decode in registers, rows split into chunks, one prange step each ------
-# Four rows per pass: each x load serves four rows and each thread keeps four memory streams in
-# flight (measured 2.17 against 2.47 ms with two rows, E5M2 11008x4096, 2 threads).
+# gemv_fp8: four rows per pass, each x load serving four rows (measured 2.17 against 2.47 ms
+# with two rows, E5M2 11008x4096, 2 threads); gemv_fp8_1row: one. Four pay only where x no longer
+# fits in L1 (numba_cpu picks by K): at 11008x4096 one row a pass took E5M2 1.52 against 2.64 ms,
+# E4M3 1.90 against 3.09 (2 threads, alone); at 4096x11008 four rows 2.14 against 3.85, 2.44
+# against 3.93 ms.
 
 @nb.njit(**_INLINE)
 def _fp8_dot(c16, r, xe, xo, e4m3):
@@ -35,7 +38,7 @@ def _fp8_dot(c16, r, xe, xo, e4m3):
 
 
 @nb.njit(**_JIT)
-def _gemv_fp8_rows(c16, xe, xo, y, r0, r1, e4m3):
+def _gemv_fp8_rows4(c16, xe, xo, y, r0, r1, e4m3):
     post = np.float32(256.0) if e4m3 else np.float32(1.0)
     r = r0
     while r + 3 < r1:
@@ -69,12 +72,30 @@ def _gemv_fp8_rows(c16, xe, xo, y, r0, r1, e4m3):
         r += 1
 
 
+@nb.njit(**_JIT)
+def _gemv_fp8_rows1(c16, xe, xo, y, r0, r1, e4m3):
+    post = np.float32(256.0) if e4m3 else np.float32(1.0)
+    for r in range(r0, r1):
+        y[r] = _fp8_dot(c16, r, xe, xo, e4m3) * post
+
+
 @nb.njit(parallel=True, **_JIT)
 def gemv_fp8(c16, xe, xo, y, chunk, e4m3):
-    """y[r] = row r . x for FP8 rows read as uint16 [N, Kp/2]; xe/xo = x[0::2], x[1::2]."""
+    """y[r] = row r . x for FP8 rows read as uint16 [N, Kp/2]; xe/xo = x[0::2], x[1::2]; four
+    rows per pass."""
     n = c16.shape[0]
     for c in nb.prange((n + chunk - 1) // chunk):
-        _gemv_fp8_rows(c16, xe, xo, y, c * chunk, min(n, (c + 1) * chunk), e4m3)
+        _gemv_fp8_rows4(c16, xe, xo, y, c * chunk, min(n, (c + 1) * chunk), e4m3)
+
+
+@nb.njit(parallel=True, **_JIT)
+def gemv_fp8_1row(c16, xe, xo, y, chunk, e4m3):
+    """gemv_fp8 one row per pass. A separate function, not a flag: with a runtime flag choosing
+    the loop, LLVM left the E5M2 one-row loop slow (5.1 against 2.9 ms E4M3, 11008x4096, single
+    thread), and fast again once the four-row loop was out of the function."""
+    n = c16.shape[0]
+    for c in nb.prange((n + chunk - 1) // chunk):
+        _gemv_fp8_rows1(c16, xe, xo, y, c * chunk, min(n, (c + 1) * chunk), e4m3)
 
 
 # FP4: one vector lane per block (NVFP4: 2 words = 16 codes, MXFP4: 4 words = 32 codes), met by

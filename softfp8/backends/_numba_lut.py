@@ -9,11 +9,13 @@ without FTZ/DAZ. LLVM's loop vectoriser cannot produce a register permute from a
 (it emits a gather), so the row loop is written here as LLVM IR with vector types, inside a
 numba intrinsic, and the kernels around it stay plain numba.
 
-Layout as in _numba_kernels: int32 words [N, Kp/8], one vector lane per scale block (NVFP4: 2
-words, MXFP4: 4), x rearranged per step of 16 blocks (`x_steps`). 16 blocks per step; the blocks past
-the last whole step (MXFP4 rows whose block count is not a multiple of 16) take the bit-operation
-select path. Only compiled where numba targets AVX-512 (`available()`); numba_cpu falls back to
-_numba_kernels elsewhere.
+Layout: int32 words [N, Kp/8] (formats.py), one vector lane per word: a step is 16 consecutive
+words of a row (128 codes), loaded as they lie, no shuffles; x comes rearranged per call so that
+xs[s, j, lane] is the element code j of word 16 s + lane meets (`x_steps`); each lane's block
+scale is spread over its words in registers. ROWS rows per pass share each x
+load. The words past the last whole step (rows whose word count is not a multiple of 16) take
+the bit-operation select path per block. Only compiled where numba targets AVX-512
+(`available()`); numba_cpu falls back to _numba_kernels elsewhere.
 """
 from __future__ import annotations
 
@@ -26,10 +28,12 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from ._numba_decode import _JIT, e4m3_fast_div256, e8m0_i32
+from ._numba_decode import _JIT, e4m3_i32_div256, e8m0_i32
 from ._numba_kernels import _mx_select, _nv_select
 
 LANES = 16
+ROWS = 4
+"""Weight rows per pass of the multi-row kernel (each x vector load serves all of them)."""
 _E2M1 = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0]
 _TABLE = _E2M1 + [-v for v in _E2M1]  # code -> value; code 8 is -0.0, as the reference
 
@@ -49,9 +53,11 @@ def available() -> bool:
     return bool(llvm.get_host_cpu_features().get("avx512f", False))
 
 
-def _emit_row(context, builder, sig, args, wpb):
-    """IR: sum over steps s in [s0, s1) of the 16 blocks 16s..16s+15 of row r, each block's sum of
-    code x xs[s, j] times sc[block]; returns the float32 total."""
+def _emit_rows(context, builder, sig, args, wpb, nrows):
+    """IR: for rows r..r+nrows-1, the sum over steps s in [s0, s1) of the 16 words 16s..16s+15,
+    each word's sum of code j x xs[s, j] times the scale sc[i, word // wpb] of its block (sc row
+    i for weight row r + i, wpb words per block); returns the float32 totals as a ROWS-tuple (the
+    one-row kernel repeats its total)."""
     wty, rty, s0ty, s1ty, xty, scty = sig.args
     words, r, s0, s1, xs, sc = args
     f32, i32 = ir.FloatType(), ir.IntType(32)
@@ -69,122 +75,158 @@ def _emit_row(context, builder, sig, args, wpb):
     s0 = context.cast(builder, s0, s0ty, types.intp)
     s1 = context.cast(builder, s1, s1ty, types.intp)
     # C-contiguous arrays (the signature says so): plain pointer arithmetic, so LLVM folds every
-    # x offset of a step into the load's immediate instead of keeping 16-32 plane pointers
-    wrow = builder.gep(warr.data, [builder.mul(r, builder.extract_value(warr.shape, 1))])
-    accs = [cgutils.alloca_once_value(builder, ir.Constant(vf, None)) for _ in range(4)]
-    planes = 8 * wpb
+    # x offset of a step into the load's immediate
+    wcols = builder.extract_value(warr.shape, 1)
+    scols = builder.extract_value(sarr.shape, 1)
+    wrows = [builder.gep(warr.data, [builder.mul(builder.add(r, ir.Constant(intp, i)), wcols)])
+             for i in range(nrows)]
+    srows = [builder.gep(sarr.data, [builder.mul(ir.Constant(intp, i), scols)])
+             for i in range(nrows)]
+    # four independent multiply-add chains in all (code j of row i to chain j % chains), so no
+    # multiply-add waits on the previous one's result
+    chains = max(1, 4 // nrows)
+    accs = [[cgutils.alloca_once_value(builder, ir.Constant(vf, None)) for _ in range(chains)]
+            for _ in range(nrows)]
 
     def vload(base, offset, vty):
         return builder.load(builder.bitcast(builder.gep(base, [offset]), vty.as_pointer()),
                             align=4)
 
     with cgutils.for_range_slice(builder, s0, s1, ir.Constant(intp, 1), intp=intp) as (s, _):
-        b0 = builder.mul(s, ir.Constant(intp, LANES))
-        w0 = builder.mul(b0, ir.Constant(intp, wpb))
-        x0 = builder.mul(b0, ir.Constant(intp, planes))
-        raw = [vload(wrow, builder.add(w0, ir.Constant(intp, LANES * q)), vi) for q in range(wpb)]
-        # word q of block b to lane b (LLVM lowers these shuffles to vpermt2d)
-        if wpb == 2:
-            lanes = [builder.shuffle_vector(raw[0], raw[1], ir.Constant(
-                vi, [2 * b + q for b in range(LANES)])) for q in range(2)]
-        else:
-            wide = ir.VectorType(i32, 2 * LANES)
-            lo = builder.shuffle_vector(raw[0], raw[1], ir.Constant(wide, list(range(32))))
-            hi = builder.shuffle_vector(raw[2], raw[3], ir.Constant(wide, list(range(32))))
-            lanes = [builder.shuffle_vector(lo, hi, ir.Constant(
-                vi, [4 * b + q for b in range(LANES)])) for q in range(4)]
-        scale = vload(sarr.data, b0, vf)
-        # four independent chains (code j goes to chain j % 4), each scaled into its own
-        # accumulator, so no multiply-add waits on another's result
-        part = [None] * 4
-        for q in range(wpb):
-            for j in range(8):
-                idx = lanes[q] if j == 0 else builder.lshr(lanes[q], ir.Constant(vi, [4 * j] * LANES))
+        w0 = builder.mul(s, ir.Constant(intp, LANES))
+        x0 = builder.mul(w0, ir.Constant(intp, 8))
+        lanes = [vload(wrows[i], w0, vi) for i in range(nrows)]
+        part = [[None] * chains for _ in range(nrows)]
+        for j in range(8):
+            xv = vload(xarr.data, builder.add(x0, ir.Constant(intp, LANES * j)), vf)
+            for i in range(nrows):
+                idx = lanes[i] if j == 0 else builder.lshr(lanes[i], ir.Constant(vi, [4 * j] * LANES))
                 val = builder.call(perm, [table, idx])
-                xv = vload(xarr.data, builder.add(x0, ir.Constant(intp, LANES * (8 * q + j))), vf)
-                k = j % 4
-                part[k] = builder.fmul(val, xv) if part[k] is None else builder.call(
-                    fma, [val, xv, part[k]])
-        for k in range(4):
-            builder.store(builder.call(fma, [part[k], scale, builder.load(accs[k])]), accs[k])
-    acc = [builder.load(a) for a in accs]
-    acc = builder.fadd(builder.fadd(acc[0], acc[1]), builder.fadd(acc[2], acc[3]))
-    total = builder.extract_element(acc, ir.Constant(i32, 0))
-    for lane in range(1, LANES):
-        total = builder.fadd(total, builder.extract_element(acc, ir.Constant(i32, lane)))
-    return total
+                k = j % chains
+                part[i][k] = builder.fmul(val, xv) if part[i][k] is None else builder.call(
+                    fma, [val, xv, part[i][k]])
+        for i in range(nrows):
+            # the step's 16 / wpb block scales, each spread over its words by one permute
+            # (spreading them in memory per row cost ~0.15 us a row: a scalar loop)
+            few = ir.VectorType(f32, LANES // wpb)
+            sv = vload(srows[i], builder.udiv(w0, ir.Constant(intp, wpb)), few)
+            scale = builder.shuffle_vector(sv, ir.Constant(few, None), ir.Constant(
+                vi, [lane // wpb for lane in range(LANES)]))
+            for k in range(chains):
+                builder.store(builder.call(fma, [part[i][k], scale, builder.load(accs[i][k])]),
+                              accs[i][k])
+    totals = []
+    for i in range(nrows):
+        acc = [builder.load(a) for a in accs[i]]
+        while len(acc) > 1:
+            acc = [builder.fadd(acc[2 * h], acc[2 * h + 1]) for h in range(len(acc) // 2)]
+        total = builder.extract_element(acc[0], ir.Constant(i32, 0))
+        for lane in range(1, LANES):
+            total = builder.fadd(total, builder.extract_element(acc[0], ir.Constant(i32, lane)))
+        totals.append(total)
+    totals += [totals[0]] * (ROWS - nrows)
+    return context.make_tuple(builder, sig.return_type, totals)
 
 
-def _row_sig(words, r, s0, s1, xs, sc):
+@intrinsic
+def _nv_row(typingctx, words, r, s0, s1, xs, sc):
+    return _rows_sig(words, r, s0, s1, xs, sc), lambda c, b, s, a: _emit_rows(c, b, s, a, 2, 1)
+
+
+@intrinsic
+def _nv_rows(typingctx, words, r, s0, s1, xs, sc):
+    return _rows_sig(words, r, s0, s1, xs, sc), lambda c, b, s, a: _emit_rows(c, b, s, a, 2, ROWS)
+
+
+@intrinsic
+def _mx_row(typingctx, words, r, s0, s1, xs, sc):
+    return _rows_sig(words, r, s0, s1, xs, sc), lambda c, b, s, a: _emit_rows(c, b, s, a, 4, 1)
+
+
+@intrinsic
+def _mx_rows(typingctx, words, r, s0, s1, xs, sc):
+    return _rows_sig(words, r, s0, s1, xs, sc), lambda c, b, s, a: _emit_rows(c, b, s, a, 4, ROWS)
+
+
+def _rows_sig(words, r, s0, s1, xs, sc):
     for a in (words, xs, sc):
         if not (isinstance(a, types.Array) and a.layout == "C"):
-            raise TypeError(f"the FP4 LUT row needs C-contiguous arrays, got {a}")
-    return types.float32(words, r, s0, s1, xs, sc)
+            raise TypeError(f"the FP4 LUT rows need C-contiguous arrays, got {a}")
+    return types.UniTuple(types.float32, ROWS)(words, r, s0, s1, xs, sc)
 
 
-@intrinsic
-def _nv_row(typingctx, words, r, s0, s1, xp, sc):
-    return _row_sig(words, r, s0, s1, xp, sc), lambda c, b, s, a: _emit_row(c, b, s, a, 2)
+# ROWS rows per pass; the rows past the last whole group take the one-row kernel. The block
+# scales are decoded once per row (a vectorised loop over int32 lanes).
 
-
-@intrinsic
-def _mx_row(typingctx, words, r, s0, s1, xp, sc):
-    return _row_sig(words, r, s0, s1, xp, sc), lambda c, b, s, a: _emit_row(c, b, s, a, 4)
+@nb.njit(**_JIT)
+def _nvfp4_rows(words, scales, g, xs, xp, y, r0, r1, group):
+    nblk = scales.shape[1]
+    steps = xs.shape[0]
+    tail = steps * LANES // 2  # first block past the whole steps
+    sc = np.empty((ROWS, nblk), np.float32)
+    post = np.float32(256.0) * g  # the scales below are E4M3 / 256 (e4m3_i32_div256)
+    r = r0
+    while r < r1:
+        rows = ROWS if r + ROWS <= r1 and group == ROWS else 1
+        for i in range(rows):
+            for b in range(nblk):
+                sc[i, b] = e4m3_i32_div256(scales[r + i, b])
+        acc = _nv_rows(words, r, 0, steps, xs, sc) if rows == ROWS else (
+            _nv_row(words, r, 0, steps, xs, sc))
+        for i in range(rows):
+            a = acc[i]
+            for b in range(tail, nblk):
+                a += _nv_select(words, r + i, b, xp) * sc[i, b]
+            y[r + i] = a * post
+        r += rows
 
 
 @nb.njit(**_JIT)
-def _nvfp4_rows(words, scales, g, xs, xp, y, r0, r1):
+def _mxfp4_rows(words, scales, xs, xp, y, r0, r1, group):
     nblk = scales.shape[1]
     steps = xs.shape[0]
-    sc = np.empty(nblk, np.float32)
-    post = np.float32(256.0) * g  # the scales below are E4M3 / 256 (e4m3_fast_div256)
-    for r in range(r0, r1):
-        for b in range(nblk):
-            sc[b] = e4m3_fast_div256(scales[r, b])
-        acc = _nv_row(words, r, 0, steps, xs, sc)
-        for b in range(steps * LANES, nblk):
-            acc += _nv_select(words, r, b, xp) * sc[b]
-        y[r] = acc * post
-
-
-@nb.njit(**_JIT)
-def _mxfp4_rows(words, scales, xs, xp, y, r0, r1):
-    nblk = scales.shape[1]
-    steps = xs.shape[0]
-    sc = np.empty(nblk, np.float32)
-    for r in range(r0, r1):
-        for b in range(nblk):
-            sc[b] = e8m0_i32(scales[r, b])
-        acc = _mx_row(words, r, 0, steps, xs, sc)
-        for b in range(steps * LANES, nblk):
-            acc += _mx_select(words, r, b, xp) * sc[b]
-        y[r] = acc
+    tail = steps * LANES // 4
+    sc = np.empty((ROWS, nblk), np.float32)
+    r = r0
+    while r < r1:
+        rows = ROWS if r + ROWS <= r1 and group == ROWS else 1
+        for i in range(rows):
+            for b in range(nblk):
+                sc[i, b] = e8m0_i32(scales[r + i, b])
+        acc = _mx_rows(words, r, 0, steps, xs, sc) if rows == ROWS else (
+            _mx_row(words, r, 0, steps, xs, sc))
+        for i in range(rows):
+            a = acc[i]
+            for b in range(tail, nblk):
+                a += _mx_select(words, r + i, b, xp) * sc[i, b]
+            y[r + i] = a
+        r += rows
 
 
 @nb.njit(parallel=True, **_JIT)
-def gemv_nvfp4(words, scales, g, xs, xp, y, chunk):
+def gemv_nvfp4(words, scales, g, xs, xp, y, chunk, group):
     """y[r] = row r . x for NVFP4 words [N, Kp/8], g the tensor scale; xs and xp as `x_steps`
     returns them. Select decode by table lookup."""
     n = words.shape[0]
     for c in nb.prange((n + chunk - 1) // chunk):
-        _nvfp4_rows(words, scales, g, xs, xp, y, c * chunk, min(n, (c + 1) * chunk))
+        _nvfp4_rows(words, scales, g, xs, xp, y, c * chunk, min(n, (c + 1) * chunk), group)
 
 
 @nb.njit(parallel=True, **_JIT)
-def gemv_mxfp4(words, scales, xs, xp, y, chunk):
+def gemv_mxfp4(words, scales, xs, xp, y, chunk, group):
     """y[r] = row r . x for MXFP4 words [N, Kp/8]; xs and xp as `x_steps` returns them. Select
     decode by table lookup."""
     n = words.shape[0]
     for c in nb.prange((n + chunk - 1) // chunk):
-        _mxfp4_rows(words, scales, xs, xp, y, c * chunk, min(n, (c + 1) * chunk))
+        _mxfp4_rows(words, scales, xs, xp, y, c * chunk, min(n, (c + 1) * chunk), group)
 
 
 def x_steps(x, block):
-    """x [Kp] float32 (torch) -> (xs, xp) numpy: xs[s, j, lane] = x[block * (16 s + lane) + j]
-    for the whole steps of 16 blocks (one contiguous 1-2 KiB slab per step), and the planes
-    xp[j, b] = x[block * b + j] the remaining blocks' select path reads."""
-    nblk = x.shape[0] // block
-    steps = nblk // LANES
-    xs = x[:steps * LANES * block].view(steps, LANES, block).transpose(1, 2).contiguous()
-    xp = x.view(nblk, block).T.contiguous()
+    """x [Kp] float32 (torch) -> (xs, xp) numpy: xs[s, j, lane] = x[8 (16 s + lane) + j], the
+    element code j of word 16 s + lane meets, for the whole steps of 16 words (one contiguous
+    512-byte slab per step), and the planes xp[j, b] = x[block * b + j] the select path of the
+    remaining blocks reads."""
+    steps = x.shape[0] // (8 * LANES)
+    xs = x[:steps * LANES * 8].view(steps, LANES, 8).transpose(1, 2).contiguous()
+    xp = x.view(-1, block).T.contiguous()
     return xs.numpy(), xp.numpy()

@@ -1,0 +1,78 @@
+"""The FP8 GEMV kernel itself (softfp8/backends/_numba_kernels.gemv_fp8: four rows a pass, and
+gemv_fp8_1row): every code at every byte position bit-exact through the kernel, every
+non-finite code propagating, and fp64 parity on odd shapes either side of MULTIROW_MIN_K."""
+import pytest
+import torch
+from conftest import rel_err, same_bits
+
+import softfp8
+
+numba = pytest.importorskip("numba")
+np = pytest.importorskip("numpy")
+K = pytest.importorskip("softfp8.backends._numba_kernels")
+from softfp8.backends import numba_cpu  # noqa: E402
+
+DTYPE = {"e5m2": torch.float8_e5m2, "e4m3": torch.float8_e4m3fn}
+POST = {"e5m2": 1.0, "e4m3": 256.0}  # the kernel's per-row factor (E4M3 decodes value / 256)
+
+
+def values(fmt, codes):
+    return codes.view(DTYPE[fmt]).float()
+
+
+def gemv(fmt, codes, x, multirow):
+    """codes uint8 [N, K] (K even), x float32 [K] -> y [N], chunks of 4 rows."""
+    y = np.zeros(codes.shape[0], np.float32)
+    gemv = K.gemv_fp8 if multirow else K.gemv_fp8_1row
+    gemv(codes.view(torch.uint16).numpy(), x[0::2].contiguous().numpy(),
+         x[1::2].contiguous().numpy(), y, 4, fmt == "e4m3")
+    return torch.from_numpy(y)
+
+
+@pytest.mark.parametrize("multirow", [True, False], ids=["4rows", "1row"])
+@pytest.mark.parametrize("fmt", ["e5m2", "e4m3"])
+def test_every_finite_code_at_every_position_is_exact(fmt, multirow):
+    """Row r holds finite code (r + k) % F at position k; a one-hot x at k reads column k back,
+    so each code is seen in the low and the high byte of a pair and in every row slot of a
+    4-row pass; 6 rows make the last chunk of 4 a 2-row remainder (the one-row loop)."""
+    every = torch.arange(256, dtype=torch.uint8)
+    finite = every[torch.isfinite(values(fmt, every))]
+    n, k = 6, finite.numel()  # 248 or 254: even, as the kernel's uint16 pairs need
+    codes = finite[(torch.arange(n)[:, None] + torch.arange(k)[None, :]) % k].contiguous()
+    got = torch.empty(n, k)
+    for col in range(k):
+        x = torch.zeros(k)
+        x[col] = 1.0
+        got[:, col] = gemv(fmt, codes, x, multirow) / POST[fmt]
+    want = values(fmt, codes) / POST[fmt]
+    ok = same_bits(got, want) | ((got == 0) & (want == 0))  # -0 reads back +0 in a dot product
+    assert ok.all(), (codes[~ok][:8].tolist(), got[~ok][:8].tolist())
+
+
+@pytest.mark.parametrize("multirow", [True, False], ids=["4rows", "1row"])
+@pytest.mark.parametrize("fmt", ["e5m2", "e4m3"])
+def test_every_nonfinite_code_propagates(fmt, multirow):
+    """One non-finite code per row, at an even and an odd byte, among zero codes; x all ones."""
+    every = torch.arange(256, dtype=torch.uint8)
+    special = every[~torch.isfinite(values(fmt, every))]
+    rows = []
+    for c in special.tolist():
+        for pos in (6, 9):
+            row = torch.zeros(16, dtype=torch.uint8)
+            row[pos] = c
+            rows.append(row)
+    codes = torch.stack(rows)
+    got = gemv(fmt, codes, torch.ones(16), multirow)
+    want = values(fmt, codes).sum(1)
+    assert same_bits(got, want).all(), (got.tolist(), want.tolist())
+
+
+@pytest.mark.parametrize("fmt", ["e5m2", "e4m3"])
+@pytest.mark.parametrize("n, k", [(13, 4097), (9, 6001)])
+def test_gemv_matches_fp64_both_sides_of_the_multirow_line(fmt, n, k):
+    assert 4097 + 63 < numba_cpu.MULTIROW_MIN_K <= 6001  # the two shapes take the two layouts
+    g = torch.Generator().manual_seed(n * k)
+    packed = softfp8.quantize(torch.randn(n, k, generator=g), fmt)
+    x = torch.randn(1, k, generator=g)
+    want = x.double() @ softfp8.dequantize(packed).double().T
+    assert rel_err(numba_cpu.matmul(x, packed), want) <= 1e-6
