@@ -4,7 +4,8 @@
 
 Everything runs in one process on the same weights: each timing is the median of `--reps`
 calls after warm-up, and numba and torch calls are interleaved round by round so that a busy
-machine slows both alike. Cold start is measured in a child process with an empty
+machine slows both alike; the order rotates by one entry each round, so that the slot right
+after torch's calls (where numba's idle workers must be woken) falls on every entry alike. Cold start is measured in a child process with an empty
 NUMBA_CACHE_DIR (first call = compilation), and again with that cache filled (load from disk).
 """
 from __future__ import annotations
@@ -77,8 +78,11 @@ def bench_shape(n: int, k: int, reps: int) -> list[dict]:
         for _ in range(3):
             fn()
     samples = {key: [] for key in calls}
-    for _ in range(reps):  # interleaved rounds: contention hits every entry alike
-        for key, fn in calls.items():
+    order = list(calls.items())
+    for i in range(reps):  # interleaved rounds: contention hits every entry alike
+        # and the order rotates each round: the first numba call after torch's calls pays for
+        # waking numba's idle workers (0.4-0.7 ms measured), so no entry may always take that slot
+        for key, fn in order[i % len(order):] + order[:i % len(order)]:
             samples[key].append(timed(fn))
     ms = {key: statistics.median(v) * 1e3 for key, v in samples.items()}
     best_torch = min(ms[t] for t in torch_calls)
