@@ -63,6 +63,9 @@ def _records(node, device=None):
             if isinstance(node.get(key), str):
                 device = node[key]
                 break
+            if isinstance(node.get(key), dict) and isinstance(node[key].get("name"), str):
+                device = node[key]["name"]  # softfp8-bench receipts: {"device": {"name": ...}}
+                break
         yield device, node
         for value in node.values():
             yield from _records(value, device)
@@ -93,6 +96,8 @@ def bench_points(receipts: Path) -> tuple[list[tuple], list[tuple], list[str]]:
             data = json.loads(path.read_text())
         except (OSError, ValueError):
             continue
+        if isinstance(data, dict) and data.get("subcommand") in ("small-m", "prefill"):
+            continue  # batch-1 figures; their M = 1 rows repeat the shapes receipt's
         before = len(model) + len(speed)
         for device, record in _records(data):
             if isinstance(record.get("m"), int) and record["m"] != 1:
@@ -105,9 +110,13 @@ def bench_points(receipts: Path) -> tuple[list[tuple], list[tuple], list[str]]:
             if predicted is not None and measured is not None:
                 model.append((device or path.stem, _label(record), predicted, measured))
             speedup = _number(record, "speedup")
-            if speedup is not None:
-                speed.append((device or path.stem, _label(record), str(record.get("format", record.get("impl", "?"))),
-                              speedup))
+            if (speedup is not None and record.get("kind", "softfp8") == "softfp8"
+                    and ("shape" in record or "linears" in record)):  # not the summaries
+                # grouped by shape (a token row: by its linears), one bar per format
+                group = record.get("shape") or (f"token ({record['linears']} linears)"
+                                                if "linears" in record else _label(record))
+                speed.append((device or path.stem, str(group),
+                              str(record.get("format", record.get("impl", "?"))), speedup))
         if len(model) + len(speed) > before:
             files.append(str(path))
     return model, speed, files

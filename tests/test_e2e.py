@@ -140,13 +140,19 @@ def test_make_figures_reads_bench_receipts():
     receipt = {"gpu": "NVIDIA H200", "token": [
         {"format": "e5m2", "predicted_ms": 1.6, "measured_ms": 1.7},
         {"format": "fp16", "predicted_ms": 3.2, "measured_ms": 3.5}],
-        "shapes": [{"shape": "4096x4096", "format": "nvfp4", "speedup_vs_fp16": 3.1}]}
+        "shapes": [{"shape": "4096x4096", "format": "nvfp4", "speedup_vs_fp16": 3.1},
+                   {"shape": "4096x4096", "kind": "torch", "impl": "torch float16 F.linear",
+                    "speedup_vs_fp16": 1.0}]}
+    small_m = {"subcommand": "small-m", "gpu": "NVIDIA H200",
+               "rows": [{"shape": "4096x4096", "m": 1, "format": "e5m2", "speedup_vs_fp16": 1.7}]}
     import tempfile
     with tempfile.TemporaryDirectory() as tmp:
         (__import__("pathlib").Path(tmp) / "bench.json").write_text(json.dumps(receipt))
+        (__import__("pathlib").Path(tmp) / "smallm.json").write_text(json.dumps(small_m))
         model, speed, files = figures.bench_points(__import__("pathlib").Path(tmp))
     assert model == [("NVIDIA H200", "e5m2", 1.6, 1.7), ("NVIDIA H200", "fp16", 3.2, 3.5)]
-    assert speed == [("NVIDIA H200", "4096x4096 nvfp4", "nvfp4", 3.1)]
+    # grouped by shape, one bar per format; the torch baseline and small-m receipts left out
+    assert speed == [("NVIDIA H200", "4096x4096", "nvfp4", 3.1)]
     assert len(files) == 1
 
 
