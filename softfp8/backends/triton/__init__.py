@@ -1,8 +1,10 @@
-"""The Triton backend: packed weights decoded in registers inside GEMV, small-M and tiled kernels.
+"""The Triton backend: packed weights decoded in registers inside GEMV, small-M and tiled kernels;
+from M = 1024 (MXFP4: 512), bounded slabs decoded for cuBLAS (`_dequant`).
 
 Public names (the backend protocol): NEEDS and matmul(x, packed, bias, *, e2m1). This module
-checks arguments, picks the launch settings from a small deterministic table (`launch_config`)
-and launches the kernels of `_kernels` (decoders in `_decode`). Triton itself is imported only
+checks arguments, picks the launch settings from a small deterministic table (`launch_config`,
+which a sweep receipt can override: SOFTFP8_TRITON_TABLE), chooses programmatic dependent launch
+on sm_90+ (`pdl_settings`) and launches the kernels of `_kernels` (decoders in `_decode`). Triton itself is imported only
 when a kernel is launched, so NEEDS can explain a missing package instead of failing to import.
 
 TRITON_INTERPRET=1 in the environment when this module is first imported makes NEEDS accept CPU
