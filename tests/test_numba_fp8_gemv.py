@@ -1,6 +1,7 @@
 """The FP8 GEMV kernel itself (softfp8/backends/_numba_kernels.gemv_fp8: four rows a pass, and
-gemv_fp8_1row): every code at every byte position bit-exact through the kernel, every
-non-finite code propagating, and fp64 parity on odd shapes either side of MULTIROW_MIN_K."""
+gemv_fp8_1row, which runs gemv_e5m2_1row or gemv_e4m3_1row): every code at every byte position
+bit-exact through the kernel, every non-finite code propagating, and fp64 parity on odd shapes
+either side of MULTIROW_MIN_K."""
 import pytest
 import torch
 from conftest import rel_err, same_bits

@@ -72,11 +72,29 @@ def _gemv_fp8_rows4(c16, xe, xo, y, r0, r1, e4m3):
         r += 1
 
 
+# The one-row kernels: one function per format, no flag. The E5M2 loop compiled beside the E4M3
+# one behind a runtime flag (the four-row kernel's way) ran slower from DRAM than the same loop
+# alone: 2 threads, 11008x4096, cache flushed before each call, 4 runs, 1.86 / 2.13 / 2.03 /
+# 1.88 ms flagged against 1.78 / 1.77 / 1.87 / 1.70 ms specialised (single thread 2.95 / 2.76).
+
 @nb.njit(**_JIT)
-def _gemv_fp8_rows1(c16, xe, xo, y, r0, r1, e4m3):
-    post = np.float32(256.0) if e4m3 else np.float32(1.0)
+def _e5m2_rows1(c16, xe, xo, y, r0, r1):
     for r in range(r0, r1):
-        y[r] = _fp8_dot(c16, r, xe, xo, e4m3) * post
+        a = np.float32(0.0)
+        for i in range(c16.shape[1]):
+            lo, hi = e5m2_pair(c16[r, i])
+            a += lo * xe[i] + hi * xo[i]
+        y[r] = a
+
+
+@nb.njit(**_JIT)
+def _e4m3_rows1(c16, xe, xo, y, r0, r1):
+    for r in range(r0, r1):
+        a = np.float32(0.0)
+        for i in range(c16.shape[1]):
+            lo, hi = e4m3_pair_div256(c16[r, i])
+            a += lo * xe[i] + hi * xo[i]
+        y[r] = a * np.float32(256.0)
 
 
 @nb.njit(parallel=True, **_JIT)
@@ -89,13 +107,27 @@ def gemv_fp8(c16, xe, xo, y, chunk, e4m3):
 
 
 @nb.njit(parallel=True, **_JIT)
-def gemv_fp8_1row(c16, xe, xo, y, chunk, e4m3):
-    """gemv_fp8 one row per pass. A separate function, not a flag: with a runtime flag choosing
-    the loop, LLVM left the E5M2 one-row loop slow (5.1 against 2.9 ms E4M3, 11008x4096, single
-    thread), and fast again once the four-row loop was out of the function."""
+def gemv_e5m2_1row(c16, xe, xo, y, chunk):
+    """gemv_fp8 for E5M2, one row per pass."""
     n = c16.shape[0]
     for c in nb.prange((n + chunk - 1) // chunk):
-        _gemv_fp8_rows1(c16, xe, xo, y, c * chunk, min(n, (c + 1) * chunk), e4m3)
+        _e5m2_rows1(c16, xe, xo, y, c * chunk, min(n, (c + 1) * chunk))
+
+
+@nb.njit(parallel=True, **_JIT)
+def gemv_e4m3_1row(c16, xe, xo, y, chunk):
+    """gemv_fp8 for E4M3, one row per pass."""
+    n = c16.shape[0]
+    for c in nb.prange((n + chunk - 1) // chunk):
+        _e4m3_rows1(c16, xe, xo, y, c * chunk, min(n, (c + 1) * chunk))
+
+
+def gemv_fp8_1row(c16, xe, xo, y, chunk, e4m3):
+    """gemv_fp8 one row per pass: the E4M3 or the E5M2 kernel (separate functions, not a flag:
+    with a runtime flag choosing the loop, LLVM left the E5M2 one-row loop slow, 5.1 against
+    2.9 ms E4M3 at 11008x4096 single thread while the four-row loop shared the function, and
+    still slower than alone once it no longer did: by 3-17% in 9 of 10 interleaved runs, 1 even)."""
+    (gemv_e4m3_1row if e4m3 else gemv_e5m2_1row)(c16, xe, xo, y, chunk)
 
 
 # FP4: one vector lane per block (NVFP4: 2 words = 16 codes, MXFP4: 4 words = 32 codes), met by
