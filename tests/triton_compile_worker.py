@@ -73,6 +73,12 @@ def variants(backend: str, arch):
             c = dict(FMT=fmt, HAS_SCALE=fmt in FP8, INJECT=inject, BLOCK_R=16,
                      BLOCK_KB=512 * (8 if fmt in FP8 else 4) // 8, CHECK=xd != "fp32")
             yield f"dequant-{tag}-{xd}", _kernels.dequant_kernel, c, xd, 4, 1
+            if xd != "fp32":  # and the exact pass after it (dot_kernel with FIX)
+                cfg = launch_config(4096, 4096, 256, Format(fmt), info, dtypes[xd])
+                c = dict(base, PDL=0, PREFETCH=0, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
+                         BLOCK_K=cfg.block_k, PARTIAL=False, PRECISION="ieee", UPCAST=False,
+                         FIX=True, FIX_HI=0x477FE000, FIX_LO=0x38800000)
+                yield f"fix-{tag}-{xd}", _kernels.dot_kernel, c, xd, cfg.num_warps, cfg.num_stages
 
 
 def source(fn, constexprs, xd):
@@ -83,7 +89,7 @@ def source(fn, constexprs, xd):
             sig[name] = "constexpr"
         elif name in ("x_ptr", "y_ptr", "out_ptr"):
             sig[name] = PTR[xd]
-        elif name == "info_ptr":
+        elif name == "info_ptr" or (name == "ws_ptr" and constexprs.get("FIX")):
             sig[name] = "*i32"
         elif name in ("w_ptr", "s_ptr"):
             sig[name] = "*u8" if name == "w_ptr" or constexprs["FMT"] not in FP8 else "*fp32"
