@@ -237,13 +237,8 @@ def launch_config(n: int, k: int, m: int, fmt: Format, info: DeviceInfo,
         else:
             cfg = LaunchConfig(Kernel.SMALL_M, 16, 64, 32 if mx else 256, num_warps=4,
                                num_stages=3)
-    elif info.interpreter:
-        cfg = LaunchConfig(Kernel.TILED, 32, 64, 32 if mx else 64)
-    elif fma_dot:
-        cfg = LaunchConfig(Kernel.TILED, 32, 32, 32, num_warps=4, num_stages=2)
     else:
-        cfg = LaunchConfig(Kernel.TILED, 64 if m <= 64 else 128, 128, 32 if mx else 64,
-                           num_warps=8, num_stages=3)
+        cfg = tiled_config(m, fmt, info, fma_dot)
     programs = -(-n // cfg.block_n) * -(-m // cfg.block_m)
     steps = -(-k // cfg.block_k)
     # M = 1 wants one wave (a split GEMV/dot cost 10-25% there); M = 2..16 splits K up to four
@@ -253,6 +248,28 @@ def launch_config(n: int, k: int, m: int, fmt: Format, info: DeviceInfo,
     split = 1 if programs >= want else min(16, steps, -(-want // programs))
     return LaunchConfig(cfg.kernel, cfg.block_m, cfg.block_n, cfg.block_k, max(split, 1),
                         cfg.num_warps, cfg.num_stages)
+
+
+def tiled_config(m: int, fmt: Format, info: DeviceInfo, fma_dot: bool) -> LaunchConfig:
+    """Kernel.TILED's settings (no split): launch_config's for M > 16, and DEQUANT's exact pass."""
+    mx = fmt is Format.MXFP4
+    if info.interpreter:
+        return LaunchConfig(Kernel.TILED, 32, 64, 32 if mx else 64)
+    if fma_dot:
+        return LaunchConfig(Kernel.TILED, 32, 32, 32, num_warps=4, num_stages=2)
+    return LaunchConfig(Kernel.TILED, 64 if m <= 64 else 128, 128, 32 if mx else 64,
+                        num_warps=8, num_stages=3)
+
+
+def uses_ptx_decode(info: DeviceInfo, hw_fp8: bool) -> bool:
+    """The PTX word-at-a-time decoders: NVIDIA only (not ROCm, not the interpreter), and not
+    where the hardware FP8 cvt decodes (FP4: the PTX decode injects, so e2m1=inject only)."""
+    return info.capability is not None and not info.interpreter and not hw_fp8
+
+
+def dot_upcast(x: torch.Tensor) -> bool:
+    """The interpreter's bf16 tl.dot is wrong (triton 3.9): there, bf16 tiles go up to fp32."""
+    return x.device.type == "cpu" and x.dtype == torch.bfloat16
 
 
 def _check(x: torch.Tensor, packed: PackedWeight, bias: torch.Tensor | None,
@@ -303,16 +320,18 @@ def _launch(x: torch.Tensor, packed: PackedWeight, bias: torch.Tensor | None, cf
     per_split = -(-steps // cfg.split_k) * step_bytes
     split = -(-rb // per_split)
     y = torch.empty((m, n), dtype=x.dtype, device=x.device)
-    ws = torch.empty((split, m, n), dtype=torch.float32, device=x.device) if split > 1 else y
     has_scale = spec.scale is ScaleKind.ROW and packed.scales is not None
     s = packed.scales if packed.scales is not None else w
     g = packed.global_scale if packed.global_scale is not None else w
     b = bias if bias is not None else w
     sb = packed.scales.shape[1] if spec.scale not in (ScaleKind.ROW, ScaleKind.NONE) else 0
+    if cfg.kernel is Kernel.DEQUANT:
+        from ._dequant import dequant_matmul
+
+        return dequant_matmul(x, packed, bias, cfg, e2m1, w, s, g, b, y, rb, sb, has_scale)
+    ws = torch.empty((split, m, n), dtype=torch.float32, device=x.device) if split > 1 else y
     info = device_info(x.device)
-    # PTX word-at-a-time FP8 decode: NVIDIA only (not ROCm, not the interpreter)
-    # (FP4: the PTX decode injects, so it is used only with e2m1=inject)
-    asm = info.capability is not None and not info.interpreter and not hw_fp8
+    asm = uses_ptx_decode(info, hw_fp8)
     pdl, prefetch = pdl_settings(info, packed.fmt)
     launch = dict(launch_pdl=True) if pdl else {}  # pdl: a mode, 0 = off
     common = dict(FMT=packed.fmt.value, HAS_SCALE=has_scale, HAS_BIAS=bias is not None,
@@ -320,10 +339,6 @@ def _launch(x: torch.Tensor, packed: PackedWeight, bias: torch.Tensor | None, cf
                   BLOCK_N=cfg.block_n, PARTIAL=split > 1, num_warps=cfg.num_warps,
                   num_stages=cfg.num_stages, PDL=pdl, PREFETCH=prefetch, **launch)
     args = (x, w, s, g, b, y, ws, m, n, k, rb, sb, per_split)
-    if cfg.kernel is Kernel.DEQUANT:
-        from ._dequant import dequant_matmul
-
-        return dequant_matmul(x, packed, bias, cfg, e2m1, w, s, g, rb, sb, has_scale)
     if cfg.kernel is Kernel.GEMV:
         if cfg.block_m < m:
             raise ValueError(f"cfg: a GEMV launch with block_m={cfg.block_m} can't cover M={m}")
@@ -333,11 +348,9 @@ def _launch(x: torch.Tensor, packed: PackedWeight, bias: torch.Tensor | None, cf
         if packed.fmt is Format.MXFP4 and cfg.block_k != 32:
             raise ValueError("cfg: the tl.dot kernels step one MXFP4 block (block_k=32)")
         grid = (-(-n // cfg.block_n), -(-m // cfg.block_m), split)
-        # The interpreter's bf16 tl.dot is wrong (triton 3.9): there, bf16 tiles go up to fp32.
-        upcast = x.device.type == "cpu" and x.dtype == torch.bfloat16
         precision = "ieee"  # fp32: exact FMAs (1e-5); fp16/bf16 operands ignore it
-        K_.dot_kernel[grid](*args, BLOCK_K=cfg.block_k, PRECISION=precision, UPCAST=upcast,
-                            **common)
+        K_.dot_kernel[grid](*args, BLOCK_K=cfg.block_k, PRECISION=precision,
+                            UPCAST=dot_upcast(x), **common)
     if split > 1:
         block = 256
         K_.splitk_reduce_kernel[(-(-n // block), m)](

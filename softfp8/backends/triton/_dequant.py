@@ -9,8 +9,7 @@ import contextlib
 import torch
 
 from ...dispatch import E2M1Decode
-from ...formats import Format
-from . import device_info
+from . import device_info, dot_upcast, tiled_config, uses_ptx_decode
 
 # Rows whose largest |value| lies outside these float32 bounds are not held exactly by a slab
 # of that dtype (overflow above, precision lost to subnormals below): the exact pass redoes them.
@@ -18,7 +17,7 @@ _FIX_BOUNDS = {torch.float16: (0x477FE000, 0x38800000),   # 65504, 2^-14
                torch.bfloat16: (0x7F7F0000, 0x04800000)}  # bf16's max, 2^-118
 
 
-def dequant_matmul(x, packed, bias, cfg, e2m1, w, s, g, rb, sb, has_scale):
+def dequant_matmul(x, packed, bias, cfg, e2m1, w, s, g, b, y, rb, sb, has_scale):
     """Kernel.DEQUANT: per slab of cfg.block_n rows, dequant_kernel writes the rows in x's dtype
     (rounded once: the products code x scales are exact in float32) and torch.mm / addmm writes
     y's columns for those rows in place (a column slice of y is a valid cuBLAS output). On CUDA
@@ -26,7 +25,8 @@ def dequant_matmul(x, packed, bias, cfg, e2m1, w, s, g, rb, sb, has_scale):
     bound) overlaps the GEMM of slab i (compute-bound). For fp16/bf16 x, the decode also records
     each row's largest |value|, and one tiled dot_kernel pass (FIX) recomputes exactly the row
     blocks that the slab's dtype can't hold (|w| > 65504 or a whole row below 2^-14 in fp16);
-    its other programs exit at once."""
+    its other programs exit at once. w, s, g, b, y, rb, sb, has_scale: as `_launch` prepared
+    them (b: the bias, or w as a placeholder; y: the output to fill)."""
     from . import _kernels as K_
 
     m, k = x.shape
@@ -35,11 +35,10 @@ def dequant_matmul(x, packed, bias, cfg, e2m1, w, s, g, rb, sb, has_scale):
     nslabs = -(-n // rows)
     slabs = [torch.empty((rows, k), dtype=x.dtype, device=x.device)
              for _ in range(min(2, nslabs))]
-    y = torch.empty((m, n), dtype=x.dtype, device=x.device)
     bounds = _FIX_BOUNDS.get(x.dtype)
     info = torch.zeros(n if bounds else 1, dtype=torch.int32, device=x.device)
     block_r, block_kb = 16, cfg.block_k * packed.spec.bits // 8
-    b = None if bias is None else bias.to(x.dtype)
+    bias_x = None if bias is None else bias.to(x.dtype)
     cuda = x.device.type == "cuda"
     main = torch.cuda.current_stream(x.device) if cuda else None
     side = _side_stream(x.device) if cuda else None
@@ -65,41 +64,37 @@ def dequant_matmul(x, packed, bias, cfg, e2m1, w, s, g, rb, sb, has_scale):
         if cuda:
             main.wait_event(ready[i % 2])
         part = slab[:r].t()
-        if b is None:
+        if bias_x is None:
             torch.mm(x, part, out=y[:, r0:r0 + r])
         else:
-            torch.addmm(b[r0:r0 + r], x, part, out=y[:, r0:r0 + r])
+            torch.addmm(bias_x[r0:r0 + r], x, part, out=y[:, r0:r0 + r])
         if cuda:
             free[i % 2].record(main)
     if bounds:
-        _exact_pass(x, packed, bias, e2m1, w, s, g, y, info, rb, sb, has_scale, bounds)
+        _exact_pass(x, packed, bias is not None, e2m1, w, s, g, b, y, info, rb, sb, has_scale,
+                    bounds)
     return y
 
 
-def _exact_pass(x, packed, bias, e2m1, w, s, g, y, info, rb, sb, has_scale, bounds):
-    """dot_kernel over every output tile with FIX: only row blocks flagged in `info` compute."""
+def _exact_pass(x, packed, has_bias, e2m1, w, s, g, b, y, info, rb, sb, has_scale, bounds):
+    """dot_kernel over every output tile with FIX: only row blocks flagged in `info` compute.
+    Tiles as launch_config's TILED kernel (`tiled_config`)."""
     from . import _kernels as K_
 
     m, k = x.shape
     n = packed.shape[0]
     dev = device_info(x.device)
-    mx = packed.fmt is Format.MXFP4
-    if dev.interpreter:
-        bm, bn, bk, warps, stages = 32, 64, 32 if mx else 64, 4, 2
-    elif dev.capability is not None and dev.capability < (8, 0):
-        bm, bn, bk, warps, stages = 32, 32, 32, 4, 2
-    else:
-        bm, bn, bk, warps, stages = 128, 128, 32 if mx else 64, 8, 3
-    step = bk * packed.spec.bits // 8
+    fma_dot = dev.capability is not None and dev.capability < (8, 0)  # x is fp16/bf16 here
+    cfg = tiled_config(m, packed.fmt, dev, fma_dot)
+    step = cfg.block_k * packed.spec.bits // 8
     per_split = -(-rb // step) * step
-    asm = dev.capability is not None and not dev.interpreter
-    K_.dot_kernel[(-(-n // bn), -(-m // bm), 1)](
-        x, w, s, g, bias if bias is not None else w, y, info, m, n, k, rb, sb, per_split,
-        FMT=packed.fmt.value, HAS_SCALE=has_scale,
-        HAS_BIAS=bias is not None, INJECT=e2m1 is E2M1Decode.INJECT, HW=False, ASM=asm,
-        BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, PARTIAL=False, PRECISION="ieee",
-        UPCAST=x.device.type == "cpu" and x.dtype == torch.bfloat16, FIX=True,
-        FIX_HI=bounds[0], FIX_LO=bounds[1], num_warps=warps, num_stages=stages)
+    K_.dot_kernel[(-(-n // cfg.block_n), -(-m // cfg.block_m), 1)](
+        x, w, s, g, b, y, info, m, n, k, rb, sb, per_split,
+        FMT=packed.fmt.value, HAS_SCALE=has_scale, HAS_BIAS=has_bias,
+        INJECT=e2m1 is E2M1Decode.INJECT, HW=False, ASM=uses_ptx_decode(dev, False),
+        BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, PARTIAL=False,
+        PRECISION="ieee", UPCAST=dot_upcast(x), FIX=True, FIX_HI=bounds[0], FIX_LO=bounds[1],
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages)
 
 
 _SIDE_STREAMS: dict = {}
