@@ -108,4 +108,31 @@ final4)
   export SOFTFP8_FP8_DECODE=integer
   run prefill 80 python3 -m softfp8.bench prefill --preset llama3-8b --backends triton --out "$OUT/prefill.json"
   ;;
+mma1)
+  # the FP4 mma.sync GEMV (Kernel.MMA_GEMV): correctness first, then its warps/split settings on
+  # the llama2-7b shapes, then the token with the built-in table and with the sweep's winners
+  run mmatests 150 python3 -m pytest -q -x -m gpu -p no:cacheprovider tests/test_triton.py -k "mma or e2m1_code"
+  grep -q " passed" "$OUT/mmatests.txt" && ! grep -q "failed\|error" "$OUT/mmatests.txt" || exit 1
+  run sweepmma 200 python3 benchmarks/sweep_gemv.py --ms 1 --kernels mma_gemv --formats nvfp4,mxfp4 --budget 180 --shapes "12288,4096;4096,4096;22016,4096;4096,11008;32000,4096" --out "$OUT/sweep_mma.json"
+  export SOFTFP8_FP8_DECODE=integer
+  run token 60 python3 -m softfp8.bench token --preset llama2-7b --backends triton --out "$OUT/token.json"
+  SOFTFP8_TRITON_TABLE="$OUT/sweep_mma.json" run token-sweep 60 python3 -m softfp8.bench token --preset llama2-7b --backends triton --formats nvfp4,mxfp4 --out "$OUT/token_sweep.json"
+  ;;
+mma2)
+  # the same with an L2 prefetch AHEAD steps ahead (LaunchConfig.num_stages) in the sweep
+  run mmatests 150 python3 -m pytest -q -x -m gpu -p no:cacheprovider tests/test_triton.py -k "mma or e2m1_code"
+  grep -q " passed" "$OUT/mmatests.txt" && ! grep -q "failed\|error" "$OUT/mmatests.txt" || exit 1
+  run sweepmma 250 python3 benchmarks/sweep_gemv.py --ms 1 --kernels mma_gemv --formats nvfp4,mxfp4 --budget 230 --shapes "12288,4096;4096,4096;22016,4096;4096,11008;32000,4096" --out "$OUT/sweep_mma.json"
+  SOFTFP8_TRITON_TABLE="$OUT/sweep_mma.json" run token-sweep 60 python3 -m softfp8.bench token --preset llama2-7b --backends triton --formats nvfp4,mxfp4 --out "$OUT/token_sweep.json"
+  ;;
+final5)
+  # the third session's numbers (Kernel.MMA_GEMV for FP4 at M <= 8): receipts in one tarball
+  run gputests 170 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_triton.py
+  export SOFTFP8_FP8_DECODE=integer
+  mkdir -p "$OUT/r"
+  run token 60 python3 -m softfp8.bench token --preset llama2-7b --backends triton --out "$OUT/r/token.json"
+  run shapes 80 python3 -m softfp8.bench shapes --preset llama3-8b --backends triton --out "$OUT/r/shapes.json"
+  run smallm 80 python3 -m softfp8.bench small-m --preset llama3-8b --backends triton --out "$OUT/r/smallm.json"
+  tar czf "$OUT/receipts.tgz" -C "$OUT" r && rm -rf "$OUT/r"
+  ;;
 esac

@@ -56,7 +56,7 @@ def graph_time(fns, reps=10):
 
 def candidates(fmt, n, k, m, info, dtype, kernels):
     """The settings tried: the current table's choice, then a grid around it, for the kernels
-    named in `kernels` (gemv, small_m, tiled, dequant)."""
+    named in `kernels` (gemv, small_m, mma_gemv, tiled, dequant)."""
     bits = 8 if fmt in FP8 else 4
     mx = fmt == "mxfp4"
     out = [tb.launch_config(n, k, m, softfp8.Format(fmt), info, dtype)]
@@ -78,6 +78,13 @@ def candidates(fmt, n, k, m, info, dtype, kernels):
             for bn, bk, nw, st in ((64, 256, 4, 4), (64, 256, 4, 5), (64, 512, 4, 3),
                                    (128, 256, 8, 4), (128, 128, 4, 4)):
                 out.append(tb.LaunchConfig(tb.Kernel.SMALL_M, 16, bn, bk, 1, nw, st))
+    if m <= tb.MMA_MAX_M and bits == 4 and "mma_gemv" in kernels and tb.uses_mma_gemv(
+            k, m, softfp8.Format(fmt), info, dtype):
+        for nw in (4, 8):
+            for split in (1, 2, 4):
+                for ahead in (0, 2, 4, 8):  # num_stages: L2 prefetch distance in steps
+                    out.append(tb.LaunchConfig(tb.Kernel.MMA_GEMV, tb.MMA_MAX_M, 32, 128, split,
+                                               nw, ahead))
     if m > 16:
         bk = 32 if mx else 64
         if "dequant" in kernels:  # slab rows; block_k = codes per dequant program
@@ -96,8 +103,8 @@ def candidates(fmt, n, k, m, info, dtype, kernels):
 
 def with_split(c, n, m, sms):
     """The split-K the table's rule gives this setting (>= 4 programs per SM), and none."""
-    if c.kernel is tb.Kernel.DEQUANT:
-        return [1]
+    if c.kernel in (tb.Kernel.DEQUANT, tb.Kernel.MMA_GEMV):  # MMA_GEMV: its own splits
+        return [c.split_k]
     programs = -(-n // c.block_n) * -(-m // c.block_m)
     split = 1 if programs >= 4 * sms else min(16, -(-4 * sms // programs))
     return sorted({1, split})
@@ -110,7 +117,7 @@ def main(argv=None):
     ap.add_argument("--shapes", default=None, help="N,K;N,K;... (default: llama2-7b + lm_head)")
     ap.add_argument("--hw", action="store_true", help="hardware FP8 conversion (sm_89+)")
     ap.add_argument("--kernels", default="gemv,small_m,tiled,dequant",
-                    help="which kernels' settings to sweep (the table's choice always runs)")
+                    help="which kernels' settings to sweep (gemv, small_m, mma_gemv, tiled, dequant) (the table's choice always runs)")
     ap.add_argument("--e2m1", default="select", choices=("select", "inject"),
                     help="FP4 decoder (inject only where the probe found denormals honoured)")
     ap.add_argument("--budget", type=float, default=400, help="seconds; stop sweeping after")

@@ -65,7 +65,10 @@ def test_matches_reference(kernel, fmt, e2m1, dtype, n, k, m, with_bias):
     packed = softfp8.quantize(torch.randn(n, k, generator=g), fmt).to(DEVICE)
     x = torch.randn(m, k, generator=g).to(dtype).to(DEVICE)
     bias = torch.randn(n, generator=g).to(DEVICE) if with_bias else None
-    cfg = launch_config(n, k, m, fmt, device_info(torch.device(DEVICE)), dtype)
+    info = device_info(torch.device(DEVICE))
+    cfg = launch_config(n, k, m, fmt, info, dtype)
+    if triton_backend.uses_mma_gemv(k, m, fmt, info, dtype):
+        kernel = Kernel.MMA_GEMV  # FP4 with fp16 x at M <= 8 on sm_80+ (its own tests below)
     assert cfg.kernel is kernel, "the launch table routes this M elsewhere: update the sampling"
     y = triton_backend.matmul(x, packed, bias, e2m1=e2m1)
     assert y.dtype == dtype and y.shape == (m, n)
@@ -207,6 +210,34 @@ def test_launch_table_is_deterministic_and_splits_small_n():
         Format.E5M2, triton_backend.DeviceInfo(80, (8, 0), False))
 
 
+def test_mma_gemv_domain():
+    """FP4, fp16 x, M <= 8, K % 8 == 0, NVIDIA sm_80+; everything else keeps its kernel."""
+    h200 = triton_backend.DeviceInfo(sm_count=132, capability=(9, 0), interpreter=False)
+    t4 = triton_backend.DeviceInfo(sm_count=40, capability=(7, 5), interpreter=False)
+    mi250 = triton_backend.DeviceInfo(sm_count=104, capability=None, interpreter=False)
+    for fmt in (Format.NVFP4, Format.MXFP4):
+        for m in (1, 2, 8):
+            cfg = launch_config(4096, 4096, m, fmt, h200)
+            assert cfg.kernel is Kernel.MMA_GEMV and cfg.block_n == 32 and cfg.block_m == 8
+        assert launch_config(4096, 4096, 9, fmt, h200).kernel is Kernel.SMALL_M
+        assert launch_config(4096, 4096, 1, fmt, h200, torch.bfloat16).kernel is Kernel.GEMV
+        assert launch_config(4096, 4096, 1, fmt, h200, torch.float32).kernel is Kernel.GEMV
+        assert launch_config(4096, 4100, 1, fmt, h200).kernel is Kernel.GEMV  # K % 8 != 0
+        assert launch_config(4096, 4096, 1, fmt, t4).kernel is Kernel.GEMV
+        assert launch_config(4096, 4096, 1, fmt, mi250).kernel is Kernel.GEMV
+    assert launch_config(4096, 4096, 1, Format.E5M2, h200).kernel is Kernel.GEMV
+
+
+def test_mma_gemv_refuses_what_it_cannot_run():
+    packed = softfp8.quantize(torch.randn(32, 64), Format.E5M2).to(DEVICE)
+    cfg = LaunchConfig(Kernel.MMA_GEMV, 8, 32, 128, 1, 4, 1)
+    with pytest.raises(ValueError, match="MMA_GEMV takes nvfp4/mxfp4"):
+        run(torch.randn(1, 64).half().to(DEVICE), packed, None, cfg)
+    fp4 = softfp8.quantize(torch.randn(32, 64), Format.NVFP4).to(DEVICE)
+    with pytest.raises(ValueError, match="M <= 8"):
+        run(torch.randn(9, 64).half().to(DEVICE), fp4, None, cfg)
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not HAS_GPU, reason="needs a CUDA/ROCm GPU")
 @pytest.mark.parametrize("fmt", list(Format))
@@ -282,7 +313,8 @@ def test_gpu_every_fp8_code_through_the_kernel_decode(fmt, kernel):
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA/ROCm GPU")
 @pytest.mark.parametrize("fmt", [Format.NVFP4, Format.MXFP4])
 @pytest.mark.parametrize("e2m1", [E2M1Decode.INJECT, E2M1Decode.SELECT])
-@pytest.mark.parametrize("kernel", [triton_backend.Kernel.GEMV, triton_backend.Kernel.SMALL_M])
+@pytest.mark.parametrize("kernel", [triton_backend.Kernel.GEMV, triton_backend.Kernel.SMALL_M,
+                                    triton_backend.Kernel.MMA_GEMV])
 def test_gpu_every_e2m1_code_in_both_nibbles_through_the_kernel(fmt, e2m1, kernel):
     """Rows 0..15 hold code n in the low nibble of byte 0 (k = 0), rows 16..31 in the high one
     (k = 1); x = 1 at k = 0 and 1, 0 elsewhere; scales 1. So y[n] is that code decoded, through
@@ -305,6 +337,10 @@ def test_gpu_every_e2m1_code_in_both_nibbles_through_the_kernel(fmt, e2m1, kerne
     gemv = kernel is triton_backend.Kernel.GEMV
     block_k = 32 if fmt is Format.MXFP4 and not gemv else 64
     cfg = triton_backend.LaunchConfig(kernel, 1 if gemv else 16, 8 if gemv else 32, block_k)
+    if kernel is triton_backend.Kernel.MMA_GEMV:
+        if not triton_backend.uses_mma_gemv(32, 1, fmt, device_info(dev), torch.float16):
+            pytest.skip("Kernel.MMA_GEMV needs NVIDIA sm_80+")
+        cfg = triton_backend.LaunchConfig(kernel, 8, 32, 128, 1, 4, 1)
     y = triton_backend.run(x if gemv else x.half(), packed, None, cfg, e2m1=e2m1).float().cpu()
     want = torch.cat([E2M1_TO_FLOAT32, E2M1_TO_FLOAT32])
     assert torch.equal(y[0], want), (y[0] - want).nonzero().flatten().tolist()
@@ -349,3 +385,59 @@ def test_table_from_a_sweep_receipt_overrides_exact_shapes(tmp_path, monkeypatch
     monkeypatch.setenv(triton_backend.TABLE_ENV, str(bad))
     with pytest.raises(ValueError, match="SOFTFP8_TRITON_TABLE.*sweep receipt"):
         launch_config(4096, 4096, 1, Format.E5M2, h200)
+
+
+MMA_CASES = [(37, 264, 1, 1), (4103, 4096, 1, 1), (1000, 11008, 3, 1), (300, 2048, 8, 3),
+             (64, 4104, 2, 2)]  # (N, K, M, split): odd N, K % 64 != 0, every M class, splits
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not HAS_GPU, reason="needs a CUDA GPU")
+@pytest.mark.parametrize("fmt", [Format.NVFP4, Format.MXFP4])
+@pytest.mark.parametrize("n, k, m, split", MMA_CASES)
+def test_gpu_mma_gemv_matches_reference(fmt, n, k, m, split):
+    info = device_info(torch.device("cuda"))
+    if not triton_backend.uses_mma_gemv(k, m, fmt, info, torch.float16):
+        pytest.skip("Kernel.MMA_GEMV needs NVIDIA sm_80+")
+    g = torch.Generator().manual_seed(n + k + m)
+    packed = softfp8.quantize(torch.randn(n, k, generator=g), fmt).to("cuda")
+    x = torch.randn(m, k, generator=g).half().cuda()
+    bias = torch.randn(n, generator=g).cuda() if split != 2 else None
+    for warps, ahead in ((4, 0), (8, 2), (16, 5)):  # num_stages: L2 prefetch distance
+        cfg = LaunchConfig(Kernel.MMA_GEMV, 8, 32, 128, split, warps, ahead)
+        y = run(x, packed, bias, cfg)
+        assert y.dtype == torch.float16 and y.shape == (m, n)
+        assert rel_err(y, reference.matmul(x, packed, bias)) <= tolerance(torch.float16), warps
+    # the table's setting, and x that is not 16-byte aligned (the launcher copies it)
+    xs = torch.randn(m * k + 1, generator=g).half().cuda()[1:].view(m, k)
+    xs.copy_(x)
+    y = triton_backend.matmul(xs, packed, bias)
+    assert rel_err(y, reference.matmul(x, packed, bias)) <= tolerance(torch.float16)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not HAS_GPU, reason="needs a CUDA GPU")
+def test_gpu_mma_gemv_mxfp4_block_scales_apart():
+    """The four blocks one mma spans get one shared exponent E (_mma docstring): blocks up to
+    2^23 below E stay exact, zero blocks don't set E, and a NaN scale still makes NaN."""
+    info = device_info(torch.device("cuda"))
+    if not triton_backend.uses_mma_gemv(4096, 1, Format.MXFP4, info, torch.float16):
+        pytest.skip("Kernel.MMA_GEMV needs NVIDIA sm_80+")
+    g = torch.Generator().manual_seed(23)
+    packed = softfp8.quantize(torch.randn(64, 1024, generator=g), Format.MXFP4)
+    scales = torch.randint(100, 124, packed.scales.shape, generator=g, dtype=torch.int32)
+    scales[:, ::4] = 200  # a block 2^77..2^100 above its group, all zero codes
+    words = packed.words.view(torch.uint8).view(64, -1, 16).clone()
+    words[:, ::4] = 0
+    packed = PackedWeight(Format.MXFP4, (64, 1024), words.view(64, -1).view(torch.int32),
+                          scales.to(torch.uint8))
+    x = torch.randn(1, 1024, generator=g).half()
+    cfg = LaunchConfig(Kernel.MMA_GEMV, 8, 32, 128, 1, 4, 1)
+    y = run(x.cuda(), packed.to("cuda"), None, cfg).float()
+    ref = x.double() @ softfp8.dequantize(packed).double().T * 1.0
+    assert rel_err(y.cpu(), ref.float()) <= tolerance(torch.float16)
+    nan_scales = packed.scales.clone()
+    nan_scales[5, 3] = 255
+    y = run(x.cuda(), PackedWeight(Format.MXFP4, (64, 1024), packed.words, nan_scales).to("cuda"),
+            None, cfg).float().cpu()
+    assert torch.isnan(y[0, 5]) and not torch.isnan(y[0, :5]).any()

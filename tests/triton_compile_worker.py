@@ -23,7 +23,7 @@ from triton.compiler import ASTSource  # noqa: E402
 
 import torch  # noqa: E402
 
-from softfp8.backends.triton import DeviceInfo, Kernel, _kernels, launch_config, pdl_settings  # noqa: E402
+from softfp8.backends.triton import DeviceInfo, Kernel, _kernels, _mma, launch_config, pdl_settings  # noqa: E402
 from softfp8.formats import Format  # noqa: E402
 
 FP8 = ("e5m2", "e4m3")
@@ -57,6 +57,8 @@ def variants(backend: str, arch):
                     ASM=backend == "cuda" and not hw, PDL=pdl, PREFETCH=prefetch)
         for kname, m in SHAPES.items():
             cfg = launch_config(4096, 4096, m, Format(fmt), info, dtypes[xd])
+            if cfg.kernel is Kernel.MMA_GEMV:  # FP4 with fp16 x: the FMA/dot kernels' tiles
+                cfg = launch_config(4096, 4096, m, Format(fmt), info, torch.bfloat16)
             assert cfg.kernel.value == kname, (kname, cfg)
             partial = cfg.split_k > 1
             if cfg.kernel is Kernel.GEMV:
@@ -69,6 +71,13 @@ def variants(backend: str, arch):
                          UPCAST=False)
                 fn = _kernels.dot_kernel
             yield f"{kname}-{tag}-{xd}", fn, c, xd, cfg.num_warps, cfg.num_stages
+        if fmt in ("nvfp4", "mxfp4") and not inject and cap is not None and cap >= (8, 0):
+            # the mma GEMV (fp16 x, inline PTX): its own decode, so once per FP4 format
+            cfg = launch_config(4096, 4096, 1, Format(fmt), info, torch.float16)
+            assert cfg.kernel is Kernel.MMA_GEMV, cfg
+            c = dict(FMT=fmt, HAS_BIAS=True, WARPS=cfg.num_warps, PARTIAL=cfg.split_k > 1,
+                     PDL=pdl, PREFETCH=prefetch)
+            yield f"mma_gemv-{fmt}-fp16", _mma.mma_gemv_kernel, c, "fp16", cfg.num_warps, 1
         if not hw:  # the large-M slab decode (portable decoders only)
             c = dict(FMT=fmt, HAS_SCALE=fmt in FP8, INJECT=inject, BLOCK_R=16,
                      BLOCK_KB=512 * (8 if fmt in FP8 else 4) // 8, CHECK=xd != "fp32")

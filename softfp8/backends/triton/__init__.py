@@ -44,6 +44,9 @@ class Kernel(str, enum.Enum):
     """tl.dot with one 16-row block of x (M = 2..16): weights read once for all rows."""
     TILED = "tiled"
     """tl.dot over a 2-D grid of output tiles, for larger M."""
+    MMA_GEMV = "mma_gemv"
+    """FP4 at M <= 8 with fp16 activations on NVIDIA sm_80+: warp-level mma.sync with the
+    per-thread decode written in PTX (`_mma`), no layout conversions in the loop."""
     DEQUANT = "dequant"
     """Large M: decode block_n rows at a time into x's dtype (a bounded slab, never the whole
     weight) and multiply each slab with torch's GEMM (cuBLAS); compute-bound there, so the
@@ -217,6 +220,9 @@ def launch_config(n: int, k: int, m: int, fmt: Format, info: DeviceInfo,
     if m >= (DEQUANT_MIN_M_MXFP4 if mx else DEQUANT_MIN_M) and not info.interpreter:
         rows = max(128, DEQUANT_SLAB_BYTES // (k * x_dtype.itemsize) // 128 * 128)
         return LaunchConfig(Kernel.DEQUANT, 1, min(rows, n), 512, num_warps=4, num_stages=1)
+    if uses_mma_gemv(k, m, fmt, info, x_dtype):
+        cfg = mma_config(n, info)
+        return cfg
     if m == 1 and fp8 and n >= 8192 and not fma_dot and not info.interpreter:
         cfg = LaunchConfig(Kernel.SMALL_M, 16, 64 if n >= 16384 else 32, 256, num_warps=4,
                            num_stages=3)
@@ -248,6 +254,33 @@ def launch_config(n: int, k: int, m: int, fmt: Format, info: DeviceInfo,
     split = 1 if programs >= want else min(16, steps, -(-want // programs))
     return LaunchConfig(cfg.kernel, cfg.block_m, cfg.block_n, cfg.block_k, max(split, 1),
                         cfg.num_warps, cfg.num_stages)
+
+
+MMA_MAX_M = 8  # one mma's 8 columns
+
+
+def uses_mma_gemv(k: int, m: int, fmt: Format, info: DeviceInfo, x_dtype: torch.dtype) -> bool:
+    """Kernel.MMA_GEMV's domain: FP4, fp16 x, M <= 8, K a multiple of 8 (16-byte x rows),
+    NVIDIA sm_80+ (mma.m16n8k16 and cvt.f16x2.f32), not the interpreter (inline PTX)."""
+    return (fmt in (Format.NVFP4, Format.MXFP4) and x_dtype == torch.float16 and m <= MMA_MAX_M
+            and k % 8 == 0 and info.capability is not None and info.capability >= (8, 0)
+            and not info.interpreter)
+
+
+def mma_config(n: int, info: DeviceInfo) -> LaunchConfig:
+    """Kernel.MMA_GEMV: 32 rows a program, block_k = 128 codes (64 bytes) a warp-step,
+    num_stages = how many steps ahead each warp prefetches its weights to L2 (0: none). Measured
+    on the H200 (2026-11-29, sweep_gemv.py --kernels mma_gemv, llama2-7b shapes, BENCHMARKS.md):
+    about 12 resident warps per SM is the knee -- 8 warps a program and a 2-way K split at 4096
+    rows (7.8 us against 12.7 for 4 warps unsplit), 4 warps and no split from 22016 rows (8
+    warps cost 11%), 4 warps split 2 at 12288; a 2-step prefetch is within 3% of the best
+    everywhere (none cost up to 5%)."""
+    from ._mma import ROWS_PER_PROGRAM
+
+    programs = -(-n // ROWS_PER_PROGRAM)
+    warps = 8 if programs < 256 else 4
+    split = max(1, min(8, -(-12 * info.sm_count // (programs * warps))))
+    return LaunchConfig(Kernel.MMA_GEMV, MMA_MAX_M, ROWS_PER_PROGRAM, 128, split, warps, 2)
 
 
 def tiled_config(m: int, fmt: Format, info: DeviceInfo, fma_dot: bool) -> LaunchConfig:
@@ -339,7 +372,22 @@ def _launch(x: torch.Tensor, packed: PackedWeight, bias: torch.Tensor | None, cf
                   BLOCK_N=cfg.block_n, PARTIAL=split > 1, num_warps=cfg.num_warps,
                   num_stages=cfg.num_stages, PDL=pdl, PREFETCH=prefetch, **launch)
     args = (x, w, s, g, b, y, ws, m, n, k, rb, sb, per_split)
-    if cfg.kernel is Kernel.GEMV:
+    if cfg.kernel is Kernel.MMA_GEMV:
+        from ._mma import mma_gemv_kernel
+
+        if not uses_mma_gemv(k, m, packed.fmt, DeviceInfo(1, (8, 0), False), x.dtype):
+            raise ValueError(f"cfg: Kernel.MMA_GEMV takes nvfp4/mxfp4 weights, fp16 x with "
+                             f"M <= {MMA_MAX_M} and K a multiple of 8; got {packed.fmt}, "
+                             f"{x.dtype}, M={m}, K={k}")
+        if x.data_ptr() % 16:
+            x = x.clone()  # the kernel reads x 16 bytes at a time
+            args = (x,) + args[1:]
+        grid = (-(-n // cfg.block_n), split)
+        mma_gemv_kernel[grid](*args, FMT=packed.fmt.value, HAS_BIAS=bias is not None,
+                              WARPS=cfg.num_warps, PARTIAL=split > 1, num_warps=cfg.num_warps,
+                              num_stages=1, PDL=pdl, PREFETCH=prefetch, AHEAD=cfg.num_stages,
+                              **launch)
+    elif cfg.kernel is Kernel.GEMV:
         if cfg.block_m < m:
             raise ValueError(f"cfg: a GEMV launch with block_m={cfg.block_m} can't cover M={m}")
         grid = (-(-n // cfg.block_n), split)

@@ -1,0 +1,347 @@
+"""Kernel.MMA_GEMV: the FP4 GEMV on warp-level mma.sync, per-thread work written in PTX (NVIDIA
+sm_80+, fp16 activations, M <= 8).
+
+Why: in the FMA GEMV (`_kernels.gemv_kernel`) Triton gives the uint8 codes and the fp16 x
+different per-thread layouts and converts between them through shared memory every step (about
+20 bar.sync per loop step and ~1 warp-instruction per weight byte on sm_90, where 4.4 TB/s
+leaves ~0.24), so FP4 ran at 30% of the H200's read bandwidth. Here Triton only runs the loop:
+every tensor is [32 * WARPS] with one element per thread, so each inline-asm block sees exactly
+one thread's registers, and the fragments of `mma.m16n8k16` are built in them directly.
+
+Fragment plan. A = 16 weight rows x 16 codes, B = 16 codes x 8 columns (x's rows: M <= 8).
+Lane 4g + t holds A's rows g and g + 8 and B's column g. Each thread reads 16 bytes (32 codes)
+of each of its rows at byte kb + 16t (one 128-bit load) and the 32 matching x values (64 bytes)
+of activation row g. K's order inside one mma is free (a dot product does not care), as long
+as A and B agree, so each thread feeds its own bytes: a word of codes c..c+7 becomes four fp16
+pairs (c+i, c+i+4), i = 0..3 -- the pairing the decode below makes cheaply -- and x's pairs are
+re-paired to match with one `prmt` each, shared by every row the thread holds. Two 16-row tiles
+per warp (R = 2), WARPS warps interleaved along K (64 bytes a warp-step) and summed at the end.
+
+E2M1 -> fp16 by table: |code| (3 bits) indexes 8 bytes, the fp16 high bytes of 0, .5, 1, 1.5,
+2, 3, 4, 6, with one `prmt` for four codes; a second `prmt` places two of them as an fp16 pair
+and a `lop3` ors the signs in. Exact and free of denormals, so it serves both E2M1 decoders.
+Scales, in fp16 on each pair before the mma (the mma then sums exact products in fp32):
+- NVFP4: the E4M3 block scale as fp16 * 2^-8 (two shifts and the NaN fix of
+  `_decode.e4m3_to_f16_div256_ptx`); e2m1 * e4m3 has at most 6 significant bits and stays
+  within fp16's range, so the product is exact. The sum is multiplied by 256 and the tensor
+  scale once.
+- MXFP4: 2^e does not fit fp16. The four blocks one mma spans (threads t = 0..3) share
+  E = their largest exponent among blocks with a nonzero code (or a NaN scale); each pair is
+  multiplied by 2^(e - E) and the tile's fp32 sum by 2^(E - 127). Exact while every block is at
+  most 2^23 below E: e2m1 * 2^(e-E) is then an fp16 multiple of 2^-24. A block further below
+  loses the bits under 2^-24 * 2^E (all of it below 2^-25 * 2^E): contributions under 2^-24 of
+  the largest block's unit, the order of the fp32 accumulation's own rounding.
+"""
+import triton
+import triton.language as tl
+
+from ._kernels import _pdl_enter, _pdl_exit
+
+ROWS_PER_PROGRAM = 32  # two 16-row mma tiles per warp (rows g, g+8, g+16, g+24 per thread)
+STEP_BYTES_PER_WARP = 64  # bytes of each row one warp consumes per loop step (16 per thread t)
+ROWS = tl.constexpr(ROWS_PER_PROGRAM)
+STEP_BYTES = tl.constexpr(STEP_BYTES_PER_WARP)
+
+
+def _decode_word(w: str, p: str, scale: str) -> str:
+    """PTX: word `w` (8 codes c..c+7) -> fp16 pairs p0..p3 = (c+i, c+i+4) * scale (fp16x2)."""
+    out = [f"and.b32 sl, {w}, 0x77777777;", "shr.b32 sh, sl, 16;",
+           "prmt.b32 ml, t0, t1, sl;", "prmt.b32 mh, t0, t1, sh;"]
+    for i in range(4):
+        # bytes: 0 <- sign-replicate of table byte (0x00), 1 <- |code i|, 2 <- 0x00, 3 <- |code i+4|
+        out.append(f"prmt.b32 {p}{i}, ml, mh, 0x{4 + i:x}8{i:x}8;")
+        # signs of codes i and i+4 sit at bits 4i+3 and 4i+19: shifted to 15 and 31
+        src = w if i == 3 else "u"
+        if i < 3:
+            out.append(f"shl.b32 u, {w}, {12 - 4 * i};")
+        out.append(f"lop3.b32 {p}{i}, {p}{i}, {src}, 0x80008000, 0xF8;")  # a | (b & c)
+        out.append(f"mul.rn.f16x2 {p}{i}, {p}{i}, {scale};")
+    return "\n".join(out)
+
+
+def _mma(acc: str, a: tuple, b: tuple) -> str:
+    d = "{" + ", ".join(f"{acc}{i}" for i in range(4)) + "}"
+    return (f"mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {d}, "
+            f"{{{', '.join(a)}}}, {{{', '.join(b)}}}, {d};")
+
+
+def _tile_asm(fmt: str) -> str:
+    """One 16-row tile, one loop step. Operands: $0..$3 the fp32 accumulator out; in: $4..$7 row
+    g's words, $8..$11 row g+8's, $12/$13 their scale bytes, $14..$29 the x pairs (`_XPAIRS`),
+    $30..$33 the accumulator in."""
+    body = [".reg .b32 t0, t1, sl, sh, ml, mh, u, h, r, q, sg01, sg23, sh01, sh23;",
+            ".reg .b32 g<4>, k<4>;", ".reg .f32 acc<4>;",
+            "mov.b32 t0, 0x3E3C3800;", "mov.b32 t1, 0x46444240;"]
+    if fmt == "nvfp4":
+        body += [".reg .b32 c, z, one;", "mov.b32 c, 0x78447844;", "mov.b32 z, 0;",
+                 "mov.b32 one, 0x3C003C00;"]
+        for src, lo, hi in (("$12", "sg01", "sg23"), ("$13", "sh01", "sh23")):
+            body += [f"prmt.b32 h, {src}, 0, 0x1404;",  # the two E4M3 bytes as fp16 high bytes
+                     "shr.b32 r, h, 1;", "and.b32 r, r, 0x3F803F80;",
+                     "lop3.b32 r, r, h, 0x80008000, 0xF8;",  # fp16 = E4M3 * 2^-8
+                     "mul.rn.f16x2 q, r, c;",  # inf only for the NaN codes (1.875 * 34944)
+                     "fma.rn.f16x2 q, q, z, one;", "mul.rn.f16x2 r, r, q;",
+                     f"prmt.b32 {lo}, r, 0, 0x1010;", f"prmt.b32 {hi}, r, 0, 0x3232;"]
+        body += [f"mov.f32 acc{i}, ${30 + i};" for i in range(4)]
+    else:
+        body += [".reg .b32 e, o, big, bits;", ".reg .pred nz;", ".reg .f32 f<2>;"]
+        for src, words, lo, hi, big in (("$12", (4, 5, 6, 7), "sg01", "sg23", "bg"),
+                                         ("$13", (8, 9, 10, 11), "sh01", "sh23", "bh")):
+            body += [f".reg .b32 {big};",
+                     f"or.b32 o, ${words[0]}, ${words[1]};",
+                     f"or.b32 o, o, ${words[2]};", f"or.b32 o, o, ${words[3]};",
+                     "setp.ne.b32 nz, o, 0;", f"setp.eq.or.b32 nz, {src}, 255, nz;",
+                     f"selp.b32 e, {src}, 0, nz;",  # blocks of zeros don't set E
+                     "shfl.sync.bfly.b32 o, e, 1, 0x1f, 0xffffffff;", "max.u32 e, e, o;",
+                     "shfl.sync.bfly.b32 o, e, 2, 0x1f, 0xffffffff;", f"max.u32 {big}, e, o;",
+                     # 2^(e - E) as fp16 pair: float32 bits (127 + e - E) << 23, 0 below 2^-126
+                     f"sub.s32 bits, {src}, {big};", "add.s32 bits, bits, 127;",
+                     # (a zero block may lie above E: any finite factor serves it)
+                     "max.s32 bits, bits, 0;", "min.s32 bits, bits, 127;",
+                     "shl.b32 bits, bits, 23;",
+                     "mov.b32 f0, bits;", f"cvt.rn.f16x2.f32 {lo}, f0, f0;",
+                     f"mov.b32 {hi}, {lo};"]
+        body += [f"mov.f32 acc{i}, 0f00000000;" for i in range(4)]
+    for j in range(4):
+        sg, sh_ = ("sg01", "sh01") if j < 2 else ("sg23", "sh23")
+        body.append(_decode_word(f"${4 + j}", "g", sg))
+        body.append(_decode_word(f"${8 + j}", "k", sh_))
+        for ii in range(2):
+            a = (f"g{2 * ii}", f"k{2 * ii}", f"g{2 * ii + 1}", f"k{2 * ii + 1}")
+            b = (f"${14 + 4 * j + 2 * ii}", f"${15 + 4 * j + 2 * ii}")
+            body.append(_mma("acc", a, b))
+    if fmt == "nvfp4":
+        body += [f"mov.f32 ${i}, acc{i};" for i in range(4)]
+    else:
+        # out = in + tile * 2^(E - 127) per row (E8M0: 0 is 2^-127, 255 NaN)
+        for big, regs in (("bg", (0, 1)), ("bh", (2, 3))):
+            body += [f"shl.b32 bits, {big}, 23;",
+                     f"setp.eq.b32 nz, {big}, 0;", "selp.b32 bits, 0x00400000, bits, nz;",
+                     f"setp.eq.b32 nz, {big}, 255;", "selp.b32 bits, 0x7FC00000, bits, nz;",
+                     "mov.b32 f1, bits;"]
+            body += [f"fma.rn.f32 ${i}, acc{i}, f1, ${30 + i};" for i in regs]
+    return "{\n" + "\n".join(body) + "\n}"
+
+
+def _load_row_asm(fmt: str) -> str:
+    """$0..$3: 16 bytes of codes at $5, $4: the scale byte(s) at $6 (NVFP4: the two E4M3 codes
+    of those 16 bytes; MXFP4: one E8M0); all zero where $7 == 0."""
+    kind = "u16" if fmt == "nvfp4" else "u8"
+    return f"""{{
+    .reg .pred p;
+    .reg .b16 hs;
+    setp.ne.b32 p, $7, 0;
+    mov.b32 $0, 0; mov.b32 $1, 0; mov.b32 $2, 0; mov.b32 $3, 0; mov.b16 hs, 0;
+    @p ld.global.nc.v4.u32 {{$0, $1, $2, $3}}, [$5];
+    @p ld.global.nc.{kind} hs, [$6];
+    cvt.u32.u16 $4, hs;
+    }}"""
+
+
+def _load_x_asm() -> str:
+    """$0..$15: 64 bytes of fp16 x at $16, 16 bytes at a time where bit v of $17 is set."""
+    lines = [".reg .pred p;", ".reg .b32 v;"] + [f"mov.b32 ${i}, 0;" for i in range(16)]
+    for v in range(4):
+        regs = ", ".join(f"${4 * v + i}" for i in range(4))
+        lines += [f"and.b32 v, $17, {1 << v};", "setp.ne.b32 p, v, 0;",
+                  f"@p ld.global.nc.v4.u32 {{{regs}}}, [$16+{16 * v}];"]
+    return "{\n" + "\n".join(lines) + "\n}"
+
+
+def _xpairs_asm() -> str:
+    """x words X0..X15 ($16..$31: values 2q, 2q+1) -> B pairs ($0..$15) in the decode's order:
+    word j, step ii: (x[8j+2ii], x[8j+2ii+4]) then (x[8j+2ii+1], x[8j+2ii+5])."""
+    lines = []
+    for j in range(4):
+        for ii in range(2):
+            a, b = 16 + 4 * j + ii, 18 + 4 * j + ii
+            lines.append(f"prmt.b32 ${4 * j + 2 * ii}, ${a}, ${b}, 0x5410;")
+            lines.append(f"prmt.b32 ${4 * j + 2 * ii + 1}, ${a}, ${b}, 0x7632;")
+    return "{\n" + "\n".join(lines) + "\n}"
+
+
+_PREFETCH = tl.constexpr("""{
+    .reg .pred p;
+    setp.ne.b32 p, $2, 0;
+    @p prefetch.global.L2 [$1];
+    mov.b32 $0, 0;
+    }""")
+_TILE_NV = tl.constexpr(_tile_asm("nvfp4"))
+_TILE_MX = tl.constexpr(_tile_asm("mxfp4"))
+_ROW_NV = tl.constexpr(_load_row_asm("nvfp4"))
+_ROW_MX = tl.constexpr(_load_row_asm("mxfp4"))
+_LOAD_X = tl.constexpr(_load_x_asm())
+_XPAIRS = tl.constexpr(_xpairs_asm())
+_ROW_CONS = tl.constexpr("=r,=r,=r,=r,=r,l,l,r")
+_LOAD_X_CONS = tl.constexpr("=r," * 16 + "l,r")
+_XPAIRS_CONS = tl.constexpr("=r," * 16 + ",".join(["r"] * 16))
+_TILE_CONS = tl.constexpr("=f,=f,=f,=f," + "r," * 26 + "f,f,f,f")
+
+
+@triton.jit
+def _load_row(w_ptrs, s_ptrs, valid, FMT: tl.constexpr):
+    if FMT == "nvfp4":
+        return tl.inline_asm_elementwise(_ROW_NV, _ROW_CONS, [w_ptrs, s_ptrs, valid],
+                                         (tl.int32,) * 5, is_pure=True, pack=1)
+    return tl.inline_asm_elementwise(_ROW_MX, _ROW_CONS, [w_ptrs, s_ptrs, valid],
+                                     (tl.int32,) * 5, is_pure=True, pack=1)
+
+
+@triton.jit
+def _load_x(x_ptrs, valid):
+    return tl.inline_asm_elementwise(_LOAD_X, _LOAD_X_CONS, [x_ptrs, valid], (tl.int32,) * 16,
+                                     is_pure=True, pack=1)
+
+
+@triton.jit
+def _tile(rg, rh, xp, acc, FMT: tl.constexpr):
+    """acc (4 fp32) += one loop step of a 16-row tile; rg/rh: (4 words, scale) of rows g, g+8."""
+    args = [rg[0], rg[1], rg[2], rg[3], rh[0], rh[1], rh[2], rh[3], rg[4], rh[4],
+            xp[0], xp[1], xp[2], xp[3], xp[4], xp[5], xp[6], xp[7],
+            xp[8], xp[9], xp[10], xp[11], xp[12], xp[13], xp[14], xp[15],
+            acc[0], acc[1], acc[2], acc[3]]
+    if FMT == "nvfp4":
+        return tl.inline_asm_elementwise(_TILE_NV, _TILE_CONS, args, (tl.float32,) * 4,
+                                         is_pure=True, pack=1)
+    return tl.inline_asm_elementwise(_TILE_MX, _TILE_CONS, args, (tl.float32,) * 4, is_pure=True,
+                                     pack=1)
+
+
+@triton.jit
+def _rows_step(w_ptr, s_ptr, row, N, RB, SB, off, kb_hi, FMT: tl.constexpr):
+    """(4 words, scale) for rows row, row+8, row+16, row+24 at byte `off` (zeros outside)."""
+    HB: tl.constexpr = 8 if FMT == "nvfp4" else 16  # bytes per scale block
+    ok = off < kb_hi
+    r0 = _load_row(w_ptr + row.to(tl.int64) * RB + off, s_ptr + row.to(tl.int64) * SB + off // HB,
+                   (ok & (row < N)).to(tl.int32), FMT)
+    r1 = _load_row(w_ptr + (row + 8).to(tl.int64) * RB + off,
+                   s_ptr + (row + 8).to(tl.int64) * SB + off // HB,
+                   (ok & (row + 8 < N)).to(tl.int32), FMT)
+    r2 = _load_row(w_ptr + (row + 16).to(tl.int64) * RB + off,
+                   s_ptr + (row + 16).to(tl.int64) * SB + off // HB,
+                   (ok & (row + 16 < N)).to(tl.int32), FMT)
+    r3 = _load_row(w_ptr + (row + 24).to(tl.int64) * RB + off,
+                   s_ptr + (row + 24).to(tl.int64) * SB + off // HB,
+                   (ok & (row + 24 < N)).to(tl.int32), FMT)
+    return r0, r1, r2, r3
+
+
+@triton.jit
+def _prefetch_rows(w_ptr, row, N, RB, off, kb_hi):
+    """Pull the 16 bytes at `off` of rows row, +8, +16, +24 toward L2 (no registers held)."""
+    ok = off < kb_hi
+    p = w_ptr + row.to(tl.int64) * RB + off
+    step = 8 * RB
+    d0 = tl.inline_asm_elementwise(_PREFETCH, "=r,l,r", [p, (ok & (row < N)).to(tl.int32)],
+                                   tl.int32, is_pure=False, pack=1)
+    d1 = tl.inline_asm_elementwise(_PREFETCH, "=r,l,r", [p + step, (ok & (row + 8 < N)).to(tl.int32)],
+                                   tl.int32, is_pure=False, pack=1)
+    d2 = tl.inline_asm_elementwise(_PREFETCH, "=r,l,r",
+                                   [p + 2 * step, (ok & (row + 16 < N)).to(tl.int32)],
+                                   tl.int32, is_pure=False, pack=1)
+    d3 = tl.inline_asm_elementwise(_PREFETCH, "=r,l,r",
+                                   [p + 3 * step, (ok & (row + 24 < N)).to(tl.int32)],
+                                   tl.int32, is_pure=False, pack=1)
+    return d0 + d1 + d2 + d3
+
+
+@triton.jit
+def _x_step(x_row, off, kb_hi, K, in_m):
+    """x's 64 bytes for the 32 codes at byte `off`, 16 at a time inside K and the split."""
+    ok = in_m & (off < kb_hi)
+    k0 = 2 * off  # first code
+    bits = ((ok & (k0 + 8 <= K)).to(tl.int32) | ((ok & (k0 + 16 <= K)).to(tl.int32) << 1)
+            | ((ok & (k0 + 24 <= K)).to(tl.int32) << 2) | ((ok & (k0 + 32 <= K)).to(tl.int32) << 3))
+    return _load_x(x_row + k0, bits)
+
+
+@triton.jit
+def _store_rows(v, rows, cols, y_ptr, ws_ptr, g_ptr, b_ptr, pid_k, M, N,
+                FMT: tl.constexpr, HAS_BIAS: tl.constexpr, PARTIAL: tl.constexpr):
+    mask = (rows < N) & (cols < M)
+    if FMT == "nvfp4":
+        v = v * 256.0  # the block scales were read as E4M3 * 2^-8
+    if PARTIAL:
+        tl.store(ws_ptr + (pid_k * M + cols).to(tl.int64) * N + rows, v, mask=mask)
+    else:
+        if FMT == "nvfp4":
+            v = v * tl.load(g_ptr)
+        if HAS_BIAS:
+            v = v + tl.load(b_ptr + rows, mask=rows < N, other=0.0).to(tl.float32)
+        tl.store(y_ptr + cols.to(tl.int64) * N + rows, v.to(y_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _store_tile(c0, c1, c2, c3, row0, y_ptr, ws_ptr, g_ptr, b_ptr, pid_k, M, N,
+                FMT: tl.constexpr, HAS_BIAS: tl.constexpr, PARTIAL: tl.constexpr,
+                WARPS: tl.constexpr):
+    lanes = tl.arange(0, 32)
+    rows = row0 + lanes // 4
+    cols = 2 * (lanes % 4)
+    c0 = tl.sum(tl.reshape(c0, (WARPS, 32)), axis=0)
+    c1 = tl.sum(tl.reshape(c1, (WARPS, 32)), axis=0)
+    c2 = tl.sum(tl.reshape(c2, (WARPS, 32)), axis=0)
+    c3 = tl.sum(tl.reshape(c3, (WARPS, 32)), axis=0)
+    _store_rows(c0, rows, cols, y_ptr, ws_ptr, g_ptr, b_ptr, pid_k, M, N, FMT, HAS_BIAS, PARTIAL)
+    _store_rows(c1, rows, cols + 1, y_ptr, ws_ptr, g_ptr, b_ptr, pid_k, M, N, FMT, HAS_BIAS,
+                PARTIAL)
+    _store_rows(c2, rows + 8, cols, y_ptr, ws_ptr, g_ptr, b_ptr, pid_k, M, N, FMT, HAS_BIAS,
+                PARTIAL)
+    _store_rows(c3, rows + 8, cols + 1, y_ptr, ws_ptr, g_ptr, b_ptr, pid_k, M, N, FMT, HAS_BIAS,
+                PARTIAL)
+
+
+@triton.jit
+def mma_gemv_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr,
+                    M, N, K, RB, SB, KB_SPLIT,
+                    FMT: tl.constexpr, HAS_BIAS: tl.constexpr, WARPS: tl.constexpr,
+                    PARTIAL: tl.constexpr, PDL: tl.constexpr = 0, PREFETCH: tl.constexpr = 0,
+                    AHEAD: tl.constexpr = 0):
+    """Program (pid_n, pid_k): rows pid_n * 32 .. +32 over bytes [pid_k * KB_SPLIT, +KB_SPLIT);
+    warp w takes the 64-byte steps w, w + WARPS, ...; the warps' sums are added at the end.
+    AHEAD > 0: each step also pulls the weights of the step AHEAD steps later toward L2, so
+    more bytes are in flight than the registers of one step ahead hold.
+    Needs num_warps == WARPS, K % 8 == 0 and a 16-byte aligned x (the launcher checks)."""
+    NT: tl.constexpr = 32 * WARPS
+    pid_n = tl.program_id(0)
+    pid_k = tl.program_id(1)
+    tid = tl.arange(0, NT)
+    lane = tid % 32
+    g = lane // 4
+    t = lane % 4
+    row = pid_n * ROWS + g  # this thread's rows: row, row + 8 (tile 0), row + 16, row + 24 (tile 1)
+    kb_lo = pid_k * KB_SPLIT
+    kb_hi = tl.minimum(kb_lo + KB_SPLIT, RB)
+    _pdl_enter(w_ptr, pid_n * ROWS, N, RB, kb_lo, kb_hi, ROWS, PDL, PREFETCH)
+    in_m = g < M
+    x_row = x_ptr + tl.minimum(g, M - 1).to(tl.int64) * K
+    off = kb_lo + STEP_BYTES * (tid // 32) + 16 * t
+    stride = STEP_BYTES * WARPS
+    a0 = tl.zeros((NT,), tl.float32)
+    a1 = a0
+    a2 = a0
+    a3 = a0
+    b0 = a0
+    b1 = a0
+    b2 = a0
+    b3 = a0
+    r0, r1, r2, r3 = _rows_step(w_ptr, s_ptr, row, N, RB, SB, off, kb_hi, FMT)
+    xw = _x_step(x_row, off, kb_hi, K, in_m)
+    for _ in range(kb_lo, kb_hi, stride):
+        off += stride
+        # the next step's loads go out before this step's arithmetic (registers, not smem)
+        n0, n1, n2, n3 = _rows_step(w_ptr, s_ptr, row, N, RB, SB, off, kb_hi, FMT)
+        nx = _x_step(x_row, off, kb_hi, K, in_m)
+        if AHEAD > 0:
+            _prefetch_rows(w_ptr, row, N, RB, off + AHEAD * stride, kb_hi)
+        xp = tl.inline_asm_elementwise(_XPAIRS, _XPAIRS_CONS, list(xw), (tl.int32,) * 16,
+                                       is_pure=True, pack=1)
+        a0, a1, a2, a3 = _tile(r0, r1, xp, (a0, a1, a2, a3), FMT)
+        b0, b1, b2, b3 = _tile(r2, r3, xp, (b0, b1, b2, b3), FMT)
+        r0, r1, r2, r3, xw = n0, n1, n2, n3, nx
+    _pdl_exit(PDL)
+    # lane (g, t) holds rows g, g+8 of each tile for columns 2t, 2t+1: add the warps' sums
+    _store_tile(a0, a1, a2, a3, pid_n * ROWS, y_ptr, ws_ptr, g_ptr, b_ptr, pid_k, M, N,
+                FMT, HAS_BIAS, PARTIAL, WARPS)
+    _store_tile(b0, b1, b2, b3, pid_n * ROWS + 16, y_ptr, ws_ptr, g_ptr, b_ptr, pid_k, M, N,
+                FMT, HAS_BIAS, PARTIAL, WARPS)
