@@ -135,4 +135,16 @@ final5)
   run smallm 80 python3 -m softfp8.bench small-m --preset llama3-8b --backends triton --out "$OUT/r/smallm.json"
   tar czf "$OUT/receipts.tgz" -C "$OUT" r && rm -rf "$OUT/r"
   ;;
+probe)
+  # where Kernel.MMA_GEMV's time goes: without the decode, and with the loads alone
+  run probe 200 python3 benchmarks/gpu_mma_probe.py
+  ;;
+long1)
+  # the 512-byte-run mapping for M = 1 (block_m = 1): tests, the probe, a sweep, the token
+  run mmatests 150 python3 -m pytest -q -x -m gpu -p no:cacheprovider tests/test_triton.py -k "mma or e2m1_code"
+  grep -q " passed" "$OUT/mmatests.txt" && ! grep -q "failed\|error" "$OUT/mmatests.txt" || exit 1
+  run probe 150 python3 benchmarks/gpu_mma_probe.py --formats nvfp4
+  run sweepmma 200 python3 benchmarks/sweep_gemv.py --ms 1 --kernels mma_gemv --formats nvfp4,mxfp4 --budget 180 --shapes "12288,4096;4096,4096;22016,4096;4096,11008;32000,4096" --out "$OUT/sweep_mma.json"
+  SOFTFP8_TRITON_TABLE="$OUT/sweep_mma.json" run token-sweep 60 python3 -m softfp8.bench token --preset llama2-7b --backends triton --formats nvfp4,mxfp4 --out "$OUT/token_sweep.json"
+  ;;
 esac

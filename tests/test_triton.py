@@ -216,7 +216,11 @@ def test_mma_gemv_domain():
     t4 = triton_backend.DeviceInfo(sm_count=40, capability=(7, 5), interpreter=False)
     mi250 = triton_backend.DeviceInfo(sm_count=104, capability=None, interpreter=False)
     for fmt in (Format.NVFP4, Format.MXFP4):
-        for m in (1, 2, 8):
+        cfg = launch_config(4096, 4096, 1, fmt, h200)  # M = 1: 16 rows, 4 warps, K split
+        assert (cfg.kernel, cfg.block_m, cfg.block_n, cfg.num_warps, cfg.split_k) == (
+            Kernel.MMA_GEMV, 1, 16, 4, 2)
+        assert launch_config(22016, 4096, 1, fmt, h200).split_k == 1
+        for m in (2, 8):
             cfg = launch_config(4096, 4096, m, fmt, h200)
             assert cfg.kernel is Kernel.MMA_GEMV and cfg.block_n == 32 and cfg.block_m == 8
         assert launch_config(4096, 4096, 9, fmt, h200).kernel is Kernel.SMALL_M
@@ -236,6 +240,11 @@ def test_mma_gemv_refuses_what_it_cannot_run():
     fp4 = softfp8.quantize(torch.randn(32, 64), Format.NVFP4).to(DEVICE)
     with pytest.raises(ValueError, match="M <= 8"):
         run(torch.randn(9, 64).half().to(DEVICE), fp4, None, cfg)
+    if HAS_GPU and triton_backend.uses_mma_gemv(64, 2, Format.NVFP4, device_info(torch.device(
+            "cuda")), torch.float16):  # past the domain check: the launch shape's
+        with pytest.raises(ValueError, match="block_m=1 takes M <= 1"):
+            run(torch.randn(2, 64).half().cuda(), fp4, None,
+                LaunchConfig(Kernel.MMA_GEMV, 1, 16, 128, 1, 4, 0))
 
 
 @pytest.mark.gpu
@@ -341,6 +350,10 @@ def test_gpu_every_e2m1_code_in_both_nibbles_through_the_kernel(fmt, e2m1, kerne
         if not triton_backend.uses_mma_gemv(32, 1, fmt, device_info(dev), torch.float16):
             pytest.skip("Kernel.MMA_GEMV needs NVIDIA sm_80+")
         cfg = triton_backend.LaunchConfig(kernel, 8, 32, 128, 1, 4, 1)
+        y = triton_backend.run(x.half(), packed, None, cfg, e2m1=e2m1).float().cpu()
+        want = torch.cat([E2M1_TO_FLOAT32, E2M1_TO_FLOAT32])
+        assert torch.equal(y[0], want), (y[0] - want).nonzero().flatten().tolist()
+        cfg = triton_backend.LaunchConfig(kernel, 1, 16, 128, 1, 4, 0)  # LONG
     y = triton_backend.run(x if gemv else x.half(), packed, None, cfg, e2m1=e2m1).float().cpu()
     want = torch.cat([E2M1_TO_FLOAT32, E2M1_TO_FLOAT32])
     assert torch.equal(y[0], want), (y[0] - want).nonzero().flatten().tolist()
@@ -403,11 +416,15 @@ def test_gpu_mma_gemv_matches_reference(fmt, n, k, m, split):
     packed = softfp8.quantize(torch.randn(n, k, generator=g), fmt).to("cuda")
     x = torch.randn(m, k, generator=g).half().cuda()
     bias = torch.randn(n, generator=g).cuda() if split != 2 else None
-    for warps, ahead in ((4, 0), (8, 2), (16, 5)):  # num_stages: L2 prefetch distance
-        cfg = LaunchConfig(Kernel.MMA_GEMV, 8, 32, 128, split, warps, ahead)
+    cfgs = [LaunchConfig(Kernel.MMA_GEMV, 8, 32, 128, split, warps, ahead)  # num_stages:
+            for warps, ahead in ((4, 0), (8, 2), (16, 5))]                  # L2 prefetch steps
+    if m == 1:  # block_m = 1: the 512-byte-run mapping (LONG)
+        cfgs += [LaunchConfig(Kernel.MMA_GEMV, 1, 4 * w, 128, split, w, a)
+                 for w, a in ((4, 2), (8, 0))]
+    for cfg in cfgs:
         y = run(x, packed, bias, cfg)
         assert y.dtype == torch.float16 and y.shape == (m, n)
-        assert rel_err(y, reference.matmul(x, packed, bias)) <= tolerance(torch.float16), warps
+        assert rel_err(y, reference.matmul(x, packed, bias)) <= tolerance(torch.float16), cfg
     # the table's setting, and x that is not 16-byte aligned (the launcher copies it)
     xs = torch.randn(m * k + 1, generator=g).half().cuda()[1:].view(m, k)
     xs.copy_(x)

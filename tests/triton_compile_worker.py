@@ -75,9 +75,11 @@ def variants(backend: str, arch):
             # the mma GEMV (fp16 x, inline PTX): its own decode, so once per FP4 format
             cfg = launch_config(4096, 4096, 1, Format(fmt), info, torch.float16)
             assert cfg.kernel is Kernel.MMA_GEMV, cfg
-            c = dict(FMT=fmt, HAS_BIAS=True, WARPS=cfg.num_warps, PARTIAL=cfg.split_k > 1,
-                     PDL=pdl, PREFETCH=prefetch)
-            yield f"mma_gemv-{fmt}-fp16", _mma.mma_gemv_kernel, c, "fp16", cfg.num_warps, 1
+            for m in (1, 8):  # M = 1: the 512-byte-run mapping (LONG); 8: the 32-row tiles
+                cfg = launch_config(4096, 4096, m, Format(fmt), info, torch.float16)
+                c = dict(FMT=fmt, HAS_BIAS=True, WARPS=cfg.num_warps, PARTIAL=cfg.split_k > 1,
+                         PDL=pdl, PREFETCH=prefetch, AHEAD=cfg.num_stages, LONG=m == 1)
+                yield f"mma_gemv-m{m}-{fmt}-fp16", _mma.mma_gemv_kernel, c, "fp16", cfg.num_warps, 1
         if not hw:  # the large-M slab decode (portable decoders only)
             c = dict(FMT=fmt, HAS_SCALE=fmt in FP8, INJECT=inject, BLOCK_R=16,
                      BLOCK_KB=512 * (8 if fmt in FP8 else 4) // 8, CHECK=xd != "fp32")

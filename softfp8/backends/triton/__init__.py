@@ -221,8 +221,7 @@ def launch_config(n: int, k: int, m: int, fmt: Format, info: DeviceInfo,
         rows = max(128, DEQUANT_SLAB_BYTES // (k * x_dtype.itemsize) // 128 * 128)
         return LaunchConfig(Kernel.DEQUANT, 1, min(rows, n), 512, num_warps=4, num_stages=1)
     if uses_mma_gemv(k, m, fmt, info, x_dtype):
-        cfg = mma_config(n, info)
-        return cfg
+        return mma_config(n, m, info)
     if m == 1 and fp8 and n >= 8192 and not fma_dot and not info.interpreter:
         cfg = LaunchConfig(Kernel.SMALL_M, 16, 64 if n >= 16384 else 32, 256, num_warps=4,
                            num_stages=3)
@@ -267,20 +266,29 @@ def uses_mma_gemv(k: int, m: int, fmt: Format, info: DeviceInfo, x_dtype: torch.
             and not info.interpreter)
 
 
-def mma_config(n: int, info: DeviceInfo) -> LaunchConfig:
-    """Kernel.MMA_GEMV: 32 rows a program, block_k = 128 codes (64 bytes) a warp-step,
-    num_stages = how many steps ahead each warp prefetches its weights to L2 (0: none). Measured
-    on the H200 (2026-11-29, sweep_gemv.py --kernels mma_gemv, llama2-7b shapes, BENCHMARKS.md):
-    about 12 resident warps per SM is the knee -- 8 warps a program and a 2-way K split at 4096
-    rows (7.8 us against 12.7 for 4 warps unsplit), 4 warps and no split from 22016 rows (8
-    warps cost 11%), 4 warps split 2 at 12288; a 2-step prefetch is within 3% of the best
-    everywhere (none cost up to 5%)."""
+def mma_config(n: int, m: int, info: DeviceInfo) -> LaunchConfig:
+    """Kernel.MMA_GEMV. block_k = 128 codes (64 bytes) per warp-step and thread group;
+    num_stages = how many steps ahead each warp prefetches its weights to L2 (0: none).
+    - M = 1: block_m = 1, the 512-byte-run mapping (4 rows a warp, `_mma` LONG), 4 warps.
+    - M = 2..8: block_m = 8, 32 rows a program, warps interleaved along K, 2-step prefetch.
+    Programs split K until about 12 warps per SM are resident, the knee in the sweeps.
+    Measured on the H200 (2026-11-29, sweep_gemv.py --kernels mma_gemv, llama2-7b shapes, M = 1,
+    BENCHMARKS.md): the 512-byte runs beat the 32-row tiles by 4-20% from 12288 rows on
+    (22016 x 4096 NVFP4: 24.1 us against 27.0; their loads alone read 2.97 TB/s against 2.84)
+    and tie at 4096; for the tiles, 8 warps below 256 programs and 4 above (8 warps cost 11% at
+    22016 rows, 4 cost 60% at 4096 unsplit); prefetch: none for the runs, 2 steps for the tiles
+    (within 3-5% of the best everywhere)."""
     from ._mma import ROWS_PER_PROGRAM
 
-    programs = -(-n // ROWS_PER_PROGRAM)
-    warps = 8 if programs < 256 else 4
+    if m == 1:
+        warps, rows, ahead = 4, 16, 0
+    else:
+        rows, ahead = ROWS_PER_PROGRAM, 2
+        warps = 8 if -(-n // rows) < 256 else 4
+    programs = -(-n // rows)
     split = max(1, min(8, -(-12 * info.sm_count // (programs * warps))))
-    return LaunchConfig(Kernel.MMA_GEMV, MMA_MAX_M, ROWS_PER_PROGRAM, 128, split, warps, 2)
+    return LaunchConfig(Kernel.MMA_GEMV, 1 if m == 1 else MMA_MAX_M, rows, 128, split, warps,
+                        ahead)
 
 
 def tiled_config(m: int, fmt: Format, info: DeviceInfo, fma_dot: bool) -> LaunchConfig:
@@ -373,7 +381,7 @@ def _launch(x: torch.Tensor, packed: PackedWeight, bias: torch.Tensor | None, cf
                   num_stages=cfg.num_stages, PDL=pdl, PREFETCH=prefetch, **launch)
     args = (x, w, s, g, b, y, ws, m, n, k, rb, sb, per_split)
     if cfg.kernel is Kernel.MMA_GEMV:
-        from ._mma import mma_gemv_kernel
+        from ._mma import ROWS_PER_PROGRAM, mma_gemv_kernel
 
         if not uses_mma_gemv(k, m, packed.fmt, DeviceInfo(1, (8, 0), False), x.dtype):
             raise ValueError(f"cfg: Kernel.MMA_GEMV takes nvfp4/mxfp4 weights, fp16 x with "
@@ -382,11 +390,16 @@ def _launch(x: torch.Tensor, packed: PackedWeight, bias: torch.Tensor | None, cf
         if x.data_ptr() % 16:
             x = x.clone()  # the kernel reads x 16 bytes at a time
             args = (x,) + args[1:]
-        grid = (-(-n // cfg.block_n), split)
+        long = cfg.block_m == 1  # M = 1: 512-byte runs per row (_mma.mma_gemv_kernel, LONG)
+        rows = 4 * cfg.num_warps if long else ROWS_PER_PROGRAM
+        if cfg.block_n != rows or m > cfg.block_m:
+            raise ValueError(f"cfg: Kernel.MMA_GEMV with block_m={cfg.block_m} takes M <= "
+                             f"{cfg.block_m} and block_n={rows}; got M={m}, block_n={cfg.block_n}")
+        grid = (-(-n // rows), split)
         mma_gemv_kernel[grid](*args, FMT=packed.fmt.value, HAS_BIAS=bias is not None,
                               WARPS=cfg.num_warps, PARTIAL=split > 1, num_warps=cfg.num_warps,
                               num_stages=1, PDL=pdl, PREFETCH=prefetch, AHEAD=cfg.num_stages,
-                              **launch)
+                              LONG=long, **launch)
     elif cfg.kernel is Kernel.GEMV:
         if cfg.block_m < m:
             raise ValueError(f"cfg: a GEMV launch with block_m={cfg.block_m} can't cover M={m}")

@@ -123,6 +123,23 @@ def _tile_asm(fmt: str) -> str:
     return "{\n" + "\n".join(body) + "\n}"
 
 
+def _probe_tile_asm(decode: bool) -> str:
+    """Diagnostics only (benchmarks/gpu_mma_probe.py, wrong results): the tile step with the
+    words fed to the mma undecoded (decode=False: what the decode costs), or no mma either, the
+    words xor-ed into the accumulator bits (the loads alone)."""
+    body = [".reg .b32 v;"] + [f"mov.f32 ${i}, ${30 + i};" for i in range(4)]
+    if decode:
+        for j in range(4):
+            for ii in range(2):
+                body.append(_mma("$", (f"${4 + j}", f"${8 + j}", f"${4 + j}", f"${8 + j}"),
+                                 (f"${14 + 4 * j + 2 * ii}", f"${15 + 4 * j + 2 * ii}")))
+    else:
+        body += ["xor.b32 v, $4, $5;", "xor.b32 v, v, $6;", "xor.b32 v, v, $7;",
+                 "xor.b32 v, v, $8;", "xor.b32 v, v, $9;", "xor.b32 v, v, $10;",
+                 "xor.b32 v, v, $11;", "xor.b32 v, v, $14;", "mov.b32 $0, v;"]
+    return "{\n" + "\n".join(body) + "\n}"
+
+
 def _load_row_asm(fmt: str) -> str:
     """$0..$3: 16 bytes of codes at $5, $4: the scale byte(s) at $6 (NVFP4: the two E4M3 codes
     of those 16 bytes; MXFP4: one E8M0); all zero where $7 == 0."""
@@ -168,6 +185,8 @@ _PREFETCH = tl.constexpr("""{
     }""")
 _TILE_NV = tl.constexpr(_tile_asm("nvfp4"))
 _TILE_MX = tl.constexpr(_tile_asm("mxfp4"))
+_TILE_PROBE_MMA = tl.constexpr(_probe_tile_asm(True))
+_TILE_PROBE_LOADS = tl.constexpr(_probe_tile_asm(False))
 _ROW_NV = tl.constexpr(_load_row_asm("nvfp4"))
 _ROW_MX = tl.constexpr(_load_row_asm("mxfp4"))
 _LOAD_X = tl.constexpr(_load_x_asm())
@@ -194,12 +213,18 @@ def _load_x(x_ptrs, valid):
 
 
 @triton.jit
-def _tile(rg, rh, xp, acc, FMT: tl.constexpr):
+def _tile(rg, rh, xp, acc, FMT: tl.constexpr, DIAG: tl.constexpr = 0):
     """acc (4 fp32) += one loop step of a 16-row tile; rg/rh: (4 words, scale) of rows g, g+8."""
     args = [rg[0], rg[1], rg[2], rg[3], rh[0], rh[1], rh[2], rh[3], rg[4], rh[4],
             xp[0], xp[1], xp[2], xp[3], xp[4], xp[5], xp[6], xp[7],
             xp[8], xp[9], xp[10], xp[11], xp[12], xp[13], xp[14], xp[15],
             acc[0], acc[1], acc[2], acc[3]]
+    if DIAG == 1:
+        return tl.inline_asm_elementwise(_TILE_PROBE_MMA, _TILE_CONS, args, (tl.float32,) * 4,
+                                         is_pure=True, pack=1)
+    if DIAG == 2:
+        return tl.inline_asm_elementwise(_TILE_PROBE_LOADS, _TILE_CONS, args, (tl.float32,) * 4,
+                                         is_pure=True, pack=1)
     if FMT == "nvfp4":
         return tl.inline_asm_elementwise(_TILE_NV, _TILE_CONS, args, (tl.float32,) * 4,
                                          is_pure=True, pack=1)
@@ -208,39 +233,40 @@ def _tile(rg, rh, xp, acc, FMT: tl.constexpr):
 
 
 @triton.jit
-def _rows_step(w_ptr, s_ptr, row, N, RB, SB, off, kb_hi, FMT: tl.constexpr):
-    """(4 words, scale) for rows row, row+8, row+16, row+24 at byte `off` (zeros outside)."""
+def _rows_step(w_ptr, s_ptr, row, N, RB, SB, off, kb_hi, FMT: tl.constexpr, RS: tl.constexpr):
+    """(4 words, scale) for rows row + RS * q, q = 0..3, at byte `off` (zeros outside)."""
     HB: tl.constexpr = 8 if FMT == "nvfp4" else 16  # bytes per scale block
     ok = off < kb_hi
     r0 = _load_row(w_ptr + row.to(tl.int64) * RB + off, s_ptr + row.to(tl.int64) * SB + off // HB,
                    (ok & (row < N)).to(tl.int32), FMT)
-    r1 = _load_row(w_ptr + (row + 8).to(tl.int64) * RB + off,
-                   s_ptr + (row + 8).to(tl.int64) * SB + off // HB,
-                   (ok & (row + 8 < N)).to(tl.int32), FMT)
-    r2 = _load_row(w_ptr + (row + 16).to(tl.int64) * RB + off,
-                   s_ptr + (row + 16).to(tl.int64) * SB + off // HB,
-                   (ok & (row + 16 < N)).to(tl.int32), FMT)
-    r3 = _load_row(w_ptr + (row + 24).to(tl.int64) * RB + off,
-                   s_ptr + (row + 24).to(tl.int64) * SB + off // HB,
-                   (ok & (row + 24 < N)).to(tl.int32), FMT)
+    r1 = _load_row(w_ptr + (row + RS).to(tl.int64) * RB + off,
+                   s_ptr + (row + RS).to(tl.int64) * SB + off // HB,
+                   (ok & (row + RS < N)).to(tl.int32), FMT)
+    r2 = _load_row(w_ptr + (row + 2 * RS).to(tl.int64) * RB + off,
+                   s_ptr + (row + 2 * RS).to(tl.int64) * SB + off // HB,
+                   (ok & (row + 2 * RS < N)).to(tl.int32), FMT)
+    r3 = _load_row(w_ptr + (row + 3 * RS).to(tl.int64) * RB + off,
+                   s_ptr + (row + 3 * RS).to(tl.int64) * SB + off // HB,
+                   (ok & (row + 3 * RS < N)).to(tl.int32), FMT)
     return r0, r1, r2, r3
 
 
 @triton.jit
-def _prefetch_rows(w_ptr, row, N, RB, off, kb_hi):
-    """Pull the 16 bytes at `off` of rows row, +8, +16, +24 toward L2 (no registers held)."""
+def _prefetch_rows(w_ptr, row, N, RB, off, kb_hi, RS: tl.constexpr):
+    """Pull the 16 bytes at `off` of rows row + RS * q toward L2 (no registers held)."""
     ok = off < kb_hi
     p = w_ptr + row.to(tl.int64) * RB + off
-    step = 8 * RB
+    step = RS * RB
     d0 = tl.inline_asm_elementwise(_PREFETCH, "=r,l,r", [p, (ok & (row < N)).to(tl.int32)],
                                    tl.int32, is_pure=False, pack=1)
-    d1 = tl.inline_asm_elementwise(_PREFETCH, "=r,l,r", [p + step, (ok & (row + 8 < N)).to(tl.int32)],
+    d1 = tl.inline_asm_elementwise(_PREFETCH, "=r,l,r",
+                                   [p + step, (ok & (row + RS < N)).to(tl.int32)],
                                    tl.int32, is_pure=False, pack=1)
     d2 = tl.inline_asm_elementwise(_PREFETCH, "=r,l,r",
-                                   [p + 2 * step, (ok & (row + 16 < N)).to(tl.int32)],
+                                   [p + 2 * step, (ok & (row + 2 * RS < N)).to(tl.int32)],
                                    tl.int32, is_pure=False, pack=1)
     d3 = tl.inline_asm_elementwise(_PREFETCH, "=r,l,r",
-                                   [p + 3 * step, (ok & (row + 24 < N)).to(tl.int32)],
+                                   [p + 3 * step, (ok & (row + 3 * RS < N)).to(tl.int32)],
                                    tl.int32, is_pure=False, pack=1)
     return d0 + d1 + d2 + d3
 
@@ -292,31 +318,67 @@ def _store_tile(c0, c1, c2, c3, row0, y_ptr, ws_ptr, g_ptr, b_ptr, pid_k, M, N,
 
 
 @triton.jit
+def _store_diagonal(c0, c1, c2, c3, row0, y_ptr, ws_ptr, g_ptr, b_ptr, pid_k, N,
+                    FMT: tl.constexpr, HAS_BIAS: tl.constexpr, PARTIAL: tl.constexpr,
+                    WARPS: tl.constexpr):
+    """LONG (M = 1): D[g][g] is row r's sum over K-chunk g (D[g+8][g]: row r+1's), in lane
+    (g, g // 2), register c0 (g even) or c1; the 8 chunks' sums add up to the row's dot."""
+    NT: tl.constexpr = 32 * WARPS
+    lane = tl.arange(0, NT) % 32
+    g = lane // 4
+    on = (lane % 4) == g // 2
+    even = (g % 2) == 0
+    top = tl.where(on, tl.where(even, c0, c1), 0.0)
+    low = tl.where(on, tl.where(even, c2, c3), 0.0)
+    top = tl.sum(tl.reshape(top, (WARPS, 32)), axis=1)
+    low = tl.sum(tl.reshape(low, (WARPS, 32)), axis=1)
+    rows = row0 + 4 * tl.arange(0, WARPS)
+    zero = tl.zeros((WARPS,), tl.int32)
+    _store_rows(top, rows, zero, y_ptr, ws_ptr, g_ptr, b_ptr, pid_k, 1, N, FMT, HAS_BIAS, PARTIAL)
+    _store_rows(low, rows + 1, zero, y_ptr, ws_ptr, g_ptr, b_ptr, pid_k, 1, N, FMT, HAS_BIAS,
+                PARTIAL)
+
+
+@triton.jit
 def mma_gemv_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr,
                     M, N, K, RB, SB, KB_SPLIT,
                     FMT: tl.constexpr, HAS_BIAS: tl.constexpr, WARPS: tl.constexpr,
                     PARTIAL: tl.constexpr, PDL: tl.constexpr = 0, PREFETCH: tl.constexpr = 0,
-                    AHEAD: tl.constexpr = 0):
+                    AHEAD: tl.constexpr = 0, DIAG: tl.constexpr = 0, LONG: tl.constexpr = False):
     """Program (pid_n, pid_k): rows pid_n * 32 .. +32 over bytes [pid_k * KB_SPLIT, +KB_SPLIT);
     warp w takes the 64-byte steps w, w + WARPS, ...; the warps' sums are added at the end.
     AHEAD > 0: each step also pulls the weights of the step AHEAD steps later toward L2, so
-    more bytes are in flight than the registers of one step ahead hold.
+    more bytes are in flight than the registers of one step ahead hold. DIAG (1: no decode,
+    2: no mma either) gives wrong results on purpose: benchmarks/gpu_mma_probe.py only.
+    LONG (M = 1 only): the warp's 32 lanes read 512 contiguous bytes of each of its 4 rows
+    instead of 8 rows x 64 bytes: mma row g (and g+8) is then row r (r+1) restricted to the
+    64-byte chunk g, and B's column g is x's chunk g, so the diagonal D[g][g] holds the sums
+    (_store_diagonal); program = 4 * WARPS rows, each warp its own 4 over the whole K range.
     Needs num_warps == WARPS, K % 8 == 0 and a 16-byte aligned x (the launcher checks)."""
     NT: tl.constexpr = 32 * WARPS
+    PROG_ROWS: tl.constexpr = 4 * WARPS if LONG else ROWS
+    RS: tl.constexpr = 1 if LONG else 8  # row step between a thread's 4 rows
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
     tid = tl.arange(0, NT)
     lane = tid % 32
     g = lane // 4
     t = lane % 4
-    row = pid_n * ROWS + g  # this thread's rows: row, row + 8 (tile 0), row + 16, row + 24 (tile 1)
     kb_lo = pid_k * KB_SPLIT
     kb_hi = tl.minimum(kb_lo + KB_SPLIT, RB)
-    _pdl_enter(w_ptr, pid_n * ROWS, N, RB, kb_lo, kb_hi, ROWS, PDL, PREFETCH)
-    in_m = g < M
-    x_row = x_ptr + tl.minimum(g, M - 1).to(tl.int64) * K
-    off = kb_lo + STEP_BYTES * (tid // 32) + 16 * t
-    stride = STEP_BYTES * WARPS
+    _pdl_enter(w_ptr, pid_n * PROG_ROWS, N, RB, kb_lo, kb_hi, PROG_ROWS, PDL, PREFETCH)
+    if LONG:
+        row = pid_n * PROG_ROWS + 4 * (tid // 32)  # rows row .. row + 3: the warp's own
+        in_m = g >= 0
+        x_row = x_ptr + tl.zeros_like(g).to(tl.int64)
+        off = kb_lo + 64 * g + 16 * t
+        stride = 512
+    else:
+        row = pid_n * ROWS + g  # rows row, row + 8 (tile 0), row + 16, row + 24 (tile 1)
+        in_m = g < M
+        x_row = x_ptr + tl.minimum(g, M - 1).to(tl.int64) * K
+        off = kb_lo + STEP_BYTES * (tid // 32) + 16 * t
+        stride = STEP_BYTES * WARPS
     a0 = tl.zeros((NT,), tl.float32)
     a1 = a0
     a2 = a0
@@ -325,21 +387,27 @@ def mma_gemv_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr,
     b1 = a0
     b2 = a0
     b3 = a0
-    r0, r1, r2, r3 = _rows_step(w_ptr, s_ptr, row, N, RB, SB, off, kb_hi, FMT)
+    r0, r1, r2, r3 = _rows_step(w_ptr, s_ptr, row, N, RB, SB, off, kb_hi, FMT, RS)
     xw = _x_step(x_row, off, kb_hi, K, in_m)
     for _ in range(kb_lo, kb_hi, stride):
         off += stride
         # the next step's loads go out before this step's arithmetic (registers, not smem)
-        n0, n1, n2, n3 = _rows_step(w_ptr, s_ptr, row, N, RB, SB, off, kb_hi, FMT)
+        n0, n1, n2, n3 = _rows_step(w_ptr, s_ptr, row, N, RB, SB, off, kb_hi, FMT, RS)
         nx = _x_step(x_row, off, kb_hi, K, in_m)
         if AHEAD > 0:
-            _prefetch_rows(w_ptr, row, N, RB, off + AHEAD * stride, kb_hi)
+            _prefetch_rows(w_ptr, row, N, RB, off + AHEAD * stride, kb_hi, RS)
         xp = tl.inline_asm_elementwise(_XPAIRS, _XPAIRS_CONS, list(xw), (tl.int32,) * 16,
                                        is_pure=True, pack=1)
-        a0, a1, a2, a3 = _tile(r0, r1, xp, (a0, a1, a2, a3), FMT)
-        b0, b1, b2, b3 = _tile(r2, r3, xp, (b0, b1, b2, b3), FMT)
+        a0, a1, a2, a3 = _tile(r0, r1, xp, (a0, a1, a2, a3), FMT, DIAG)
+        b0, b1, b2, b3 = _tile(r2, r3, xp, (b0, b1, b2, b3), FMT, DIAG)
         r0, r1, r2, r3, xw = n0, n1, n2, n3, nx
     _pdl_exit(PDL)
+    if LONG:
+        _store_diagonal(a0, a1, a2, a3, pid_n * PROG_ROWS, y_ptr, ws_ptr, g_ptr, b_ptr, pid_k,
+                        N, FMT, HAS_BIAS, PARTIAL, WARPS)
+        _store_diagonal(b0, b1, b2, b3, pid_n * PROG_ROWS + 2, y_ptr, ws_ptr, g_ptr, b_ptr,
+                        pid_k, N, FMT, HAS_BIAS, PARTIAL, WARPS)
+        return
     # lane (g, t) holds rows g, g+8 of each tile for columns 2t, 2t+1: add the warps' sums
     _store_tile(a0, a1, a2, a3, pid_n * ROWS, y_ptr, ws_ptr, g_ptr, b_ptr, pid_k, M, N,
                 FMT, HAS_BIAS, PARTIAL, WARPS)

@@ -1,0 +1,76 @@
+"""Where Kernel.MMA_GEMV's time goes (H200 diagnostics): the production kernel against the same
+loop with the decode removed (DIAG=1: the raw words go to the mma) and with the mma removed too
+(DIAG=2: the words are xor-ed, so only the loads remain). DIAG variants give wrong results by
+design; timing only. CUDA graphs over enough weight copies that HBM, not L2, is read.
+
+    python benchmarks/gpu_mma_probe.py [--shapes "22016,4096;4096,4096"]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+import softfp8  # noqa: E402
+from softfp8.backends import triton as tb  # noqa: E402
+from softfp8.backends.triton._mma import mma_gemv_kernel  # noqa: E402
+from sweep_gemv import graph_time  # noqa: E402
+
+
+def launch(x, p, y, cfg, diag):
+    w = p.words.view(torch.uint8)
+    n, k = p.shape
+    rb, sb = w.shape[1], p.scales.shape[1]
+    per_split = -(-(-(-rb // 64)) // cfg.split_k) * 64
+    split = -(-rb // per_split)
+    ws = torch.empty((split, 1, n), device=x.device) if split > 1 else y
+    g = p.global_scale if p.global_scale is not None else w
+    mma_gemv_kernel[(-(-n // cfg.block_n), split)](
+        x, w, p.scales, g, w, y, ws, 1, n, k, rb, sb, per_split, FMT=p.fmt.value, HAS_BIAS=False,
+        WARPS=cfg.num_warps, PARTIAL=split > 1, num_warps=cfg.num_warps, num_stages=1,
+        AHEAD=cfg.num_stages, DIAG=diag, LONG=cfg.block_m == 1)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--shapes", default="22016,4096;32000,4096;4096,11008;4096,4096")
+    ap.add_argument("--formats", default="nvfp4,mxfp4")
+    args = ap.parse_args()
+    dev = torch.device("cuda")
+    info = tb.device_info(dev)
+    l2 = torch.cuda.get_device_properties(dev).L2_cache_size
+    print(f"{torch.cuda.get_device_name()} torch {torch.__version__} triton "
+          f"{__import__('triton').__version__}; GB/s of packed bytes (split-K reduction not run)")
+    for shape in args.shapes.split(";"):
+        n, k = map(int, shape.split(","))
+        w = torch.randn(n, k, device=dev) * 0.02
+        x = torch.randn(1, k, device=dev, dtype=torch.float16)
+        copies = max(2, min(48, -(-4 * l2 // (n * k * 2))))
+        wc = [w.half() for _ in range(copies)]
+        t16 = graph_time([lambda w_=w_: F.linear(x, w_) for w_ in wc])
+        del wc
+        print(f"{n}x{k}: fp16 F.linear {t16 * 1000:.1f} us ({n * k * 2 / t16 / 1e6:.0f} GB/s)")
+        for fmt in args.formats.split(","):
+            p = softfp8.quantize(w, fmt)
+            ps = [softfp8.PackedWeight(p.fmt, p.shape, p.words.clone(), p.scales.clone(),
+                                       p.global_scale) for _ in range(max(2, min(64, -(-4 * l2 // p.nbytes))))]
+            table = tb.launch_config(n, k, 1, p.fmt, info, torch.float16)
+            y = torch.empty(1, n, device=dev, dtype=torch.float16)
+            cfgs = [table] + [tb.LaunchConfig(tb.Kernel.MMA_GEMV, 1, 4 * w, 128, s, w, a)
+                              for w, s, a in ((4, 1, 2), (8, 1, 2), (8, 2, 2), (16, 1, 2))]
+            for cfg in cfgs:
+                for diag, name in ((0, "kernel"), (1, "no decode"), (2, "loads only")):
+                    t = graph_time([lambda p_=p_: launch(x, p_, y, cfg, diag) for p_ in ps])
+                    print(f"  {fmt} {name:10s} {'long' if cfg.block_m == 1 else 'tile'} "
+                          f"w{cfg.num_warps} s{cfg.split_k} a{cfg.num_stages}: {t * 1000:.1f} us "
+                          f"{p.nbytes / t / 1e6:.0f} GB/s x{t16 / t:.2f}", flush=True)
+            del ps
+
+
+if __name__ == "__main__":
+    main()
