@@ -147,4 +147,16 @@ long1)
   run sweepmma 200 python3 benchmarks/sweep_gemv.py --ms 1 --kernels mma_gemv --formats nvfp4,mxfp4 --budget 180 --shapes "12288,4096;4096,4096;22016,4096;4096,11008;32000,4096" --out "$OUT/sweep_mma.json"
   SOFTFP8_TRITON_TABLE="$OUT/sweep_mma.json" run token-sweep 60 python3 -m softfp8.bench token --preset llama2-7b --backends triton --formats nvfp4,mxfp4 --out "$OUT/token_sweep.json"
   ;;
+pdl3)
+  # programmatic dependent launch settings for Kernel.MMA_GEMV (FP4 token)
+  for v in off:0 late:0 early:0 early:32768; do
+    SOFTFP8_PDL=${v%%:*} SOFTFP8_PDL_PREFETCH=${v##*:} run "token-${v%%:*}-${v##*:}" 60 python3 -m softfp8.bench token --preset llama2-7b --backends triton --formats nvfp4,mxfp4
+  done
+  ;;
+final6)
+  # the final token table after pdl3 (FP4: early PDL, no prefetch), and the Triton GPU tests
+  run gputests 170 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_triton.py
+  export SOFTFP8_FP8_DECODE=integer
+  run token 60 python3 -m softfp8.bench token --preset llama2-7b --backends triton --out "$OUT/token.json"
+  ;;
 esac

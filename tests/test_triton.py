@@ -364,7 +364,7 @@ def test_pdl_settings(monkeypatch):
     a100 = triton_backend.DeviceInfo(sm_count=108, capability=(8, 0), interpreter=False)
     assert triton_backend.pdl_settings(a100, Format.E5M2) == (0, 0)  # no PDL before sm_90
     assert triton_backend.pdl_settings(h200, Format.E5M2) == (2, 0)  # measured: late, no prefetch
-    assert triton_backend.pdl_settings(h200, Format.NVFP4) == (1, 32768)
+    assert triton_backend.pdl_settings(h200, Format.NVFP4) == (1, 0)  # measured: early
     monkeypatch.setenv(triton_backend.PDL_ENV, "off")
     assert triton_backend.pdl_settings(h200, Format.NVFP4) == (0, 0)
     monkeypatch.setenv(triton_backend.PDL_ENV, "sometimes")

@@ -1,4 +1,5 @@
-"""The Triton backend: packed weights decoded in registers inside GEMV, small-M and tiled kernels;
+"""The Triton backend: packed weights decoded in registers inside GEMV, small-M and tiled kernels
+(FP4 at M <= 8 on NVIDIA sm_80+: a warp-level mma.sync GEMV with its decode in PTX, `_mma`);
 from M = 1024 (MXFP4: 512), bounded slabs decoded for cuBLAS (`_dequant`).
 
 Public names (the backend protocol): NEEDS and matmul(x, packed, bias, *, e2m1). This module
@@ -121,13 +122,14 @@ _PDL_MODES = {"off": 0, "early": 1, "late": 2}
 
 
 def pdl_auto(fmt: Format) -> tuple[str, int]:
-    """Measured on the H200 (2026-11-29, `bench token --preset llama2-7b`, campaign steps pdl1
-    and pdl2; BENCHMARKS.md), ms per token off -> late -> early + 32 KiB prefetch: E5M2 2.121
-    -> 2.079 -> 2.518, E4M3 3.384 -> 3.308 -> 4.521, NVFP4 3.171 -> 2.855 -> 2.714, MXFP4 2.772
-    -> 2.731 -> 2.613. Early launch with a prefetch helps the decode-bound FP4 kernels and
-    hurts the bandwidth-bound 8-bit ones, whose waiting programs take SM slots; the prefetch
-    alone (late + 32 KiB) cost E5M2 9%."""
-    return ("late", 0) if fmt in (Format.E5M2, Format.E4M3) else ("early", 32768)
+    """Measured on the H200 (2026-11-29, `bench token --preset llama2-7b`; BENCHMARKS.md), ms per
+    token. 8-bit (campaign steps pdl1, pdl2), off -> late -> early + 32 KiB prefetch: E5M2 2.121
+    -> 2.079 -> 2.518, E4M3 3.384 -> 3.308 -> 4.521; the waiting programs of an early launch
+    take SM slots from these bandwidth-bound kernels, and the prefetch alone (late + 32 KiB) cost
+    E5M2 9%. FP4 on Kernel.MMA_GEMV (step pdl3), off -> late -> early -> early + 32 KiB: NVFP4
+    1.926 -> 1.817 -> 1.802 -> 1.871, MXFP4 2.043 -> 1.909 -> 1.919 -> 1.889 (the prefetch
+    that helped the FMA GEMV no longer does)."""
+    return ("late", 0) if fmt in (Format.E5M2, Format.E4M3) else ("early", 0)
 
 
 def pdl_settings(info: DeviceInfo, fmt: Format) -> tuple[int, int]:
