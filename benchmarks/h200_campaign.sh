@@ -159,4 +159,21 @@ final6)
   export SOFTFP8_FP8_DECODE=integer
   run token 60 python3 -m softfp8.bench token --preset llama2-7b --backends triton --out "$OUT/token.json"
   ;;
+mma8)
+  # Kernel.MMA_GEMV for the 8-bit formats: tests, a sweep against the table, the token with it
+  export SOFTFP8_FP8_DECODE=integer
+  run mmatests 150 python3 -m pytest -q -x -m gpu -p no:cacheprovider tests/test_triton.py -k "mma or code"
+  grep -q " passed" "$OUT/mmatests.txt" && ! grep -q "failed\|error" "$OUT/mmatests.txt" || exit 1
+  run sweep8 200 python3 benchmarks/sweep_gemv.py --ms 1 --kernels mma_gemv --formats e5m2,e4m3 --budget 180 --shapes "12288,4096;4096,4096;22016,4096;4096,11008;32000,4096" --out "$OUT/sweep8.json"
+  SOFTFP8_TRITON_TABLE="$OUT/sweep8.json" run token-sweep 60 python3 -m softfp8.bench token --preset llama2-7b --backends triton --formats e5m2,e4m3 --out "$OUT/token8.json"
+  ;;
+final7)
+  # 8-bit M = 1 on Kernel.MMA_GEMV: GPU tests, the token, small M with the built-in table (M = 2..8
+  # on the dot kernel) and with MMA_GEMV's 32-row tiles forced for 8-bit M = 2..8
+  run gputests 150 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_triton.py
+  export SOFTFP8_FP8_DECODE=integer
+  run token 50 python3 -m softfp8.bench token --preset llama2-7b --backends triton --out "$OUT/token.json"
+  run smallm 50 python3 -m softfp8.bench small-m --preset llama3-8b --backends triton --formats e5m2,e4m3 --out "$OUT/smallm.json"
+  SOFTFP8_TRITON_TABLE=benchmarks/mma8_smallm_table.json run smallm-mma 50 python3 -m softfp8.bench small-m --preset llama3-8b --backends triton --formats e5m2,e4m3
+  ;;
 esac

@@ -78,7 +78,7 @@ def candidates(fmt, n, k, m, info, dtype, kernels):
             for bn, bk, nw, st in ((64, 256, 4, 4), (64, 256, 4, 5), (64, 512, 4, 3),
                                    (128, 256, 8, 4), (128, 128, 4, 4)):
                 out.append(tb.LaunchConfig(tb.Kernel.SMALL_M, 16, bn, bk, 1, nw, st))
-    if m <= tb.MMA_MAX_M and bits == 4 and "mma_gemv" in kernels and tb.uses_mma_gemv(
+    if m <= tb.MMA_MAX_M and "mma_gemv" in kernels and tb.mma_gemv_runs(
             k, m, softfp8.Format(fmt), info, dtype):
         for nw in (4, 8):
             for split in (1, 2, 4):

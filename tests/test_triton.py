@@ -187,12 +187,13 @@ def test_needs_and_bad_input():
 
 def test_launch_table_is_deterministic_and_splits_small_n():
     h200 = triton_backend.DeviceInfo(sm_count=132, capability=(9, 0), interpreter=False)
-    a = launch_config(4096, 4096, 1, Format.E5M2, h200)
-    assert a == launch_config(4096, 4096, 1, Format.E5M2, h200)
+    bf16 = torch.bfloat16  # (fp16 at M = 1 goes to Kernel.MMA_GEMV: test_mma_gemv_domain)
+    a = launch_config(4096, 4096, 1, Format.E5M2, h200, bf16)
+    assert a == launch_config(4096, 4096, 1, Format.E5M2, h200, bf16)
     assert a.kernel is Kernel.GEMV and a.split_k == 1  # 512 row blocks fill a wave: no split
     t4 = triton_backend.DeviceInfo(sm_count=40, capability=(7, 5), interpreter=False)
     assert launch_config(64, 4096, 1, Format.E5M2, t4).split_k > 1  # 8 row blocks < 40 SMs
-    big = launch_config(128256, 4096, 1, Format.E5M2, h200)
+    big = launch_config(128256, 4096, 1, Format.E5M2, h200, bf16)
     assert big.kernel is Kernel.SMALL_M and big.split_k == 1  # measured: the dot kernel wins
     assert launch_config(128256, 4096, 1, Format.E5M2, h200, torch.float32).kernel is Kernel.GEMV
     assert launch_config(4096, 4096, 8, Format.E5M2, h200).kernel is Kernel.SMALL_M
@@ -229,15 +230,25 @@ def test_mma_gemv_domain():
         assert launch_config(4096, 4100, 1, fmt, h200).kernel is Kernel.GEMV  # K % 8 != 0
         assert launch_config(4096, 4096, 1, fmt, t4).kernel is Kernel.GEMV
         assert launch_config(4096, 4096, 1, fmt, mi250).kernel is Kernel.GEMV
+    # 8-bit: M = 1 only (measured), and not when the hardware FP8 decode is asked for
+    assert launch_config(4096, 4096, 1, Format.E5M2, h200).kernel is Kernel.MMA_GEMV
+    assert launch_config(4096, 4096, 1, Format.E4M3, h200).block_m == 1
+    assert launch_config(4096, 4096, 2, Format.E4M3, h200).kernel is Kernel.SMALL_M
+    assert launch_config(4096, 4096, 1, Format.E5M2, h200, torch.bfloat16).kernel is Kernel.GEMV
+
+
+def test_mma_gemv_not_under_forced_hardware_fp8(monkeypatch):
+    h200 = triton_backend.DeviceInfo(sm_count=132, capability=(9, 0), interpreter=False)
+    monkeypatch.setenv(triton_backend.FP8_DECODE_ENV, "hardware")
     assert launch_config(4096, 4096, 1, Format.E5M2, h200).kernel is Kernel.GEMV
+    assert launch_config(4096, 4096, 1, Format.NVFP4, h200).kernel is Kernel.MMA_GEMV
 
 
 def test_mma_gemv_refuses_what_it_cannot_run():
-    packed = softfp8.quantize(torch.randn(32, 64), Format.E5M2).to(DEVICE)
     cfg = LaunchConfig(Kernel.MMA_GEMV, 8, 32, 128, 1, 4, 1)
-    with pytest.raises(ValueError, match="MMA_GEMV takes nvfp4/mxfp4"):
-        run(torch.randn(1, 64).half().to(DEVICE), packed, None, cfg)
     fp4 = softfp8.quantize(torch.randn(32, 64), Format.NVFP4).to(DEVICE)
+    with pytest.raises(ValueError, match="MMA_GEMV takes fp16 x"):
+        run(torch.randn(1, 64).to(DEVICE), fp4, None, cfg)
     with pytest.raises(ValueError, match="M <= 8"):
         run(torch.randn(9, 64).half().to(DEVICE), fp4, None, cfg)
     if HAS_GPU and triton_backend.uses_mma_gemv(64, 2, Format.NVFP4, device_info(torch.device(
@@ -293,7 +304,8 @@ def test_fp8_decode_env_forces_integer_or_refuses(monkeypatch):
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA/ROCm GPU")
 @pytest.mark.parametrize("fmt", [Format.E5M2, Format.E4M3])
-@pytest.mark.parametrize("kernel", [triton_backend.Kernel.GEMV, triton_backend.Kernel.SMALL_M])
+@pytest.mark.parametrize("kernel", [triton_backend.Kernel.GEMV, triton_backend.Kernel.SMALL_M,
+                                    triton_backend.Kernel.MMA_GEMV])
 def test_gpu_every_fp8_code_through_the_kernel_decode(fmt, kernel):
     """Row n holds code n at k = 0 and x is one-hot there, so y[n] is code n decoded: every code,
     NaN and inf included, through the software decode the kernel really runs (PTX on NVIDIA)."""
@@ -308,6 +320,16 @@ def test_gpu_every_fp8_code_through_the_kernel_decode(fmt, kernel):
     x[0, 0] = 1.0
     cfg = triton_backend.LaunchConfig(kernel, 1 if kernel is triton_backend.Kernel.GEMV else 16,
                                       8 if kernel is triton_backend.Kernel.GEMV else 32, 64)
+    if kernel is triton_backend.Kernel.MMA_GEMV:
+        if not triton_backend.mma_gemv_runs(16, 1, fmt, device_info(dev), torch.float16):
+            pytest.skip("Kernel.MMA_GEMV needs NVIDIA sm_80+")
+        cfg = triton_backend.LaunchConfig(kernel, 8, 32, 128, 1, 4, 0)
+        y = triton_backend.run(x, packed, None, cfg).float().cpu()[0]
+        decode = decode_e5m2_to_f32 if fmt is Format.E5M2 else decode_e4m3_to_f32
+        want = decode(torch.arange(256)).to(torch.float16).float()
+        same = (y == want) | (torch.isnan(y) & torch.isnan(want))
+        assert same.all(), torch.arange(256)[~same].tolist()
+        cfg = triton_backend.LaunchConfig(kernel, 1, 16, 128, 1, 4, 0)  # LONG
     y = triton_backend.run(x.float() if kernel is triton_backend.Kernel.GEMV else x, packed,
                            None, cfg, hw_fp8=False).float().cpu()[0]
     decode = decode_e5m2_to_f32 if fmt is Format.E5M2 else decode_e4m3_to_f32
@@ -406,11 +428,11 @@ MMA_CASES = [(37, 264, 1, 1), (4103, 4096, 1, 1), (1000, 11008, 3, 1), (300, 204
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not HAS_GPU, reason="needs a CUDA GPU")
-@pytest.mark.parametrize("fmt", [Format.NVFP4, Format.MXFP4])
+@pytest.mark.parametrize("fmt", list(Format))
 @pytest.mark.parametrize("n, k, m, split", MMA_CASES)
 def test_gpu_mma_gemv_matches_reference(fmt, n, k, m, split):
     info = device_info(torch.device("cuda"))
-    if not triton_backend.uses_mma_gemv(k, m, fmt, info, torch.float16):
+    if not triton_backend.mma_gemv_runs(k, m, fmt, info, torch.float16):
         pytest.skip("Kernel.MMA_GEMV needs NVIDIA sm_80+")
     g = torch.Generator().manual_seed(n + k + m)
     packed = softfp8.quantize(torch.randn(n, k, generator=g), fmt).to("cuda")
@@ -428,7 +450,7 @@ def test_gpu_mma_gemv_matches_reference(fmt, n, k, m, split):
     # the table's setting, and x that is not 16-byte aligned (the launcher copies it)
     xs = torch.randn(m * k + 1, generator=g).half().cuda()[1:].view(m, k)
     xs.copy_(x)
-    y = triton_backend.matmul(xs, packed, bias)
+    y = run(xs, packed, bias, cfgs[0])
     assert rel_err(y, reference.matmul(x, packed, bias)) <= tolerance(torch.float16)
 
 

@@ -80,6 +80,11 @@ def variants(backend: str, arch):
                 c = dict(FMT=fmt, HAS_BIAS=True, WARPS=cfg.num_warps, PARTIAL=cfg.split_k > 1,
                          PDL=pdl, PREFETCH=prefetch, AHEAD=cfg.num_stages, LONG=m == 1)
                 yield f"mma_gemv-m{m}-{fmt}-fp16", _mma.mma_gemv_kernel, c, "fp16", cfg.num_warps, 1
+        if fmt in FP8 and not hw and cap is not None and cap >= (8, 0):
+            # the mma GEMV for 8-bit codes (not auto-picked: tests and sweeps reach it by run())
+            c = dict(FMT=fmt, HAS_BIAS=True, WARPS=4, PARTIAL=False, PDL=pdl, PREFETCH=prefetch,
+                     AHEAD=0, LONG=True, HAS_SCALE=True)
+            yield f"mma_gemv-m1-{fmt}-fp16", _mma.mma_gemv_kernel, c, "fp16", 4, 1
         if not hw:  # the large-M slab decode (portable decoders only)
             c = dict(FMT=fmt, HAS_SCALE=fmt in FP8, INJECT=inject, BLOCK_R=16,
                      BLOCK_KB=512 * (8 if fmt in FP8 else 4) // 8, CHECK=xd != "fp32")

@@ -46,8 +46,8 @@ class Kernel(str, enum.Enum):
     TILED = "tiled"
     """tl.dot over a 2-D grid of output tiles, for larger M."""
     MMA_GEMV = "mma_gemv"
-    """FP4 at M <= 8 with fp16 activations on NVIDIA sm_80+: warp-level mma.sync with the
-    per-thread decode written in PTX (`_mma`), no layout conversions in the loop."""
+    """M <= 8 with fp16 activations on NVIDIA sm_80+: warp-level mma.sync with the per-thread
+    decode written in PTX (`_mma`), no layout conversions in the loop; auto for FP4."""
     DEQUANT = "dequant"
     """Large M: decode block_n rows at a time into x's dtype (a bounded slab, never the whole
     weight) and multiply each slab with torch's GEMM (cuBLAS); compute-bound there, so the
@@ -260,12 +260,27 @@ def launch_config(n: int, k: int, m: int, fmt: Format, info: DeviceInfo,
 MMA_MAX_M = 8  # one mma's 8 columns
 
 
-def uses_mma_gemv(k: int, m: int, fmt: Format, info: DeviceInfo, x_dtype: torch.dtype) -> bool:
-    """Kernel.MMA_GEMV's domain: FP4, fp16 x, M <= 8, K a multiple of 8 (16-byte x rows),
-    NVIDIA sm_80+ (mma.m16n8k16 and cvt.f16x2.f32), not the interpreter (inline PTX)."""
-    return (fmt in (Format.NVFP4, Format.MXFP4) and x_dtype == torch.float16 and m <= MMA_MAX_M
-            and k % 8 == 0 and info.capability is not None and info.capability >= (8, 0)
+MMA_FORMATS = frozenset(Format)
+"""What Kernel.MMA_GEMV can run (tests and sweeps reach every format with `run`)."""
+
+
+def mma_gemv_runs(k: int, m: int, fmt: Format, info: DeviceInfo, x_dtype: torch.dtype) -> bool:
+    """Kernel.MMA_GEMV's domain: fp16 x, M <= 8, K a multiple of 8 (16-byte x rows), NVIDIA
+    sm_80+ (mma.m16n8k16 and cvt.f16x2.f32), not the interpreter (inline PTX)."""
+    return (fmt in MMA_FORMATS and x_dtype == torch.float16 and m <= MMA_MAX_M and k % 8 == 0
+            and info.capability is not None and info.capability >= (8, 0)
             and not info.interpreter)
+
+
+def uses_mma_gemv(k: int, m: int, fmt: Format, info: DeviceInfo, x_dtype: torch.dtype) -> bool:
+    """Whether launch_config picks Kernel.MMA_GEMV: within its domain, FP4 at M <= 8 and the
+    8-bit formats at M = 1, where it was measured faster than the FMA/dot kernels on the H200
+    (BENCHMARKS.md; 8-bit at M = 2..8 stays on the dot kernel, see the small-M table). Not for
+    8-bit codes under SOFTFP8_FP8_DECODE=hardware: its decode is the integer one."""
+    fp8 = fmt in (Format.E5M2, Format.E4M3)
+    if fp8 and (m != 1 or os.environ.get(FP8_DECODE_ENV, "").strip().lower() == "hardware"):
+        return False
+    return mma_gemv_runs(k, m, fmt, info, x_dtype)
 
 
 def mma_config(n: int, m: int, info: DeviceInfo) -> LaunchConfig:
@@ -274,6 +289,9 @@ def mma_config(n: int, m: int, info: DeviceInfo) -> LaunchConfig:
     - M = 1: block_m = 1, the 512-byte-run mapping (4 rows a warp, `_mma` LONG), 4 warps.
     - M = 2..8: block_m = 8, 32 rows a program, warps interleaved along K, 2-step prefetch.
     Programs split K until about 12 warps per SM are resident, the knee in the sweeps.
+    8-bit codes (M = 1 only, `uses_mma_gemv`) take the same rule: within 1-6% of each shape's
+    best in the 8-bit sweep (`mma8`), 10-25% faster than the FMA/dot kernels' table there
+    (E5M2 12288 x 4096: 14.8 us against 17.2).
     Measured on the H200 (2026-11-29, sweep_gemv.py --kernels mma_gemv, llama2-7b shapes, M = 1,
     BENCHMARKS.md): the 512-byte runs beat the 32-row tiles by 4-20% from 12288 rows on
     (22016 x 4096 NVFP4: 24.1 us against 27.0; their loads alone read 2.97 TB/s against 2.84)
@@ -385,10 +403,9 @@ def _launch(x: torch.Tensor, packed: PackedWeight, bias: torch.Tensor | None, cf
     if cfg.kernel is Kernel.MMA_GEMV:
         from ._mma import ROWS_PER_PROGRAM, mma_gemv_kernel
 
-        if not uses_mma_gemv(k, m, packed.fmt, DeviceInfo(1, (8, 0), False), x.dtype):
-            raise ValueError(f"cfg: Kernel.MMA_GEMV takes nvfp4/mxfp4 weights, fp16 x with "
-                             f"M <= {MMA_MAX_M} and K a multiple of 8; got {packed.fmt}, "
-                             f"{x.dtype}, M={m}, K={k}")
+        if not mma_gemv_runs(k, m, packed.fmt, DeviceInfo(1, (8, 0), False), x.dtype):
+            raise ValueError(f"cfg: Kernel.MMA_GEMV takes fp16 x with M <= {MMA_MAX_M} and K a "
+                             f"multiple of 8; got {x.dtype}, M={m}, K={k}")
         if x.data_ptr() % 16:
             x = x.clone()  # the kernel reads x 16 bytes at a time
             args = (x,) + args[1:]
@@ -401,7 +418,7 @@ def _launch(x: torch.Tensor, packed: PackedWeight, bias: torch.Tensor | None, cf
         mma_gemv_kernel[grid](*args, FMT=packed.fmt.value, HAS_BIAS=bias is not None,
                               WARPS=cfg.num_warps, PARTIAL=split > 1, num_warps=cfg.num_warps,
                               num_stages=1, PDL=pdl, PREFETCH=prefetch, AHEAD=cfg.num_stages,
-                              LONG=long, **launch)
+                              LONG=long, HAS_SCALE=has_scale, **launch)
     elif cfg.kernel is Kernel.GEMV:
         if cfg.block_m < m:
             raise ValueError(f"cfg: a GEMV launch with block_m={cfg.block_m} can't cover M={m}")

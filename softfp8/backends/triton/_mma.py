@@ -1,5 +1,7 @@
-"""Kernel.MMA_GEMV: the FP4 GEMV on warp-level mma.sync, per-thread work written in PTX (NVIDIA
-sm_80+, fp16 activations, M <= 8).
+"""Kernel.MMA_GEMV: the GEMV on warp-level mma.sync, per-thread work written in PTX (NVIDIA
+sm_80+, fp16 activations, M <= 8). Auto picks it for FP4 at M <= 8 and the 8-bit formats at
+M = 1 (launch_config); written for FP4 first, whose FMA GEMV was the slowest, then 8-bit
+(`_fp8_tile_asm`: a word's codes are already x's pairs there).
 
 Why: in the FMA GEMV (`_kernels.gemv_kernel`) Triton gives the uint8 codes and the fp16 x
 different per-thread layouts and converts between them through shared memory every step (about
@@ -63,6 +65,29 @@ def _mma(acc: str, a: tuple, b: tuple) -> str:
     d = "{" + ", ".join(f"{acc}{i}" for i in range(4)) + "}"
     return (f"mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {d}, "
             f"{{{', '.join(a)}}}, {{{', '.join(b)}}}, {d};")
+
+
+def _fp8_tile_asm(fmt: str) -> str:
+    """The 8-bit tile step, same operands as `_tile_asm` ($12/$13 unused; $14..$21 are x's words
+    as they lie): a word of codes c..c+3 is two fp16 pairs (c, c+1), (c+2, c+3) -- one `prmt`
+    each (E5M2 is fp16's high byte; E4M3 then `_decode.e4m3_to_f16_div256_ptx`'s shift, mask
+    and NaN fix: value * 2^-8) -- which meet x's own pairs, so x needs no re-pairing."""
+    body = [".reg .b32 h, r, q, c, z, one;", ".reg .b32 g<2>, k<2>;", ".reg .f32 acc<4>;",
+            "mov.b32 c, 0x78447844;", "mov.b32 z, 0;", "mov.b32 one, 0x3C003C00;"]
+    body += [f"mov.f32 acc{i}, ${30 + i};" for i in range(4)]
+
+    def pair(word: str, dst: str, sel: str) -> list:
+        if fmt == "e5m2":
+            return [f"prmt.b32 {dst}, {word}, 0, {sel};"]
+        return [f"prmt.b32 h, {word}, 0, {sel};", "shr.b32 r, h, 1;",
+                "and.b32 r, r, 0x3F803F80;", "lop3.b32 r, r, h, 0x80008000, 0xF8;",
+                "mul.rn.f16x2 q, r, c;", "fma.rn.f16x2 q, q, z, one;", f"mul.rn.f16x2 {dst}, r, q;"]
+    for j in range(4):
+        body += pair(f"${4 + j}", "g0", "0x1404") + pair(f"${4 + j}", "g1", "0x3424")
+        body += pair(f"${8 + j}", "k0", "0x1404") + pair(f"${8 + j}", "k1", "0x3424")
+        body.append(_mma("acc", ("g0", "k0", "g1", "k1"), (f"${14 + 2 * j}", f"${15 + 2 * j}")))
+    body += [f"mov.f32 ${i}, acc{i};" for i in range(4)]
+    return "{\n" + "\n".join(body) + "\n}"
 
 
 def _tile_asm(fmt: str) -> str:
@@ -140,6 +165,16 @@ def _probe_tile_asm(decode: bool) -> str:
     return "{\n" + "\n".join(body) + "\n}"
 
 
+def _load_row_fp8_asm() -> str:
+    """$0..$3: 16 bytes of 8-bit codes at $5 ($4 = 0: row scales come at the end; $6 unused)."""
+    return """{
+    .reg .pred p;
+    setp.ne.b32 p, $7, 0;
+    mov.b32 $0, 0; mov.b32 $1, 0; mov.b32 $2, 0; mov.b32 $3, 0; mov.b32 $4, 0;
+    @p ld.global.nc.v4.u32 {$0, $1, $2, $3}, [$5];
+    }"""
+
+
 def _load_row_asm(fmt: str) -> str:
     """$0..$3: 16 bytes of codes at $5, $4: the scale byte(s) at $6 (NVFP4: the two E4M3 codes
     of those 16 bytes; MXFP4: one E8M0); all zero where $7 == 0."""
@@ -189,8 +224,12 @@ _TILE_PROBE_MMA = tl.constexpr(_probe_tile_asm(True))
 _TILE_PROBE_LOADS = tl.constexpr(_probe_tile_asm(False))
 _ROW_NV = tl.constexpr(_load_row_asm("nvfp4"))
 _ROW_MX = tl.constexpr(_load_row_asm("mxfp4"))
+_ROW_FP8 = tl.constexpr(_load_row_fp8_asm())
+_TILE_E5M2 = tl.constexpr(_fp8_tile_asm("e5m2"))
+_TILE_E4M3 = tl.constexpr(_fp8_tile_asm("e4m3"))
 _LOAD_X = tl.constexpr(_load_x_asm())
 _XPAIRS = tl.constexpr(_xpairs_asm())
+_XMOVES = tl.constexpr("{\n" + "\n".join(f"mov.b32 ${i}, ${16 + i};" for i in range(16)) + "\n}")
 _ROW_CONS = tl.constexpr("=r,=r,=r,=r,=r,l,l,r")
 _LOAD_X_CONS = tl.constexpr("=r," * 16 + "l,r")
 _XPAIRS_CONS = tl.constexpr("=r," * 16 + ",".join(["r"] * 16))
@@ -199,11 +238,18 @@ _TILE_CONS = tl.constexpr("=f,=f,=f,=f," + "r," * 26 + "f,f,f,f")
 
 @triton.jit
 def _load_row(w_ptrs, s_ptrs, valid, FMT: tl.constexpr):
+    # no early returns (see _tile). The 8-bit formats load no scale here, and their fp32 scale
+    # pointer can't share an asm call with the codes' uint8 one: the codes' pointer stands in
     if FMT == "nvfp4":
-        return tl.inline_asm_elementwise(_ROW_NV, _ROW_CONS, [w_ptrs, s_ptrs, valid],
-                                         (tl.int32,) * 5, is_pure=True, pack=1)
-    return tl.inline_asm_elementwise(_ROW_MX, _ROW_CONS, [w_ptrs, s_ptrs, valid],
-                                     (tl.int32,) * 5, is_pure=True, pack=1)
+        out = tl.inline_asm_elementwise(_ROW_NV, _ROW_CONS, [w_ptrs, s_ptrs, valid],
+                                        (tl.int32,) * 5, is_pure=True, pack=1)
+    elif FMT == "mxfp4":
+        out = tl.inline_asm_elementwise(_ROW_MX, _ROW_CONS, [w_ptrs, s_ptrs, valid],
+                                        (tl.int32,) * 5, is_pure=True, pack=1)
+    else:
+        out = tl.inline_asm_elementwise(_ROW_FP8, _ROW_CONS, [w_ptrs, w_ptrs, valid],
+                                        (tl.int32,) * 5, is_pure=True, pack=1)
+    return out
 
 
 @triton.jit
@@ -219,23 +265,32 @@ def _tile(rg, rh, xp, acc, FMT: tl.constexpr, DIAG: tl.constexpr = 0):
             xp[0], xp[1], xp[2], xp[3], xp[4], xp[5], xp[6], xp[7],
             xp[8], xp[9], xp[10], xp[11], xp[12], xp[13], xp[14], xp[15],
             acc[0], acc[1], acc[2], acc[3]]
+    # no early returns: triton 3.6 builds every branch that follows a `return`
     if DIAG == 1:
-        return tl.inline_asm_elementwise(_TILE_PROBE_MMA, _TILE_CONS, args, (tl.float32,) * 4,
-                                         is_pure=True, pack=1)
-    if DIAG == 2:
-        return tl.inline_asm_elementwise(_TILE_PROBE_LOADS, _TILE_CONS, args, (tl.float32,) * 4,
-                                         is_pure=True, pack=1)
-    if FMT == "nvfp4":
-        return tl.inline_asm_elementwise(_TILE_NV, _TILE_CONS, args, (tl.float32,) * 4,
-                                         is_pure=True, pack=1)
-    return tl.inline_asm_elementwise(_TILE_MX, _TILE_CONS, args, (tl.float32,) * 4, is_pure=True,
-                                     pack=1)
+        out = tl.inline_asm_elementwise(_TILE_PROBE_MMA, _TILE_CONS, args, (tl.float32,) * 4,
+                                        is_pure=True, pack=1)
+    elif DIAG == 2:
+        out = tl.inline_asm_elementwise(_TILE_PROBE_LOADS, _TILE_CONS, args, (tl.float32,) * 4,
+                                        is_pure=True, pack=1)
+    elif FMT == "nvfp4":
+        out = tl.inline_asm_elementwise(_TILE_NV, _TILE_CONS, args, (tl.float32,) * 4,
+                                        is_pure=True, pack=1)
+    elif FMT == "mxfp4":
+        out = tl.inline_asm_elementwise(_TILE_MX, _TILE_CONS, args, (tl.float32,) * 4,
+                                        is_pure=True, pack=1)
+    elif FMT == "e5m2":
+        out = tl.inline_asm_elementwise(_TILE_E5M2, _TILE_CONS, args, (tl.float32,) * 4,
+                                        is_pure=True, pack=1)
+    else:
+        out = tl.inline_asm_elementwise(_TILE_E4M3, _TILE_CONS, args, (tl.float32,) * 4,
+                                        is_pure=True, pack=1)
+    return out
 
 
 @triton.jit
 def _rows_step(w_ptr, s_ptr, row, N, RB, SB, off, kb_hi, FMT: tl.constexpr, RS: tl.constexpr):
     """(4 words, scale) for rows row + RS * q, q = 0..3, at byte `off` (zeros outside)."""
-    HB: tl.constexpr = 8 if FMT == "nvfp4" else 16  # bytes per scale block
+    HB: tl.constexpr = 8 if FMT == "nvfp4" else 16  # bytes per scale block (FP4)
     ok = off < kb_hi
     r0 = _load_row(w_ptr + row.to(tl.int64) * RB + off, s_ptr + row.to(tl.int64) * SB + off // HB,
                    (ok & (row < N)).to(tl.int32), FMT)
@@ -272,24 +327,30 @@ def _prefetch_rows(w_ptr, row, N, RB, off, kb_hi, RS: tl.constexpr):
 
 
 @triton.jit
-def _x_step(x_row, off, kb_hi, K, in_m):
-    """x's 64 bytes for the 32 codes at byte `off`, 16 at a time inside K and the split."""
+def _x_step(x_row, off, kb_hi, K, in_m, FP8: tl.constexpr):
+    """x for the codes of the 16 bytes at `off` (FP4: 32 codes, 64 bytes of x; FP8: 16 codes,
+    32 bytes), 16 bytes at a time inside K and the split."""
     ok = in_m & (off < kb_hi)
-    k0 = 2 * off  # first code
-    bits = ((ok & (k0 + 8 <= K)).to(tl.int32) | ((ok & (k0 + 16 <= K)).to(tl.int32) << 1)
-            | ((ok & (k0 + 24 <= K)).to(tl.int32) << 2) | ((ok & (k0 + 32 <= K)).to(tl.int32) << 3))
+    k0 = off if FP8 else 2 * off  # first code
+    bits = (ok & (k0 + 8 <= K)).to(tl.int32) | ((ok & (k0 + 16 <= K)).to(tl.int32) << 1)
+    if not FP8:
+        bits = bits | ((ok & (k0 + 24 <= K)).to(tl.int32) << 2) | (
+            (ok & (k0 + 32 <= K)).to(tl.int32) << 3)
     return _load_x(x_row + k0, bits)
 
 
 @triton.jit
-def _store_rows(v, rows, cols, y_ptr, ws_ptr, g_ptr, b_ptr, pid_k, M, N,
-                FMT: tl.constexpr, HAS_BIAS: tl.constexpr, PARTIAL: tl.constexpr):
+def _store_rows(v, rows, cols, y_ptr, ws_ptr, s_ptr, g_ptr, b_ptr, pid_k, M, N,
+                FMT: tl.constexpr, HAS_SCALE: tl.constexpr, HAS_BIAS: tl.constexpr,
+                PARTIAL: tl.constexpr):
     mask = (rows < N) & (cols < M)
-    if FMT == "nvfp4":
-        v = v * 256.0  # the block scales were read as E4M3 * 2^-8
+    if FMT == "nvfp4" or FMT == "e4m3":
+        v = v * 256.0  # the E4M3 codes or block scales were read as value * 2^-8
     if PARTIAL:
         tl.store(ws_ptr + (pid_k * M + cols).to(tl.int64) * N + rows, v, mask=mask)
     else:
+        if HAS_SCALE:
+            v = v * tl.load(s_ptr + rows, mask=rows < N, other=1.0)
         if FMT == "nvfp4":
             v = v * tl.load(g_ptr)
         if HAS_BIAS:
@@ -298,9 +359,9 @@ def _store_rows(v, rows, cols, y_ptr, ws_ptr, g_ptr, b_ptr, pid_k, M, N,
 
 
 @triton.jit
-def _store_tile(c0, c1, c2, c3, row0, y_ptr, ws_ptr, g_ptr, b_ptr, pid_k, M, N,
-                FMT: tl.constexpr, HAS_BIAS: tl.constexpr, PARTIAL: tl.constexpr,
-                WARPS: tl.constexpr):
+def _store_tile(c0, c1, c2, c3, row0, y_ptr, ws_ptr, s_ptr, g_ptr, b_ptr, pid_k, M, N,
+                FMT: tl.constexpr, HAS_SCALE: tl.constexpr, HAS_BIAS: tl.constexpr,
+                PARTIAL: tl.constexpr, WARPS: tl.constexpr):
     lanes = tl.arange(0, 32)
     rows = row0 + lanes // 4
     cols = 2 * (lanes % 4)
@@ -308,19 +369,20 @@ def _store_tile(c0, c1, c2, c3, row0, y_ptr, ws_ptr, g_ptr, b_ptr, pid_k, M, N,
     c1 = tl.sum(tl.reshape(c1, (WARPS, 32)), axis=0)
     c2 = tl.sum(tl.reshape(c2, (WARPS, 32)), axis=0)
     c3 = tl.sum(tl.reshape(c3, (WARPS, 32)), axis=0)
-    _store_rows(c0, rows, cols, y_ptr, ws_ptr, g_ptr, b_ptr, pid_k, M, N, FMT, HAS_BIAS, PARTIAL)
-    _store_rows(c1, rows, cols + 1, y_ptr, ws_ptr, g_ptr, b_ptr, pid_k, M, N, FMT, HAS_BIAS,
-                PARTIAL)
-    _store_rows(c2, rows + 8, cols, y_ptr, ws_ptr, g_ptr, b_ptr, pid_k, M, N, FMT, HAS_BIAS,
-                PARTIAL)
-    _store_rows(c3, rows + 8, cols + 1, y_ptr, ws_ptr, g_ptr, b_ptr, pid_k, M, N, FMT, HAS_BIAS,
-                PARTIAL)
+    _store_rows(c0, rows, cols, y_ptr, ws_ptr, s_ptr, g_ptr, b_ptr, pid_k, M, N, FMT, HAS_SCALE,
+                HAS_BIAS, PARTIAL)
+    _store_rows(c1, rows, cols + 1, y_ptr, ws_ptr, s_ptr, g_ptr, b_ptr, pid_k, M, N, FMT,
+                HAS_SCALE, HAS_BIAS, PARTIAL)
+    _store_rows(c2, rows + 8, cols, y_ptr, ws_ptr, s_ptr, g_ptr, b_ptr, pid_k, M, N, FMT,
+                HAS_SCALE, HAS_BIAS, PARTIAL)
+    _store_rows(c3, rows + 8, cols + 1, y_ptr, ws_ptr, s_ptr, g_ptr, b_ptr, pid_k, M, N, FMT,
+                HAS_SCALE, HAS_BIAS, PARTIAL)
 
 
 @triton.jit
-def _store_diagonal(c0, c1, c2, c3, row0, y_ptr, ws_ptr, g_ptr, b_ptr, pid_k, N,
-                    FMT: tl.constexpr, HAS_BIAS: tl.constexpr, PARTIAL: tl.constexpr,
-                    WARPS: tl.constexpr):
+def _store_diagonal(c0, c1, c2, c3, row0, y_ptr, ws_ptr, s_ptr, g_ptr, b_ptr, pid_k, N,
+                    FMT: tl.constexpr, HAS_SCALE: tl.constexpr, HAS_BIAS: tl.constexpr,
+                    PARTIAL: tl.constexpr, WARPS: tl.constexpr):
     """LONG (M = 1): D[g][g] is row r's sum over K-chunk g (D[g+8][g]: row r+1's), in lane
     (g, g // 2), register c0 (g even) or c1; the 8 chunks' sums add up to the row's dot."""
     NT: tl.constexpr = 32 * WARPS
@@ -334,9 +396,10 @@ def _store_diagonal(c0, c1, c2, c3, row0, y_ptr, ws_ptr, g_ptr, b_ptr, pid_k, N,
     low = tl.sum(tl.reshape(low, (WARPS, 32)), axis=1)
     rows = row0 + 4 * tl.arange(0, WARPS)
     zero = tl.zeros((WARPS,), tl.int32)
-    _store_rows(top, rows, zero, y_ptr, ws_ptr, g_ptr, b_ptr, pid_k, 1, N, FMT, HAS_BIAS, PARTIAL)
-    _store_rows(low, rows + 1, zero, y_ptr, ws_ptr, g_ptr, b_ptr, pid_k, 1, N, FMT, HAS_BIAS,
-                PARTIAL)
+    _store_rows(top, rows, zero, y_ptr, ws_ptr, s_ptr, g_ptr, b_ptr, pid_k, 1, N, FMT, HAS_SCALE,
+                HAS_BIAS, PARTIAL)
+    _store_rows(low, rows + 1, zero, y_ptr, ws_ptr, s_ptr, g_ptr, b_ptr, pid_k, 1, N, FMT,
+                HAS_SCALE, HAS_BIAS, PARTIAL)
 
 
 @triton.jit
@@ -344,6 +407,7 @@ def mma_gemv_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr,
                     M, N, K, RB, SB, KB_SPLIT,
                     FMT: tl.constexpr, HAS_BIAS: tl.constexpr, WARPS: tl.constexpr,
                     PARTIAL: tl.constexpr, PDL: tl.constexpr = 0, PREFETCH: tl.constexpr = 0,
+                    HAS_SCALE: tl.constexpr = False,
                     AHEAD: tl.constexpr = 0, DIAG: tl.constexpr = 0, LONG: tl.constexpr = False):
     """Program (pid_n, pid_k): rows pid_n * 32 .. +32 over bytes [pid_k * KB_SPLIT, +KB_SPLIT);
     warp w takes the 64-byte steps w, w + WARPS, ...; the warps' sums are added at the end.
@@ -356,6 +420,7 @@ def mma_gemv_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr,
     (_store_diagonal); program = 4 * WARPS rows, each warp its own 4 over the whole K range.
     Needs num_warps == WARPS, K % 8 == 0 and a 16-byte aligned x (the launcher checks)."""
     NT: tl.constexpr = 32 * WARPS
+    FP8: tl.constexpr = FMT == "e5m2" or FMT == "e4m3"
     PROG_ROWS: tl.constexpr = 4 * WARPS if LONG else ROWS
     RS: tl.constexpr = 1 if LONG else 8  # row step between a thread's 4 rows
     pid_n = tl.program_id(0)
@@ -388,28 +453,33 @@ def mma_gemv_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr,
     b2 = a0
     b3 = a0
     r0, r1, r2, r3 = _rows_step(w_ptr, s_ptr, row, N, RB, SB, off, kb_hi, FMT, RS)
-    xw = _x_step(x_row, off, kb_hi, K, in_m)
+    xw = _x_step(x_row, off, kb_hi, K, in_m, FP8)
     for _ in range(kb_lo, kb_hi, stride):
         off += stride
         # the next step's loads go out before this step's arithmetic (registers, not smem)
         n0, n1, n2, n3 = _rows_step(w_ptr, s_ptr, row, N, RB, SB, off, kb_hi, FMT, RS)
-        nx = _x_step(x_row, off, kb_hi, K, in_m)
+        nx = _x_step(x_row, off, kb_hi, K, in_m, FP8)
         if AHEAD > 0:
             _prefetch_rows(w_ptr, row, N, RB, off + AHEAD * stride, kb_hi, RS)
-        xp = tl.inline_asm_elementwise(_XPAIRS, _XPAIRS_CONS, list(xw), (tl.int32,) * 16,
-                                       is_pure=True, pack=1)
+        # FP8: x's own pairs meet the codes' (_fp8_tile_asm): moves, which ptxas drops
+        if FP8:
+            xp = tl.inline_asm_elementwise(_XMOVES, _XPAIRS_CONS, list(xw), (tl.int32,) * 16,
+                                           is_pure=True, pack=1)
+        else:
+            xp = tl.inline_asm_elementwise(_XPAIRS, _XPAIRS_CONS, list(xw), (tl.int32,) * 16,
+                                           is_pure=True, pack=1)
         a0, a1, a2, a3 = _tile(r0, r1, xp, (a0, a1, a2, a3), FMT, DIAG)
         b0, b1, b2, b3 = _tile(r2, r3, xp, (b0, b1, b2, b3), FMT, DIAG)
         r0, r1, r2, r3, xw = n0, n1, n2, n3, nx
     _pdl_exit(PDL)
     if LONG:
-        _store_diagonal(a0, a1, a2, a3, pid_n * PROG_ROWS, y_ptr, ws_ptr, g_ptr, b_ptr, pid_k,
-                        N, FMT, HAS_BIAS, PARTIAL, WARPS)
-        _store_diagonal(b0, b1, b2, b3, pid_n * PROG_ROWS + 2, y_ptr, ws_ptr, g_ptr, b_ptr,
-                        pid_k, N, FMT, HAS_BIAS, PARTIAL, WARPS)
+        _store_diagonal(a0, a1, a2, a3, pid_n * PROG_ROWS, y_ptr, ws_ptr, s_ptr, g_ptr, b_ptr,
+                        pid_k, N, FMT, HAS_SCALE, HAS_BIAS, PARTIAL, WARPS)
+        _store_diagonal(b0, b1, b2, b3, pid_n * PROG_ROWS + 2, y_ptr, ws_ptr, s_ptr, g_ptr,
+                        b_ptr, pid_k, N, FMT, HAS_SCALE, HAS_BIAS, PARTIAL, WARPS)
         return
     # lane (g, t) holds rows g, g+8 of each tile for columns 2t, 2t+1: add the warps' sums
-    _store_tile(a0, a1, a2, a3, pid_n * ROWS, y_ptr, ws_ptr, g_ptr, b_ptr, pid_k, M, N,
-                FMT, HAS_BIAS, PARTIAL, WARPS)
-    _store_tile(b0, b1, b2, b3, pid_n * ROWS + 16, y_ptr, ws_ptr, g_ptr, b_ptr, pid_k, M, N,
-                FMT, HAS_BIAS, PARTIAL, WARPS)
+    _store_tile(a0, a1, a2, a3, pid_n * ROWS, y_ptr, ws_ptr, s_ptr, g_ptr, b_ptr, pid_k, M, N,
+                FMT, HAS_SCALE, HAS_BIAS, PARTIAL, WARPS)
+    _store_tile(b0, b1, b2, b3, pid_n * ROWS + 16, y_ptr, ws_ptr, s_ptr, g_ptr, b_ptr, pid_k,
+                M, N, FMT, HAS_SCALE, HAS_BIAS, PARTIAL, WARPS)
