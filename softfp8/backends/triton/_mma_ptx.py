@@ -1,0 +1,174 @@
+"""PTX text for Kernel.MMA_GEMV (`_mma`): one thread's share of a loop step, as strings.
+
+Operand numbering follows Triton's inline asm: outputs first ($0..), then the inputs in order.
+The fragment plan, the pairing of codes and x, and why each decode is exact are in `_mma`'s
+docstring; the tests that check them bit for bit on a GPU are in tests/test_triton.py
+(`test_gpu_every_*_code_*`, `test_gpu_mma_gemv_*`).
+"""
+
+
+def _decode_word(w: str, p: str, scale: str) -> str:
+    """PTX: word `w` (8 codes c..c+7) -> fp16 pairs p0..p3 = (c+i, c+i+4) * scale (fp16x2)."""
+    out = [f"and.b32 sl, {w}, 0x77777777;", "shr.b32 sh, sl, 16;",
+           "prmt.b32 ml, t0, t1, sl;", "prmt.b32 mh, t0, t1, sh;"]
+    for i in range(4):
+        # bytes: 0 <- sign-replicate of table byte (0x00), 1 <- |code i|, 2 <- 0x00, 3 <- |code i+4|
+        out.append(f"prmt.b32 {p}{i}, ml, mh, 0x{4 + i:x}8{i:x}8;")
+        # signs of codes i and i+4 sit at bits 4i+3 and 4i+19: shifted to 15 and 31
+        src = w if i == 3 else "u"
+        if i < 3:
+            out.append(f"shl.b32 u, {w}, {12 - 4 * i};")
+        out.append(f"lop3.b32 {p}{i}, {p}{i}, {src}, 0x80008000, 0xF8;")  # a | (b & c)
+        out.append(f"mul.rn.f16x2 {p}{i}, {p}{i}, {scale};")
+    return "\n".join(out)
+
+
+def _mma(acc: str, a: tuple, b: tuple) -> str:
+    d = "{" + ", ".join(f"{acc}{i}" for i in range(4)) + "}"
+    return (f"mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {d}, "
+            f"{{{', '.join(a)}}}, {{{', '.join(b)}}}, {d};")
+
+
+def _fp8_tile_asm(fmt: str) -> str:
+    """The 8-bit tile step, same operands as `_tile_asm` ($12/$13 unused; $14..$21 are x's words
+    as they lie): a word of codes c..c+3 is two fp16 pairs (c, c+1), (c+2, c+3) -- one `prmt`
+    each (E5M2 is fp16's high byte; E4M3 then `_decode.e4m3_to_f16_div256_ptx`'s shift, mask
+    and NaN fix: value * 2^-8) -- which meet x's own pairs, so x needs no re-pairing."""
+    body = [".reg .b32 h, r, q, c, z, one;", ".reg .b32 g<2>, k<2>;", ".reg .f32 acc<4>;",
+            "mov.b32 c, 0x78447844;", "mov.b32 z, 0;", "mov.b32 one, 0x3C003C00;"]
+    body += [f"mov.f32 acc{i}, ${30 + i};" for i in range(4)]
+
+    def pair(word: str, dst: str, sel: str) -> list:
+        if fmt == "e5m2":
+            return [f"prmt.b32 {dst}, {word}, 0, {sel};"]
+        return [f"prmt.b32 h, {word}, 0, {sel};", "shr.b32 r, h, 1;",
+                "and.b32 r, r, 0x3F803F80;", "lop3.b32 r, r, h, 0x80008000, 0xF8;",
+                "mul.rn.f16x2 q, r, c;", "fma.rn.f16x2 q, q, z, one;", f"mul.rn.f16x2 {dst}, r, q;"]
+    for j in range(4):
+        body += pair(f"${4 + j}", "g0", "0x1404") + pair(f"${4 + j}", "g1", "0x3424")
+        body += pair(f"${8 + j}", "k0", "0x1404") + pair(f"${8 + j}", "k1", "0x3424")
+        body.append(_mma("acc", ("g0", "k0", "g1", "k1"), (f"${14 + 2 * j}", f"${15 + 2 * j}")))
+    body += [f"mov.f32 ${i}, acc{i};" for i in range(4)]
+    return "{\n" + "\n".join(body) + "\n}"
+
+
+def _tile_asm(fmt: str) -> str:
+    """One 16-row tile, one loop step. Operands: $0..$3 the fp32 accumulator out; in: $4..$7 row
+    g's words, $8..$11 row g+8's, $12/$13 their scale bytes, $14..$29 the x pairs (`_XPAIRS`),
+    $30..$33 the accumulator in."""
+    body = [".reg .b32 t0, t1, sl, sh, ml, mh, u, h, r, q, sg01, sg23, sh01, sh23;",
+            ".reg .b32 g<4>, k<4>;", ".reg .f32 acc<4>;",
+            "mov.b32 t0, 0x3E3C3800;", "mov.b32 t1, 0x46444240;"]
+    if fmt == "nvfp4":
+        body += [".reg .b32 c, z, one;", "mov.b32 c, 0x78447844;", "mov.b32 z, 0;",
+                 "mov.b32 one, 0x3C003C00;"]
+        for src, lo, hi in (("$12", "sg01", "sg23"), ("$13", "sh01", "sh23")):
+            body += [f"prmt.b32 h, {src}, 0, 0x1404;",  # the two E4M3 bytes as fp16 high bytes
+                     "shr.b32 r, h, 1;", "and.b32 r, r, 0x3F803F80;",
+                     "lop3.b32 r, r, h, 0x80008000, 0xF8;",  # fp16 = E4M3 * 2^-8
+                     "mul.rn.f16x2 q, r, c;",  # inf only for the NaN codes (1.875 * 34944)
+                     "fma.rn.f16x2 q, q, z, one;", "mul.rn.f16x2 r, r, q;",
+                     f"prmt.b32 {lo}, r, 0, 0x1010;", f"prmt.b32 {hi}, r, 0, 0x3232;"]
+        body += [f"mov.f32 acc{i}, ${30 + i};" for i in range(4)]
+    else:
+        body += [".reg .b32 e, o, big, bits;", ".reg .pred nz;", ".reg .f32 f<2>;"]
+        for src, words, lo, hi, big in (("$12", (4, 5, 6, 7), "sg01", "sg23", "bg"),
+                                         ("$13", (8, 9, 10, 11), "sh01", "sh23", "bh")):
+            body += [f".reg .b32 {big};",
+                     f"or.b32 o, ${words[0]}, ${words[1]};",
+                     f"or.b32 o, o, ${words[2]};", f"or.b32 o, o, ${words[3]};",
+                     "setp.ne.b32 nz, o, 0;", f"setp.eq.or.b32 nz, {src}, 255, nz;",
+                     f"selp.b32 e, {src}, 0, nz;",  # blocks of zeros don't set E
+                     "shfl.sync.bfly.b32 o, e, 1, 0x1f, 0xffffffff;", "max.u32 e, e, o;",
+                     "shfl.sync.bfly.b32 o, e, 2, 0x1f, 0xffffffff;", f"max.u32 {big}, e, o;",
+                     # 2^(e - E) as fp16 pair: float32 bits (127 + e - E) << 23, 0 below 2^-126
+                     f"sub.s32 bits, {src}, {big};", "add.s32 bits, bits, 127;",
+                     # (a zero block may lie above E: any finite factor serves it)
+                     "max.s32 bits, bits, 0;", "min.s32 bits, bits, 127;",
+                     "shl.b32 bits, bits, 23;",
+                     "mov.b32 f0, bits;", f"cvt.rn.f16x2.f32 {lo}, f0, f0;",
+                     f"mov.b32 {hi}, {lo};"]
+        body += [f"mov.f32 acc{i}, 0f00000000;" for i in range(4)]
+    for j in range(4):
+        sg, sh_ = ("sg01", "sh01") if j < 2 else ("sg23", "sh23")
+        body.append(_decode_word(f"${4 + j}", "g", sg))
+        body.append(_decode_word(f"${8 + j}", "k", sh_))
+        for ii in range(2):
+            a = (f"g{2 * ii}", f"k{2 * ii}", f"g{2 * ii + 1}", f"k{2 * ii + 1}")
+            b = (f"${14 + 4 * j + 2 * ii}", f"${15 + 4 * j + 2 * ii}")
+            body.append(_mma("acc", a, b))
+    if fmt == "nvfp4":
+        body += [f"mov.f32 ${i}, acc{i};" for i in range(4)]
+    else:
+        # out = in + tile * 2^(E - 127) per row (E8M0: 0 is 2^-127, 255 NaN)
+        for big, regs in (("bg", (0, 1)), ("bh", (2, 3))):
+            body += [f"shl.b32 bits, {big}, 23;",
+                     f"setp.eq.b32 nz, {big}, 0;", "selp.b32 bits, 0x00400000, bits, nz;",
+                     f"setp.eq.b32 nz, {big}, 255;", "selp.b32 bits, 0x7FC00000, bits, nz;",
+                     "mov.b32 f1, bits;"]
+            body += [f"fma.rn.f32 ${i}, acc{i}, f1, ${30 + i};" for i in regs]
+    return "{\n" + "\n".join(body) + "\n}"
+
+
+def _probe_tile_asm(decode: bool) -> str:
+    """Diagnostics only (benchmarks/gpu_mma_probe.py, wrong results): the tile step with the
+    words fed to the mma undecoded (decode=False: what the decode costs), or no mma either, the
+    words xor-ed into the accumulator bits (the loads alone)."""
+    body = [".reg .b32 v;"] + [f"mov.f32 ${i}, ${30 + i};" for i in range(4)]
+    if decode:
+        for j in range(4):
+            for ii in range(2):
+                body.append(_mma("$", (f"${4 + j}", f"${8 + j}", f"${4 + j}", f"${8 + j}"),
+                                 (f"${14 + 4 * j + 2 * ii}", f"${15 + 4 * j + 2 * ii}")))
+    else:
+        body += ["xor.b32 v, $4, $5;", "xor.b32 v, v, $6;", "xor.b32 v, v, $7;",
+                 "xor.b32 v, v, $8;", "xor.b32 v, v, $9;", "xor.b32 v, v, $10;",
+                 "xor.b32 v, v, $11;", "xor.b32 v, v, $14;", "mov.b32 $0, v;"]
+    return "{\n" + "\n".join(body) + "\n}"
+
+
+def _load_row_fp8_asm() -> str:
+    """$0..$3: 16 bytes of 8-bit codes at $5 ($4 = 0: row scales come at the end; $6 unused)."""
+    return """{
+    .reg .pred p;
+    setp.ne.b32 p, $7, 0;
+    mov.b32 $0, 0; mov.b32 $1, 0; mov.b32 $2, 0; mov.b32 $3, 0; mov.b32 $4, 0;
+    @p ld.global.nc.v4.u32 {$0, $1, $2, $3}, [$5];
+    }"""
+
+
+def _load_row_asm(fmt: str) -> str:
+    """$0..$3: 16 bytes of codes at $5, $4: the scale byte(s) at $6 (NVFP4: the two E4M3 codes
+    of those 16 bytes; MXFP4: one E8M0); all zero where $7 == 0."""
+    kind = "u16" if fmt == "nvfp4" else "u8"
+    return f"""{{
+    .reg .pred p;
+    .reg .b16 hs;
+    setp.ne.b32 p, $7, 0;
+    mov.b32 $0, 0; mov.b32 $1, 0; mov.b32 $2, 0; mov.b32 $3, 0; mov.b16 hs, 0;
+    @p ld.global.nc.v4.u32 {{$0, $1, $2, $3}}, [$5];
+    @p ld.global.nc.{kind} hs, [$6];
+    cvt.u32.u16 $4, hs;
+    }}"""
+
+
+def _load_x_asm() -> str:
+    """$0..$15: 64 bytes of fp16 x at $16, 16 bytes at a time where bit v of $17 is set."""
+    lines = [".reg .pred p;", ".reg .b32 v;"] + [f"mov.b32 ${i}, 0;" for i in range(16)]
+    for v in range(4):
+        regs = ", ".join(f"${4 * v + i}" for i in range(4))
+        lines += [f"and.b32 v, $17, {1 << v};", "setp.ne.b32 p, v, 0;",
+                  f"@p ld.global.nc.v4.u32 {{{regs}}}, [$16+{16 * v}];"]
+    return "{\n" + "\n".join(lines) + "\n}"
+
+
+def _xpairs_asm() -> str:
+    """x words X0..X15 ($16..$31: values 2q, 2q+1) -> B pairs ($0..$15) in the decode's order:
+    word j, step ii: (x[8j+2ii], x[8j+2ii+4]) then (x[8j+2ii+1], x[8j+2ii+5])."""
+    lines = []
+    for j in range(4):
+        for ii in range(2):
+            a, b = 16 + 4 * j + ii, 18 + 4 * j + ii
+            lines.append(f"prmt.b32 ${4 * j + 2 * ii}, ${a}, ${b}, 0x5410;")
+            lines.append(f"prmt.b32 ${4 * j + 2 * ii + 1}, ${a}, ${b}, 0x7632;")
+    return "{\n" + "\n".join(lines) + "\n}"
