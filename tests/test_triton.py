@@ -249,6 +249,9 @@ def test_mma_gemv_refuses_what_it_cannot_run():
     fp4 = softfp8.quantize(torch.randn(32, 64), Format.NVFP4).to(DEVICE)
     with pytest.raises(ValueError, match="MMA_GEMV takes fp16 x"):
         run(torch.randn(1, 64).to(DEVICE), fp4, None, cfg)
+    if not HAS_GPU:  # the interpreter can't run inline PTX: a clear error, not a crash inside
+        with pytest.raises(ValueError, match="not the interpreter"):
+            run(torch.randn(1, 64).half(), fp4, None, cfg)
     with pytest.raises(ValueError, match="M <= 8"):
         run(torch.randn(9, 64).half().to(DEVICE), fp4, None, cfg)
     if HAS_GPU and triton_backend.uses_mma_gemv(64, 2, Format.NVFP4, device_info(torch.device(

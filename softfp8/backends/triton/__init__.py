@@ -403,9 +403,11 @@ def _launch(x: torch.Tensor, packed: PackedWeight, bias: torch.Tensor | None, cf
     if cfg.kernel is Kernel.MMA_GEMV:
         from ._mma import ROWS_PER_PROGRAM, mma_gemv_kernel
 
-        if not mma_gemv_runs(k, m, packed.fmt, DeviceInfo(1, (8, 0), False), x.dtype):
+        if not mma_gemv_runs(k, m, packed.fmt, info, x.dtype):
             raise ValueError(f"cfg: Kernel.MMA_GEMV takes fp16 x with M <= {MMA_MAX_M} and K a "
-                             f"multiple of 8; got {x.dtype}, M={m}, K={k}")
+                             f"multiple of 8 on an NVIDIA GPU of compute capability 8.0 or newer "
+                             f"(inline PTX: not the interpreter); got {x.dtype}, M={m}, K={k} "
+                             f"on {x.device}")
         if x.data_ptr() % 16:
             x = x.clone()  # the kernel reads x 16 bytes at a time
             args = (x,) + args[1:]
