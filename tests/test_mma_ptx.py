@@ -1,0 +1,209 @@
+"""Kernel.MMA_GEMV's PTX text, run on CPU through tests/ptx_emulator.py: one warp, one loop step,
+every format, against the reference decoders in float64. CI has no GPU, so this is where the
+asm blocks' decode, the pairing of codes with x, the scale handling (NVFP4 folded into the fp16
+pairs, MXFP4's shared exponent across the four lanes of an mma) and the fragment plan of both
+mappings are checked; the GPU tests (test_triton.py, `-m gpu`) run the same text on hardware.
+"""
+import numpy as np
+import pytest
+import torch
+from ptx_emulator import Warp, prmt
+
+from softfp8.backends.triton import _mma_ptx as P
+from softfp8.decode import (decode_e2m1_to_f32, decode_e4m3_to_f32, decode_e5m2_to_f32,
+                            decode_e8m0)
+
+FP4 = ("nvfp4", "mxfp4")
+RNG = np.random.default_rng(7)
+
+
+def _x_words(xs: np.ndarray) -> list[int]:
+    """fp16 values -> 32-bit words of consecutive pairs (element 2q in the low half)."""
+    return [int(v) for v in xs.astype(np.float16).view(np.uint32)]
+
+
+def _run_tile(fmt, wg, wh, sg, sh, xw):
+    """One tile step. wg/wh[lane]: 4 words of rows g / g+8; sg/sh[lane]: scale bits; xw[lane]:
+    the lane's 16 x words. Returns D as 16 x 8 float64 from the lanes' c0..c3."""
+    if fmt in FP4:
+        pairs = Warp(P._xpairs_asm()).run([[0] * 16 + xw[lane] for lane in range(32)])
+        xp = [pairs[lane][:16] for lane in range(32)]
+        tile = P._tile_asm(fmt)
+    else:
+        xp = [xw[lane][:8] + [0] * 8 for lane in range(32)]
+        tile = P._fp8_tile_asm(fmt)
+    ops = [[0] * 4 + wg[lane] + wh[lane] + [sg[lane], sh[lane]] + xp[lane] + [0] * 4
+           for lane in range(32)]
+    out = Warp(tile).run(ops)
+    D = np.zeros((16, 8))
+    for lane in range(32):
+        g, t = lane // 4, lane % 4
+        c = np.array(out[lane][:4], np.uint32).view(np.float32)
+        D[g, 2 * t], D[g, 2 * t + 1], D[g + 8, 2 * t], D[g + 8, 2 * t + 1] = c
+    return D
+
+
+def _codes_fp4(rows):
+    """rows x 64 bytes; each row holds every E2M1 code in both nibbles, in random places."""
+    out = np.empty((rows, 64), np.uint8)
+    for r in range(rows):
+        lo = RNG.permutation(np.tile(np.arange(16), 4))
+        hi = RNG.permutation(np.tile(np.arange(16), 4))
+        out[r] = (lo | (hi << 4)).astype(np.uint8)
+    return out
+
+
+def _fp4_case(fmt, scales_fn):
+    """The tile mapping: lane (g, t) holds bytes 16t..16t+15 of rows g and g+8 and x row g's
+    matching 32 values. Returns the emulated D and the float64 reference."""
+    codes = _codes_fp4(16)  # 16 rows x 64 bytes = 128 codes each
+    x = (1 + RNG.integers(0, 16, (8, 128)) / 16).astype(np.float16)  # distinct, exact steps
+    x *= np.where(RNG.random((8, 128)) < 0.5, -1, 1).astype(np.float16)
+    sc = scales_fn()  # NVFP4: 16 rows x 8 E4M3 codes (per 8 bytes); MXFP4: 16 x 4 E8M0
+    w = decode_e2m1_to_f32(torch.from_numpy(np.stack([codes & 0xF, codes >> 4], -1)
+                                            .reshape(16, 128).astype(np.int64))).double().numpy()
+    if fmt == "nvfp4":
+        s = decode_e4m3_to_f32(torch.from_numpy(sc.astype(np.int64))).double().numpy()
+        w = w * np.repeat(s, 16, axis=1)
+    else:
+        s = decode_e8m0(torch.from_numpy(sc.astype(np.int64))).double().numpy()
+        w = w * np.repeat(s, 32, axis=1)
+    ref = w @ x.astype(np.float64).T
+    wg, wh, sg, sh, xw = [], [], [], [], []
+    for lane in range(32):
+        g, t = lane // 4, lane % 4
+        chunk = slice(16 * t, 16 * t + 16)
+        wg.append([int(v) for v in codes[g, chunk].view(np.uint32)])
+        wh.append([int(v) for v in codes[g + 8, chunk].view(np.uint32)])
+        if fmt == "nvfp4":  # the two E4M3 codes of this lane's 16 bytes, as one u16
+            sg.append(int(sc[g, 2 * t]) | (int(sc[g, 2 * t + 1]) << 8))
+            sh.append(int(sc[g + 8, 2 * t]) | (int(sc[g + 8, 2 * t + 1]) << 8))
+        else:
+            sg.append(int(sc[g, t]))
+            sh.append(int(sc[g + 8, t]))
+        xw.append(_x_words(x[g, 32 * t:32 * t + 32]))
+    D = _run_tile(fmt, wg, wh, sg, sh, xw)
+    return D * (256.0 if fmt == "nvfp4" else 1.0), ref
+
+
+def _rel(a, b):
+    return np.linalg.norm(a - b) / np.linalg.norm(b)
+
+
+def test_prmt_and_table_bytes():
+    # the E2M1 table bytes are fp16 high bytes of 0, .5, 1, 1.5, 2, 3, 4, 6
+    t0, t1 = 0x3E3C3800, 0x46444240
+    for m, v in enumerate([0, .5, 1, 1.5, 2, 3, 4, 6]):
+        byte = prmt(t0, t1, m) & 0xFF
+        assert np.array([byte << 8], np.uint16).view(np.float16)[0] == v
+    assert prmt(0x44332211, 0x88776655, 0x7531) == 0x88664422  # bytes 1, 3, 5, 7
+    assert prmt(0x000000F0, 0, 0x0008) & 0xFF == 0xFF  # sign-replicate of byte 0 (msb set)
+
+
+@pytest.mark.parametrize("fmt", FP4)
+def test_fp4_tile_matches_reference(fmt):
+    if fmt == "nvfp4":
+        scales = lambda: RNG.integers(0x20, 0x58, (16, 8))  # noqa: E731  E4M3 2^-4 .. 2^4
+    else:
+        scales = lambda: RNG.integers(110, 134, (16, 4))  # noqa: E731  within 2^23 of each other
+    D, ref = _fp4_case(fmt, scales)
+    assert _rel(D, ref) < 1e-6
+
+
+def test_nvfp4_nan_scale_and_subnormal_scales():
+    def scales():
+        sc = RNG.integers(0x01, 0x08, (16, 8))  # E4M3 subnormal scales: 2^-9 .. 7 * 2^-9
+        sc[3, 5] = 0x7F  # NaN
+        sc[11, 0] = 0xFF  # NaN, negative
+        return sc
+    D, ref = _fp4_case("nvfp4", scales)
+    nan = np.isnan(ref)
+    assert nan[3].all() and nan[11].all() and nan.sum() == 16
+    assert (np.isnan(D) == nan).all()
+    assert _rel(D[~nan], ref[~nan]) < 1e-6
+
+
+def test_mxfp4_zero_blocks_and_nan():
+    def scales():
+        sc = RNG.integers(100, 124, (16, 4))
+        sc[:, 0] = 250  # far above the others: would flush them, but the codes there are 0
+        sc[6, 2] = 255  # NaN scale: that row is NaN whatever its codes
+        return sc
+    codes_fn = _codes_fp4
+
+    def zero_first_chunk(rows):
+        c = codes_fn(rows)
+        c[:, :16] = 0
+        return c
+    globals()["_codes_fp4"] = zero_first_chunk
+    try:
+        D, ref = _fp4_case("mxfp4", scales)
+    finally:
+        globals()["_codes_fp4"] = codes_fn
+    nan = np.isnan(ref)
+    assert nan[6].all() and nan.sum() == 8
+    assert (np.isnan(D) == nan).all()
+    assert _rel(D[~nan], ref[~nan]) < 1e-6
+
+
+@pytest.mark.parametrize("fmt", ["e5m2", "e4m3"])
+def test_fp8_tile_every_code(fmt):
+    """16 rows x 64 codes: all 256 codes appear (NaN/inf codes go to rows checked apart)."""
+    decode = decode_e5m2_to_f32 if fmt == "e5m2" else decode_e4m3_to_f32
+    allv = decode(torch.arange(256)).double().numpy()
+    finite = np.flatnonzero(np.isfinite(allv))
+    codes = np.empty((16, 64), np.uint8)
+    pool = RNG.permutation(np.concatenate([finite, RNG.choice(finite, 16 * 64 - len(finite))]))
+    codes[:] = pool.reshape(16, 64)
+    x = (1 + RNG.integers(0, 16, (8, 64)) / 16).astype(np.float16)
+    w = allv[codes]
+    ref = w @ x.astype(np.float64).T
+    wg, wh, xw = [], [], []
+    for lane in range(32):
+        g, t = lane // 4, lane % 4
+        chunk = slice(16 * t, 16 * t + 16)
+        wg.append([int(v) for v in codes[g, chunk].view(np.uint32)])
+        wh.append([int(v) for v in codes[g + 8, chunk].view(np.uint32)])
+        xw.append(_x_words(x[g, chunk]) + [0] * 8)
+    D = _run_tile(fmt, wg, wh, [0] * 32, [0] * 32, xw)
+    D *= 256.0 if fmt == "e4m3" else 1.0  # E4M3 decodes as value * 2^-8
+    assert _rel(D, ref) < 1e-6
+    # every non-finite code gives a non-finite row, alone in a row of zeros
+    special = np.flatnonzero(~np.isfinite(allv))
+    for code in special:
+        c = np.zeros((16, 64), np.uint8)
+        c[5, 17] = code
+        wg = [[int(v) for v in c[lane // 4, 16 * (lane % 4):16 * (lane % 4) + 16].view(np.uint32)]
+              for lane in range(32)]
+        wh = [[int(v) for v in c[lane // 4 + 8, 16 * (lane % 4):16 * (lane % 4) + 16]
+               .view(np.uint32)] for lane in range(32)]
+        D = _run_tile(fmt, wg, wh, [0] * 32, [0] * 32, xw)
+        got, want = D[5], allv[code] * x[:, 17].astype(np.float64)
+        assert (np.isnan(got) == np.isnan(want)).all() and (
+            np.isinf(got) == np.isinf(want)).all(), (fmt, code)
+
+
+def test_long_mapping_diagonal_holds_each_rows_dot():
+    """The M = 1 mapping: mma row g is row r's 64-byte chunk g (g+8: row r+1's), B's column g is
+    x's chunk g; D[g][g] sits in lane (g, g // 2), register c0 (g even) or c1 (_store_diagonal),
+    and those 8 values add up to the row's dot over the 512 bytes."""
+    codes = np.concatenate([_codes_fp4(2) for _ in range(8)], axis=1)  # 2 rows x 512 bytes
+    x = (1 + RNG.integers(0, 16, 1024) / 16).astype(np.float16)
+    sc = RNG.integers(0x30, 0x40, (2, 64))  # NVFP4: one E4M3 per 8 bytes
+    w = decode_e2m1_to_f32(torch.from_numpy(np.stack([codes & 0xF, codes >> 4], -1)
+                                            .reshape(2, 1024).astype(np.int64))).double().numpy()
+    w *= np.repeat(decode_e4m3_to_f32(torch.from_numpy(sc)).double().numpy(), 16, axis=1)
+    ref = w @ x.astype(np.float64)
+    wg, wh, sg, sh, xw = [], [], [], [], []
+    for lane in range(32):
+        g, t = lane // 4, lane % 4
+        off = 64 * g + 16 * t
+        wg.append([int(v) for v in codes[0, off:off + 16].view(np.uint32)])
+        wh.append([int(v) for v in codes[1, off:off + 16].view(np.uint32)])
+        sg.append(int(sc[0, off // 8]) | (int(sc[0, off // 8 + 1]) << 8))
+        sh.append(int(sc[1, off // 8]) | (int(sc[1, off // 8 + 1]) << 8))
+        xw.append(_x_words(x[2 * off:2 * off + 32]))
+    D = _run_tile("nvfp4", wg, wh, sg, sh, xw) * 256.0
+    diag = [D[g, g] for g in range(8)], [D[g + 8, g] for g in range(8)]
+    got = np.array([sum(diag[0]), sum(diag[1])])
+    assert _rel(got, ref) < 1e-6
