@@ -3,10 +3,10 @@
 from M = 1024 (MXFP4: 512), bounded slabs decoded for cuBLAS (`_dequant`).
 
 Public names (the backend protocol): NEEDS and matmul(x, packed, bias, *, e2m1). This module
-checks arguments, picks the launch settings from a small deterministic table (`launch_config`,
-which a sweep receipt can override: SOFTFP8_TRITON_TABLE), chooses programmatic dependent launch
-on sm_90+ (`pdl_settings`) and launches the kernels of `_kernels` (decoders in `_decode`). Triton itself is imported only
-when a kernel is launched, so NEEDS can explain a missing package instead of failing to import.
+checks arguments, takes the launch settings from `_table` (which kernel and tiles, the FP8
+decode, programmatic dependent launch; re-exported here) and launches the kernels of `_kernels`
+(decoders in `_decode`), `_mma` and `_dequant`. Triton itself is imported only when a kernel is
+launched, so NEEDS can explain a missing package instead of failing to import.
 
 TRITON_INTERPRET=1 in the environment when this module is first imported makes NEEDS accept CPU
 tensors: forcing backend="triton" then runs the kernels in Triton's interpreter (CI, debugging).
@@ -14,17 +14,25 @@ Auto dispatch never picks the interpreter (dispatch.AUTO_DEVICE_TYPES).
 """
 from __future__ import annotations
 
-import enum
-import functools
-import json
 import os
-from dataclasses import dataclass
 
 import torch
 
 from ...dispatch import E2M1Decode, Needs
 from ...formats import Format, PackedWeight, ScaleKind
 from ...linear import check_linear_args
+from ._table import (DEQUANT_MIN_M, DEQUANT_MIN_M_MXFP4, DEQUANT_SLAB_BYTES,
+                     FP8_DECODE_ENV, MMA_FORMATS, MMA_MAX_M, PDL_ENV, PDL_PREFETCH_ENV, TABLE_ENV,
+                     DeviceInfo, Kernel, LaunchConfig, device_info, dot_upcast, launch_config,
+                     mma_config, mma_gemv_runs, pdl_auto, pdl_settings, tiled_config,
+                     uses_hardware_fp8, uses_mma_gemv, uses_ptx_decode)
+
+__all__ = ["NEEDS", "INTERPRET", "matmul", "run",  # the backend; the launch settings (_table):
+           "Kernel", "LaunchConfig", "DeviceInfo", "device_info", "launch_config", "tiled_config",
+           "mma_config", "mma_gemv_runs", "uses_mma_gemv", "uses_hardware_fp8", "uses_ptx_decode",
+           "dot_upcast", "pdl_auto", "pdl_settings", "DEQUANT_MIN_M", "DEQUANT_MIN_M_MXFP4",
+           "DEQUANT_SLAB_BYTES", "MMA_MAX_M", "MMA_FORMATS", "FP8_DECODE_ENV", "PDL_ENV",
+           "PDL_PREFETCH_ENV", "TABLE_ENV"]
 
 INTERPRET = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
@@ -34,303 +42,6 @@ NEEDS = Needs(
     min_capability=(7, 0),
     packages=("triton",),
 )
-
-
-class Kernel(str, enum.Enum):
-    """Which kernel a launch uses."""
-
-    GEMV = "gemv"
-    """CUDA-core GEMV for M = 1 (and a few fp32 rows): weights read once, K kept in registers."""
-    SMALL_M = "small_m"
-    """tl.dot with one 16-row block of x (M = 2..16): weights read once for all rows."""
-    TILED = "tiled"
-    """tl.dot over a 2-D grid of output tiles, for larger M."""
-    MMA_GEMV = "mma_gemv"
-    """M <= 8 with fp16 activations on NVIDIA sm_80+: warp-level mma.sync with the per-thread
-    decode written in PTX (`_mma`), no layout conversions in the loop; auto for FP4."""
-    DEQUANT = "dequant"
-    """Large M: decode block_n rows at a time into x's dtype (a bounded slab, never the whole
-    weight) and multiply each slab with torch's GEMM (cuBLAS); compute-bound there, so the
-    decode is a small fixed cost."""
-
-
-@dataclass(frozen=True)
-class LaunchConfig:
-    """Launch settings. block_k is in codes (weights along K); split_k programs share one row
-    block's K range and a second kernel sums their partials in a fixed order."""
-
-    kernel: Kernel
-    block_m: int
-    block_n: int
-    block_k: int
-    split_k: int = 1
-    num_warps: int = 4
-    num_stages: int = 2
-
-
-@dataclass(frozen=True)
-class DeviceInfo:
-    """What the launch table is keyed on besides the shape."""
-
-    sm_count: int
-    capability: tuple[int, int] | None  # NVIDIA compute capability; None for ROCm/interpreter
-    interpreter: bool
-
-
-@functools.lru_cache(maxsize=None)
-def device_info(device: torch.device) -> DeviceInfo:
-    if device.type != "cuda":
-        return DeviceInfo(sm_count=4, capability=None, interpreter=True)
-    props = torch.cuda.get_device_properties(device)
-    cap = None if torch.version.hip else (props.major, props.minor)
-    return DeviceInfo(props.multi_processor_count, cap, interpreter=False)
-
-
-FP8_DECODE_ENV = "SOFTFP8_FP8_DECODE"
-"""auto | integer | hardware. `integer` forces the bit-operation FP8 decode even on sm_89+, so an
-H200 measures what a T4 or RTX 3090 user gets; `hardware` on a GPU without it is an error."""
-
-
-def uses_hardware_fp8(fmt: Format, info: DeviceInfo) -> bool:
-    """The one place that picks hardware FP8 conversion: NVIDIA sm_89+ for E5M2 codes (same
-    bits as the integer decode, checked per code by the GPU tests); integer decode elsewhere."""
-    has_hw = info.capability is not None and info.capability >= (8, 9)
-    wanted = os.environ.get(FP8_DECODE_ENV, "auto").strip().lower()
-    if wanted not in ("auto", "integer", "hardware"):
-        raise ValueError(f"{FP8_DECODE_ENV}={wanted!r} is not valid; expected one of "
-                         "'auto', 'integer', 'hardware'")
-    if wanted == "hardware" and not has_hw:
-        raise ValueError(f"{FP8_DECODE_ENV}=hardware: this GPU has no FP8 conversion "
-                         "instructions (they need NVIDIA compute capability 8.9 or newer)")
-    if wanted == "hardware":
-        return fmt in (Format.E5M2, Format.E4M3)
-    # auto: measured on the H200 (2026-11-29, benchmarks/gpu_triton_check.py, 128256 x 4096): the
-    # cvt is 10% faster than the PTX prmt decode for E5M2 but 38% slower for E4M3, whose
-    # cvt.f16x2.e4m3 costs more than a shift and the NaN fix-up on fp16 pairs.
-    return fmt is Format.E5M2 and has_hw and wanted != "integer"
-
-
-PDL_ENV = "SOFTFP8_PDL"
-"""auto | off | early | late: programmatic dependent launch on NVIDIA sm_90+ (a kernel starts,
-and may pull its first weight bytes toward L2, while the previous one finishes). early: the
-next kernel may launch as soon as this one starts; late: once this one's main loop is done.
-GPUs before sm_90 have no PDL. auto = `pdl_auto`."""
-PDL_PREFETCH_ENV = "SOFTFP8_PDL_PREFETCH"
-"""Overrides the bytes of each program's weights prefetched to L2 before the PDL wait (a
-multiple of 16; 0 = none)."""
-_PDL_MODES = {"off": 0, "early": 1, "late": 2}
-
-
-def pdl_auto(fmt: Format) -> tuple[str, int]:
-    """Measured on the H200 (2026-11-29, `bench token --preset llama2-7b`; BENCHMARKS.md), ms per
-    token. 8-bit (campaign steps pdl1, pdl2), off -> late -> early + 32 KiB prefetch: E5M2 2.121
-    -> 2.079 -> 2.518, E4M3 3.384 -> 3.308 -> 4.521; the waiting programs of an early launch
-    take SM slots from these bandwidth-bound kernels, and the prefetch alone (late + 32 KiB) cost
-    E5M2 9%. FP4 on Kernel.MMA_GEMV (step pdl3), off -> late -> early -> early + 32 KiB: NVFP4
-    1.926 -> 1.817 -> 1.802 -> 1.871, MXFP4 2.043 -> 1.909 -> 1.919 -> 1.889 (the prefetch
-    that helped the FMA GEMV no longer does)."""
-    return ("late", 0) if fmt in (Format.E5M2, Format.E4M3) else ("early", 0)
-
-
-def pdl_settings(info: DeviceInfo, fmt: Format) -> tuple[int, int]:
-    """(PDL mode: 0 off, 1 early, 2 late; prefetch bytes) for launches on this device."""
-    wanted = os.environ.get(PDL_ENV, "auto").strip().lower()
-    auto_mode, auto_bytes = pdl_auto(fmt)
-    if wanted == "auto":
-        wanted = auto_mode
-    if wanted not in _PDL_MODES:
-        raise ValueError(f"{PDL_ENV}={wanted!r} is not valid; expected one of 'auto', "
-                         "'off', 'early', 'late'")
-    raw = os.environ.get(PDL_PREFETCH_ENV, str(auto_bytes)).strip()
-    if not raw.isdigit() or int(raw) % 16:
-        raise ValueError(f"{PDL_PREFETCH_ENV}={raw!r}: expected a multiple of 16 (bytes)")
-    if info.capability is None or info.capability < (9, 0) or info.interpreter:
-        return 0, 0
-    mode = _PDL_MODES[wanted]
-    return mode, int(raw) if mode else 0
-
-
-DEQUANT_MIN_M = 1024
-"""From this many activation rows on, Kernel.DEQUANT. Measured on the H200 (BENCHMARKS.md): at
-M = 512 the tiled kernel is faster (llama3-8b layer, E4M3: 0.544 ms against 0.658; prefill sum,
-E5M2: 0.570x fp16 against 0.533x), at 1024 and 2048 DEQUANT is (layer 0.929 ms; 1.498 against
-1.909). Between 512 and 1024 nothing was measured."""
-DEQUANT_MIN_M_MXFP4 = 512
-"""MXFP4's tiled kernel steps one 32-code block at a time and is slow at every M (0.11-0.15x
-fp16 at 512 and 2048 on the H200); DEQUANT measured 0.44x at 512 (not measured below)."""
-DEQUANT_SLAB_BYTES = 16 << 20
-"""Bytes of one dequantised slab (two are in flight): a bounded workspace, whatever the layer."""
-
-TABLE_ENV = "SOFTFP8_TRITON_TABLE"
-"""Path to a sweep receipt (`benchmarks/sweep_gemv.py --out FILE`, run on your GPU): its fastest
-setting per (N, K, M, format) replaces the built-in table's for fp16/bf16 activations of exactly
-those shapes. For tuning a GPU the table was not measured on, and for trying a sweep's winners
-before they go into the table."""
-
-
-@functools.lru_cache(maxsize=4)
-def _table_from_sweep(path: str) -> dict:
-    try:
-        with open(path) as f:
-            rows = json.load(f)["best"]
-        return {(r["n"], r["k"], r["m"], r["fmt"]):
-                LaunchConfig(Kernel(r["kernel"]), r["block_m"], r["block_n"], r["block_k"],
-                             r["split_k"], r["num_warps"], r["num_stages"]) for r in rows}
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        raise ValueError(f"{TABLE_ENV}={path!r}: expected a sweep receipt written by "
-                         f"benchmarks/sweep_gemv.py --out ({type(e).__name__}: {e})") from e
-
-
-def launch_config(n: int, k: int, m: int, fmt: Format, info: DeviceInfo,
-                  x_dtype: torch.dtype = torch.float16) -> LaunchConfig:
-    """The launch table, keyed on (N, K, M, device). Measured on the H200 (2026-11-29,
-    benchmarks/sweep_gemv.py, integer FP8 decode, fp16 activations; BENCHMARKS.md):
-    - M = 1, 8-bit, N >= 8192, where tl.dot has tensor cores: the dot kernel with one 16-row x
-      block (decode to fp16 tiles), 32 (N < 16384) or 64 x 256 tiles, 4 warps, 3 stages (E5M2
-      4196 GB/s at 128256 x 4096 under PDL, 93.8% of read; 128 x 256 with 8 warps was faster
-      without PDL and 10% slower with it).
-    - M = 1, 8-bit below that, and FP4: the FMA GEMV with 16-byte loads; FP8 8 rows x 1024
-      codes; FP4 8 x 2048 (8 warps) at N <= 4096, 4 x 2048 below 16384, 8 x 1024 above. FP4 is
-      decode-bound (1.1-1.6 TB/s), so its tiles matter within 5-10%.
-    - Split-K only when the row blocks don't fill one wave of SMs: at 4096 x 4096 a 2-way split
-      cost 25% (the reduction is a second launch).
-    - M >= DEQUANT_MIN_M: Kernel.DEQUANT, slabs of DEQUANT_SLAB_BYTES (0.80-0.91x fp16 cuBLAS
-      at M = 2048 against 0.33-0.63x for the tiled kernel).
-    - Small M (2..16): one 16-row x block against a 64 x 256 weight tile, K split until there
-      are four programs per SM (6-9 ways at N = 4096-6144).
-    The M = 17..511 tiles and the dtypes other than fp16 are reasoned, not measured (and every
-    GPU but the H200 is):
-    - fp32 activations with
-      M <= 4 stay on the GEMV (an fp32 "ieee" dot is FMAs on 16 padded rows, 4x the work), and
-      FMA-dot tiles are smaller (fp32 at 128 x 128 spilled 42 KB on sm_90; fp16 at 64 x 256 on
-      sm_75 spilled 9 KB: triton_compile_worker.py, 2026-11-29, triton 3.9.0).
-    - Tiled: 64/128 x 128 output tiles, 8 warps, 3 stages, the usual Hopper/Ampere shapes.
-    The interpreter gets large tiles and few programs, since it pays per program, not per byte
-    (and no DEQUANT: the tests run it explicitly).
-    """
-    table = os.environ.get(TABLE_ENV)
-    if table and x_dtype != torch.float32 and not info.interpreter:
-        cfg = _table_from_sweep(table).get((n, k, m, fmt.value))
-        if cfg is not None:
-            return cfg
-    f32 = x_dtype == torch.float32
-    # Where tl.dot becomes FMAs with operands in registers -- fp32 "ieee", and every dtype before
-    # sm_80 (Triton 3.x has no tensor-core path there) -- tiles must be small or they spill.
-    fma_dot = f32 or (info.capability is not None and info.capability < (8, 0))
-    mx = fmt is Format.MXFP4  # the tl.dot kernels step one MXFP4 block (32 codes) at a time
-    fp8 = fmt in (Format.E5M2, Format.E4M3)
-    if m >= (DEQUANT_MIN_M_MXFP4 if mx else DEQUANT_MIN_M) and not info.interpreter:
-        rows = max(128, DEQUANT_SLAB_BYTES // (k * x_dtype.itemsize) // 128 * 128)
-        return LaunchConfig(Kernel.DEQUANT, 1, min(rows, n), 512, num_warps=4, num_stages=1)
-    if uses_mma_gemv(k, m, fmt, info, x_dtype):
-        return mma_config(n, m, info)
-    if m == 1 and fp8 and n >= 8192 and not fma_dot and not info.interpreter:
-        cfg = LaunchConfig(Kernel.SMALL_M, 16, 64 if n >= 16384 else 32, 256, num_warps=4,
-                           num_stages=3)
-    elif m == 1 or (f32 and m <= 4):
-        bm = 1 if m == 1 else (2 if m == 2 else 4)
-        if info.interpreter:
-            cfg = LaunchConfig(Kernel.GEMV, bm, 64, 1024)
-        elif fp8 or bm > 1:
-            cfg = LaunchConfig(Kernel.GEMV, bm, max(8 // bm, 2), 1024)
-        elif n >= 16384:
-            cfg = LaunchConfig(Kernel.GEMV, 1, 8, 1024)
-        else:
-            cfg = LaunchConfig(Kernel.GEMV, 1, 8 if n <= 4096 else 4, 2048,
-                               num_warps=8 if n <= 4096 else 4)
-    elif m <= 16:
-        if fma_dot:
-            cfg = LaunchConfig(Kernel.SMALL_M, 16, 32, 32, num_warps=4, num_stages=2)
-        else:
-            cfg = LaunchConfig(Kernel.SMALL_M, 16, 64, 32 if mx else 256, num_warps=4,
-                               num_stages=3)
-    else:
-        cfg = tiled_config(m, fmt, info, fma_dot)
-    programs = -(-n // cfg.block_n) * -(-m // cfg.block_m)
-    steps = -(-k // cfg.block_k)
-    # M = 1 wants one wave (a split GEMV/dot cost 10-25% there); M = 2..16 splits K up to four
-    # programs per SM (measured: 64 x 256 tiles split 6-9 ways beat no split by 5-30%)
-    wide = info.interpreter or (cfg.kernel is Kernel.SMALL_M and m > 1)
-    want = 4 * info.sm_count if wide else info.sm_count
-    split = 1 if programs >= want else min(16, steps, -(-want // programs))
-    return LaunchConfig(cfg.kernel, cfg.block_m, cfg.block_n, cfg.block_k, max(split, 1),
-                        cfg.num_warps, cfg.num_stages)
-
-
-MMA_MAX_M = 8  # one mma's 8 columns
-
-
-MMA_FORMATS = frozenset(Format)
-"""What Kernel.MMA_GEMV can run (tests and sweeps reach every format with `run`)."""
-
-
-def mma_gemv_runs(k: int, m: int, fmt: Format, info: DeviceInfo, x_dtype: torch.dtype) -> bool:
-    """Kernel.MMA_GEMV's domain: fp16 x, M <= 8, K a multiple of 8 (16-byte x rows), NVIDIA
-    sm_80+ (mma.m16n8k16 and cvt.f16x2.f32), not the interpreter (inline PTX)."""
-    return (fmt in MMA_FORMATS and x_dtype == torch.float16 and m <= MMA_MAX_M and k % 8 == 0
-            and info.capability is not None and info.capability >= (8, 0)
-            and not info.interpreter)
-
-
-def uses_mma_gemv(k: int, m: int, fmt: Format, info: DeviceInfo, x_dtype: torch.dtype) -> bool:
-    """Whether launch_config picks Kernel.MMA_GEMV: within its domain, FP4 at M <= 8 and the
-    8-bit formats at M = 1, where it was measured faster than the FMA/dot kernels on the H200
-    (BENCHMARKS.md; 8-bit at M = 2..8 stays on the dot kernel, see the small-M table). Not for
-    8-bit codes under SOFTFP8_FP8_DECODE=hardware: its decode is the integer one."""
-    fp8 = fmt in (Format.E5M2, Format.E4M3)
-    if fp8 and (m != 1 or os.environ.get(FP8_DECODE_ENV, "").strip().lower() == "hardware"):
-        return False
-    return mma_gemv_runs(k, m, fmt, info, x_dtype)
-
-
-def mma_config(n: int, m: int, info: DeviceInfo) -> LaunchConfig:
-    """Kernel.MMA_GEMV. block_k = 128 codes (64 bytes) per warp-step and thread group;
-    num_stages = how many steps ahead each warp prefetches its weights to L2 (0: none).
-    - M = 1: block_m = 1, the 512-byte-run mapping (4 rows a warp, `_mma` LONG), 4 warps.
-    - M = 2..8: block_m = 8, 32 rows a program, warps interleaved along K, 2-step prefetch.
-    Programs split K until about 12 warps per SM are resident, the knee in the sweeps.
-    8-bit codes (M = 1 only, `uses_mma_gemv`) take the same rule: within 1-6% of each shape's
-    best in the 8-bit sweep (`mma8`), 10-25% faster than the FMA/dot kernels' table there
-    (E5M2 12288 x 4096: 14.8 us against 17.2).
-    Measured on the H200 (2026-11-29, sweep_gemv.py --kernels mma_gemv, llama2-7b shapes, M = 1,
-    BENCHMARKS.md): the 512-byte runs beat the 32-row tiles by 4-20% from 12288 rows on
-    (22016 x 4096 NVFP4: 24.1 us against 27.0; their loads alone read 2.97 TB/s against 2.84)
-    and tie at 4096; for the tiles, 8 warps below 256 programs and 4 above (8 warps cost 11% at
-    22016 rows, 4 cost 60% at 4096 unsplit); prefetch: none for the runs, 2 steps for the tiles
-    (within 3-5% of the best everywhere)."""
-    from ._mma import ROWS_PER_PROGRAM
-
-    if m == 1:
-        warps, rows, ahead = 4, 16, 0
-    else:
-        rows, ahead = ROWS_PER_PROGRAM, 2
-        warps = 8 if -(-n // rows) < 256 else 4
-    programs = -(-n // rows)
-    split = max(1, min(8, -(-12 * info.sm_count // (programs * warps))))
-    return LaunchConfig(Kernel.MMA_GEMV, 1 if m == 1 else MMA_MAX_M, rows, 128, split, warps,
-                        ahead)
-
-
-def tiled_config(m: int, fmt: Format, info: DeviceInfo, fma_dot: bool) -> LaunchConfig:
-    """Kernel.TILED's settings (no split): launch_config's for M > 16, and DEQUANT's exact pass."""
-    mx = fmt is Format.MXFP4
-    if info.interpreter:
-        return LaunchConfig(Kernel.TILED, 32, 64, 32 if mx else 64)
-    if fma_dot:
-        return LaunchConfig(Kernel.TILED, 32, 32, 32, num_warps=4, num_stages=2)
-    return LaunchConfig(Kernel.TILED, 64 if m <= 64 else 128, 128, 32 if mx else 64,
-                        num_warps=8, num_stages=3)
-
-
-def uses_ptx_decode(info: DeviceInfo, hw_fp8: bool) -> bool:
-    """The PTX word-at-a-time decoders: NVIDIA only (not ROCm, not the interpreter), and not
-    where the hardware FP8 cvt decodes (FP4: the PTX decode injects, so e2m1=inject only)."""
-    return info.capability is not None and not info.interpreter and not hw_fp8
-
-
-def dot_upcast(x: torch.Tensor) -> bool:
-    """The interpreter's bf16 tl.dot is wrong (triton 3.9): there, bf16 tiles go up to fp32."""
-    return x.device.type == "cpu" and x.dtype == torch.bfloat16
 
 
 def _check(x: torch.Tensor, packed: PackedWeight, bias: torch.Tensor | None,

@@ -9,7 +9,7 @@ import contextlib
 import torch
 
 from ...dispatch import E2M1Decode
-from . import device_info, dot_upcast, tiled_config, uses_ptx_decode
+from ._table import device_info, dot_upcast, tiled_config, uses_ptx_decode
 
 # Rows whose largest |value| lies outside these float32 bounds are not held exactly by a slab
 # of that dtype (overflow above, precision lost to subnormals below): the exact pass redoes them.
