@@ -18,6 +18,9 @@ as A and B agree, so each thread feeds its own bytes: a word of codes c..c+7 bec
 pairs (c+i, c+i+4), i = 0..3 -- the pairing the decode below makes cheaply -- and x's pairs are
 re-paired to match with one `prmt` each, shared by every row the thread holds. Two 16-row tiles
 per warp (R = 2), WARPS warps interleaved along K (64 bytes a warp-step) and summed at the end.
+At M = 1 (LONG) a warp instead reads 512 contiguous bytes of each of its 4 rows per step: mma
+row g is the row's 64-byte chunk g and B's column g is x's chunk g, so the diagonal holds the
+sums (measured faster: each warp-instruction then covers 2 rows x 512 bytes, not 8 x 64).
 
 E2M1 -> fp16 by table: |code| (3 bits) indexes 8 bytes, the fp16 high bytes of 0, .5, 1, 1.5,
 2, 3, 4, 6, with one `prmt` for four codes; a second `prmt` places two of them as an fp16 pair
