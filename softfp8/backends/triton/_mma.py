@@ -126,42 +126,37 @@ def _tile(rg, rh, xp, acc, FMT: tl.constexpr, DIAG: tl.constexpr = 0):
 
 
 @triton.jit
+def _row_step(w_ptr, s_ptr, row, N, RB, SB, off, ok, FMT: tl.constexpr):
+    """(4 words, scale) of one row at byte `off`, zeros where the row or the step is outside."""
+    HB: tl.constexpr = 8 if FMT == "nvfp4" else 16  # bytes per scale block (FP4)
+    return _load_row(w_ptr + row.to(tl.int64) * RB + off, s_ptr + row.to(tl.int64) * SB + off // HB,
+                     (ok & (row < N)).to(tl.int32), FMT)
+
+
+@triton.jit
 def _rows_step(w_ptr, s_ptr, row, N, RB, SB, off, kb_hi, FMT: tl.constexpr, RS: tl.constexpr):
     """(4 words, scale) for rows row + RS * q, q = 0..3, at byte `off` (zeros outside)."""
-    HB: tl.constexpr = 8 if FMT == "nvfp4" else 16  # bytes per scale block (FP4)
     ok = off < kb_hi
-    r0 = _load_row(w_ptr + row.to(tl.int64) * RB + off, s_ptr + row.to(tl.int64) * SB + off // HB,
-                   (ok & (row < N)).to(tl.int32), FMT)
-    r1 = _load_row(w_ptr + (row + RS).to(tl.int64) * RB + off,
-                   s_ptr + (row + RS).to(tl.int64) * SB + off // HB,
-                   (ok & (row + RS < N)).to(tl.int32), FMT)
-    r2 = _load_row(w_ptr + (row + 2 * RS).to(tl.int64) * RB + off,
-                   s_ptr + (row + 2 * RS).to(tl.int64) * SB + off // HB,
-                   (ok & (row + 2 * RS < N)).to(tl.int32), FMT)
-    r3 = _load_row(w_ptr + (row + 3 * RS).to(tl.int64) * RB + off,
-                   s_ptr + (row + 3 * RS).to(tl.int64) * SB + off // HB,
-                   (ok & (row + 3 * RS < N)).to(tl.int32), FMT)
-    return r0, r1, r2, r3
+    return (_row_step(w_ptr, s_ptr, row, N, RB, SB, off, ok, FMT),
+            _row_step(w_ptr, s_ptr, row + RS, N, RB, SB, off, ok, FMT),
+            _row_step(w_ptr, s_ptr, row + 2 * RS, N, RB, SB, off, ok, FMT),
+            _row_step(w_ptr, s_ptr, row + 3 * RS, N, RB, SB, off, ok, FMT))
+
+
+@triton.jit
+def _prefetch_row(w_ptr, row, N, RB, off, ok):
+    return tl.inline_asm_elementwise(_PREFETCH, "=r,l,r", [w_ptr + row.to(tl.int64) * RB + off,
+                                                           (ok & (row < N)).to(tl.int32)],
+                                     tl.int32, is_pure=False, pack=1)
 
 
 @triton.jit
 def _prefetch_rows(w_ptr, row, N, RB, off, kb_hi, RS: tl.constexpr):
     """Pull the 16 bytes at `off` of rows row + RS * q toward L2 (no registers held)."""
     ok = off < kb_hi
-    p = w_ptr + row.to(tl.int64) * RB + off
-    step = RS * RB
-    d0 = tl.inline_asm_elementwise(_PREFETCH, "=r,l,r", [p, (ok & (row < N)).to(tl.int32)],
-                                   tl.int32, is_pure=False, pack=1)
-    d1 = tl.inline_asm_elementwise(_PREFETCH, "=r,l,r",
-                                   [p + step, (ok & (row + RS < N)).to(tl.int32)],
-                                   tl.int32, is_pure=False, pack=1)
-    d2 = tl.inline_asm_elementwise(_PREFETCH, "=r,l,r",
-                                   [p + 2 * step, (ok & (row + 2 * RS < N)).to(tl.int32)],
-                                   tl.int32, is_pure=False, pack=1)
-    d3 = tl.inline_asm_elementwise(_PREFETCH, "=r,l,r",
-                                   [p + 3 * step, (ok & (row + 3 * RS < N)).to(tl.int32)],
-                                   tl.int32, is_pure=False, pack=1)
-    return d0 + d1 + d2 + d3
+    return (_prefetch_row(w_ptr, row, N, RB, off, ok) + _prefetch_row(w_ptr, row + RS, N, RB, off, ok)
+            + _prefetch_row(w_ptr, row + 2 * RS, N, RB, off, ok)
+            + _prefetch_row(w_ptr, row + 3 * RS, N, RB, off, ok))
 
 
 @triton.jit
