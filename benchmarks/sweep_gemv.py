@@ -83,11 +83,10 @@ def candidates(fmt, n, k, m, info, dtype, kernels):
         for nw in (4, 8):
             for split in (1, 2, 4):
                 for ahead in (0, 2, 4):  # num_stages: L2 prefetch distance in steps
-                    out.append(tb.LaunchConfig(tb.Kernel.MMA_GEMV, tb.MMA_MAX_M, 32, 128, split,
-                                               nw, ahead))
-                    if m == 1:  # block_m = 1: the 512-byte-run mapping (LONG)
-                        out.append(tb.LaunchConfig(tb.Kernel.MMA_GEMV, 1, 4 * nw, 128, split,
-                                                   nw, ahead))
+                    # block_m = 1: the 512-byte-run mapping (LONG), M = 1 only
+                    for bm in (tb.MMA_MAX_M, 1) if m == 1 else (tb.MMA_MAX_M,):
+                        out.append(tb.LaunchConfig(tb.Kernel.MMA_GEMV, bm, tb.mma_rows(bm, nw),
+                                                   128, split, nw, ahead))
     if m > 16:
         bk = 32 if mx else 64
         if "dequant" in kernels:  # slab rows; block_k = codes per dequant program

@@ -24,15 +24,15 @@ from ...linear import check_linear_args
 from ._table import (DEQUANT_MIN_M, DEQUANT_MIN_M_MXFP4, DEQUANT_SLAB_BYTES,
                      FP8_DECODE_ENV, MMA_FORMATS, MMA_MAX_M, PDL_ENV, PDL_PREFETCH_ENV, TABLE_ENV,
                      DeviceInfo, Kernel, LaunchConfig, device_info, dot_upcast, launch_config,
-                     mma_config, mma_gemv_runs, pdl_auto, pdl_settings, tiled_config,
+                     mma_config, mma_gemv_runs, mma_rows, pdl_auto, pdl_settings, tiled_config,
                      uses_hardware_fp8, uses_mma_gemv, uses_ptx_decode)
 
 __all__ = ["NEEDS", "INTERPRET", "matmul", "run",  # the backend; the launch settings (_table):
            "Kernel", "LaunchConfig", "DeviceInfo", "device_info", "launch_config", "tiled_config",
-           "mma_config", "mma_gemv_runs", "uses_mma_gemv", "uses_hardware_fp8", "uses_ptx_decode",
-           "dot_upcast", "pdl_auto", "pdl_settings", "DEQUANT_MIN_M", "DEQUANT_MIN_M_MXFP4",
-           "DEQUANT_SLAB_BYTES", "MMA_MAX_M", "MMA_FORMATS", "FP8_DECODE_ENV", "PDL_ENV",
-           "PDL_PREFETCH_ENV", "TABLE_ENV"]
+           "mma_config", "mma_gemv_runs", "mma_rows", "uses_mma_gemv", "uses_hardware_fp8",
+           "uses_ptx_decode", "dot_upcast", "pdl_auto", "pdl_settings", "DEQUANT_MIN_M",
+           "DEQUANT_MIN_M_MXFP4", "DEQUANT_SLAB_BYTES", "MMA_MAX_M", "MMA_FORMATS",
+           "FP8_DECODE_ENV", "PDL_ENV", "PDL_PREFETCH_ENV", "TABLE_ENV"]
 
 INTERPRET = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
@@ -112,7 +112,7 @@ def _launch(x: torch.Tensor, packed: PackedWeight, bias: torch.Tensor | None, cf
                   num_stages=cfg.num_stages, PDL=pdl, PREFETCH=prefetch, **launch)
     args = (x, w, s, g, b, y, ws, m, n, k, rb, sb, per_split)
     if cfg.kernel is Kernel.MMA_GEMV:
-        from ._mma import ROWS_PER_PROGRAM, mma_gemv_kernel
+        from ._mma import mma_gemv_kernel
 
         if not mma_gemv_runs(k, m, packed.fmt, info, x.dtype):
             raise ValueError(f"cfg: Kernel.MMA_GEMV takes fp16 x with M <= {MMA_MAX_M} and K a "
@@ -123,7 +123,7 @@ def _launch(x: torch.Tensor, packed: PackedWeight, bias: torch.Tensor | None, cf
             x = x.clone()  # the kernel reads x 16 bytes at a time
             args = (x,) + args[1:]
         long = cfg.block_m == 1  # M = 1: 512-byte runs per row (_mma.mma_gemv_kernel, LONG)
-        rows = 4 * cfg.num_warps if long else ROWS_PER_PROGRAM
+        rows = mma_rows(cfg.block_m, cfg.num_warps)
         if cfg.block_n != rows or m > cfg.block_m:
             raise ValueError(f"cfg: Kernel.MMA_GEMV with block_m={cfg.block_m} takes M <= "
                              f"{cfg.block_m} and block_n={rows}; got M={m}, block_n={cfg.block_n}")

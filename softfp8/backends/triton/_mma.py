@@ -43,10 +43,10 @@ import triton.language as tl
 from ._kernels import _pdl_enter, _pdl_exit
 from ._mma_ptx import (_fp8_tile_asm, _load_row_asm, _load_row_fp8_asm, _load_x_asm,
                        _probe_tile_asm, _tile_asm, _xpairs_asm)
+from ._table import MMA_TILE_ROWS
 
-ROWS_PER_PROGRAM = 32  # two 16-row mma tiles per warp (rows g, g+8, g+16, g+24 per thread)
 STEP_BYTES_PER_WARP = 64  # bytes of each row one warp consumes per loop step (16 per thread t)
-ROWS = tl.constexpr(ROWS_PER_PROGRAM)
+ROWS = tl.constexpr(MMA_TILE_ROWS)  # two 16-row tiles a warp: rows g, g+8, g+16, g+24 a thread
 STEP_BYTES = tl.constexpr(STEP_BYTES_PER_WARP)
 
 
@@ -154,7 +154,8 @@ def _prefetch_row(w_ptr, row, N, RB, off, ok):
 def _prefetch_rows(w_ptr, row, N, RB, off, kb_hi, RS: tl.constexpr):
     """Pull the 16 bytes at `off` of rows row + RS * q toward L2 (no registers held)."""
     ok = off < kb_hi
-    return (_prefetch_row(w_ptr, row, N, RB, off, ok) + _prefetch_row(w_ptr, row + RS, N, RB, off, ok)
+    return (_prefetch_row(w_ptr, row, N, RB, off, ok)
+            + _prefetch_row(w_ptr, row + RS, N, RB, off, ok)
             + _prefetch_row(w_ptr, row + 2 * RS, N, RB, off, ok)
             + _prefetch_row(w_ptr, row + 3 * RS, N, RB, off, ok))
 

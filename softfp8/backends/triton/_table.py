@@ -72,14 +72,20 @@ FP8_DECODE_ENV = "SOFTFP8_FP8_DECODE"
 H200 measures what a T4 or RTX 3090 user gets; `hardware` on a GPU without it is an error."""
 
 
-def uses_hardware_fp8(fmt: Format, info: DeviceInfo) -> bool:
-    """The one place that picks hardware FP8 conversion: NVIDIA sm_89+ for E5M2 codes (same
-    bits as the integer decode, checked per code by the GPU tests); integer decode elsewhere."""
-    has_hw = info.capability is not None and info.capability >= (8, 9)
+def fp8_decode_wanted() -> str:
+    """SOFTFP8_FP8_DECODE, checked: 'auto', 'integer' or 'hardware'."""
     wanted = os.environ.get(FP8_DECODE_ENV, "auto").strip().lower()
     if wanted not in ("auto", "integer", "hardware"):
         raise ValueError(f"{FP8_DECODE_ENV}={wanted!r} is not valid; expected one of "
                          "'auto', 'integer', 'hardware'")
+    return wanted
+
+
+def uses_hardware_fp8(fmt: Format, info: DeviceInfo) -> bool:
+    """The one place that picks hardware FP8 conversion: NVIDIA sm_89+ for E5M2 codes (same
+    bits as the integer decode, checked per code by the GPU tests); integer decode elsewhere."""
+    has_hw = info.capability is not None and info.capability >= (8, 9)
+    wanted = fp8_decode_wanted()
     if wanted == "hardware" and not has_hw:
         raise ValueError(f"{FP8_DECODE_ENV}=hardware: this GPU has no FP8 conversion "
                          "instructions (they need NVIDIA compute capability 8.9 or newer)")
@@ -259,9 +265,19 @@ def uses_mma_gemv(k: int, m: int, fmt: Format, info: DeviceInfo, x_dtype: torch.
     (BENCHMARKS.md; 8-bit at M = 2..8 stays on the dot kernel, see the small-M table). Not for
     8-bit codes under SOFTFP8_FP8_DECODE=hardware: its decode is the integer one."""
     fp8 = fmt in (Format.E5M2, Format.E4M3)
-    if fp8 and (m != 1 or os.environ.get(FP8_DECODE_ENV, "").strip().lower() == "hardware"):
+    if fp8 and (m != 1 or fp8_decode_wanted() == "hardware"):
         return False
     return mma_gemv_runs(k, m, fmt, info, x_dtype)
+
+
+MMA_TILE_ROWS = 32
+"""Rows of one Kernel.MMA_GEMV program at M = 2..8: two 16-row mma tiles per warp."""
+
+
+def mma_rows(block_m: int, num_warps: int) -> int:
+    """Rows one Kernel.MMA_GEMV program covers: block_m = 1 (the M = 1 mapping) gives each warp
+    its own 4 rows; block_m = 8 gives the program MMA_TILE_ROWS, its warps splitting K."""
+    return 4 * num_warps if block_m == 1 else MMA_TILE_ROWS
 
 
 def mma_config(n: int, m: int, info: DeviceInfo) -> LaunchConfig:
@@ -279,17 +295,15 @@ def mma_config(n: int, m: int, info: DeviceInfo) -> LaunchConfig:
     and tie at 4096; for the tiles, 8 warps below 256 programs and 4 above (8 warps cost 11% at
     22016 rows, 4 cost 60% at 4096 unsplit); prefetch: none for the runs, 2 steps for the tiles
     (within 3-5% of the best everywhere)."""
-    from ._mma import ROWS_PER_PROGRAM
-
+    block_m = 1 if m == 1 else MMA_MAX_M
     if m == 1:
-        warps, rows, ahead = 4, 16, 0
+        warps, ahead = 4, 0
     else:
-        rows, ahead = ROWS_PER_PROGRAM, 2
-        warps = 8 if -(-n // rows) < 256 else 4
+        warps, ahead = 8 if -(-n // MMA_TILE_ROWS) < 256 else 4, 2
+    rows = mma_rows(block_m, warps)
     programs = -(-n // rows)
     split = max(1, min(8, -(-12 * info.sm_count // (programs * warps))))
-    return LaunchConfig(Kernel.MMA_GEMV, 1 if m == 1 else MMA_MAX_M, rows, 128, split, warps,
-                        ahead)
+    return LaunchConfig(Kernel.MMA_GEMV, block_m, rows, 128, split, warps, ahead)
 
 
 def tiled_config(m: int, fmt: Format, info: DeviceInfo, fma_dot: bool) -> LaunchConfig:
