@@ -53,10 +53,11 @@ def _codes_fp4(rows):
     return out
 
 
-def _fp4_case(fmt, scales_fn):
+def _fp4_case(fmt, scales_fn, codes=None):
     """The tile mapping: lane (g, t) holds bytes 16t..16t+15 of rows g and g+8 and x row g's
     matching 32 values. Returns the emulated D and the float64 reference."""
-    codes = _codes_fp4(16)  # 16 rows x 64 bytes = 128 codes each
+    if codes is None:
+        codes = _codes_fp4(16)  # 16 rows x 64 bytes = 128 codes each
     x = (1 + RNG.integers(0, 16, (8, 128)) / 16).astype(np.float16)  # distinct, exact steps
     x *= np.where(RNG.random((8, 128)) < 0.5, -1, 1).astype(np.float16)
     sc = scales_fn()  # NVFP4: 16 rows x 8 E4M3 codes (per 8 bytes); MXFP4: 16 x 4 E8M0
@@ -129,17 +130,9 @@ def test_mxfp4_zero_blocks_and_nan():
         sc[:, 0] = 250  # far above the others: would flush them, but the codes there are 0
         sc[6, 2] = 255  # NaN scale: that row is NaN whatever its codes
         return sc
-    codes_fn = _codes_fp4
-
-    def zero_first_chunk(rows):
-        c = codes_fn(rows)
-        c[:, :16] = 0
-        return c
-    globals()["_codes_fp4"] = zero_first_chunk
-    try:
-        D, ref = _fp4_case("mxfp4", scales)
-    finally:
-        globals()["_codes_fp4"] = codes_fn
+    codes = _codes_fp4(16)
+    codes[:, :16] = 0  # lane t = 0's block: all zero codes under the large scale
+    D, ref = _fp4_case("mxfp4", scales, codes)
     nan = np.isnan(ref)
     assert nan[6].all() and nan.sum() == 8
     assert (np.isnan(D) == nan).all()

@@ -71,7 +71,7 @@ def _tile_asm(fmt: str) -> str:
                      f"prmt.b32 {lo}, r, 0, 0x1010;", f"prmt.b32 {hi}, r, 0, 0x3232;"]
         body += [f"mov.f32 acc{i}, ${30 + i};" for i in range(4)]
     else:
-        body += [".reg .b32 e, o, big, bits;", ".reg .pred nz;", ".reg .f32 f<2>;"]
+        body += [".reg .b32 e, o, bits;", ".reg .pred nz;", ".reg .f32 f<2>;"]
         for src, words, lo, hi, big in (("$12", (4, 5, 6, 7), "sg01", "sg23", "bg"),
                                          ("$13", (8, 9, 10, 11), "sh01", "sh23", "bh")):
             body += [f".reg .b32 {big};",
