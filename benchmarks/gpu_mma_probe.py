@@ -26,8 +26,7 @@ def launch(x, p, y, cfg, diag):
     w = p.words.view(torch.uint8)
     n, k = p.shape
     rb, sb = w.shape[1], p.scales.shape[1]
-    per_split = -(-(-(-rb // 64)) // cfg.split_k) * 64
-    split = -(-rb // per_split)
+    per_split, split = tb.split_bytes(rb, cfg, p.spec.bits)  # as the launcher splits K
     ws = torch.empty((split, 1, n), device=x.device) if split > 1 else y
     g = p.global_scale if p.global_scale is not None else w
     mma_gemv_kernel[(-(-n // cfg.block_n), split)](

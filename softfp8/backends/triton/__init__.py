@@ -27,7 +27,7 @@ from ._table import (DEQUANT_MIN_M, DEQUANT_MIN_M_MXFP4, DEQUANT_SLAB_BYTES,
                      mma_config, mma_gemv_runs, mma_rows, pdl_auto, pdl_settings, tiled_config,
                      uses_hardware_fp8, uses_mma_gemv, uses_ptx_decode)
 
-__all__ = ["NEEDS", "INTERPRET", "matmul", "run",  # the backend; the launch settings (_table):
+__all__ = ["NEEDS", "INTERPRET", "matmul", "run", "split_bytes",  # the backend; the launch settings (_table):
            "Kernel", "LaunchConfig", "DeviceInfo", "device_info", "launch_config", "tiled_config",
            "mma_config", "mma_gemv_runs", "mma_rows", "uses_mma_gemv", "uses_hardware_fp8",
            "uses_ptx_decode", "dot_upcast", "pdl_auto", "pdl_settings", "DEQUANT_MIN_M",
@@ -42,6 +42,14 @@ NEEDS = Needs(
     min_capability=(7, 0),
     packages=("triton",),
 )
+
+
+def split_bytes(rb: int, cfg: LaunchConfig, bits: int) -> tuple[int, int]:
+    """(bytes of a row each K-split program takes, number of programs along K) for rows of rb
+    bytes: cfg.split_k parts, each a whole number of cfg.block_k-code steps."""
+    step_bytes = cfg.block_k * bits // 8
+    per_split = -(-(-(-rb // step_bytes)) // cfg.split_k) * step_bytes
+    return per_split, -(-rb // per_split)
 
 
 def _check(x: torch.Tensor, packed: PackedWeight, bias: torch.Tensor | None,
@@ -87,10 +95,7 @@ def _launch(x: torch.Tensor, packed: PackedWeight, bias: torch.Tensor | None, cf
     spec = packed.spec
     w = packed.words.view(torch.uint8)
     rb = w.shape[1]
-    step_bytes = cfg.block_k * spec.bits // 8
-    steps = -(-rb // step_bytes)
-    per_split = -(-steps // cfg.split_k) * step_bytes
-    split = -(-rb // per_split)
+    per_split, split = split_bytes(rb, cfg, spec.bits)
     y = torch.empty((m, n), dtype=x.dtype, device=x.device)
     has_scale = spec.scale is ScaleKind.ROW and packed.scales is not None
     s = packed.scales if packed.scales is not None else w
@@ -136,7 +141,7 @@ def _launch(x: torch.Tensor, packed: PackedWeight, bias: torch.Tensor | None, cf
         if cfg.block_m < m:
             raise ValueError(f"cfg: a GEMV launch with block_m={cfg.block_m} can't cover M={m}")
         grid = (-(-n // cfg.block_n), split)
-        K_.gemv_kernel[grid](*args, BLOCK_KB=step_bytes, **common)
+        K_.gemv_kernel[grid](*args, BLOCK_KB=cfg.block_k * spec.bits // 8, **common)
     else:
         if packed.fmt is Format.MXFP4 and cfg.block_k != 32:
             raise ValueError("cfg: the tl.dot kernels step one MXFP4 block (block_k=32)")
