@@ -29,21 +29,31 @@ def _mma(acc: str, a: tuple, b: tuple) -> str:
             f"{{{', '.join(a)}}}, {{{', '.join(b)}}}, {d};")
 
 
+_E4M3_CONSTS = ["mov.b32 c, 0x78447844;", "mov.b32 z, 0;", "mov.b32 one, 0x3C003C00;"]
+
+
+def _e4m3_pair_div256(src: str, sel: str, dst: str) -> list:
+    """PTX: two E4M3 bytes of `src` (picked by the `prmt` selector `sel` into the fp16 high
+    bytes) -> fp16 pair `dst` = value * 2^-8, the shift, mask and NaN fix of
+    `_decode.e4m3_to_f16_div256_ptx` (1.875 * 34944 is the only product that overflows: NaN).
+    Uses h, r, q and the constants c, z, one (`_E4M3_CONSTS`)."""
+    return [f"prmt.b32 h, {src}, 0, {sel};", "shr.b32 r, h, 1;", "and.b32 r, r, 0x3F803F80;",
+            "lop3.b32 r, r, h, 0x80008000, 0xF8;", "mul.rn.f16x2 q, r, c;",
+            "fma.rn.f16x2 q, q, z, one;", f"mul.rn.f16x2 {dst}, r, q;"]
+
+
 def _fp8_tile_asm(fmt: str) -> str:
     """The 8-bit tile step, same operands as `_tile_asm` ($12/$13 unused; $14..$21 are x's words
     as they lie): a word of codes c..c+3 is two fp16 pairs (c, c+1), (c+2, c+3) -- one `prmt`
     each (E5M2 is fp16's high byte; E4M3 then `_decode.e4m3_to_f16_div256_ptx`'s shift, mask
     and NaN fix: value * 2^-8) -- which meet x's own pairs, so x needs no re-pairing."""
-    body = [".reg .b32 h, r, q, c, z, one;", ".reg .b32 g<2>, k<2>;", ".reg .f32 acc<4>;",
-            "mov.b32 c, 0x78447844;", "mov.b32 z, 0;", "mov.b32 one, 0x3C003C00;"]
-    body += [f"mov.f32 acc{i}, ${30 + i};" for i in range(4)]
+    body = [".reg .b32 h, r, q, c, z, one;", ".reg .b32 g<2>, k<2>;", ".reg .f32 acc<4>;"]
+    body += _E4M3_CONSTS + [f"mov.f32 acc{i}, ${30 + i};" for i in range(4)]
 
     def pair(word: str, dst: str, sel: str) -> list:
         if fmt == "e5m2":
             return [f"prmt.b32 {dst}, {word}, 0, {sel};"]
-        return [f"prmt.b32 h, {word}, 0, {sel};", "shr.b32 r, h, 1;",
-                "and.b32 r, r, 0x3F803F80;", "lop3.b32 r, r, h, 0x80008000, 0xF8;",
-                "mul.rn.f16x2 q, r, c;", "fma.rn.f16x2 q, q, z, one;", f"mul.rn.f16x2 {dst}, r, q;"]
+        return _e4m3_pair_div256(word, sel, dst)
     for j in range(4):
         body += pair(f"${4 + j}", "g0", "0x1404") + pair(f"${4 + j}", "g1", "0x3424")
         body += pair(f"${8 + j}", "k0", "0x1404") + pair(f"${8 + j}", "k1", "0x3424")
@@ -60,15 +70,11 @@ def _tile_asm(fmt: str) -> str:
             ".reg .b32 g<4>, k<4>;", ".reg .f32 acc<4>;",
             "mov.b32 t0, 0x3E3C3800;", "mov.b32 t1, 0x46444240;"]
     if fmt == "nvfp4":
-        body += [".reg .b32 c, z, one;", "mov.b32 c, 0x78447844;", "mov.b32 z, 0;",
-                 "mov.b32 one, 0x3C003C00;"]
+        body += [".reg .b32 c, z, one;"] + _E4M3_CONSTS
         for src, lo, hi in (("$12", "sg01", "sg23"), ("$13", "sh01", "sh23")):
-            body += [f"prmt.b32 h, {src}, 0, 0x1404;",  # the two E4M3 bytes as fp16 high bytes
-                     "shr.b32 r, h, 1;", "and.b32 r, r, 0x3F803F80;",
-                     "lop3.b32 r, r, h, 0x80008000, 0xF8;",  # fp16 = E4M3 * 2^-8
-                     "mul.rn.f16x2 q, r, c;",  # inf only for the NaN codes (1.875 * 34944)
-                     "fma.rn.f16x2 q, q, z, one;", "mul.rn.f16x2 r, r, q;",
-                     f"prmt.b32 {lo}, r, 0, 0x1010;", f"prmt.b32 {hi}, r, 0, 0x3232;"]
+            # the two block scales of this lane's 16 bytes, then each spread over both halves
+            body += _e4m3_pair_div256(src, "0x1404", "r")
+            body += [f"prmt.b32 {lo}, r, 0, 0x1010;", f"prmt.b32 {hi}, r, 0, 0x3232;"]
         body += [f"mov.f32 acc{i}, ${30 + i};" for i in range(4)]
     else:
         body += [".reg .b32 e, o, bits;", ".reg .pred nz;", ".reg .f32 f<2>;"]
