@@ -25,20 +25,23 @@ from sweep_gemv import graph_time  # noqa: E402
 def launch(x, p, y, cfg, diag):
     w = p.words.view(torch.uint8)
     n, k = p.shape
-    rb, sb = w.shape[1], p.scales.shape[1]
+    rb = w.shape[1]
+    sb = p.scales.shape[1] if p.scales is not None and p.scales.dim() == 2 else 0
+    s = p.scales if p.scales is not None else w
     per_split, split = tb.split_bytes(rb, cfg, p.spec.bits)  # as the launcher splits K
     ws = torch.empty((split, 1, n), device=x.device) if split > 1 else y
     g = p.global_scale if p.global_scale is not None else w
+    runs, tiles = tb.mma_layout(cfg)
     mma_gemv_kernel[(-(-n // cfg.block_n), split)](
-        x, w, p.scales, g, w, y, ws, 1, n, k, rb, sb, per_split, FMT=p.fmt.value, HAS_BIAS=False,
+        x, w, s, g, w, y, ws, 1, n, k, rb, sb, per_split, FMT=p.fmt.value, HAS_BIAS=False,
         WARPS=cfg.num_warps, PARTIAL=split > 1, num_warps=cfg.num_warps, num_stages=1,
-        AHEAD=cfg.num_stages, DIAG=diag, LONG=cfg.block_m == 1)
+        AHEAD=cfg.num_stages, DIAG=diag, RUNS=runs, TILES=tiles)
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--shapes", default="22016,4096;32000,4096;4096,11008;4096,4096")
-    ap.add_argument("--formats", default="nvfp4,mxfp4")
+    ap.add_argument("--formats", default="e5m2,nvfp4,mxfp4")
     args = ap.parse_args()
     dev = torch.device("cuda")
     info = tb.device_info(dev)
@@ -56,16 +59,20 @@ def main():
         print(f"{n}x{k}: fp16 F.linear {t16 * 1000:.1f} us ({n * k * 2 / t16 / 1e6:.0f} GB/s)")
         for fmt in args.formats.split(","):
             p = softfp8.quantize(w, fmt)
-            ps = [softfp8.PackedWeight(p.fmt, p.shape, p.words.clone(), p.scales.clone(),
-                                       p.global_scale) for _ in range(max(2, min(64, -(-4 * l2 // p.nbytes))))]
+            ps = [softfp8.PackedWeight(p.fmt, p.shape, p.words.clone(),
+                                       None if p.scales is None else p.scales.clone(),
+                                       p.global_scale)
+                  for _ in range(max(2, min(64, -(-4 * l2 // p.nbytes))))]
             table = tb.launch_config(n, k, 1, p.fmt, info, torch.float16)
             y = torch.empty(1, n, device=dev, dtype=torch.float16)
-            cfgs = [table] + [tb.LaunchConfig(tb.Kernel.MMA_GEMV, 1, 4 * w, 128, s, w, a)
-                              for w, s, a in ((4, 1, 2), (8, 1, 2), (8, 2, 2), (16, 1, 2))]
+            cfgs = [table] + [tb.LaunchConfig(tb.Kernel.MMA_GEMV, 1, tb.mma_rows(1, w, t), 128,
+                                              s, w, 0)
+                              for w, t, s in ((4, 2, 1), (4, 4, 1), (8, 2, 2), (2, 4, 1))]
             for cfg in cfgs:
                 for diag, name in ((0, "kernel"), (1, "no decode"), (2, "loads only")):
                     t = graph_time([lambda p_=p_: launch(x, p_, y, cfg, diag) for p_ in ps])
-                    print(f"  {fmt} {name:10s} {'long' if cfg.block_m == 1 else 'tile'} "
+                    runs, tiles = tb.mma_layout(cfg)
+                    print(f"  {fmt} {name:10s} r{runs} t{tiles} "
                           f"w{cfg.num_warps} s{cfg.split_k} a{cfg.num_stages}: {t * 1000:.1f} us "
                           f"{p.nbytes / t / 1e6:.0f} GB/s x{t16 / t:.2f}", flush=True)
             del ps

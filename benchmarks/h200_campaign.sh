@@ -176,4 +176,36 @@ final7)
   run smallm 50 python3 -m softfp8.bench small-m --preset llama3-8b --backends triton --formats e5m2,e4m3 --out "$OUT/smallm.json"
   SOFTFP8_TRITON_TABLE=benchmarks/mma8_smallm_table.json run smallm-mma 50 python3 -m softfp8.bench small-m --preset llama3-8b --backends triton --formats e5m2,e4m3
   ;;
+runs1)
+  # the run mapping (block_m = the x rows it is laid out for, 2 or 4 tiles a warp): GPU tests,
+  # the M = 1 sweep of every format on the llama2-7b shapes, the token with its winners and without
+  export SOFTFP8_FP8_DECODE=integer
+  run mmatests 170 python3 -m pytest -q -x -m gpu -p no:cacheprovider tests/test_triton.py -k "mma or code"
+  grep -q " passed" "$OUT/mmatests.txt" && ! grep -q "failed\|error" "$OUT/mmatests.txt" || exit 1
+  run sweepm1 260 python3 benchmarks/sweep_gemv.py --ms 1 --kernels mma_gemv --budget 240 --shapes "22016,4096;12288,4096;4096,11008;4096,4096;32000,4096" --out "$OUT/sweep_runs_m1.json"
+  SOFTFP8_TRITON_TABLE="$OUT/sweep_runs_m1.json" run token-sweep 60 python3 -m softfp8.bench token --preset llama2-7b --backends triton --out "$OUT/token_sweep.json"
+  run token 50 python3 -m softfp8.bench token --preset llama2-7b --backends triton
+  ;;
+runs2)
+  # 8-bit small M on the run mapping: sweep M = 1, 2, 4, 8 on the llama3-8b shapes, then small-m
+  # with the sweep's winners and with the built-in table in the same call
+  export SOFTFP8_FP8_DECODE=integer
+  run sweepsm 400 python3 benchmarks/sweep_gemv.py --ms 1,2,4,8 --kernels mma_gemv --formats e4m3,e5m2 --budget 380 --shapes "28672,4096;4096,14336;6144,4096;4096,4096;128256,4096" --out "$OUT/sweep_runs_sm.json"
+  SOFTFP8_TRITON_TABLE="$OUT/sweep_runs_sm.json" run smallm-sweep 70 python3 -m softfp8.bench small-m --preset llama3-8b --backends triton --formats e5m2,e4m3 --out "$OUT/smallm_sweep.json"
+  run smallm 60 python3 -m softfp8.bench small-m --preset llama3-8b --backends triton --formats e5m2,e4m3
+  ;;
+runs3)
+  # the built-in table after runs1/runs2 (M = 1 in 2 warps; 8-bit M = 2 and E4M3 M <= 4 on the
+  # runs) with E4M3's NaN-free decode: GPU tests, token, small M, shapes; then FP4 at M = 2, 4
+  # on the runs against the 32-row tiles
+  run gputests 220 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_triton.py
+  grep -q " passed" "$OUT/gputests.txt" && ! grep -q "failed\|error" "$OUT/gputests.txt" || exit 1
+  export SOFTFP8_FP8_DECODE=integer
+  mkdir -p "$OUT/r"
+  run token 50 python3 -m softfp8.bench token --preset llama2-7b --backends triton --out "$OUT/r/token.json"
+  run smallm 60 python3 -m softfp8.bench small-m --preset llama3-8b --backends triton --formats e5m2,e4m3 --out "$OUT/r/smallm.json"
+  run shapes 70 python3 -m softfp8.bench shapes --preset llama3-8b --backends triton --out "$OUT/r/shapes.json"
+  run sweepfp4 120 python3 benchmarks/sweep_gemv.py --ms 2,4 --kernels mma_gemv --formats nvfp4,mxfp4 --budget 100 --shapes "28672,4096;4096,14336;6144,4096;4096,4096;128256,4096" --out "$OUT/r/sweep_fp4_sm.json"
+  tar czf "$OUT/receipts.tgz" -C "$OUT" r && rm -rf "$OUT/r"
+  ;;
 esac

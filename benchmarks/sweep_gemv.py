@@ -80,13 +80,22 @@ def candidates(fmt, n, k, m, info, dtype, kernels):
                 out.append(tb.LaunchConfig(tb.Kernel.SMALL_M, 16, bn, bk, 1, nw, st))
     if m <= tb.MMA_MAX_M and "mma_gemv" in kernels and tb.mma_gemv_runs(
             k, m, softfp8.Format(fmt), info, dtype):
-        for nw in (4, 8):
-            for split in (1, 2, 4):
-                for ahead in (0, 2, 4):  # num_stages: L2 prefetch distance in steps
-                    # block_m = 1: the 512-byte-run mapping (LONG), M = 1 only
-                    for bm in (tb.MMA_MAX_M, 1) if m == 1 else (tb.MMA_MAX_M,):
-                        out.append(tb.LaunchConfig(tb.Kernel.MMA_GEMV, bm, tb.mma_rows(bm, nw),
-                                                   128, split, nw, ahead))
+        # the run mapping laid out for the next power of two >= M, 2 or 4 tiles a warp, splits
+        # for ~12 (M = 1: and ~24) resident warps an SM and none; M > 1 also the 32-row tiles (block_m 8)
+        mp = 1 << (m - 1).bit_length()
+        for nw in (2, 4, 8) if m == 1 else (4, 8):
+            for tiles in tb.MMA_RUN_TILES:
+                rows = tb.mma_rows(mp, nw, tiles)
+                programs = -(-n // rows)
+                for per_sm in (12, 24) if m == 1 else (12,):
+                    split = max(1, min(8, -(-per_sm * info.sm_count // (programs * nw))))
+                    for s in sorted({1, split}):
+                        out.append(tb.LaunchConfig(tb.Kernel.MMA_GEMV, mp, rows, 128, s, nw, 0))
+        if m > 1:
+            for nw in (4, 8):
+                for s in (1, 2, 4):
+                    out.append(tb.LaunchConfig(tb.Kernel.MMA_GEMV, tb.MMA_MAX_M, tb.MMA_TILE_ROWS,
+                                               128, s, nw, 2))
     if m > 16:
         bk = 32 if mx else 64
         if "dequant" in kernels:  # slab rows; block_k = codes per dequant program

@@ -9,6 +9,7 @@ every activation dtype runs once, on a shape drawn from N, K in {1, 3, 17, 4097}
 kernel's range of {1, 2, 5, 16, 33} by a seeded generator that never puts 4097 on both N and K;
 bias alternates. Split-K and every code of every format are covered by their own tests.
 """
+import functools
 import itertools
 import random
 
@@ -217,9 +218,9 @@ def test_mma_gemv_domain():
     t4 = triton_backend.DeviceInfo(sm_count=40, capability=(7, 5), interpreter=False)
     mi250 = triton_backend.DeviceInfo(sm_count=104, capability=None, interpreter=False)
     for fmt in (Format.NVFP4, Format.MXFP4):
-        cfg = launch_config(4096, 4096, 1, fmt, h200)  # M = 1: 16 rows, 4 warps, K split
+        cfg = launch_config(4096, 4096, 1, fmt, h200)  # M = 1: 8 rows, 2 warps, K split
         assert (cfg.kernel, cfg.block_m, cfg.block_n, cfg.num_warps, cfg.split_k) == (
-            Kernel.MMA_GEMV, 1, 16, 4, 2)
+            Kernel.MMA_GEMV, 1, 8, 2, 2)
         assert launch_config(22016, 4096, 1, fmt, h200).split_k == 1
         for m in (2, 8):
             cfg = launch_config(4096, 4096, m, fmt, h200)
@@ -230,10 +231,16 @@ def test_mma_gemv_domain():
         assert launch_config(4096, 4100, 1, fmt, h200).kernel is Kernel.GEMV  # K % 8 != 0
         assert launch_config(4096, 4096, 1, fmt, t4).kernel is Kernel.GEMV
         assert launch_config(4096, 4096, 1, fmt, mi250).kernel is Kernel.GEMV
-    # 8-bit: M = 1 only (measured), and not when the hardware FP8 decode is asked for
+    # 8-bit: M <= 2, E4M3 M <= 4 (measured), not when the hardware FP8 decode is asked for
     assert launch_config(4096, 4096, 1, Format.E5M2, h200).kernel is Kernel.MMA_GEMV
     assert launch_config(4096, 4096, 1, Format.E4M3, h200).block_m == 1
-    assert launch_config(4096, 4096, 2, Format.E4M3, h200).kernel is Kernel.SMALL_M
+    assert launch_config(4096, 4096, 2, Format.E5M2, h200).block_m == 2
+    assert launch_config(4096, 4096, 3, Format.E4M3, h200).block_m == 4
+    assert launch_config(4096, 4096, 3, Format.E5M2, h200).kernel is Kernel.SMALL_M
+    assert launch_config(4096, 4096, 5, Format.E4M3, h200).kernel is Kernel.SMALL_M
+    # M = 1: 2 warps, K split until ~12 warps an SM or <= 3.5 KB of a row a program
+    assert launch_config(4096, 11008, 1, Format.E4M3, h200).split_k == 4
+    assert launch_config(22016, 4096, 1, Format.NVFP4, h200).split_k == 1
     assert launch_config(4096, 4096, 1, Format.E5M2, h200, torch.bfloat16).kernel is Kernel.GEMV
 
 
@@ -425,6 +432,32 @@ def test_table_from_a_sweep_receipt_overrides_exact_shapes(tmp_path, monkeypatch
         launch_config(4096, 4096, 1, Format.E5M2, h200)
 
 
+def test_codes_nan_free_checks_once_and_again_after_an_in_place_write():
+    g = torch.Generator().manual_seed(5)
+    packed = softfp8.quantize(torch.randn(8, 64, generator=g), Format.E4M3)
+    assert triton_backend.codes_nan_free(packed)
+    packed.words.view(torch.uint8)[3, 7] = 0xFF  # E4M3 NaN, written in place: version moves
+    assert not triton_backend.codes_nan_free(packed)
+    packed.words.view(torch.uint8)[3, 7] = 0x7E  # 448: finite again
+    assert triton_backend.codes_nan_free(packed)
+    nan = PackedWeight(Format.E4M3, (1, 16),
+                       torch.tensor([[0x7F000000, 0, 0, 0]], dtype=torch.int32), torch.ones(1))
+    assert not triton_backend.codes_nan_free(nan)
+    assert not triton_backend.codes_nan_free(softfp8.quantize(torch.ones(8, 64), Format.E5M2))
+
+
+def test_mma_layout_reads_the_mapping_from_the_launch_config():
+    mma = functools.partial(LaunchConfig, Kernel.MMA_GEMV, block_k=128)
+    assert triton_backend.mma_layout(mma(8, 32, num_warps=4)) == (0, 2)  # 32-row tiles
+    assert triton_backend.mma_layout(mma(1, 16, num_warps=4)) == (1, 2)
+    assert triton_backend.mma_layout(mma(1, 32, num_warps=4)) == (1, 4)
+    assert triton_backend.mma_layout(mma(4, 64, num_warps=4)) == (4, 2)
+    assert triton_backend.mma_layout(mma(8, 32, num_warps=1)) == (8, 2)  # one warp: runs
+    for bad in (mma(1, 24, num_warps=4), mma(3, 48, num_warps=4), mma(16, 64, num_warps=1)):
+        with pytest.raises(ValueError, match="cfg: Kernel.MMA_GEMV takes block_m"):
+            triton_backend.mma_layout(bad)
+
+
 MMA_CASES = [(37, 264, 1, 1), (4103, 4096, 1, 1), (1000, 11008, 3, 1), (300, 2048, 8, 3),
              (64, 4104, 2, 2)]  # (N, K, M, split): odd N, K % 64 != 0, every M class, splits
 
@@ -443,9 +476,11 @@ def test_gpu_mma_gemv_matches_reference(fmt, n, k, m, split):
     bias = torch.randn(n, generator=g).cuda() if split != 2 else None
     cfgs = [LaunchConfig(Kernel.MMA_GEMV, 8, 32, 128, split, warps, ahead)  # num_stages:
             for warps, ahead in ((4, 0), (8, 2), (16, 5))]                  # L2 prefetch steps
-    if m == 1:  # block_m = 1: the 512-byte-run mapping (LONG)
-        cfgs += [LaunchConfig(Kernel.MMA_GEMV, 1, 4 * w, 128, split, w, a)
-                 for w, a in ((4, 2), (8, 0))]
+    # the run mapping (block_m: the x rows it is laid out for; 2 or 4 tiles a warp)
+    mp = 1 << (m - 1).bit_length()
+    cfgs += [LaunchConfig(Kernel.MMA_GEMV, r, triton_backend.mma_rows(r, w, t), 128, split, w, a)
+             for r, w, t, a in ((mp, 4, 2, 2), (mp, 8, 2, 0), (mp, 2, 4, 0), (8, 4, 2, 0),
+                                (8, 1, 4, 0))]
     for cfg in cfgs:
         y = run(x, packed, bias, cfg)
         assert y.dtype == torch.float16 and y.shape == (m, n)

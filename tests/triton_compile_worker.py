@@ -71,20 +71,34 @@ def variants(backend: str, arch):
                          UPCAST=False)
                 fn = _kernels.dot_kernel
             yield f"{kname}-{tag}-{xd}", fn, c, xd, cfg.num_warps, cfg.num_stages
+            if fmt == "e4m3" and c["ASM"] and kname == "small_m":  # E4M3 codes without NaN
+                yield (f"{kname}-{tag}-finite-{xd}", fn, dict(c, NAN=False), xd, cfg.num_warps,
+                       cfg.num_stages)
         if fmt in ("nvfp4", "mxfp4") and not inject and cap is not None and cap >= (8, 0):
             # the mma GEMV (fp16 x, inline PTX): its own decode, so once per FP4 format
             cfg = launch_config(4096, 4096, 1, Format(fmt), info, torch.float16)
             assert cfg.kernel is Kernel.MMA_GEMV, cfg
-            for m in (1, 8):  # M = 1: the 512-byte-run mapping (LONG); 8: the 32-row tiles
-                cfg = launch_config(4096, 4096, m, Format(fmt), info, torch.float16)
-                c = dict(FMT=fmt, HAS_BIAS=True, WARPS=cfg.num_warps, PARTIAL=cfg.split_k > 1,
-                         PDL=pdl, PREFETCH=prefetch, AHEAD=cfg.num_stages, LONG=m == 1)
-                yield f"mma_gemv-m{m}-{fmt}-fp16", _mma.mma_gemv_kernel, c, "fp16", cfg.num_warps, 1
+            # runs 1: the M = 1 run mapping (2 and 4 tiles a warp), runs 2: M = 2; 0: the tiles
+            for runs, tiles in ((1, 2), (1, 4), (2, 2), (0, 2)):
+                cfg = launch_config(4096, 4096, max(runs, 1) if runs else 8, Format(fmt), info,
+                                    torch.float16)
+                c = dict(FMT=fmt, HAS_BIAS=True, WARPS=4, PARTIAL=cfg.split_k > 1,
+                         PDL=pdl, PREFETCH=prefetch, AHEAD=0 if runs else 2, RUNS=runs,
+                         TILES=tiles)
+                yield (f"mma_gemv-r{runs}t{tiles}-{fmt}-fp16", _mma.mma_gemv_kernel, c, "fp16",
+                       4, 1)
         if fmt in FP8 and not hw and cap is not None and cap >= (8, 0):
-            # the mma GEMV for 8-bit codes (not auto-picked: tests and sweeps reach it by run())
-            c = dict(FMT=fmt, HAS_BIAS=True, WARPS=4, PARTIAL=False, PDL=pdl, PREFETCH=prefetch,
-                     AHEAD=0, LONG=True, HAS_SCALE=True)
-            yield f"mma_gemv-m1-{fmt}-fp16", _mma.mma_gemv_kernel, c, "fp16", 4, 1
+            # the mma GEMV for 8-bit codes: M = 1 (2 and 4 tiles a warp), and the run mapping
+            # laid out for 4 and 8 x rows (split, so the partial store compiles too)
+            # (E4M3's M = 1 also without the NaN fix: weights known to hold no NaN code)
+            settings = [(1, 2, False, True), (1, 4, True, True), (4, 2, True, True),
+                        (8, 2, False, True)] + ([(1, 2, False, False)] if fmt == "e4m3" else [])
+            for runs, tiles, partial, nan in settings:
+                c = dict(FMT=fmt, HAS_BIAS=True, WARPS=4, PARTIAL=partial, PDL=pdl,
+                         PREFETCH=prefetch, AHEAD=0, RUNS=runs, TILES=tiles, HAS_SCALE=True,
+                         NAN=nan)
+                name = f"mma_gemv-r{runs}t{tiles}{'' if nan else '-finite'}-{fmt}-fp16"
+                yield name, _mma.mma_gemv_kernel, c, "fp16", 4, 1
         if not hw:  # the large-M slab decode (portable decoders only)
             c = dict(FMT=fmt, HAS_SCALE=fmt in FP8, INJECT=inject, BLOCK_R=16,
                      BLOCK_KB=512 * (8 if fmt in FP8 else 4) // 8, CHECK=xd != "fp32")

@@ -22,16 +22,18 @@ from ...dispatch import E2M1Decode, Needs
 from ...formats import Format, PackedWeight, ScaleKind
 from ...linear import check_linear_args
 from ._table import (DEQUANT_MIN_M, DEQUANT_MIN_M_MXFP4, DEQUANT_SLAB_BYTES,
-                     FP8_DECODE_ENV, MMA_FORMATS, MMA_MAX_M, PDL_ENV, PDL_PREFETCH_ENV, TABLE_ENV,
+                     FP8_DECODE_ENV, MMA_FORMATS, MMA_MAX_M, MMA_RUN_TILES, MMA_RUNS,
+                     MMA_TILE_ROWS, PDL_ENV, PDL_PREFETCH_ENV, TABLE_ENV,
                      DeviceInfo, Kernel, LaunchConfig, device_info, dot_upcast, launch_config,
-                     mma_config, mma_gemv_runs, mma_rows, pdl_auto, pdl_settings, tiled_config,
+                     mma_config, mma_gemv_runs, mma_layout, mma_rows, pdl_auto, pdl_settings, tiled_config,
                      uses_hardware_fp8, uses_mma_gemv, uses_ptx_decode)
 
-__all__ = ["NEEDS", "INTERPRET", "matmul", "run", "split_bytes",  # the backend; the launch settings (_table):
+__all__ = ["NEEDS", "INTERPRET", "matmul", "run", "split_bytes", "codes_nan_free",  # the backend; the launch settings (_table):
            "Kernel", "LaunchConfig", "DeviceInfo", "device_info", "launch_config", "tiled_config",
-           "mma_config", "mma_gemv_runs", "mma_rows", "uses_mma_gemv", "uses_hardware_fp8",
+           "mma_config", "mma_gemv_runs", "mma_layout", "mma_rows", "uses_mma_gemv", "uses_hardware_fp8",
            "uses_ptx_decode", "dot_upcast", "pdl_auto", "pdl_settings", "DEQUANT_MIN_M",
            "DEQUANT_MIN_M_MXFP4", "DEQUANT_SLAB_BYTES", "MMA_MAX_M", "MMA_FORMATS",
+           "MMA_RUNS", "MMA_RUN_TILES", "MMA_TILE_ROWS",
            "FP8_DECODE_ENV", "PDL_ENV", "PDL_PREFETCH_ENV", "TABLE_ENV"]
 
 INTERPRET = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
@@ -50,6 +52,33 @@ def split_bytes(rb: int, cfg: LaunchConfig, bits: int) -> tuple[int, int]:
     step_bytes = cfg.block_k * bits // 8
     per_split = -(-(-(-rb // step_bytes)) // cfg.split_k) * step_bytes
     return per_split, -(-rb // per_split)
+
+
+_NAN_FREE = None  # torch.utils.weak.WeakIdKeyDictionary: words tensor -> (version, no NaN code)
+
+
+def codes_nan_free(packed: PackedWeight) -> bool:
+    """Whether an E4M3 weight holds no NaN code (0x7F, 0xFF): its PTX decode can then leave out
+    the NaN fix (two of six instructions a pair; every other code decodes to the same bits).
+    Checked once per words tensor and cached until the tensor is written in place (its version
+    counter moves); False, so the fix stays, for the other formats and when the check can't
+    run now (during CUDA graph capture, before any eager call has checked it)."""
+    global _NAN_FREE
+    if packed.fmt is not Format.E4M3:
+        return False
+    if _NAN_FREE is None:
+        from torch.utils.weak import WeakIdKeyDictionary
+
+        _NAN_FREE = WeakIdKeyDictionary()
+    words = packed.words
+    seen = _NAN_FREE.get(words)
+    if seen is not None and seen[0] == words._version:
+        return seen[1]
+    if words.is_cuda and torch.cuda.is_current_stream_capturing():
+        return False
+    free = not bool(((words.view(torch.uint8) & 0x7F) == 0x7F).any())
+    _NAN_FREE[words] = (words._version, free)
+    return free
 
 
 def _check(x: torch.Tensor, packed: PackedWeight, bias: torch.Tensor | None,
@@ -111,10 +140,11 @@ def _launch(x: torch.Tensor, packed: PackedWeight, bias: torch.Tensor | None, cf
     asm = uses_ptx_decode(info, hw_fp8)
     pdl, prefetch = pdl_settings(info, packed.fmt)
     launch = dict(launch_pdl=True) if pdl else {}  # pdl: a mode, 0 = off
+    nan = not (asm and codes_nan_free(packed))  # only the PTX decode has a NaN-free variant
     common = dict(FMT=packed.fmt.value, HAS_SCALE=has_scale, HAS_BIAS=bias is not None,
                   INJECT=e2m1 is E2M1Decode.INJECT, HW=hw_fp8, ASM=asm, BLOCK_M=cfg.block_m,
                   BLOCK_N=cfg.block_n, PARTIAL=split > 1, num_warps=cfg.num_warps,
-                  num_stages=cfg.num_stages, PDL=pdl, PREFETCH=prefetch, **launch)
+                  num_stages=cfg.num_stages, PDL=pdl, PREFETCH=prefetch, NAN=nan, **launch)
     args = (x, w, s, g, b, y, ws, m, n, k, rb, sb, per_split)
     if cfg.kernel is Kernel.MMA_GEMV:
         from ._mma import mma_gemv_kernel
@@ -127,16 +157,15 @@ def _launch(x: torch.Tensor, packed: PackedWeight, bias: torch.Tensor | None, cf
         if x.data_ptr() % 16:
             x = x.clone()  # the kernel reads x 16 bytes at a time
             args = (x,) + args[1:]
-        long = cfg.block_m == 1  # M = 1: 512-byte runs per row (_mma.mma_gemv_kernel, LONG)
-        rows = mma_rows(cfg.block_m, cfg.num_warps)
-        if cfg.block_n != rows or m > cfg.block_m:
+        runs, tiles = mma_layout(cfg)  # the run mapping (runs = the x rows it is laid out for)
+        if m > cfg.block_m:
             raise ValueError(f"cfg: Kernel.MMA_GEMV with block_m={cfg.block_m} takes M <= "
-                             f"{cfg.block_m} and block_n={rows}; got M={m}, block_n={cfg.block_n}")
-        grid = (-(-n // rows), split)
+                             f"{cfg.block_m}; got M={m}")
+        grid = (-(-n // cfg.block_n), split)
         mma_gemv_kernel[grid](*args, FMT=packed.fmt.value, HAS_BIAS=bias is not None,
                               WARPS=cfg.num_warps, PARTIAL=split > 1, num_warps=cfg.num_warps,
                               num_stages=1, PDL=pdl, PREFETCH=prefetch, AHEAD=cfg.num_stages,
-                              LONG=long, HAS_SCALE=has_scale, **launch)
+                              RUNS=runs, TILES=tiles, HAS_SCALE=has_scale, NAN=nan, **launch)
     elif cfg.kernel is Kernel.GEMV:
         if cfg.block_m < m:
             raise ValueError(f"cfg: a GEMV launch with block_m={cfg.block_m} can't cover M={m}")

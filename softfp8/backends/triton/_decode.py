@@ -119,38 +119,49 @@ def e5m2_to_f16_ptx(code):
         constraints="=r,=r,r", args=[code], dtype=tl.float16, is_pure=True, pack=4)
 
 
-@triton.jit
-def e4m3_to_f16_div256_ptx(code):
-    """E4M3fn -> fp16 * 2^-8 (as `e4m3_to_f16_div256`) on fp16 pairs: h = code << 8 per half;
-    r = ((h >> 1) & 0x3F80) | (h & 0x8000). The NaN codes are the only ones that read 1.875
-    (the largest finite is 448 * 2^-8 = 1.75), and 1.875 * 34944 = 65520 rounds to inf in fp16
-    while 1.75 * 34944 = 61152 does not; so t = fma(r * 34944, 0, 1) is NaN there and exactly 1
-    elsewhere, and r * t is r (signed zeros and subnormals kept) or NaN. Three fp16x2 operations
-    per pair in place of eight integer ones (E4M3 was decode-bound on the H200)."""
-    return tl.inline_asm_elementwise(
-        asm="""{
-        .reg .b32 h<2>, r<2>, t<2>, c, z, one;
-        mov.b32 c, 0x78447844;
-        mov.b32 z, 0;
-        mov.b32 one, 0x3C003C00;
+_E4M3_PAIRS_PTX = """
         prmt.b32 h0, $2, 0, 0x1404;
         prmt.b32 h1, $2, 0, 0x3424;
         shr.b32 r0, h0, 1;
         shr.b32 r1, h1, 1;
         and.b32 r0, r0, 0x3F803F80;
-        and.b32 r1, r1, 0x3F803F80;
-        and.b32 t0, h0, 0x80008000;
-        and.b32 t1, h1, 0x80008000;
-        or.b32 r0, r0, t0;
-        or.b32 r1, r1, t1;
+        and.b32 r1, r1, 0x3F803F80;"""
+_E4M3_DIV256_PTX = tl.constexpr("""{
+        .reg .b32 h<2>, r<2>, t<2>, c, z;
+        mov.b32 c, 0x78447844;
+        mov.b32 z, 0;""" + _E4M3_PAIRS_PTX + """
+        lop3.b32 r0, r0, h0, 0x80008000, 0xF8;
+        lop3.b32 r1, r1, h1, 0x80008000, 0xF8;
         mul.rn.f16x2 t0, r0, c;
         mul.rn.f16x2 t1, r1, c;
-        fma.rn.f16x2 t0, t0, z, one;
-        fma.rn.f16x2 t1, t1, z, one;
-        mul.rn.f16x2 $0, r0, t0;
-        mul.rn.f16x2 $1, r1, t1;
-        }""",
-        constraints="=r,=r,r", args=[code], dtype=tl.float16, is_pure=True, pack=4)
+        fma.rn.f16x2 $0, t0, z, r0;
+        fma.rn.f16x2 $1, t1, z, r1;
+        }""")
+_E4M3_DIV256_FINITE_PTX = tl.constexpr("""{
+        .reg .b32 h<2>, r<2>;""" + _E4M3_PAIRS_PTX + """
+        lop3.b32 $0, r0, h0, 0x80008000, 0xF8;
+        lop3.b32 $1, r1, h1, 0x80008000, 0xF8;
+        }""")
+
+
+@triton.jit
+def e4m3_to_f16_div256_ptx(code, NAN: tl.constexpr = True):
+    """E4M3fn -> fp16 * 2^-8 (as `e4m3_to_f16_div256`) on fp16 pairs: h = code << 8 per half;
+    r = ((h >> 1) & 0x3F80) | (h & 0x8000). The NaN codes are the only ones that read 1.875
+    (the largest finite is 448 * 2^-8 = 1.75), and 1.875 * 34944 = 65520 rounds to inf in fp16
+    while 1.75 * 34944 = 61152 does not; so fma(r * 34944, 0, r) is inf * 0 + r = NaN there and
+    exactly r elsewhere (the product with 0 is a zero of r's sign, so signed zeros and
+    subnormals are kept). Two fp16x2 operations per pair for the NaN codes (E4M3 was
+    decode-bound on the H200). NAN=False leaves them out: for codes known to hold no NaN
+    (the launcher checks the weight once, `codes_nan_free`), the same bits."""
+    # no early return: triton 3.6 builds every branch after one
+    if NAN:
+        out = tl.inline_asm_elementwise(asm=_E4M3_DIV256_PTX, constraints="=r,=r,r", args=[code],
+                                        dtype=tl.float16, is_pure=True, pack=4)
+    else:
+        out = tl.inline_asm_elementwise(asm=_E4M3_DIV256_FINITE_PTX, constraints="=r,=r,r",
+                                        args=[code], dtype=tl.float16, is_pure=True, pack=4)
+    return out
 
 
 @triton.jit

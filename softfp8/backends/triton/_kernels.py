@@ -28,14 +28,15 @@ from ._decode import (e2m1_pair_to_f16_ptx, e2m1_to_f16, e2m1_to_f32, e4m3_to_f1
 
 
 @triton.jit
-def _fp8_to_f16(codes, FMT: tl.constexpr, ASM: tl.constexpr):
-    """Software FP8 decode to fp16 (E4M3 as value * 2^-8): PTX on NVIDIA, portable elsewhere."""
+def _fp8_to_f16(codes, FMT: tl.constexpr, ASM: tl.constexpr, NAN: tl.constexpr = True):
+    """Software FP8 decode to fp16 (E4M3 as value * 2^-8): PTX on NVIDIA, portable elsewhere.
+    NAN=False: the codes hold no NaN (E4M3's PTX decode then skips its NaN fix)."""
     if FMT == "e5m2":
         if ASM:
             return e5m2_to_f16_ptx(codes)
         return e5m2_to_f16(codes)
     if ASM:
-        return e4m3_to_f16_div256_ptx(codes)
+        return e4m3_to_f16_div256_ptx(codes, NAN)
     return e4m3_to_f16_div256(codes)
 
 
@@ -122,7 +123,7 @@ def gemv_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr,
                 INJECT: tl.constexpr, HW: tl.constexpr, BLOCK_M: tl.constexpr,
                 BLOCK_N: tl.constexpr, BLOCK_KB: tl.constexpr, PARTIAL: tl.constexpr,
                 ASM: tl.constexpr = False,
-                PDL: tl.constexpr = 0, PREFETCH: tl.constexpr = 0):
+                PDL: tl.constexpr = 0, PREFETCH: tl.constexpr = 0, NAN: tl.constexpr = True):
     """CUDA-core GEMV for M <= BLOCK_M (1, or a few rows): program (pid_n, pid_k) reads rows
     pid_n*BLOCK_N.. over bytes [pid_k*KB_SPLIT, +KB_SPLIT) once for all M rows of x. The
     accumulator keeps the K axis ([BM, BN, BLOCK_KB] for FP8) so the loop has no cross-thread
@@ -155,7 +156,7 @@ def gemv_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr,
             if HW:
                 w = e5m2_to_f32(codes, HW) if FMT == "e5m2" else e4m3_to_f32(codes, HW)
             else:
-                w = _fp8_to_f16(codes, FMT, ASM).to(tl.float32)  # E4M3: x 256 once, below
+                w = _fp8_to_f16(codes, FMT, ASM, NAN).to(tl.float32)  # E4M3: x 256 once, below
             xv = tl.load(x_rows + bb, mask=mask_m & (bb < K), other=0.0).to(tl.float32)
             acc += w * xv
         else:
@@ -194,7 +195,7 @@ def dot_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr,
                BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PARTIAL: tl.constexpr,
                PRECISION: tl.constexpr, UPCAST: tl.constexpr, ASM: tl.constexpr = False,
                PDL: tl.constexpr = 0, PREFETCH: tl.constexpr = 0, FIX: tl.constexpr = False,
-               FIX_HI: tl.constexpr = 0, FIX_LO: tl.constexpr = 0):
+               FIX_HI: tl.constexpr = 0, FIX_LO: tl.constexpr = 0, NAN: tl.constexpr = True):
     """tl.dot kernel: each step decodes a [BLOCK_N, BLOCK_K] weight tile into x's dtype (fp16,
     bf16, or fp32 with PRECISION="ieee") and multiplies it with a [BLOCK_M, BLOCK_K] tile of x.
     Small M: one M block (BLOCK_M = 16), so the weights are read once for all rows; larger M:
@@ -237,7 +238,7 @@ def dot_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr,
             if HW:
                 w = (e5m2_to_f32(codes, HW) if FMT == "e5m2" else e4m3_to_f32(codes, HW)).to(xdt)
             else:
-                w = _f16_to(_fp8_to_f16(codes, FMT, ASM), xdt)  # E4M3: x 256 below
+                w = _f16_to(_fp8_to_f16(codes, FMT, ASM, NAN), xdt)  # E4M3: x 256 below
             acc = tl.dot(xt, tl.trans(w), acc, input_precision=PRECISION)
         else:
             # No interleave: the even codes (low nibbles) meet x's even elements and the odd

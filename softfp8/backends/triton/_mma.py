@@ -65,6 +65,7 @@ _ROW_MX = tl.constexpr(_load_row_asm("mxfp4"))
 _ROW_FP8 = tl.constexpr(_load_row_fp8_asm())
 _TILE_E5M2 = tl.constexpr(_fp8_tile_asm("e5m2"))
 _TILE_E4M3 = tl.constexpr(_fp8_tile_asm("e4m3"))
+_TILE_E4M3_FINITE = tl.constexpr(_fp8_tile_asm("e4m3", nan=False))
 _LOAD_X = tl.constexpr(_load_x_asm())
 _XPAIRS = tl.constexpr(_xpairs_asm())
 _XMOVES = tl.constexpr("{\n" + "\n".join(f"mov.b32 ${i}, ${16 + i};" for i in range(16)) + "\n}")
@@ -97,7 +98,7 @@ def _load_x(x_ptrs, valid):
 
 
 @triton.jit
-def _tile(rg, rh, xp, acc, FMT: tl.constexpr, DIAG: tl.constexpr = 0):
+def _tile(rg, rh, xp, acc, FMT: tl.constexpr, DIAG: tl.constexpr = 0, NAN: tl.constexpr = True):
     """acc (4 fp32) += one loop step of a 16-row tile; rg/rh: (4 words, scale) of rows g, g+8."""
     args = [rg[0], rg[1], rg[2], rg[3], rh[0], rh[1], rh[2], rh[3], rg[4], rh[4],
             xp[0], xp[1], xp[2], xp[3], xp[4], xp[5], xp[6], xp[7],
@@ -118,6 +119,9 @@ def _tile(rg, rh, xp, acc, FMT: tl.constexpr, DIAG: tl.constexpr = 0):
                                         is_pure=True, pack=1)
     elif FMT == "e5m2":
         out = tl.inline_asm_elementwise(_TILE_E5M2, _TILE_CONS, args, (tl.float32,) * 4,
+                                        is_pure=True, pack=1)
+    elif not NAN:  # E4M3 codes known to hold no NaN: no NaN fix
+        out = tl.inline_asm_elementwise(_TILE_E4M3_FINITE, _TILE_CONS, args, (tl.float32,) * 4,
                                         is_pure=True, pack=1)
     else:
         out = tl.inline_asm_elementwise(_TILE_E4M3, _TILE_CONS, args, (tl.float32,) * 4,
@@ -214,26 +218,45 @@ def _store_tile(c0, c1, c2, c3, row0, y_ptr, ws_ptr, s_ptr, g_ptr, b_ptr, pid_k,
 
 
 @triton.jit
-def _store_diagonal(c0, c1, c2, c3, row0, y_ptr, ws_ptr, s_ptr, g_ptr, b_ptr, pid_k, N,
-                    FMT: tl.constexpr, HAS_SCALE: tl.constexpr, HAS_BIAS: tl.constexpr,
-                    PARTIAL: tl.constexpr, WARPS: tl.constexpr):
-    """LONG (M = 1): D[g][g] is row r's sum over K-chunk g (D[g+8][g]: row r+1's), in lane
-    (g, g // 2), register c0 (g even) or c1; the 8 chunks' sums add up to the row's dot."""
+def _store_runs(c, row0, y_ptr, ws_ptr, s_ptr, g_ptr, b_ptr, pid_k, M, N, FMT: tl.constexpr,
+                HAS_SCALE: tl.constexpr, HAS_BIAS: tl.constexpr, PARTIAL: tl.constexpr,
+                WARPS: tl.constexpr, MP: tl.constexpr, WARP_ROWS: tl.constexpr):
+    """The run mapping's sums of one tile (rows row0 + WARP_ROWS * warp ..): lane (g, t) holds
+    D[g][2t + s] in c[s] and D[g + 8][2t + s] in c[2 + s]. A's row i is weight row i // C
+    (i < 8; MP + (i - 8) // C below) restricted to K-chunk i % C, B's column j is x row j // C's
+    chunk j % C (C = 8 // MP): D[i][j] counts where the chunks agree, and the C chunks' entries
+    of one (x row, weight row) add up to its dot. M = 1 (C = 8): the diagonal D[g][g]."""
+    C: tl.constexpr = 8 // MP
     NT: tl.constexpr = 32 * WARPS
     lane = tl.arange(0, NT) % 32
     g = lane // 4
-    on = (lane % 4) == g // 2
-    even = (g % 2) == 0
-    top = tl.where(on, tl.where(even, c0, c1), 0.0)
-    low = tl.where(on, tl.where(even, c2, c3), 0.0)
-    top = tl.sum(tl.reshape(top, (WARPS, 32)), axis=1)
-    low = tl.sum(tl.reshape(low, (WARPS, 32)), axis=1)
-    rows = row0 + 4 * tl.arange(0, WARPS)
-    zero = tl.zeros((WARPS,), tl.int32)
-    _store_rows(top, rows, zero, y_ptr, ws_ptr, s_ptr, g_ptr, b_ptr, pid_k, 1, N, FMT, HAS_SCALE,
-                HAS_BIAS, PARTIAL)
-    _store_rows(low, rows + 1, zero, y_ptr, ws_ptr, s_ptr, g_ptr, b_ptr, pid_k, 1, N, FMT,
-                HAS_SCALE, HAS_BIAS, PARTIAL)
+    t = lane % 4
+    if C == 1:  # every entry counts, none to add: D[i][j] is y[j][row i]
+        rows = row0 + WARP_ROWS * (tl.arange(0, NT) // 32) + g
+        _store_rows(c[0], rows, 2 * t, y_ptr, ws_ptr, s_ptr, g_ptr, b_ptr, pid_k, M, N, FMT,
+                    HAS_SCALE, HAS_BIAS, PARTIAL)
+        _store_rows(c[1], rows, 2 * t + 1, y_ptr, ws_ptr, s_ptr, g_ptr, b_ptr, pid_k, M, N, FMT,
+                    HAS_SCALE, HAS_BIAS, PARTIAL)
+        _store_rows(c[2], rows + 8, 2 * t, y_ptr, ws_ptr, s_ptr, g_ptr, b_ptr, pid_k, M, N, FMT,
+                    HAS_SCALE, HAS_BIAS, PARTIAL)
+        _store_rows(c[3], rows + 8, 2 * t + 1, y_ptr, ws_ptr, s_ptr, g_ptr, b_ptr, pid_k, M, N,
+                    FMT, HAS_SCALE, HAS_BIAS, PARTIAL)
+    else:
+        # column 2t + s is chunk 2 (t % (C/2)) + s of x row t // (C/2): one s (or none) agrees
+        ok0 = (2 * t) % C == g % C
+        ok1 = (2 * t + 1) % C == g % C
+        top = tl.where(ok0, c[0], 0.0) + tl.where(ok1, c[1], 0.0)
+        low = tl.where(ok0, c[2], 0.0) + tl.where(ok1, c[3], 0.0)
+        # lane = 4 (C q + chunk) + (C / 2) m + t % (C / 2): add over chunk and t % (C / 2)
+        top = tl.sum(tl.sum(tl.reshape(top, (WARPS, MP, C, MP, C // 2)), axis=4), axis=2)
+        low = tl.sum(tl.sum(tl.reshape(low, (WARPS, MP, C, MP, C // 2)), axis=4), axis=2)
+        rows = (row0 + WARP_ROWS * tl.arange(0, WARPS)[:, None, None]
+                + tl.arange(0, MP)[None, :, None])
+        cols = tl.arange(0, MP)[None, None, :]
+        _store_rows(top, rows, cols, y_ptr, ws_ptr, s_ptr, g_ptr, b_ptr, pid_k, M, N, FMT,
+                    HAS_SCALE, HAS_BIAS, PARTIAL)
+        _store_rows(low, rows + MP, cols, y_ptr, ws_ptr, s_ptr, g_ptr, b_ptr, pid_k, M, N, FMT,
+                    HAS_SCALE, HAS_BIAS, PARTIAL)
 
 
 @triton.jit
@@ -242,21 +265,32 @@ def mma_gemv_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr,
                     FMT: tl.constexpr, HAS_BIAS: tl.constexpr, WARPS: tl.constexpr,
                     PARTIAL: tl.constexpr, PDL: tl.constexpr = 0, PREFETCH: tl.constexpr = 0,
                     HAS_SCALE: tl.constexpr = False,
-                    AHEAD: tl.constexpr = 0, DIAG: tl.constexpr = 0, LONG: tl.constexpr = False):
-    """Program (pid_n, pid_k): rows pid_n * 32 .. +32 over bytes [pid_k * KB_SPLIT, +KB_SPLIT);
-    warp w takes the 64-byte steps w, w + WARPS, ...; the warps' sums are added at the end.
-    AHEAD > 0: each step also pulls the weights of the step AHEAD steps later toward L2, so
-    more bytes are in flight than the registers of one step ahead hold. DIAG (1: no decode,
-    2: no mma either) gives wrong results on purpose: benchmarks/gpu_mma_probe.py only.
-    LONG (M = 1 only): the warp's 32 lanes read 512 contiguous bytes of each of its 4 rows
-    instead of 8 rows x 64 bytes: mma row g (and g+8) is then row r (r+1) restricted to the
-    64-byte chunk g, and B's column g is x's chunk g, so the diagonal D[g][g] holds the sums
-    (_store_diagonal); program = 4 * WARPS rows, each warp its own 4 over the whole K range.
+                    AHEAD: tl.constexpr = 0, DIAG: tl.constexpr = 0, RUNS: tl.constexpr = 0,
+                    TILES: tl.constexpr = 2, NAN: tl.constexpr = True):
+    """Program (pid_n, pid_k) over bytes [pid_k * KB_SPLIT, +KB_SPLIT) of its rows.
+    RUNS = 0 (the tile mapping): rows pid_n * 32 .. +32, two 16-row tiles; warp w takes the
+    64-byte steps w, w + WARPS, ...; the warps' sums are added at the end.
+    RUNS = MP (1, 2, 4 or 8; M <= MP), the run mapping: each warp owns 2 * MP * TILES rows
+    over the whole K range and reads C = 8 / MP contiguous 64-byte chunks (512 / MP bytes) of
+    each per step. mma row g (and g + 8) is then weight row g // C (MP + g // C) restricted to
+    chunk g % C, and B's column j is x row j // C's chunk j % C, so the entries whose chunks
+    agree hold the sums (_store_runs; M = 1: the diagonal). Measured faster at M = 1 than the
+    tiles: each warp-instruction covers 2 rows x 512 bytes, not 8 x 64. TILES (2 or 4, run
+    mapping only): 16-row mma tiles per warp, the second pair doubles the bytes each thread
+    has in flight and halves x's loads per weight byte.
+    AHEAD > 0: each step also pulls the weights of the step AHEAD steps later toward L2.
+    DIAG (1: no decode, 2: no mma either) gives wrong results on purpose:
+    benchmarks/gpu_mma_probe.py only. NAN=False: E4M3 codes known to hold no NaN (the decode
+    leaves out its NaN fix; `codes_nan_free`).
     Needs num_warps == WARPS, K % 8 == 0 and a 16-byte aligned x (the launcher checks)."""
     NT: tl.constexpr = 32 * WARPS
     FP8: tl.constexpr = FMT == "e5m2" or FMT == "e4m3"
-    PROG_ROWS: tl.constexpr = 4 * WARPS if LONG else ROWS
-    RS: tl.constexpr = 1 if LONG else 8  # row step between a thread's 4 rows
+    MP: tl.constexpr = RUNS if RUNS > 0 else 1
+    C: tl.constexpr = 8 // MP  # run mapping: 64-byte chunks of a row per warp-step
+    WARP_ROWS: tl.constexpr = 2 * MP * TILES
+    PROG_ROWS: tl.constexpr = WARP_ROWS * WARPS if RUNS > 0 else ROWS
+    RS: tl.constexpr = MP if RUNS > 0 else 8  # row step between a thread's rows
+    tl.static_assert(RUNS > 0 or TILES == 2, "the tile mapping has two tiles a warp")
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
     tid = tl.arange(0, NT)
@@ -266,32 +300,35 @@ def mma_gemv_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr,
     kb_lo = pid_k * KB_SPLIT
     kb_hi = tl.minimum(kb_lo + KB_SPLIT, RB)
     _pdl_enter(w_ptr, pid_n * PROG_ROWS, N, RB, kb_lo, kb_hi, PROG_ROWS, PDL, PREFETCH)
-    if LONG:
-        row = pid_n * PROG_ROWS + 4 * (tid // 32)  # rows row .. row + 3: the warp's own
-        in_m = g >= 0
-        x_row = x_ptr + tl.zeros_like(g).to(tl.int64)
-        off = kb_lo + 64 * g + 16 * t
-        stride = 512
+    if RUNS > 0:
+        xr = g // C  # B column g: x row g // C, chunk g % C
+        row = pid_n * PROG_ROWS + WARP_ROWS * (tid // 32) + xr
+        in_m = xr < M
+        x_row = x_ptr + tl.minimum(xr, M - 1).to(tl.int64) * K
+        off = kb_lo + 64 * (g % C) + 16 * t
+        stride = 64 * C
     else:
         row = pid_n * ROWS + g  # rows row, row + 8 (tile 0), row + 16, row + 24 (tile 1)
         in_m = g < M
         x_row = x_ptr + tl.minimum(g, M - 1).to(tl.int64) * K
         off = kb_lo + STEP_BYTES * (tid // 32) + 16 * t
         stride = STEP_BYTES * WARPS
-    a0 = tl.zeros((NT,), tl.float32)
-    a1 = a0
-    a2 = a0
-    a3 = a0
-    b0 = a0
-    b1 = a0
-    b2 = a0
-    b3 = a0
+    zero = tl.zeros((NT,), tl.float32)
+    a = (zero, zero, zero, zero)
+    b = a
+    c = a
+    d = a
     r0, r1, r2, r3 = _rows_step(w_ptr, s_ptr, row, N, RB, SB, off, kb_hi, FMT, RS)
+    if TILES == 4:
+        r4, r5, r6, r7 = _rows_step(w_ptr, s_ptr, row + 4 * RS, N, RB, SB, off, kb_hi, FMT, RS)
     xw = _x_step(x_row, off, kb_hi, K, in_m, FP8)
     for _ in range(kb_lo, kb_hi, stride):
         off += stride
         # the next step's loads go out before this step's arithmetic (registers, not smem)
         n0, n1, n2, n3 = _rows_step(w_ptr, s_ptr, row, N, RB, SB, off, kb_hi, FMT, RS)
+        if TILES == 4:
+            n4, n5, n6, n7 = _rows_step(w_ptr, s_ptr, row + 4 * RS, N, RB, SB, off, kb_hi, FMT,
+                                        RS)
         nx = _x_step(x_row, off, kb_hi, K, in_m, FP8)
         if AHEAD > 0:
             _prefetch_rows(w_ptr, row, N, RB, off + AHEAD * stride, kb_hi, RS)
@@ -302,18 +339,28 @@ def mma_gemv_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr,
         else:
             xp = tl.inline_asm_elementwise(_XPAIRS, _XPAIRS_CONS, list(xw), (tl.int32,) * 16,
                                            is_pure=True, pack=1)
-        a0, a1, a2, a3 = _tile(r0, r1, xp, (a0, a1, a2, a3), FMT, DIAG)
-        b0, b1, b2, b3 = _tile(r2, r3, xp, (b0, b1, b2, b3), FMT, DIAG)
+        a = _tile(r0, r1, xp, a, FMT, DIAG, NAN)
+        b = _tile(r2, r3, xp, b, FMT, DIAG, NAN)
+        if TILES == 4:
+            c = _tile(r4, r5, xp, c, FMT, DIAG, NAN)
+            d = _tile(r6, r7, xp, d, FMT, DIAG, NAN)
+            r4, r5, r6, r7 = n4, n5, n6, n7
         r0, r1, r2, r3, xw = n0, n1, n2, n3, nx
     _pdl_exit(PDL)
-    if LONG:
-        _store_diagonal(a0, a1, a2, a3, pid_n * PROG_ROWS, y_ptr, ws_ptr, s_ptr, g_ptr, b_ptr,
-                        pid_k, N, FMT, HAS_SCALE, HAS_BIAS, PARTIAL, WARPS)
-        _store_diagonal(b0, b1, b2, b3, pid_n * PROG_ROWS + 2, y_ptr, ws_ptr, s_ptr, g_ptr,
-                        b_ptr, pid_k, N, FMT, HAS_SCALE, HAS_BIAS, PARTIAL, WARPS)
-        return
-    # lane (g, t) holds rows g, g+8 of each tile for columns 2t, 2t+1: add the warps' sums
-    _store_tile(a0, a1, a2, a3, pid_n * ROWS, y_ptr, ws_ptr, s_ptr, g_ptr, b_ptr, pid_k, M, N,
-                FMT, HAS_SCALE, HAS_BIAS, PARTIAL, WARPS)
-    _store_tile(b0, b1, b2, b3, pid_n * ROWS + 16, y_ptr, ws_ptr, s_ptr, g_ptr, b_ptr, pid_k,
-                M, N, FMT, HAS_SCALE, HAS_BIAS, PARTIAL, WARPS)
+    if RUNS > 0:
+        row0 = pid_n * PROG_ROWS
+        _store_runs(a, row0, y_ptr, ws_ptr, s_ptr, g_ptr, b_ptr, pid_k, M, N, FMT, HAS_SCALE,
+                    HAS_BIAS, PARTIAL, WARPS, MP, WARP_ROWS)
+        _store_runs(b, row0 + 2 * MP, y_ptr, ws_ptr, s_ptr, g_ptr, b_ptr, pid_k, M, N, FMT,
+                    HAS_SCALE, HAS_BIAS, PARTIAL, WARPS, MP, WARP_ROWS)
+        if TILES == 4:
+            _store_runs(c, row0 + 4 * MP, y_ptr, ws_ptr, s_ptr, g_ptr, b_ptr, pid_k, M, N, FMT,
+                        HAS_SCALE, HAS_BIAS, PARTIAL, WARPS, MP, WARP_ROWS)
+            _store_runs(d, row0 + 6 * MP, y_ptr, ws_ptr, s_ptr, g_ptr, b_ptr, pid_k, M, N, FMT,
+                        HAS_SCALE, HAS_BIAS, PARTIAL, WARPS, MP, WARP_ROWS)
+    else:
+        # lane (g, t) holds rows g, g+8 of each tile for columns 2t, 2t+1: add the warps' sums
+        _store_tile(a[0], a[1], a[2], a[3], pid_n * ROWS, y_ptr, ws_ptr, s_ptr, g_ptr, b_ptr,
+                    pid_k, M, N, FMT, HAS_SCALE, HAS_BIAS, PARTIAL, WARPS)
+        _store_tile(b[0], b[1], b[2], b[3], pid_n * ROWS + 16, y_ptr, ws_ptr, s_ptr, g_ptr,
+                    b_ptr, pid_k, M, N, FMT, HAS_SCALE, HAS_BIAS, PARTIAL, WARPS)

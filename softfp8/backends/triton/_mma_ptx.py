@@ -29,31 +29,35 @@ def _mma(acc: str, a: tuple, b: tuple) -> str:
             f"{{{', '.join(a)}}}, {{{', '.join(b)}}}, {d};")
 
 
-_E4M3_CONSTS = ["mov.b32 c, 0x78447844;", "mov.b32 z, 0;", "mov.b32 one, 0x3C003C00;"]
+_E4M3_CONSTS = ["mov.b32 c, 0x78447844;", "mov.b32 z, 0;"]
 
 
-def _e4m3_pair_div256(src: str, sel: str, dst: str) -> list:
+def _e4m3_pair_div256(src: str, sel: str, dst: str, nan: bool = True) -> list:
     """PTX: two E4M3 bytes of `src` (picked by the `prmt` selector `sel` into the fp16 high
     bytes) -> fp16 pair `dst` = value * 2^-8, the shift, mask and NaN fix of
-    `_decode.e4m3_to_f16_div256_ptx` (1.875 * 34944 is the only product that overflows: NaN).
-    Uses h, r, q and the constants c, z, one (`_E4M3_CONSTS`)."""
-    return [f"prmt.b32 h, {src}, 0, {sel};", "shr.b32 r, h, 1;", "and.b32 r, r, 0x3F803F80;",
-            "lop3.b32 r, r, h, 0x80008000, 0xF8;", "mul.rn.f16x2 q, r, c;",
-            "fma.rn.f16x2 q, q, z, one;", f"mul.rn.f16x2 {dst}, r, q;"]
+    `_decode.e4m3_to_f16_div256_ptx` (1.875 * 34944 is the only product that overflows, and
+    inf * 0 + r is NaN). Uses h, r, q and the constants c, z (`_E4M3_CONSTS`). nan=False: no
+    NaN fix, for codes known to hold no NaN."""
+    out = [f"prmt.b32 h, {src}, 0, {sel};", "shr.b32 r, h, 1;", "and.b32 r, r, 0x3F803F80;"]
+    if not nan:
+        return out + [f"lop3.b32 {dst}, r, h, 0x80008000, 0xF8;"]
+    return out + ["lop3.b32 r, r, h, 0x80008000, 0xF8;", "mul.rn.f16x2 q, r, c;",
+                  f"fma.rn.f16x2 {dst}, q, z, r;"]
 
 
-def _fp8_tile_asm(fmt: str) -> str:
+def _fp8_tile_asm(fmt: str, nan: bool = True) -> str:
     """The 8-bit tile step, same operands as `_tile_asm` ($12/$13 unused; $14..$21 are x's words
     as they lie): a word of codes c..c+3 is two fp16 pairs (c, c+1), (c+2, c+3) -- one `prmt`
     each (E5M2 is fp16's high byte; E4M3 then `_decode.e4m3_to_f16_div256_ptx`'s shift, mask
-    and NaN fix: value * 2^-8) -- which meet x's own pairs, so x needs no re-pairing."""
-    body = [".reg .b32 h, r, q, c, z, one;", ".reg .b32 g<2>, k<2>;", ".reg .f32 acc<4>;"]
+    and NaN fix: value * 2^-8) -- which meet x's own pairs, so x needs no re-pairing.
+    nan=False: E4M3 without the NaN fix (codes known to hold no NaN)."""
+    body = [".reg .b32 h, r, q, c, z;", ".reg .b32 g<2>, k<2>;", ".reg .f32 acc<4>;"]
     body += _E4M3_CONSTS + [f"mov.f32 acc{i}, ${30 + i};" for i in range(4)]
 
     def pair(word: str, dst: str, sel: str) -> list:
         if fmt == "e5m2":
             return [f"prmt.b32 {dst}, {word}, 0, {sel};"]
-        return _e4m3_pair_div256(word, sel, dst)
+        return _e4m3_pair_div256(word, sel, dst, nan)
     for j in range(4):
         body += pair(f"${4 + j}", "g0", "0x1404") + pair(f"${4 + j}", "g1", "0x3424")
         body += pair(f"${8 + j}", "k0", "0x1404") + pair(f"${8 + j}", "k1", "0x3424")
@@ -70,7 +74,7 @@ def _tile_asm(fmt: str) -> str:
             ".reg .b32 g<4>, k<4>;", ".reg .f32 acc<4>;",
             "mov.b32 t0, 0x3E3C3800;", "mov.b32 t1, 0x46444240;"]
     if fmt == "nvfp4":
-        body += [".reg .b32 c, z, one;"] + _E4M3_CONSTS
+        body += [".reg .b32 c, z;"] + _E4M3_CONSTS
         for src, lo, hi in (("$12", "sg01", "sg23"), ("$13", "sh01", "sh23")):
             # the two block scales of this lane's 16 bytes, then each spread over both halves
             body += _e4m3_pair_div256(src, "0x1404", "r")

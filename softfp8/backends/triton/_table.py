@@ -210,7 +210,7 @@ def launch_config(n: int, k: int, m: int, fmt: Format, info: DeviceInfo,
         rows = max(128, DEQUANT_SLAB_BYTES // (k * x_dtype.itemsize) // 128 * 128)
         return LaunchConfig(Kernel.DEQUANT, 1, min(rows, n), 512, num_warps=4, num_stages=1)
     if uses_mma_gemv(k, m, fmt, info, x_dtype):
-        return mma_config(n, m, info)
+        return mma_config(n, k, m, fmt, info)
     if m == 1 and fp8 and n >= 8192 and not fma_dot and not info.interpreter:
         cfg = LaunchConfig(Kernel.SMALL_M, 16, 64 if n >= 16384 else 32, 256, num_warps=4,
                            num_stages=3)
@@ -260,50 +260,81 @@ def mma_gemv_runs(k: int, m: int, fmt: Format, info: DeviceInfo, x_dtype: torch.
 
 
 def uses_mma_gemv(k: int, m: int, fmt: Format, info: DeviceInfo, x_dtype: torch.dtype) -> bool:
-    """Whether launch_config picks Kernel.MMA_GEMV: within its domain, FP4 at M <= 8 and the
-    8-bit formats at M = 1, where it was measured faster than the FMA/dot kernels on the H200
-    (BENCHMARKS.md; 8-bit at M = 2..8 stays on the dot kernel, see the small-M table). Not for
-    8-bit codes under SOFTFP8_FP8_DECODE=hardware: its decode is the integer one."""
+    """Whether launch_config picks Kernel.MMA_GEMV: within its domain, FP4 at M <= 8, the 8-bit
+    formats at M <= 2 and E4M3 at M <= 4, where it was measured faster than the FMA/dot kernels
+    on the H200 (BENCHMARKS.md, campaign steps `mma8`, `runs2`). 8-bit at M = 3..8 otherwise
+    stays on the dot kernel: E5M2's lm_head at M = 4 ran 7% slower on MMA_GEMV's runs, and at
+    M = 8 the runs are 64 bytes long and lose to the dot kernel on most shapes. Not for 8-bit
+    codes under SOFTFP8_FP8_DECODE=hardware: its decode is the integer one."""
     fp8 = fmt in (Format.E5M2, Format.E4M3)
-    if fp8 and (m != 1 or fp8_decode_wanted() == "hardware"):
+    if fp8 and (m > (4 if fmt is Format.E4M3 else 2) or fp8_decode_wanted() == "hardware"):
         return False
     return mma_gemv_runs(k, m, fmt, info, x_dtype)
 
 
 MMA_TILE_ROWS = 32
-"""Rows of one Kernel.MMA_GEMV program at M = 2..8: two 16-row mma tiles per warp."""
+"""Rows of one Kernel.MMA_GEMV program in the tile mapping: two 16-row mma tiles, warps split K."""
+MMA_RUNS = (1, 2, 4, 8)
+"""block_m of Kernel.MMA_GEMV's run mapping: the x rows it is laid out for (`_mma`)."""
+MMA_RUN_TILES = (2, 4)
+"""16-row mma tiles a warp of the run mapping holds."""
 
 
-def mma_rows(block_m: int, num_warps: int) -> int:
-    """Rows one Kernel.MMA_GEMV program covers: block_m = 1 (the M = 1 mapping) gives each warp
-    its own 4 rows; block_m = 8 gives the program MMA_TILE_ROWS, its warps splitting K."""
-    return 4 * num_warps if block_m == 1 else MMA_TILE_ROWS
+def mma_rows(block_m: int, num_warps: int, tiles: int = 2) -> int:
+    """Rows of one Kernel.MMA_GEMV program in the run mapping: each warp its own
+    2 * block_m * tiles rows (block_n of its LaunchConfig)."""
+    return 2 * block_m * tiles * num_warps
 
 
-def mma_config(n: int, m: int, info: DeviceInfo) -> LaunchConfig:
-    """Kernel.MMA_GEMV. block_k = 128 codes (64 bytes) per warp-step and thread group;
-    num_stages = how many steps ahead each warp prefetches its weights to L2 (0: none).
-    - M = 1: block_m = 1, the 512-byte-run mapping (4 rows a warp, `_mma` LONG), 4 warps.
-    - M = 2..8: block_m = 8, 32 rows a program, warps interleaved along K, 2-step prefetch.
-    Programs split K until about 12 warps per SM are resident, the knee in the sweeps.
-    8-bit codes (M = 1 only, `uses_mma_gemv`) take the same rule: within 1-6% of each shape's
-    best in the 8-bit sweep (`mma8`), 10-25% faster than the FMA/dot kernels' table there
-    (E5M2 12288 x 4096: 14.8 us against 17.2).
-    Measured on the H200 (2026-11-29, sweep_gemv.py --kernels mma_gemv, llama2-7b shapes, M = 1,
-    BENCHMARKS.md): the 512-byte runs beat the 32-row tiles by 4-20% from 12288 rows on
-    (22016 x 4096 NVFP4: 24.1 us against 27.0; their loads alone read 2.97 TB/s against 2.84)
-    and tie at 4096; for the tiles, 8 warps below 256 programs and 4 above (8 warps cost 11% at
-    22016 rows, 4 cost 60% at 4096 unsplit); prefetch: none for the runs, 2 steps for the tiles
-    (within 3-5% of the best everywhere)."""
-    block_m = 1 if m == 1 else MMA_MAX_M
-    if m == 1:
-        warps, ahead = 4, 0
+def mma_layout(cfg: LaunchConfig) -> tuple[int, int]:
+    """(RUNS, TILES) of `_mma.mma_gemv_kernel` for a Kernel.MMA_GEMV LaunchConfig:
+    block_m = 8, block_n = MMA_TILE_ROWS and more than one warp is the tile mapping (RUNS = 0,
+    the warps split K); otherwise the run mapping laid out for block_m x rows, with
+    block_n = mma_rows(block_m, num_warps, tiles)."""
+    if cfg.block_m == MMA_MAX_M and cfg.block_n == MMA_TILE_ROWS and cfg.num_warps > 1:
+        return 0, 2
+    for tiles in MMA_RUN_TILES:
+        if cfg.block_m in MMA_RUNS and cfg.block_n == mma_rows(cfg.block_m, cfg.num_warps, tiles):
+            return cfg.block_m, tiles
+    raise ValueError(f"cfg: Kernel.MMA_GEMV takes block_m in {MMA_RUNS} with block_n = 2 * "
+                     f"block_m * num_warps * (2 or 4), or block_m={MMA_MAX_M} with block_n="
+                     f"{MMA_TILE_ROWS}; got {cfg}")
+
+
+def mma_config(n: int, k: int, m: int, fmt: Format, info: DeviceInfo) -> LaunchConfig:
+    """Kernel.MMA_GEMV. block_k = 128 codes; num_stages = how many steps ahead each warp
+    prefetches its weights to L2 (0: none).
+    - The run mapping (`_mma`) for M = 1 at every format and for the 8-bit formats at M <= 4:
+      block_m = the next power of two >= M, 2 tiles a warp; M = 1 in 2 warps, else 4.
+    - FP4 at M = 2..8: the 32-row tiles (block_m = 8), warps along K, 2-step L2 prefetch; 8
+      warps below 256 programs, 4 above.
+    Programs split K until about 12 warps per SM are resident; at M = 1 also until each takes
+    at most 3.5 KB of a row.
+    Measured on the H200 (2026-11-29, sweep_gemv.py --kernels mma_gemv, integer FP8 decode;
+    BENCHMARKS.md, campaign steps `runs1` on the llama2-7b shapes and `runs2` on llama3-8b's):
+    - M = 1: 2 warps fastest or within 3% on 10 of 11 shapes (22016 x 4096 E5M2: 26.3 us
+      against 30.4 with 4 warps; the exception is 32000 x 4096 8-bit, 8% behind 8 warps);
+      4 tiles a warp (twice the bytes in flight a thread) was slower everywhere but one shape;
+      K-splits of 2-4 at 4096 rows (E4M3 4096 x 11008: 17.5 us split 4, 24.3 unsplit).
+    - M = 2: the runs laid out for 2 rows beat the dot kernel on all five llama3-8b shapes
+      (E4M3 28672 x 4096: 36.6 us against 42.4) and the 32-row tiles (45.8).
+    - M = 4, E4M3: the runs beat the dot kernel on 4 of 5 shapes (lm_head 154.0 against
+      159.6 us), 4% behind on 4096 x 14336.
+    The earlier M = 1 rule (4 warps, `mma8`/`long1`) and the FP4 tiles' settings are in
+    BENCHMARKS.md's log."""
+    fp8 = fmt in (Format.E5M2, Format.E4M3)
+    if m == 1 or fp8:
+        block_m = 1 << (m - 1).bit_length()
+        warps, ahead = (2 if m == 1 else 4), 0
+        rows = mma_rows(block_m, warps)
     else:
-        warps, ahead = 8 if -(-n // MMA_TILE_ROWS) < 256 else 4, 2
-    rows = mma_rows(block_m, warps)
+        block_m, rows, ahead = MMA_MAX_M, MMA_TILE_ROWS, 2
+        warps = 8 if -(-n // MMA_TILE_ROWS) < 256 else 4
     programs = -(-n // rows)
-    split = max(1, min(8, -(-12 * info.sm_count // (programs * warps))))
-    return LaunchConfig(Kernel.MMA_GEMV, block_m, rows, 128, split, warps, ahead)
+    split = -(-12 * info.sm_count // (programs * warps))
+    if m == 1:
+        split = max(split, -(-k * (8 if fp8 else 4) // 8 // 3584))
+    return LaunchConfig(Kernel.MMA_GEMV, block_m, rows, 128, max(1, min(8, split)), warps, ahead)
 
 
 def tiled_config(m: int, fmt: Format, info: DeviceInfo, fma_dot: bool) -> LaunchConfig:
