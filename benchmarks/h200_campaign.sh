@@ -208,4 +208,15 @@ runs3)
   run sweepfp4 120 python3 benchmarks/sweep_gemv.py --ms 2,4 --kernels mma_gemv --formats nvfp4,mxfp4 --budget 100 --shapes "28672,4096;4096,14336;6144,4096;4096,4096;128256,4096" --out "$OUT/r/sweep_fp4_sm.json"
   tar czf "$OUT/receipts.tgz" -C "$OUT" r && rm -rf "$OUT/r"
   ;;
+runs4)
+  # runs3's table with 4 KB rows unsplit at M = 1 and 8-bit vocabulary heads on the dot kernel:
+  # a sweep of both kernels on the tall 8-bit shapes, then token, small M and shapes (built-in)
+  export SOFTFP8_FP8_DECODE=integer
+  mkdir -p "$OUT/r"
+  run sweeptall 150 python3 benchmarks/sweep_gemv.py --ms 1 --kernels small_m,mma_gemv --formats e5m2,e4m3 --budget 130 --shapes "128256,4096;32000,4096;28672,4096" --out "$OUT/r/sweep_tall.json"
+  run token 50 python3 -m softfp8.bench token --preset llama2-7b --backends triton --out "$OUT/r/token.json"
+  run smallm 60 python3 -m softfp8.bench small-m --preset llama3-8b --backends triton --out "$OUT/r/smallm.json"
+  run shapes 70 python3 -m softfp8.bench shapes --preset llama3-8b --backends triton --out "$OUT/r/shapes.json"
+  tar czf "$OUT/receipts.tgz" -C "$OUT" r && rm -rf "$OUT/r"
+  ;;
 esac

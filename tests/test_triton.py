@@ -68,7 +68,7 @@ def test_matches_reference(kernel, fmt, e2m1, dtype, n, k, m, with_bias):
     bias = torch.randn(n, generator=g).to(DEVICE) if with_bias else None
     info = device_info(torch.device(DEVICE))
     cfg = launch_config(n, k, m, fmt, info, dtype)
-    if triton_backend.uses_mma_gemv(k, m, fmt, info, dtype):
+    if triton_backend.uses_mma_gemv(n, k, m, fmt, info, dtype):
         kernel = Kernel.MMA_GEMV  # FP4 with fp16 x at M <= 8 on sm_80+ (its own tests below)
     assert cfg.kernel is kernel, "the launch table routes this M elsewhere: update the sampling"
     y = triton_backend.matmul(x, packed, bias, e2m1=e2m1)
@@ -241,6 +241,10 @@ def test_mma_gemv_domain():
     # M = 1: 2 warps, K split until ~12 warps an SM or <= 3.5 KB of a row a program
     assert launch_config(4096, 11008, 1, Format.E4M3, h200).split_k == 4
     assert launch_config(22016, 4096, 1, Format.NVFP4, h200).split_k == 1
+    assert launch_config(28672, 4096, 1, Format.E5M2, h200).split_k == 1  # 4 KB rows
+    # a vocabulary head's 8-bit rows go to the dot kernel (measured faster there)
+    assert launch_config(128256, 4096, 1, Format.E5M2, h200).kernel is Kernel.SMALL_M
+    assert launch_config(128256, 4096, 1, Format.NVFP4, h200).kernel is Kernel.MMA_GEMV
     assert launch_config(4096, 4096, 1, Format.E5M2, h200, torch.bfloat16).kernel is Kernel.GEMV
 
 
@@ -261,7 +265,7 @@ def test_mma_gemv_refuses_what_it_cannot_run():
             run(torch.randn(1, 64).half(), fp4, None, cfg)
     with pytest.raises(ValueError, match="M <= 8"):
         run(torch.randn(9, 64).half().to(DEVICE), fp4, None, cfg)
-    if HAS_GPU and triton_backend.uses_mma_gemv(64, 2, Format.NVFP4, device_info(torch.device(
+    if HAS_GPU and triton_backend.uses_mma_gemv(64, 64, 2, Format.NVFP4, device_info(torch.device(
             "cuda")), torch.float16):  # past the domain check: the launch shape's
         with pytest.raises(ValueError, match="block_m=1 takes M <= 1"):
             run(torch.randn(2, 64).half().cuda(), fp4, None,
@@ -379,7 +383,7 @@ def test_gpu_every_e2m1_code_in_both_nibbles_through_the_kernel(fmt, e2m1, kerne
     block_k = 32 if fmt is Format.MXFP4 and not gemv else 64
     cfg = triton_backend.LaunchConfig(kernel, 1 if gemv else 16, 8 if gemv else 32, block_k)
     if kernel is triton_backend.Kernel.MMA_GEMV:
-        if not triton_backend.uses_mma_gemv(32, 1, fmt, device_info(dev), torch.float16):
+        if not triton_backend.uses_mma_gemv(32, 32, 1, fmt, device_info(dev), torch.float16):
             pytest.skip("Kernel.MMA_GEMV needs NVIDIA sm_80+")
         cfg = triton_backend.LaunchConfig(kernel, 8, 32, 128, 1, 4, 1)
         y = triton_backend.run(x.half(), packed, None, cfg, e2m1=e2m1).float().cpu()
@@ -498,7 +502,7 @@ def test_gpu_mma_gemv_mxfp4_block_scales_apart():
     """The four blocks one mma spans get one shared exponent E (_mma docstring): blocks up to
     2^23 below E stay exact, zero blocks don't set E, and a NaN scale still makes NaN."""
     info = device_info(torch.device("cuda"))
-    if not triton_backend.uses_mma_gemv(4096, 1, Format.MXFP4, info, torch.float16):
+    if not triton_backend.uses_mma_gemv(64, 4096, 1, Format.MXFP4, info, torch.float16):
         pytest.skip("Kernel.MMA_GEMV needs NVIDIA sm_80+")
     g = torch.Generator().manual_seed(23)
     packed = softfp8.quantize(torch.randn(64, 1024, generator=g), Format.MXFP4)

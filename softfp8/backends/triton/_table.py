@@ -209,7 +209,7 @@ def launch_config(n: int, k: int, m: int, fmt: Format, info: DeviceInfo,
     if m >= (DEQUANT_MIN_M_MXFP4 if mx else DEQUANT_MIN_M) and not info.interpreter:
         rows = max(128, DEQUANT_SLAB_BYTES // (k * x_dtype.itemsize) // 128 * 128)
         return LaunchConfig(Kernel.DEQUANT, 1, min(rows, n), 512, num_warps=4, num_stages=1)
-    if uses_mma_gemv(k, m, fmt, info, x_dtype):
+    if uses_mma_gemv(n, k, m, fmt, info, x_dtype):
         return mma_config(n, k, m, fmt, info)
     if m == 1 and fp8 and n >= 8192 and not fma_dot and not info.interpreter:
         cfg = LaunchConfig(Kernel.SMALL_M, 16, 64 if n >= 16384 else 32, 256, num_warps=4,
@@ -259,15 +259,24 @@ def mma_gemv_runs(k: int, m: int, fmt: Format, info: DeviceInfo, x_dtype: torch.
             and not info.interpreter)
 
 
-def uses_mma_gemv(k: int, m: int, fmt: Format, info: DeviceInfo, x_dtype: torch.dtype) -> bool:
+MMA_FP8_MAX_N = 65536
+"""8-bit rows from which the dot kernel (64 x 256 tiles) beats Kernel.MMA_GEMV at M <= 2: the
+H200 runs 128256 x 4096 (a vocabulary head) on it at 4264 GB/s (E5M2, M = 4) against 3842 on
+MMA_GEMV at M = 1 (`runs3`, BENCHMARKS.md); MMA_GEMV wins at 28672 rows."""
+
+
+def uses_mma_gemv(n: int, k: int, m: int, fmt: Format, info: DeviceInfo,
+                  x_dtype: torch.dtype) -> bool:
     """Whether launch_config picks Kernel.MMA_GEMV: within its domain, FP4 at M <= 8, the 8-bit
-    formats at M <= 2 and E4M3 at M <= 4, where it was measured faster than the FMA/dot kernels
-    on the H200 (BENCHMARKS.md, campaign steps `mma8`, `runs2`). 8-bit at M = 3..8 otherwise
-    stays on the dot kernel: E5M2's lm_head at M = 4 ran 7% slower on MMA_GEMV's runs, and at
-    M = 8 the runs are 64 bytes long and lose to the dot kernel on most shapes. Not for 8-bit
-    codes under SOFTFP8_FP8_DECODE=hardware: its decode is the integer one."""
-    fp8 = fmt in (Format.E5M2, Format.E4M3)
-    if fp8 and (m > (4 if fmt is Format.E4M3 else 2) or fp8_decode_wanted() == "hardware"):
+    formats at M <= 2 and E4M3 at M <= 4 below MMA_FP8_MAX_N rows, where it was measured faster
+    than the FMA/dot kernels on the H200 (BENCHMARKS.md, campaign steps `mma8`, `runs2`,
+    `runs3`). 8-bit at M = 3..8 otherwise stays on the dot kernel: E5M2's lm_head at M = 4 ran
+    7% slower on MMA_GEMV's runs, and at M = 8 the runs are 64 bytes long and lose to the dot
+    kernel on most shapes. Not for 8-bit codes under SOFTFP8_FP8_DECODE=hardware: its decode
+    is the integer one."""
+    if fmt in (Format.E5M2, Format.E4M3) and (
+            m > (4 if fmt is Format.E4M3 else 2) or n >= MMA_FP8_MAX_N
+            or fp8_decode_wanted() == "hardware"):
         return False
     return mma_gemv_runs(k, m, fmt, info, x_dtype)
 
@@ -308,14 +317,16 @@ def mma_config(n: int, k: int, m: int, fmt: Format, info: DeviceInfo) -> LaunchC
       block_m = the next power of two >= M, 2 tiles a warp; M = 1 in 2 warps, else 4.
     - FP4 at M = 2..8: the 32-row tiles (block_m = 8), warps along K, 2-step L2 prefetch; 8
       warps below 256 programs, 4 above.
-    Programs split K until about 12 warps per SM are resident; at M = 1 also until each takes
-    at most 3.5 KB of a row.
+    Programs split K until about 12 warps per SM are resident; at M = 1, rows over 4 KB also
+    until each program takes at most 3.5 KB of a row.
     Measured on the H200 (2026-11-29, sweep_gemv.py --kernels mma_gemv, integer FP8 decode;
     BENCHMARKS.md, campaign steps `runs1` on the llama2-7b shapes and `runs2` on llama3-8b's):
     - M = 1: 2 warps fastest or within 3% on 10 of 11 shapes (22016 x 4096 E5M2: 26.3 us
       against 30.4 with 4 warps; the exception is 32000 x 4096 8-bit, 8% behind 8 warps);
       4 tiles a warp (twice the bytes in flight a thread) was slower everywhere but one shape;
-      K-splits of 2-4 at 4096 rows (E4M3 4096 x 11008: 17.5 us split 4, 24.3 unsplit).
+      K-splits of 2-4 at 4096 rows (E4M3 4096 x 11008: 17.5 us split 4, 24.3 unsplit); rows of
+      4 KB or less unsplit where the rows fill the GPU (12288 x 4096 E5M2: 14.7 us against
+      16.4 split 2; `runs3` split them and its token lost 3%).
     - M = 2: the runs laid out for 2 rows beat the dot kernel on all five llama3-8b shapes
       (E4M3 28672 x 4096: 36.6 us against 42.4) and the 32-row tiles (45.8).
     - M = 4, E4M3: the runs beat the dot kernel on 4 of 5 shapes (lm_head 154.0 against
@@ -332,8 +343,9 @@ def mma_config(n: int, k: int, m: int, fmt: Format, info: DeviceInfo) -> LaunchC
         warps = 8 if -(-n // MMA_TILE_ROWS) < 256 else 4
     programs = -(-n // rows)
     split = -(-12 * info.sm_count // (programs * warps))
-    if m == 1:
-        split = max(split, -(-k * (8 if fp8 else 4) // 8 // 3584))
+    row_bytes = k * (8 if fp8 else 4) // 8
+    if m == 1 and row_bytes > 4096:
+        split = max(split, -(-row_bytes // 3584))
     return LaunchConfig(Kernel.MMA_GEMV, block_m, rows, 128, max(1, min(8, split)), warps, ahead)
 
 
