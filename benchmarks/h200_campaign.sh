@@ -219,4 +219,15 @@ runs4)
   run shapes 70 python3 -m softfp8.bench shapes --preset llama3-8b --backends triton --out "$OUT/r/shapes.json"
   tar czf "$OUT/receipts.tgz" -C "$OUT" r && rm -rf "$OUT/r"
   ;;
+final8)
+  # the fourth session's numbers (8-bit M <= 2 on the run mapping, E4M3 NaN-free decode, 8-bit
+  # vocabulary heads and M >= 3 on the dot kernel): token, small M, shapes; receipts in one tarball
+  export SOFTFP8_FP8_DECODE=integer
+  mkdir -p "$OUT/r"
+  run token 50 python3 -m softfp8.bench token --preset llama2-7b --backends triton --out "$OUT/r/token.json"
+  run smallm 70 python3 -m softfp8.bench small-m --preset llama3-8b --backends triton --out "$OUT/r/smallm.json"
+  run shapes 70 python3 -m softfp8.bench shapes --preset llama3-8b --backends triton --out "$OUT/r/shapes.json"
+  run token2 50 python3 -m softfp8.bench token --preset llama2-7b --backends triton --formats e5m2,e4m3
+  tar czf "$OUT/receipts.tgz" -C "$OUT" r && rm -rf "$OUT/r"
+  ;;
 esac

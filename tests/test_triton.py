@@ -231,13 +231,12 @@ def test_mma_gemv_domain():
         assert launch_config(4096, 4100, 1, fmt, h200).kernel is Kernel.GEMV  # K % 8 != 0
         assert launch_config(4096, 4096, 1, fmt, t4).kernel is Kernel.GEMV
         assert launch_config(4096, 4096, 1, fmt, mi250).kernel is Kernel.GEMV
-    # 8-bit: M <= 2, E4M3 M <= 4 (measured), not when the hardware FP8 decode is asked for
+    # 8-bit: M <= 2 (measured), not when the hardware FP8 decode is asked for
     assert launch_config(4096, 4096, 1, Format.E5M2, h200).kernel is Kernel.MMA_GEMV
     assert launch_config(4096, 4096, 1, Format.E4M3, h200).block_m == 1
     assert launch_config(4096, 4096, 2, Format.E5M2, h200).block_m == 2
-    assert launch_config(4096, 4096, 3, Format.E4M3, h200).block_m == 4
+    assert launch_config(4096, 4096, 3, Format.E4M3, h200).kernel is Kernel.SMALL_M
     assert launch_config(4096, 4096, 3, Format.E5M2, h200).kernel is Kernel.SMALL_M
-    assert launch_config(4096, 4096, 5, Format.E4M3, h200).kernel is Kernel.SMALL_M
     # M = 1: 2 warps, K split until ~12 warps an SM or <= 3.5 KB of a row a program
     assert launch_config(4096, 11008, 1, Format.E4M3, h200).split_k == 4
     assert launch_config(22016, 4096, 1, Format.NVFP4, h200).split_k == 1

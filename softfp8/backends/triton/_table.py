@@ -260,23 +260,25 @@ def mma_gemv_runs(k: int, m: int, fmt: Format, info: DeviceInfo, x_dtype: torch.
 
 
 MMA_FP8_MAX_N = 65536
-"""8-bit rows from which the dot kernel (64 x 256 tiles) beats Kernel.MMA_GEMV at M <= 2: the
-H200 runs 128256 x 4096 (a vocabulary head) on it at 4264 GB/s (E5M2, M = 4) against 3842 on
-MMA_GEMV at M = 1 (`runs3`, BENCHMARKS.md); MMA_GEMV wins at 28672 rows."""
+"""8-bit rows from which the dot kernel (64 x 256 tiles) runs M <= 2 instead of MMA_GEMV: in
+`softfp8-bench small-m` on the H200, 128256 x 4096 (a vocabulary head) E5M2 at M = 2 ran 125 us
+on the dot kernel (`runs4`) against 136 on MMA_GEMV (`runs3`), and M = 1 tied (139 against
+137). `sweep_gemv.py` disagrees on this shape (MMA_GEMV 121.6 us, the dot kernel 124-131 at
+M = 1, `runs4`): not understood; the bench's numbers decide here. MMA_GEMV wins at 28672
+rows in both."""
 
 
 def uses_mma_gemv(n: int, k: int, m: int, fmt: Format, info: DeviceInfo,
                   x_dtype: torch.dtype) -> bool:
-    """Whether launch_config picks Kernel.MMA_GEMV: within its domain, FP4 at M <= 8, the 8-bit
-    formats at M <= 2 and E4M3 at M <= 4 below MMA_FP8_MAX_N rows, where it was measured faster
-    than the FMA/dot kernels on the H200 (BENCHMARKS.md, campaign steps `mma8`, `runs2`,
-    `runs3`). 8-bit at M = 3..8 otherwise stays on the dot kernel: E5M2's lm_head at M = 4 ran
-    7% slower on MMA_GEMV's runs, and at M = 8 the runs are 64 bytes long and lose to the dot
-    kernel on most shapes. Not for 8-bit codes under SOFTFP8_FP8_DECODE=hardware: its decode
-    is the integer one."""
+    """Whether launch_config picks Kernel.MMA_GEMV: within its domain, FP4 at M <= 8 and the
+    8-bit formats at M <= 2 below MMA_FP8_MAX_N rows, where it was measured faster than the
+    FMA/dot kernels on the H200 (BENCHMARKS.md, campaign steps `mma8`, `runs2`-`runs4`). 8-bit
+    at M = 3..8 stays on the dot kernel: MMA_GEMV's runs for 4 rows lost to it on E5M2's lm_head
+    (7%) and, once E4M3's dot kernel lost its NaN fix, on E4M3's gate_up (the dot kernel at
+    M = 8 beat the runs at M = 4); at M = 8 the runs are 64 bytes long. Not for 8-bit codes
+    under SOFTFP8_FP8_DECODE=hardware: its decode is the integer one."""
     if fmt in (Format.E5M2, Format.E4M3) and (
-            m > (4 if fmt is Format.E4M3 else 2) or n >= MMA_FP8_MAX_N
-            or fp8_decode_wanted() == "hardware"):
+            m > 2 or n >= MMA_FP8_MAX_N or fp8_decode_wanted() == "hardware"):
         return False
     return mma_gemv_runs(k, m, fmt, info, x_dtype)
 
@@ -313,7 +315,7 @@ def mma_layout(cfg: LaunchConfig) -> tuple[int, int]:
 def mma_config(n: int, k: int, m: int, fmt: Format, info: DeviceInfo) -> LaunchConfig:
     """Kernel.MMA_GEMV. block_k = 128 codes; num_stages = how many steps ahead each warp
     prefetches its weights to L2 (0: none).
-    - The run mapping (`_mma`) for M = 1 at every format and for the 8-bit formats at M <= 4:
+    - The run mapping (`_mma`) for M = 1 at every format and for the 8-bit formats at M = 2:
       block_m = the next power of two >= M, 2 tiles a warp; M = 1 in 2 warps, else 4.
     - FP4 at M = 2..8: the 32-row tiles (block_m = 8), warps along K, 2-step L2 prefetch; 8
       warps below 256 programs, 4 above.
@@ -321,16 +323,19 @@ def mma_config(n: int, k: int, m: int, fmt: Format, info: DeviceInfo) -> LaunchC
     until each program takes at most 3.5 KB of a row.
     Measured on the H200 (2026-11-29, sweep_gemv.py --kernels mma_gemv, integer FP8 decode;
     BENCHMARKS.md, campaign steps `runs1` on the llama2-7b shapes and `runs2` on llama3-8b's):
-    - M = 1: 2 warps fastest or within 3% on 10 of 11 shapes (22016 x 4096 E5M2: 26.3 us
-      against 30.4 with 4 warps; the exception is 32000 x 4096 8-bit, 8% behind 8 warps);
+    - M = 1: 2 warps fastest or within 3% on 10 of 11 shapes in `runs1`/`runs2` (22016 x 4096
+      E5M2: 26.3 us against 30.4 with 4 warps; the exception is 32000 x 4096 8-bit, 8% behind
+      8 warps); `runs4` (another machine) found 4 warps 0-10% faster on 28672-128256 rows.
+      Which is faster moves between machines; the token is the same within 1% either way;
       4 tiles a warp (twice the bytes in flight a thread) was slower everywhere but one shape;
       K-splits of 2-4 at 4096 rows (E4M3 4096 x 11008: 17.5 us split 4, 24.3 unsplit); rows of
       4 KB or less unsplit where the rows fill the GPU (12288 x 4096 E5M2: 14.7 us against
       16.4 split 2; `runs3` split them and its token lost 3%).
     - M = 2: the runs laid out for 2 rows beat the dot kernel on all five llama3-8b shapes
       (E4M3 28672 x 4096: 36.6 us against 42.4) and the 32-row tiles (45.8).
-    - M = 4, E4M3: the runs beat the dot kernel on 4 of 5 shapes (lm_head 154.0 against
-      159.6 us), 4% behind on 4096 x 14336.
+    - M = 4, E4M3 (`runs2`, before the dot kernel's NaN-free decode): the runs beat the dot
+      kernel on 4 of 5 shapes; after it (`runs3`, `runs4`) the dot kernel is faster, so 8-bit
+      M >= 3 is on the dot kernel.
     The earlier M = 1 rule (4 warps, `mma8`/`long1`) and the FP4 tiles' settings are in
     BENCHMARKS.md's log."""
     fp8 = fmt in (Format.E5M2, Format.E4M3)
