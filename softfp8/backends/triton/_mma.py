@@ -1,7 +1,7 @@
 """Kernel.MMA_GEMV: the GEMV on warp-level mma.sync, per-thread work written in PTX (NVIDIA
 sm_80+, fp16 activations, M <= 8). Auto picks it for FP4 at M <= 8 and the 8-bit formats at
-M = 1 (launch_config); written for FP4 first, whose FMA GEMV was the slowest, then 8-bit
-(`_fp8_tile_asm`: a word's codes are already x's pairs there).
+M <= 2 (launch_config, `uses_mma_gemv`); written for FP4 first, whose FMA GEMV was the
+slowest, then 8-bit (`_fp8_tile_asm`: a word's codes are already x's pairs there).
 
 Why: in the FMA GEMV (`_kernels.gemv_kernel`) Triton gives the uint8 codes and the fp16 x
 different per-thread layouts and converts between them through shared memory every step (about
@@ -17,16 +17,18 @@ of activation row g. K's order inside one mma is free (a dot product does not ca
 as A and B agree, so each thread feeds its own bytes: a word of codes c..c+7 becomes four fp16
 pairs (c+i, c+i+4), i = 0..3 -- the pairing the decode below makes cheaply -- and x's pairs are
 re-paired to match with one `prmt` each, shared by every row the thread holds. Two 16-row tiles
-per warp (R = 2), WARPS warps interleaved along K (64 bytes a warp-step) and summed at the end.
-At M = 1 (LONG) a warp instead reads 512 contiguous bytes of each of its 4 rows per step: mma
-row g is the row's 64-byte chunk g and B's column g is x's chunk g, so the diagonal holds the
-sums (measured faster: each warp-instruction then covers 2 rows x 512 bytes, not 8 x 64).
+per warp, WARPS warps interleaved along K (64 bytes a warp-step) and summed at the end: the
+tile mapping (RUNS = 0). The run mapping (RUNS = MP, M <= MP) instead gives each warp its own
+rows and reads 512 / MP contiguous bytes of each per step: mma row g is a row's 64-byte chunk
+g % C (C = 8 / MP) and B's column j is x row j // C's chunk j % C, so the entries whose
+chunks agree hold the sums (M = 1: the diagonal; measured faster: each warp-instruction then
+covers 2 rows x 512 bytes, not 8 x 64).
 
 E2M1 -> fp16 by table: |code| (3 bits) indexes 8 bytes, the fp16 high bytes of 0, .5, 1, 1.5,
 2, 3, 4, 6, with one `prmt` for four codes; a second `prmt` places two of them as an fp16 pair
 and a `lop3` ors the signs in. Exact and free of denormals, so it serves both E2M1 decoders.
 Scales, in fp16 on each pair before the mma (the mma then sums exact products in fp32):
-- NVFP4: the E4M3 block scale as fp16 * 2^-8 (two shifts and the NaN fix of
+- NVFP4: the E4M3 block scale as fp16 * 2^-8 (a shift, a mask and the NaN fix of
   `_decode.e4m3_to_f16_div256_ptx`); e2m1 * e4m3 has at most 6 significant bits and stays
   within fp16's range, so the product is exact. The sum is multiplied by 256 and the tensor
   scale once.
