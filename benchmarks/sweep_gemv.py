@@ -86,9 +86,8 @@ def candidates(fmt, n, k, m, info, dtype, kernels):
         for nw in (2, 4, 8) if m == 1 else (4, 8):
             for tiles in tb.MMA_RUN_TILES:
                 rows = tb.mma_rows(mp, nw, tiles)
-                programs = -(-n // rows)
                 for per_sm in (12, 24) if m == 1 else (12,):
-                    split = max(1, min(8, -(-per_sm * info.sm_count // (programs * nw))))
+                    split = tb.mma_split(-(-n // rows), nw, info, per_sm)
                     for s in sorted({1, split}):
                         out.append(tb.LaunchConfig(tb.Kernel.MMA_GEMV, mp, rows, 128, s, nw, 0))
         if m > 1:

@@ -182,8 +182,8 @@ def test_fp8_tile_every_code(fmt, nan):
 
 def test_long_mapping_diagonal_holds_each_rows_dot():
     """The M = 1 mapping: mma row g is row r's 64-byte chunk g (g+8: row r+1's), B's column g is
-    x's chunk g; D[g][g] sits in lane (g, g // 2), register c0 (g even) or c1 (_store_diagonal),
-    and those 8 values add up to the row's dot over the 512 bytes."""
+    x's chunk g; D[g][g] sits in lane (g, g // 2), register c0 (g even) or c1
+    (`_mma._store_runs` at C = 8), and those 8 values add up to the row's dot over 512 bytes."""
     codes = np.concatenate([_codes_fp4(2) for _ in range(8)], axis=1)  # 2 rows x 512 bytes
     x = (1 + RNG.integers(0, 16, 1024) / 16).astype(np.float16)
     sc = RNG.integers(0x30, 0x40, (2, 64))  # NVFP4: one E4M3 per 8 bytes
@@ -204,3 +204,21 @@ def test_long_mapping_diagonal_holds_each_rows_dot():
     diag = [D[g, g] for g in range(8)], [D[g + 8, g] for g in range(8)]
     got = np.array([sum(diag[0]), sum(diag[1])])
     assert _rel(got, ref) < 1e-6
+
+
+@pytest.mark.parametrize("nan", [True, False])
+def test_decode_e4m3_word_asm_every_code(nan):
+    """`_decode.e4m3_to_f16_div256_ptx`'s asm (the dot and GEMV kernels' E4M3 decode): all 256
+    codes as fp16 * 2^-8, bit for bit (NaN codes NaN); nan=False, every finite code."""
+    want = (decode_e4m3_to_f32(torch.arange(256)).double() / 256).numpy().astype(np.float16)
+    words = np.arange(256, dtype=np.uint8).view(np.uint32)  # word w: codes 4w .. 4w + 3
+    got = []
+    for half in range(2):  # 64 words, 32 lanes a run
+        out = Warp(P.e4m3_word_div256_asm(nan)).run(
+            [[0, 0, int(words[32 * half + lane])] for lane in range(32)])
+        got += [np.array([o[0], o[1]], np.uint32).view(np.float16) for o in out]
+    got = np.concatenate(got)
+    finite = ~np.isnan(want)
+    assert (got[finite].view(np.uint16) == want[finite].view(np.uint16)).all()
+    if nan:
+        assert np.isnan(got[~finite]).all()

@@ -342,7 +342,7 @@ def test_gpu_every_fp8_code_through_the_kernel_decode(fmt, kernel):
         want = decode(torch.arange(256)).to(torch.float16).float()
         same = (y == want) | (torch.isnan(y) & torch.isnan(want))
         assert same.all(), torch.arange(256)[~same].tolist()
-        cfg = triton_backend.LaunchConfig(kernel, 1, 16, 128, 1, 4, 0)  # LONG
+        cfg = triton_backend.LaunchConfig(kernel, 1, 16, 128, 1, 4, 0)  # the M = 1 runs
     y = triton_backend.run(x.float() if kernel is triton_backend.Kernel.GEMV else x, packed,
                            None, cfg, hw_fp8=False).float().cpu()[0]
     decode = decode_e5m2_to_f32 if fmt is Format.E5M2 else decode_e4m3_to_f32
@@ -388,7 +388,7 @@ def test_gpu_every_e2m1_code_in_both_nibbles_through_the_kernel(fmt, e2m1, kerne
         y = triton_backend.run(x.half(), packed, None, cfg, e2m1=e2m1).float().cpu()
         want = torch.cat([E2M1_TO_FLOAT32, E2M1_TO_FLOAT32])
         assert torch.equal(y[0], want), (y[0] - want).nonzero().flatten().tolist()
-        cfg = triton_backend.LaunchConfig(kernel, 1, 16, 128, 1, 4, 0)  # LONG
+        cfg = triton_backend.LaunchConfig(kernel, 1, 16, 128, 1, 4, 0)  # the M = 1 runs
     y = triton_backend.run(x if gemv else x.half(), packed, None, cfg, e2m1=e2m1).float().cpu()
     want = torch.cat([E2M1_TO_FLOAT32, E2M1_TO_FLOAT32])
     assert torch.equal(y[0], want), (y[0] - want).nonzero().flatten().tolist()

@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 
 import torch
+from torch.utils.weak import WeakIdKeyDictionary
 
 from ...dispatch import E2M1Decode, Needs
 from ...formats import Format, PackedWeight, ScaleKind
@@ -25,12 +26,12 @@ from ._table import (DEQUANT_MIN_M, DEQUANT_MIN_M_MXFP4, DEQUANT_SLAB_BYTES,
                      FP8_DECODE_ENV, MMA_FORMATS, MMA_MAX_M, MMA_RUN_TILES, MMA_RUNS,
                      MMA_TILE_ROWS, PDL_ENV, PDL_PREFETCH_ENV, TABLE_ENV,
                      DeviceInfo, Kernel, LaunchConfig, device_info, dot_upcast, launch_config,
-                     mma_config, mma_gemv_runs, mma_layout, mma_rows, pdl_auto, pdl_settings, tiled_config,
+                     mma_config, mma_gemv_runs, mma_layout, mma_rows, mma_split, pdl_auto, pdl_settings, tiled_config,
                      uses_hardware_fp8, uses_mma_gemv, uses_ptx_decode)
 
 __all__ = ["NEEDS", "INTERPRET", "matmul", "run", "split_bytes", "codes_nan_free",  # the backend; the launch settings (_table):
            "Kernel", "LaunchConfig", "DeviceInfo", "device_info", "launch_config", "tiled_config",
-           "mma_config", "mma_gemv_runs", "mma_layout", "mma_rows", "uses_mma_gemv", "uses_hardware_fp8",
+           "mma_config", "mma_gemv_runs", "mma_layout", "mma_rows", "mma_split", "uses_mma_gemv", "uses_hardware_fp8",
            "uses_ptx_decode", "dot_upcast", "pdl_auto", "pdl_settings", "DEQUANT_MIN_M",
            "DEQUANT_MIN_M_MXFP4", "DEQUANT_SLAB_BYTES", "MMA_MAX_M", "MMA_FORMATS",
            "MMA_RUNS", "MMA_RUN_TILES", "MMA_TILE_ROWS",
@@ -54,7 +55,7 @@ def split_bytes(rb: int, cfg: LaunchConfig, bits: int) -> tuple[int, int]:
     return per_split, -(-rb // per_split)
 
 
-_NAN_FREE = None  # torch.utils.weak.WeakIdKeyDictionary: words tensor -> (version, no NaN code)
+_NAN_FREE = WeakIdKeyDictionary()  # words tensor -> (its version, holds no NaN code)
 
 
 def codes_nan_free(packed: PackedWeight) -> bool:
@@ -63,13 +64,8 @@ def codes_nan_free(packed: PackedWeight) -> bool:
     Checked once per words tensor and cached until the tensor is written in place (its version
     counter moves); False, so the fix stays, for the other formats and when the check can't
     run now (during CUDA graph capture, before any eager call has checked it)."""
-    global _NAN_FREE
     if packed.fmt is not Format.E4M3:
         return False
-    if _NAN_FREE is None:
-        from torch.utils.weak import WeakIdKeyDictionary
-
-        _NAN_FREE = WeakIdKeyDictionary()
     words = packed.words
     seen = _NAN_FREE.get(words)
     if seen is not None and seen[0] == words._version:

@@ -9,6 +9,8 @@ a bitcast to Triton's float8 types and one `.to()`, the same bits as the softwar
 import triton
 import triton.language as tl
 
+from ._mma_ptx import e4m3_word_div256_asm
+
 _F32_QNAN = tl.constexpr(0x7FC00000)
 _TWO_POW_126 = tl.constexpr(8.507059173023462e37) # 2^126: undoes the injection's shift
 _TWO_POW_M9 = tl.constexpr(0.001953125) # 2^-9: E4M3 subnormal step (2^(1 - 7 - 3))
@@ -119,29 +121,9 @@ def e5m2_to_f16_ptx(code):
         constraints="=r,=r,r", args=[code], dtype=tl.float16, is_pure=True, pack=4)
 
 
-_E4M3_PAIRS_PTX = """
-        prmt.b32 h0, $2, 0, 0x1404;
-        prmt.b32 h1, $2, 0, 0x3424;
-        shr.b32 r0, h0, 1;
-        shr.b32 r1, h1, 1;
-        and.b32 r0, r0, 0x3F803F80;
-        and.b32 r1, r1, 0x3F803F80;"""
-_E4M3_DIV256_PTX = tl.constexpr("""{
-        .reg .b32 h<2>, r<2>, t<2>, c, z;
-        mov.b32 c, 0x78447844;
-        mov.b32 z, 0;""" + _E4M3_PAIRS_PTX + """
-        lop3.b32 r0, r0, h0, 0x80008000, 0xF8;
-        lop3.b32 r1, r1, h1, 0x80008000, 0xF8;
-        mul.rn.f16x2 t0, r0, c;
-        mul.rn.f16x2 t1, r1, c;
-        fma.rn.f16x2 $0, t0, z, r0;
-        fma.rn.f16x2 $1, t1, z, r1;
-        }""")
-_E4M3_DIV256_FINITE_PTX = tl.constexpr("""{
-        .reg .b32 h<2>, r<2>;""" + _E4M3_PAIRS_PTX + """
-        lop3.b32 $0, r0, h0, 0x80008000, 0xF8;
-        lop3.b32 $1, r1, h1, 0x80008000, 0xF8;
-        }""")
+# one E4M3 pair decode for this module and the mma tiles: `_mma_ptx._e4m3_pair_div256`
+_E4M3_DIV256_PTX = tl.constexpr(e4m3_word_div256_asm(nan=True))
+_E4M3_DIV256_FINITE_PTX = tl.constexpr(e4m3_word_div256_asm(nan=False))
 
 
 @triton.jit

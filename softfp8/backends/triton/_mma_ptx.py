@@ -2,7 +2,7 @@
 
 Operand numbering follows Triton's inline asm: outputs first ($0..), then the inputs in order.
 The fragment plan, the pairing of codes and x, and why each decode is exact are in `_mma`'s
-docstring; the tests that check them bit for bit on a GPU are in tests/test_triton.py
+docstring (the E4M3 pair decode also builds `_decode.e4m3_to_f16_div256_ptx`); the tests that check them bit for bit on a GPU are in tests/test_triton.py
 (`test_gpu_every_*_code_*`, `test_gpu_mma_gemv_*`).
 """
 
@@ -43,6 +43,15 @@ def _e4m3_pair_div256(src: str, sel: str, dst: str, nan: bool = True) -> list:
         return out + [f"lop3.b32 {dst}, r, h, 0x80008000, 0xF8;"]
     return out + ["lop3.b32 r, r, h, 0x80008000, 0xF8;", "mul.rn.f16x2 q, r, c;",
                   f"fma.rn.f16x2 {dst}, q, z, r;"]
+
+
+def e4m3_word_div256_asm(nan: bool = True) -> str:
+    """The asm block of `_decode.e4m3_to_f16_div256_ptx` (pack=4): four E4M3 codes in $2 ->
+    fp16 pairs $0 (codes 0, 1) and $1 (codes 2, 3), value * 2^-8, by `_e4m3_pair_div256`."""
+    body = [".reg .b32 h, r, q, c, z;"] + (_E4M3_CONSTS if nan else [])
+    body += _e4m3_pair_div256("$2", "0x1404", "$0", nan)
+    body += _e4m3_pair_div256("$2", "0x3424", "$1", nan)
+    return "{\n" + "\n".join(body) + "\n}"
 
 
 def _fp8_tile_asm(fmt: str, nan: bool = True) -> str:

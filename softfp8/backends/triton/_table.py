@@ -312,6 +312,12 @@ def mma_layout(cfg: LaunchConfig) -> tuple[int, int]:
                      f"{MMA_TILE_ROWS}; got {cfg}")
 
 
+def mma_split(programs: int, warps: int, info: DeviceInfo, per_sm: int = 12) -> int:
+    """Kernel.MMA_GEMV's K-split: programs of `warps` warps split K until about `per_sm` warps
+    per SM are resident (1 to 8 ways)."""
+    return max(1, min(8, -(-per_sm * info.sm_count // (programs * warps))))
+
+
 def mma_config(n: int, k: int, m: int, fmt: Format, info: DeviceInfo) -> LaunchConfig:
     """Kernel.MMA_GEMV. block_k = 128 codes; num_stages = how many steps ahead each warp
     prefetches its weights to L2 (0: none).
@@ -346,12 +352,11 @@ def mma_config(n: int, k: int, m: int, fmt: Format, info: DeviceInfo) -> LaunchC
     else:
         block_m, rows, ahead = MMA_MAX_M, MMA_TILE_ROWS, 2
         warps = 8 if -(-n // MMA_TILE_ROWS) < 256 else 4
-    programs = -(-n // rows)
-    split = -(-12 * info.sm_count // (programs * warps))
+    split = mma_split(-(-n // rows), warps, info)
     row_bytes = k * (8 if fp8 else 4) // 8
     if m == 1 and row_bytes > 4096:
-        split = max(split, -(-row_bytes // 3584))
-    return LaunchConfig(Kernel.MMA_GEMV, block_m, rows, 128, max(1, min(8, split)), warps, ahead)
+        split = min(8, max(split, -(-row_bytes // 3584)))
+    return LaunchConfig(Kernel.MMA_GEMV, block_m, rows, 128, split, warps, ahead)
 
 
 def tiled_config(m: int, fmt: Format, info: DeviceInfo, fma_dot: bool) -> LaunchConfig:
