@@ -230,4 +230,19 @@ final8)
   run token2 50 python3 -m softfp8.bench token --preset llama2-7b --backends triton --formats e5m2,e4m3
   tar czf "$OUT/receipts.tgz" -C "$OUT" r && rm -rf "$OUT/r"
   ;;
+prefill9)
+  # the fifth session: DEQUANT's decode (E4M3 through fp16, FP4 scales per block) and the
+  # per-weight row-range cache; where the prefill time goes, then the prefill bench
+  run gputests 150 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_triton.py -k "dequant or every"
+  export SOFTFP8_FP8_DECODE=integer
+  mkdir -p "$OUT/r"
+  run probe 240 python3 benchmarks/gpu_prefill_probe.py --json "$OUT/r/prefill-probe.json"
+  run prefill 120 python3 -m softfp8.bench prefill --preset llama3-8b --backends triton --out "$OUT/r/prefill.json"
+  tar czf "$OUT/receipts.tgz" -C "$OUT" r && rm -rf "$OUT/r"
+  ;;
+prefill10)
+  # slab sizes and a shorter first slab, CUDA graph and eager, and the host cost of a slab
+  export SOFTFP8_FP8_DECODE=integer
+  run sweep 300 python3 benchmarks/gpu_prefill_probe.py --sweep --formats e4m3,nvfp4 --json "$OUT/prefill-sweep.json"
+  ;;
 esac

@@ -170,6 +170,34 @@ def test_dequant_redoes_rows_the_slab_dtype_cannot_hold(fmt, dtype, row_scale, x
         assert rel_err(y[:, r], ref[:, r]) <= tolerance(dtype), r
 
 
+@pytest.mark.parametrize("fmt", [Format.E4M3, Format.NVFP4, Format.MXFP4])
+def test_dequant_row_ranges_cached_until_the_weight_changes(fmt):
+    """The first fp16 call finds every row in range and caches that (later calls skip the check
+    and the exact pass); writing a row's scale in place (its version moves) must bring both back,
+    and the row out of fp16's range must come out exact again."""
+    from softfp8.backends.triton import _dequant
+
+    g = torch.Generator().manual_seed(13)
+    packed = softfp8.quantize(torch.randn(100, 96, generator=g), fmt).to(DEVICE)
+    x = (torch.randn(20, 96, generator=g) * 1e-3).half().to(DEVICE)
+    cfg = LaunchConfig(Kernel.DEQUANT, 1, 32, 64)
+    first = run(x, packed, None, cfg)
+    entry = _dequant._row_ranges(packed, torch.float16)
+    assert entry is not None and entry[1] is None  # checked once: nothing to redo
+    assert torch.equal(run(x, packed, None, cfg), first)  # served from the cache
+    packed.scales[7] *= 1e5 if fmt is Format.E4M3 else 1  # row scale: row 7 above 65504
+    if fmt is not Format.E4M3:  # block scales: E4M3 code 0x7E (448) / E8M0 2^16 on row 7
+        packed.scales[7] = 0x7E if fmt is Format.NVFP4 else 127 + 16
+        if fmt is Format.NVFP4:
+            packed.global_scale.fill_(1e3)  # the tensor scale lifts row 7 past 65504
+    assert _dequant._row_ranges(packed, torch.float16) is None  # stale: versions moved
+    y = run(x, packed, None, cfg)
+    ref = reference.matmul(x, packed, None)
+    assert torch.isfinite(ref).all() and torch.isfinite(y).all()
+    assert rel_err(y[:, 7], ref[:, 7]) <= tolerance(torch.float16)
+    assert _dequant._row_ranges(packed, torch.float16)[1] is not None  # row 7 flagged, cached
+
+
 def test_needs_and_bad_input():
     packed = softfp8.quantize(torch.randn(5, 7), "e4m3").to(DEVICE)
     with pytest.raises(ValueError, match="x: expected a 2-D"):
@@ -201,11 +229,16 @@ def test_launch_table_is_deterministic_and_splits_small_n():
     assert launch_config(4096, 4096, 256, Format.E5M2, h200).kernel is Kernel.TILED
     deq = launch_config(4096, 4096, 2048, Format.E5M2, h200)  # measured: dequant + cuBLAS wins
     assert deq.kernel is Kernel.DEQUANT
-    assert deq.block_n * 4096 * 2 <= triton_backend.DEQUANT_SLAB_BYTES < 4096 * 4096 * 2
+    assert deq.block_n * 4096 * 2 <= triton_backend.DEQUANT_SLAB_BYTES
     assert launch_config(4096, 4096, 512, Format.E5M2, h200).kernel is Kernel.TILED  # measured
     assert launch_config(4096, 4096, 512, Format.MXFP4, h200).kernel is Kernel.DEQUANT
-    assert launch_config(128256, 14336, 1024, Format.NVFP4, h200).block_n * 14336 * 2 <= (
-        triton_backend.DEQUANT_SLAB_BYTES)  # a bounded slab, never the whole weight
+    # a bounded slab, never the whole of a large weight: the larger of the byte bound and the
+    # fewest rows whose GEMM fills the GPU
+    tall = launch_config(128256, 14336, 1024, Format.NVFP4, h200).block_n
+    assert tall == triton_backend.DEQUANT_MIN_SLAB_ROWS
+    assert tall * 14336 * 2 > triton_backend.DEQUANT_SLAB_BYTES
+    assert launch_config(128256, 4096, 2048, Format.E4M3, h200).block_n * 4096 * 2 == (
+        triton_backend.DEQUANT_SLAB_BYTES)
     assert triton_backend.uses_hardware_fp8(Format.E5M2, h200)
     assert not triton_backend.uses_hardware_fp8(Format.E4M3, h200)  # measured slower there
     assert not triton_backend.uses_hardware_fp8(

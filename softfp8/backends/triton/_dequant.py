@@ -1,12 +1,16 @@
 """Kernel.DEQUANT, the large-M path: bounded slabs of rows decoded to x's dtype on a side
 stream, each multiplied by torch's GEMM (cuBLAS) into y's column slice, then one exact tiled pass
-for the rows that dtype can't hold. The slabs never add up to a copy of the weights: at most two
-of DEQUANT_SLAB_BYTES exist at a time."""
+for the rows that dtype can't hold. Nothing persists between calls, and the workspace is bounded
+whatever the model: two slabs of max(DEQUANT_SLAB_BYTES, DEQUANT_MIN_SLAB_ROWS rows) each. A
+layer smaller than one slab (4096 x 4096 in fp16 is 32 MiB) is decoded whole, transiently: at
+M >= 1024 the GEMM is compute-bound and one slab measured faster than two (_table)."""
 from __future__ import annotations
 
 import contextlib
+import weakref
 
 import torch
+from torch.utils.weak import WeakIdKeyDictionary
 
 from ...dispatch import E2M1Decode
 from ._table import device_info, dot_upcast, tiled_config, uses_ptx_decode
@@ -22,10 +26,11 @@ def dequant_matmul(x, packed, bias, cfg, e2m1, w, s, g, b, y, rb, sb, has_scale)
     (rounded once: the products code x scales are exact in float32) and torch.mm / addmm writes
     y's columns for those rows in place (a column slice of y is a valid cuBLAS output). On CUDA
     the decode runs on a side stream into two alternating slabs, so decoding slab i + 1 (memory-
-    bound) overlaps the GEMM of slab i (compute-bound). For fp16/bf16 x, the decode also records
-    each row's largest |value|, and one tiled dot_kernel pass (FIX) recomputes exactly the row
-    blocks that the slab's dtype can't hold (|w| > 65504 or a whole row below 2^-14 in fp16);
-    its other programs exit at once. w, s, g, b, y, rb, sb, has_scale: as `_launch` prepared
+    bound) overlaps the GEMM of slab i (compute-bound). For fp16/bf16 x, the first call's decode
+    also records each row's largest |value| (cached per weight and dtype, `_row_ranges`), and one
+    tiled dot_kernel pass (FIX) recomputes exactly the row blocks that the slab's dtype can't
+    hold (|w| > 65504 or a whole row below 2^-14 in fp16); its other programs exit at once, and
+    it is not launched at all for a weight known to have no such row. w, s, g, b, y, rb, sb, has_scale: as `_launch` prepared
     them (b: the bias, or w as a placeholder; y: the output to fill)."""
     from . import _kernels as K_
 
@@ -36,7 +41,13 @@ def dequant_matmul(x, packed, bias, cfg, e2m1, w, s, g, b, y, rb, sb, has_scale)
     slabs = [torch.empty((rows, k), dtype=x.dtype, device=x.device)
              for _ in range(min(2, nslabs))]
     bounds = _FIX_BOUNDS.get(x.dtype)
-    info = torch.zeros(n if bounds else 1, dtype=torch.int32, device=x.device)
+    known = _row_ranges(packed, x.dtype) if bounds else None
+    check = bounds is not None and known is None  # the row ranges are this call's to find
+    if check:
+        info = torch.zeros(n, dtype=torch.int32, device=x.device)
+    else:  # no bounds (float32 x), or cached: None when no row needs the exact pass
+        info = known[1] if known is not None else None
+    info_arg = info if info is not None else w  # a placeholder pointer: CHECK=False never writes it
     block_r, block_kb = 16, cfg.block_k * packed.spec.bits // 8
     bias_x = None if bias is None else bias.to(x.dtype)
     cuda = x.device.type == "cuda"
@@ -44,7 +55,7 @@ def dequant_matmul(x, packed, bias, cfg, e2m1, w, s, g, b, y, rb, sb, has_scale)
     side = _side_stream(x.device) if cuda else None
     if cuda:
         side.wait_stream(main)  # the slabs, the weights, info and x are ready on main
-        for t in (*slabs, info, w, s, g):
+        for t in (*slabs, info_arg, w, s, g):
             t.record_stream(side)  # the allocator must not hand them out while side uses them
         ready = [torch.cuda.Event() for _ in slabs]
         free = [torch.cuda.Event() for _ in slabs]
@@ -56,9 +67,9 @@ def dequant_matmul(x, packed, bias, cfg, e2m1, w, s, g, b, y, rb, sb, has_scale)
             if cuda and i >= 2:
                 side.wait_event(free[i % 2])  # the GEMM of slab i - 2 has read this buffer
             K_.dequant_kernel[(-(-r // block_r), -(-rb // block_kb))](
-                w, s, g, slab, info, n, k, rb, sb, r0, FMT=packed.fmt.value,
+                w, s, g, slab, info_arg, n, k, rb, sb, r0, FMT=packed.fmt.value,
                 HAS_SCALE=has_scale, INJECT=e2m1 is E2M1Decode.INJECT, BLOCK_R=block_r,
-                BLOCK_KB=block_kb, CHECK=bounds is not None, num_warps=cfg.num_warps)
+                BLOCK_KB=block_kb, CHECK=check, num_warps=cfg.num_warps)
             if cuda:
                 ready[i % 2].record(side)
         if cuda:
@@ -70,10 +81,50 @@ def dequant_matmul(x, packed, bias, cfg, e2m1, w, s, g, b, y, rb, sb, has_scale)
             torch.addmm(bias_x[r0:r0 + r], x, part, out=y[:, r0:r0 + r])
         if cuda:
             free[i % 2].record(main)
-    if bounds:
+    if check:
+        info = _remember_row_ranges(packed, x.dtype, info, bounds)
+    if info is not None and bounds:
         _exact_pass(x, packed, bias is not None, e2m1, w, s, g, b, y, info, rb, sb, has_scale,
                     bounds)
     return y
+
+
+# words tensor -> {slab dtype: (stamp, info or None)}: each row's largest |value| is a property
+# of the weight alone, so the decode's CHECK (an atomic max per row and program) and the exact
+# pass's launch are paid on the first call only, and not at all when no row is out of range.
+_ROW_RANGES = WeakIdKeyDictionary()
+
+
+def _stamp(packed):
+    """What the values depend on: the three tensors (by identity, weakly) and their versions."""
+    parts = [t for t in (packed.words, packed.scales, packed.global_scale) if t is not None]
+    return tuple((weakref.ref(t), t._version) for t in parts)
+
+
+def _same(stamp, packed) -> bool:
+    now = [t for t in (packed.words, packed.scales, packed.global_scale) if t is not None]
+    return len(now) == len(stamp) and all(
+        ref() is t and version == t._version for (ref, version), t in zip(stamp, now))
+
+
+def _row_ranges(packed, dtype):
+    """(stamp, info or None) cached for this weight and slab dtype, or None: not checked yet,
+    or written in place since (a version counter moved)."""
+    entry = _ROW_RANGES.get(packed.words, {}).get(dtype)
+    return entry if entry is not None and _same(entry[0], packed) else None
+
+
+def _remember_row_ranges(packed, dtype, info, bounds):
+    """Cache the CHECK's per-row maxima (eager calls only: the flag needs one device->host read,
+    which CUDA graph capture forbids; a captured call keeps its info and exact pass). Returns
+    the info the exact pass needs, or None when no row is out of the slab dtype's range."""
+    if info.is_cuda and torch.cuda.is_current_stream_capturing():
+        return info
+    hi, lo = bounds
+    flagged = bool(((info > hi) | ((info > 0) & (info < lo))).any())
+    kept = info if flagged else None
+    _ROW_RANGES.setdefault(packed.words, {})[dtype] = (_stamp(packed), kept)
+    return kept
 
 
 def _exact_pass(x, packed, has_bias, e2m1, w, s, g, b, y, info, rb, sb, has_scale, bounds):

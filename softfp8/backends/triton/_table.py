@@ -145,8 +145,16 @@ E5M2: 0.570x fp16 against 0.533x), at 1024 and 2048 DEQUANT is (layer 0.929 ms; 
 DEQUANT_MIN_M_MXFP4 = 512
 """MXFP4's tiled kernel steps one 32-code block at a time and is slow at every M (0.11-0.15x
 fp16 at 512 and 2048 on the H200); DEQUANT measured 0.44x at 512 (not measured below)."""
-DEQUANT_SLAB_BYTES = 16 << 20
-"""Bytes of one dequantised slab (two are in flight): a bounded workspace, whatever the layer."""
+DEQUANT_SLAB_BYTES = 32 << 20
+"""Bytes of one dequantised slab (two are in flight): a bounded workspace, whatever the layer,
+except that a slab holds at least DEQUANT_MIN_SLAB_ROWS rows."""
+DEQUANT_MIN_SLAB_ROWS = 2048
+"""Fewest rows in a slab (unless the weight has fewer): each slab's GEMM must fill the GPU and
+each costs a fixed host time (~130 us eagerly on the H200's host: a Triton launch, the GEMM,
+stream and event calls). Measured on the H200, M = 2048, llama3-8b (receipts/
+prefill-sweep-h200.json, graph / eager x fp16): 16 MiB slabs (2048 rows at K = 4096, 512 at
+14336) gave E4M3 0.853 / 0.431 at the vocabulary head and 0.732 / 0.465 at down (4096 x 14336);
+4096 rows at K = 4096 (32 MiB) 0.888 / 0.791, 2048 at K = 14336 0.923 / 0.949."""
 
 TABLE_ENV = "SOFTFP8_TRITON_TABLE"
 """Path to a sweep receipt (`benchmarks/sweep_gemv.py --out FILE`, run on your GPU): its fastest
@@ -181,8 +189,9 @@ def launch_config(n: int, k: int, m: int, fmt: Format, info: DeviceInfo,
       decode-bound (1.1-1.6 TB/s), so its tiles matter within 5-10%.
     - Split-K only when the row blocks don't fill one wave of SMs: at 4096 x 4096 a 2-way split
       cost 25% (the reduction is a second launch).
-    - M >= DEQUANT_MIN_M: Kernel.DEQUANT, slabs of DEQUANT_SLAB_BYTES (0.80-0.91x fp16 cuBLAS
-      at M = 2048 against 0.33-0.63x for the tiled kernel).
+    - M >= DEQUANT_MIN_M: Kernel.DEQUANT, slabs of DEQUANT_SLAB_BYTES and at least
+      DEQUANT_MIN_SLAB_ROWS rows (0.84-0.92x fp16 cuBLAS at M = 2048 on llama3-8b's shapes as
+      CUDA graphs, against 0.33-0.63x for the tiled kernel).
     - Small M (2..16): one 16-row x block against a 64 x 256 weight tile, K split until there
       are four programs per SM (6-9 ways at N = 4096-6144).
     The M = 17..511 tiles and the dtypes other than fp16 are reasoned, not measured (and every
@@ -207,7 +216,7 @@ def launch_config(n: int, k: int, m: int, fmt: Format, info: DeviceInfo,
     mx = fmt is Format.MXFP4  # the tl.dot kernels step one MXFP4 block (32 codes) at a time
     fp8 = fmt in (Format.E5M2, Format.E4M3)
     if m >= (DEQUANT_MIN_M_MXFP4 if mx else DEQUANT_MIN_M) and not info.interpreter:
-        rows = max(128, DEQUANT_SLAB_BYTES // (k * x_dtype.itemsize) // 128 * 128)
+        rows = max(DEQUANT_MIN_SLAB_ROWS, DEQUANT_SLAB_BYTES // (k * x_dtype.itemsize) // 128 * 128)
         return LaunchConfig(Kernel.DEQUANT, 1, min(rows, n), 512, num_warps=4, num_stages=1)
     if uses_mma_gemv(n, k, m, fmt, info, x_dtype):
         return mma_config(n, k, m, fmt, info)
