@@ -50,10 +50,12 @@ def dequant_matmul(x, packed, bias, cfg, e2m1, w, s, g, b, y, rb, sb, has_scale)
     info_arg = info if info is not None else w  # a placeholder pointer: CHECK=False never writes it
     block_r, block_kb = 16, cfg.block_k * packed.spec.bits // 8
     bias_x = None if bias is None else bias.to(x.dtype)
-    cuda = x.device.type == "cuda"
-    main = torch.cuda.current_stream(x.device) if cuda else None
-    side = _side_stream(x.device) if cuda else None
-    if cuda:
+    # one slab has nothing to overlap: it stays on the caller's stream, without the side stream's
+    # events and record_stream calls (host time that eager calls pay)
+    overlap = x.device.type == "cuda" and nslabs > 1
+    main = torch.cuda.current_stream(x.device) if overlap else None
+    side = _side_stream(x.device) if overlap else None
+    if overlap:
         side.wait_stream(main)  # the slabs, the weights, info and x are ready on main
         for t in (*slabs, info_arg, w, s, g):
             t.record_stream(side)  # the allocator must not hand them out while side uses them
@@ -63,23 +65,23 @@ def dequant_matmul(x, packed, bias, cfg, e2m1, w, s, g, b, y, rb, sb, has_scale)
         r0 = i * rows
         r = min(rows, n - r0)
         slab = slabs[i % 2]
-        with torch.cuda.stream(side) if cuda else contextlib.nullcontext():
-            if cuda and i >= 2:
+        with torch.cuda.stream(side) if overlap else contextlib.nullcontext():
+            if overlap and i >= 2:
                 side.wait_event(free[i % 2])  # the GEMM of slab i - 2 has read this buffer
             K_.dequant_kernel[(-(-r // block_r), -(-rb // block_kb))](
                 w, s, g, slab, info_arg, n, k, rb, sb, r0, FMT=packed.fmt.value,
                 HAS_SCALE=has_scale, INJECT=e2m1 is E2M1Decode.INJECT, BLOCK_R=block_r,
                 BLOCK_KB=block_kb, CHECK=check, num_warps=cfg.num_warps)
-            if cuda:
+            if overlap:
                 ready[i % 2].record(side)
-        if cuda:
+        if overlap:
             main.wait_event(ready[i % 2])
         part = slab[:r].t()
         if bias_x is None:
             torch.mm(x, part, out=y[:, r0:r0 + r])
         else:
             torch.addmm(bias_x[r0:r0 + r], x, part, out=y[:, r0:r0 + r])
-        if cuda:
+        if overlap:
             free[i % 2].record(main)
     if check:
         info = _remember_row_ranges(packed, x.dtype, info, bounds)
