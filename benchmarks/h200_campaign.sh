@@ -245,4 +245,13 @@ prefill10)
   export SOFTFP8_FP8_DECODE=integer
   run sweep 300 python3 benchmarks/gpu_prefill_probe.py --sweep --formats e4m3,nvfp4 --json "$OUT/prefill-sweep.json"
   ;;
+persist1)
+  # the M = 1 run mapping as a persistent grid (2-16 programs an SM), llama2-7b's shapes; the
+  # token with the table as it is and with the sweep's best settings
+  run gputests 150 python3 -m pytest -q -x -m gpu -p no:cacheprovider tests/test_triton.py -k "mma"
+  export SOFTFP8_FP8_DECODE=integer
+  run sweep 240 python3 benchmarks/sweep_gemv.py --ms 1 --kernels persist --budget 220 --shapes "12288,4096;4096,4096;22016,4096;4096,11008" --out "$OUT/sweep-persist.json"
+  run token 60 python3 -m softfp8.bench token --preset llama2-7b --backends triton
+  SOFTFP8_TRITON_TABLE="$OUT/sweep-persist.json" run tokenp 60 python3 -m softfp8.bench token --preset llama2-7b --backends triton
+  ;;
 esac
