@@ -247,7 +247,8 @@ prefill10)
   ;;
 persist1)
   # the M = 1 run mapping as a persistent grid (2-16 programs an SM), llama2-7b's shapes; the
-  # token with the table as it is and with the sweep's best settings
+  # token with the table as it is and with the sweep's best settings (ran on c0c013b; the
+  # persistent grid and --kernels persist were reverted after it: BENCHMARKS.md's log)
   run gputests 150 python3 -m pytest -q -x -m gpu -p no:cacheprovider tests/test_triton.py -k "mma"
   export SOFTFP8_FP8_DECODE=integer
   run sweep 240 python3 benchmarks/sweep_gemv.py --ms 1 --kernels persist --budget 220 --shapes "12288,4096;4096,4096;22016,4096;4096,11008" --out "$OUT/sweep-persist.json"

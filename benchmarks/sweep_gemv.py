@@ -95,12 +95,6 @@ def candidates(fmt, n, k, m, info, dtype, kernels):
                 for s in (1, 2, 4):
                     out.append(tb.LaunchConfig(tb.Kernel.MMA_GEMV, tb.MMA_MAX_M, tb.MMA_TILE_ROWS,
                                                128, s, nw, 2))
-    base = out[0]  # the table's run-mapping setting as a persistent grid
-    if ("persist" in kernels and base.kernel is tb.Kernel.MMA_GEMV
-            and tb.mma_layout(base) == (base.block_m, 2)):
-        for per_sm in (2, 4, 8, 16):
-            out.append(tb.LaunchConfig(base.kernel, base.block_m, base.block_n, base.block_k,
-                                       base.split_k, base.num_warps, base.num_stages, per_sm))
     if m > 16:
         bk = 32 if mx else 64
         if "dequant" in kernels:  # slab rows; block_k = codes per dequant program
@@ -133,8 +127,7 @@ def main(argv=None):
     ap.add_argument("--shapes", default=None, help="N,K;N,K;... (default: llama2-7b + lm_head)")
     ap.add_argument("--hw", action="store_true", help="hardware FP8 conversion (sm_89+)")
     ap.add_argument("--kernels", default="gemv,small_m,tiled,dequant",
-                    help="which kernels' settings to sweep (gemv, small_m, mma_gemv, persist: the table's "
-                         "MMA_GEMV run mapping as a persistent grid, tiled, dequant) (the table's choice always runs)")
+                    help="which kernels' settings to sweep (gemv, small_m, mma_gemv, tiled, dequant) (the table's choice always runs)")
     ap.add_argument("--e2m1", default="select", choices=("select", "inject"),
                     help="FP4 decoder (inject only where the probe found denormals honoured)")
     ap.add_argument("--budget", type=float, default=400, help="seconds; stop sweeping after")
@@ -174,7 +167,7 @@ def main(argv=None):
                 for c0 in candidates(fmt, n, k, m, info, x.dtype, args.kernels.split(",")):
                     for split in with_split(c0, n, m, info.sm_count):
                         c = tb.LaunchConfig(c0.kernel, c0.block_m, c0.block_n, c0.block_k, split,
-                                            c0.num_warps, c0.num_stages, c0.programs_per_sm)
+                                            c0.num_warps, c0.num_stages)
                         try:
                             y = tb.run(x, p, None, c, hw_fp8=hw, e2m1=e2m1)
                             err = ((y.double() - ref).norm() / ref.norm()).item()
@@ -186,8 +179,7 @@ def main(argv=None):
                         row = dict(n=n, k=k, m=m, fmt=fmt, hw=hw, e2m1=args.e2m1, kernel=c.kernel.value,
                                    block_m=c.block_m, block_n=c.block_n, block_k=c.block_k,
                                    split_k=c.split_k, num_warps=c.num_warps,
-                                   num_stages=c.num_stages,
-                                   programs_per_sm=c.programs_per_sm, us=t * 1000,
+                                   num_stages=c.num_stages, us=t * 1000,
                                    gbps=p.nbytes / t / 1e6, vs_fp16=t16 / t, err=err,
                                    is_default=c == default)
                         results.append(row)
@@ -198,14 +190,12 @@ def main(argv=None):
                             best = row
                         if c == default:
                             print(f"  {fmt} table: {c.kernel.value} {c.block_n}x{c.block_k} "
-                                  f"w{c.num_warps} st{c.num_stages} s{c.split_k} "
-                                  f"p{c.programs_per_sm}: {t*1000:.1f} us "
+                                  f"w{c.num_warps} st{c.num_stages} s{c.split_k}: {t*1000:.1f} us "
                                   f"{row['gbps']:.0f} GB/s x{t16/t:.2f}", flush=True)
                 if best:
                     best_rows.append(best)
                     print(f"  {fmt} BEST:  {best['kernel']} {best['block_n']}x{best['block_k']} "
-                          f"w{best['num_warps']} st{best['num_stages']} s{best['split_k']} "
-                          f"p{best['programs_per_sm']}: "
+                          f"w{best['num_warps']} st{best['num_stages']} s{best['split_k']}: "
                           f"{best['us']:.1f} us {best['gbps']:.0f} GB/s x{best['vs_fp16']:.2f}",
                           flush=True)
                 del ps

@@ -517,9 +517,6 @@ def test_gpu_mma_gemv_matches_reference(fmt, n, k, m, split):
     cfgs += [LaunchConfig(Kernel.MMA_GEMV, r, triton_backend.mma_rows(r, w, t), 128, split, w, a)
              for r, w, t, a in ((mp, 4, 2, 2), (mp, 8, 2, 0), (mp, 2, 4, 0), (8, 4, 2, 0),
                                 (8, 1, 4, 0))]
-    # and as a persistent grid (1 or 2 programs an SM: at N = 4103 each takes several blocks)
-    cfgs += [LaunchConfig(Kernel.MMA_GEMV, mp, triton_backend.mma_rows(mp, w, 2), 128, split, w,
-                          0, per_sm) for w, per_sm in ((2, 1), (4, 2))]
     for cfg in cfgs:
         y = run(x, packed, bias, cfg)
         assert y.dtype == torch.float16 and y.shape == (m, n)
@@ -529,8 +526,6 @@ def test_gpu_mma_gemv_matches_reference(fmt, n, k, m, split):
     xs.copy_(x)
     y = run(xs, packed, bias, cfgs[0])
     assert rel_err(y, reference.matmul(x, packed, bias)) <= tolerance(torch.float16)
-    with pytest.raises(ValueError, match="programs_per_sm takes the run mapping"):
-        run(x, packed, bias, LaunchConfig(Kernel.MMA_GEMV, 8, 32, 128, split, 4, 0, 1))
 
 
 @pytest.mark.gpu

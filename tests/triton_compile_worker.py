@@ -87,9 +87,6 @@ def variants(backend: str, arch):
                          TILES=tiles)
                 yield (f"mma_gemv-r{runs}t{tiles}-{fmt}-fp16", _mma.mma_gemv_kernel, c, "fp16",
                        4, 1)
-                if runs == 1 and tiles == 2:  # and its persistent grid
-                    yield (f"mma_gemv-r1t2-persist-{fmt}-fp16", _mma.mma_gemv_kernel,
-                           dict(c, PERSIST=True), "fp16", 4, 1)
         if fmt in FP8 and not hw and cap is not None and cap >= (8, 0):
             # the mma GEMV for 8-bit codes: M = 1 (2 and 4 tiles a warp), and the run mapping
             # laid out for 4 and 8 x rows (split, so the partial store compiles too)
@@ -102,9 +99,6 @@ def variants(backend: str, arch):
                          NAN=nan)
                 name = f"mma_gemv-r{runs}t{tiles}{'' if nan else '-finite'}-{fmt}-fp16"
                 yield name, _mma.mma_gemv_kernel, c, "fp16", 4, 1
-                if runs == 1 and tiles == 2 and nan:  # and its persistent grid
-                    yield (f"mma_gemv-r1t2-persist-{fmt}-fp16", _mma.mma_gemv_kernel,
-                           dict(c, PERSIST=True), "fp16", 4, 1)
         if not hw:  # the large-M slab decode (portable decoders only)
             c = dict(FMT=fmt, HAS_SCALE=fmt in FP8, INJECT=inject, BLOCK_R=16,
                      BLOCK_KB=512 * (8 if fmt in FP8 else 4) // 8, CHECK=xd != "fp32")

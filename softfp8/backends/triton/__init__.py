@@ -157,18 +157,11 @@ def _launch(x: torch.Tensor, packed: PackedWeight, bias: torch.Tensor | None, cf
         if m > cfg.block_m:
             raise ValueError(f"cfg: Kernel.MMA_GEMV with block_m={cfg.block_m} takes M <= "
                              f"{cfg.block_m}; got M={m}")
-        blocks = -(-n // cfg.block_n)
-        persist = cfg.programs_per_sm > 0
-        if persist and not (runs > 0 and tiles == 2):
-            raise ValueError(f"cfg: programs_per_sm takes the run mapping with 2 tiles a warp, "
-                             f"got {cfg}")
-        if persist:
-            blocks = max(1, min(blocks, cfg.programs_per_sm * info.sm_count // split))
-        mma_gemv_kernel[(blocks, split)](
-            *args, FMT=packed.fmt.value, HAS_BIAS=bias is not None, WARPS=cfg.num_warps,
-            PARTIAL=split > 1, num_warps=cfg.num_warps, num_stages=1, PDL=pdl, PREFETCH=prefetch,
-            AHEAD=cfg.num_stages, RUNS=runs, TILES=tiles, HAS_SCALE=has_scale, NAN=nan,
-            PERSIST=persist, **launch)
+        grid = (-(-n // cfg.block_n), split)
+        mma_gemv_kernel[grid](*args, FMT=packed.fmt.value, HAS_BIAS=bias is not None,
+                              WARPS=cfg.num_warps, PARTIAL=split > 1, num_warps=cfg.num_warps,
+                              num_stages=1, PDL=pdl, PREFETCH=prefetch, AHEAD=cfg.num_stages,
+                              RUNS=runs, TILES=tiles, HAS_SCALE=has_scale, NAN=nan, **launch)
     elif cfg.kernel is Kernel.GEMV:
         if cfg.block_m < m:
             raise ValueError(f"cfg: a GEMV launch with block_m={cfg.block_m} can't cover M={m}")

@@ -262,70 +262,13 @@ def _store_runs(c, row0, y_ptr, ws_ptr, s_ptr, g_ptr, b_ptr, pid_k, M, N, FMT: t
 
 
 @triton.jit
-def _persistent_runs(w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr, x_row, M, N, K, RB, SB, pid_n,
-                     pid_k, kb_lo, kb_hi, lane_row, in_m, off0, stride, FMT: tl.constexpr,
-                     HAS_SCALE: tl.constexpr, HAS_BIAS: tl.constexpr, PARTIAL: tl.constexpr,
-                     WARPS: tl.constexpr, MP: tl.constexpr, WARP_ROWS: tl.constexpr,
-                     PROG_ROWS: tl.constexpr, RS: tl.constexpr, FP8: tl.constexpr,
-                     DIAG: tl.constexpr, NAN: tl.constexpr, PDL: tl.constexpr):
-    """mma_gemv_kernel's run mapping over row blocks pid_n, pid_n + grid, ...: one loop over
-    (block, step) pairs, so the loads of a block's first step go out while the previous block's
-    last step computes, and a block's sums are stored (and the accumulators cleared) after its
-    last step. lane_row: this thread's row inside a block; off0: its first byte."""
-    NT: tl.constexpr = 32 * WARPS
-    grid = tl.num_programs(0)
-    nsteps = tl.cdiv(kb_hi - kb_lo, stride)
-    total = tl.cdiv(tl.cdiv(N, PROG_ROWS) - pid_n, grid) * nsteps
-    zero = tl.zeros((NT,), tl.float32)
-    a = (zero, zero, zero, zero)
-    b = a
-    blk = pid_n
-    step = 0
-    off = off0
-    r0, r1, r2, r3 = _rows_step(w_ptr, s_ptr, blk * PROG_ROWS + lane_row, N, RB, SB, off, kb_hi,
-                                FMT, RS)
-    xw = _x_step(x_row, off, kb_hi, K, in_m, FP8)
-    for _ in range(0, total):
-        last = step == nsteps - 1
-        nblk = tl.where(last, blk + grid, blk)
-        noff = tl.where(last, off0, off + stride)
-        n0, n1, n2, n3 = _rows_step(w_ptr, s_ptr, nblk * PROG_ROWS + lane_row, N, RB, SB, noff,
-                                    kb_hi, FMT, RS)
-        nx = _x_step(x_row, noff, kb_hi, K, in_m, FP8)
-        if FP8:
-            xp = tl.inline_asm_elementwise(_XMOVES, _XPAIRS_CONS, list(xw), (tl.int32,) * 16,
-                                           is_pure=True, pack=1)
-        else:
-            xp = tl.inline_asm_elementwise(_XPAIRS, _XPAIRS_CONS, list(xw), (tl.int32,) * 16,
-                                           is_pure=True, pack=1)
-        a = _tile(r0, r1, xp, a, FMT, DIAG, NAN)
-        b = _tile(r2, r3, xp, b, FMT, DIAG, NAN)
-        if last:
-            row0 = blk * PROG_ROWS
-            _store_runs(a, row0, y_ptr, ws_ptr, s_ptr, g_ptr, b_ptr, pid_k, M, N, FMT,
-                        HAS_SCALE, HAS_BIAS, PARTIAL, WARPS, MP, WARP_ROWS)
-            _store_runs(b, row0 + 2 * MP, y_ptr, ws_ptr, s_ptr, g_ptr, b_ptr, pid_k, M, N,
-                        FMT, HAS_SCALE, HAS_BIAS, PARTIAL, WARPS, MP, WARP_ROWS)
-        a = (tl.where(last, zero, a[0]), tl.where(last, zero, a[1]),
-             tl.where(last, zero, a[2]), tl.where(last, zero, a[3]))
-        b = (tl.where(last, zero, b[0]), tl.where(last, zero, b[1]),
-             tl.where(last, zero, b[2]), tl.where(last, zero, b[3]))
-        r0, r1, r2, r3, xw = n0, n1, n2, n3, nx
-        blk = nblk
-        off = noff
-        step = tl.where(last, 0, step + 1)
-    _pdl_exit(PDL)
-
-
-@triton.jit
 def mma_gemv_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr,
                     M, N, K, RB, SB, KB_SPLIT,
                     FMT: tl.constexpr, HAS_BIAS: tl.constexpr, WARPS: tl.constexpr,
                     PARTIAL: tl.constexpr, PDL: tl.constexpr = 0, PREFETCH: tl.constexpr = 0,
                     HAS_SCALE: tl.constexpr = False,
                     AHEAD: tl.constexpr = 0, DIAG: tl.constexpr = 0, RUNS: tl.constexpr = 0,
-                    TILES: tl.constexpr = 2, NAN: tl.constexpr = True,
-                    PERSIST: tl.constexpr = False):
+                    TILES: tl.constexpr = 2, NAN: tl.constexpr = True):
     """Program (pid_n, pid_k) over bytes [pid_k * KB_SPLIT, +KB_SPLIT) of its rows.
     RUNS = 0 (the tile mapping): rows pid_n * 32 .. +32, two 16-row tiles; warp w takes the
     64-byte steps w, w + WARPS, ...; the warps' sums are added at the end.
@@ -341,9 +284,6 @@ def mma_gemv_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr,
     DIAG (1: no decode, 2: no mma either) gives wrong results on purpose:
     benchmarks/gpu_mma_probe.py only. NAN=False: E4M3 codes known to hold no NaN (the decode
     leaves out its NaN fix; `codes_nan_free`).
-    PERSIST (run mapping, 2 tiles): a grid smaller than the row blocks; program p takes blocks
-    p, p + grid, ... as one software pipeline, the next block's first loads issued before the
-    current block's last step is computed (`_persistent_runs`).
     Needs num_warps == WARPS, K % 8 == 0 and a 16-byte aligned x (the launcher checks)."""
     NT: tl.constexpr = 32 * WARPS
     FP8: tl.constexpr = FMT == "e5m2" or FMT == "e4m3"
@@ -371,65 +311,58 @@ def mma_gemv_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr,
         stride = 64 * C
     else:
         row = pid_n * ROWS + g  # rows row, row + 8 (tile 0), row + 16, row + 24 (tile 1)
-        xr = g  # (named for PERSIST's call, which the tile mapping never makes)
         in_m = g < M
         x_row = x_ptr + tl.minimum(g, M - 1).to(tl.int64) * K
         off = kb_lo + STEP_BYTES * (tid // 32) + 16 * t
         stride = STEP_BYTES * WARPS
-    if PERSIST:  # the run mapping with two tiles a warp (the launcher checks)
-        _persistent_runs(w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr, x_row, M, N, K, RB, SB,
-                         pid_n, pid_k, kb_lo, kb_hi, WARP_ROWS * (tid // 32) + xr, in_m,
-                         off, stride, FMT, HAS_SCALE, HAS_BIAS, PARTIAL, WARPS, MP,
-                         WARP_ROWS, PROG_ROWS, RS, FP8, DIAG, NAN, PDL)
-    else:
-        zero = tl.zeros((NT,), tl.float32)
-        a = (zero, zero, zero, zero)
-        b = a
-        c = a
-        d = a
-        r0, r1, r2, r3 = _rows_step(w_ptr, s_ptr, row, N, RB, SB, off, kb_hi, FMT, RS)
+    zero = tl.zeros((NT,), tl.float32)
+    a = (zero, zero, zero, zero)
+    b = a
+    c = a
+    d = a
+    r0, r1, r2, r3 = _rows_step(w_ptr, s_ptr, row, N, RB, SB, off, kb_hi, FMT, RS)
+    if TILES == 4:
+        r4, r5, r6, r7 = _rows_step(w_ptr, s_ptr, row + 4 * RS, N, RB, SB, off, kb_hi, FMT, RS)
+    xw = _x_step(x_row, off, kb_hi, K, in_m, FP8)
+    for _ in range(kb_lo, kb_hi, stride):
+        off += stride
+        # the next step's loads go out before this step's arithmetic (registers, not smem)
+        n0, n1, n2, n3 = _rows_step(w_ptr, s_ptr, row, N, RB, SB, off, kb_hi, FMT, RS)
         if TILES == 4:
-            r4, r5, r6, r7 = _rows_step(w_ptr, s_ptr, row + 4 * RS, N, RB, SB, off, kb_hi, FMT, RS)
-        xw = _x_step(x_row, off, kb_hi, K, in_m, FP8)
-        for _ in range(kb_lo, kb_hi, stride):
-            off += stride
-            # the next step's loads go out before this step's arithmetic (registers, not smem)
-            n0, n1, n2, n3 = _rows_step(w_ptr, s_ptr, row, N, RB, SB, off, kb_hi, FMT, RS)
-            if TILES == 4:
-                n4, n5, n6, n7 = _rows_step(w_ptr, s_ptr, row + 4 * RS, N, RB, SB, off, kb_hi, FMT,
-                                            RS)
-            nx = _x_step(x_row, off, kb_hi, K, in_m, FP8)
-            if AHEAD > 0:
-                _prefetch_rows(w_ptr, row, N, RB, off + AHEAD * stride, kb_hi, RS)
-            # FP8: x's own pairs meet the codes' (_fp8_tile_asm): moves, which ptxas drops
-            if FP8:
-                xp = tl.inline_asm_elementwise(_XMOVES, _XPAIRS_CONS, list(xw), (tl.int32,) * 16,
-                                               is_pure=True, pack=1)
-            else:
-                xp = tl.inline_asm_elementwise(_XPAIRS, _XPAIRS_CONS, list(xw), (tl.int32,) * 16,
-                                               is_pure=True, pack=1)
-            a = _tile(r0, r1, xp, a, FMT, DIAG, NAN)
-            b = _tile(r2, r3, xp, b, FMT, DIAG, NAN)
-            if TILES == 4:
-                c = _tile(r4, r5, xp, c, FMT, DIAG, NAN)
-                d = _tile(r6, r7, xp, d, FMT, DIAG, NAN)
-                r4, r5, r6, r7 = n4, n5, n6, n7
-            r0, r1, r2, r3, xw = n0, n1, n2, n3, nx
-        _pdl_exit(PDL)
-        if RUNS > 0:
-            row0 = pid_n * PROG_ROWS
-            _store_runs(a, row0, y_ptr, ws_ptr, s_ptr, g_ptr, b_ptr, pid_k, M, N, FMT, HAS_SCALE,
-                        HAS_BIAS, PARTIAL, WARPS, MP, WARP_ROWS)
-            _store_runs(b, row0 + 2 * MP, y_ptr, ws_ptr, s_ptr, g_ptr, b_ptr, pid_k, M, N, FMT,
-                        HAS_SCALE, HAS_BIAS, PARTIAL, WARPS, MP, WARP_ROWS)
-            if TILES == 4:
-                _store_runs(c, row0 + 4 * MP, y_ptr, ws_ptr, s_ptr, g_ptr, b_ptr, pid_k, M, N, FMT,
-                            HAS_SCALE, HAS_BIAS, PARTIAL, WARPS, MP, WARP_ROWS)
-                _store_runs(d, row0 + 6 * MP, y_ptr, ws_ptr, s_ptr, g_ptr, b_ptr, pid_k, M, N, FMT,
-                            HAS_SCALE, HAS_BIAS, PARTIAL, WARPS, MP, WARP_ROWS)
+            n4, n5, n6, n7 = _rows_step(w_ptr, s_ptr, row + 4 * RS, N, RB, SB, off, kb_hi, FMT,
+                                        RS)
+        nx = _x_step(x_row, off, kb_hi, K, in_m, FP8)
+        if AHEAD > 0:
+            _prefetch_rows(w_ptr, row, N, RB, off + AHEAD * stride, kb_hi, RS)
+        # FP8: x's own pairs meet the codes' (_fp8_tile_asm): moves, which ptxas drops
+        if FP8:
+            xp = tl.inline_asm_elementwise(_XMOVES, _XPAIRS_CONS, list(xw), (tl.int32,) * 16,
+                                           is_pure=True, pack=1)
         else:
-            # lane (g, t) holds rows g, g+8 of each tile for columns 2t, 2t+1: add the warps' sums
-            _store_tile(a[0], a[1], a[2], a[3], pid_n * ROWS, y_ptr, ws_ptr, s_ptr, g_ptr, b_ptr,
-                        pid_k, M, N, FMT, HAS_SCALE, HAS_BIAS, PARTIAL, WARPS)
-            _store_tile(b[0], b[1], b[2], b[3], pid_n * ROWS + 16, y_ptr, ws_ptr, s_ptr, g_ptr,
-                        b_ptr, pid_k, M, N, FMT, HAS_SCALE, HAS_BIAS, PARTIAL, WARPS)
+            xp = tl.inline_asm_elementwise(_XPAIRS, _XPAIRS_CONS, list(xw), (tl.int32,) * 16,
+                                           is_pure=True, pack=1)
+        a = _tile(r0, r1, xp, a, FMT, DIAG, NAN)
+        b = _tile(r2, r3, xp, b, FMT, DIAG, NAN)
+        if TILES == 4:
+            c = _tile(r4, r5, xp, c, FMT, DIAG, NAN)
+            d = _tile(r6, r7, xp, d, FMT, DIAG, NAN)
+            r4, r5, r6, r7 = n4, n5, n6, n7
+        r0, r1, r2, r3, xw = n0, n1, n2, n3, nx
+    _pdl_exit(PDL)
+    if RUNS > 0:
+        row0 = pid_n * PROG_ROWS
+        _store_runs(a, row0, y_ptr, ws_ptr, s_ptr, g_ptr, b_ptr, pid_k, M, N, FMT, HAS_SCALE,
+                    HAS_BIAS, PARTIAL, WARPS, MP, WARP_ROWS)
+        _store_runs(b, row0 + 2 * MP, y_ptr, ws_ptr, s_ptr, g_ptr, b_ptr, pid_k, M, N, FMT,
+                    HAS_SCALE, HAS_BIAS, PARTIAL, WARPS, MP, WARP_ROWS)
+        if TILES == 4:
+            _store_runs(c, row0 + 4 * MP, y_ptr, ws_ptr, s_ptr, g_ptr, b_ptr, pid_k, M, N, FMT,
+                        HAS_SCALE, HAS_BIAS, PARTIAL, WARPS, MP, WARP_ROWS)
+            _store_runs(d, row0 + 6 * MP, y_ptr, ws_ptr, s_ptr, g_ptr, b_ptr, pid_k, M, N, FMT,
+                        HAS_SCALE, HAS_BIAS, PARTIAL, WARPS, MP, WARP_ROWS)
+    else:
+        # lane (g, t) holds rows g, g+8 of each tile for columns 2t, 2t+1: add the warps' sums
+        _store_tile(a[0], a[1], a[2], a[3], pid_n * ROWS, y_ptr, ws_ptr, s_ptr, g_ptr, b_ptr,
+                    pid_k, M, N, FMT, HAS_SCALE, HAS_BIAS, PARTIAL, WARPS)
+        _store_tile(b[0], b[1], b[2], b[3], pid_n * ROWS + 16, y_ptr, ws_ptr, s_ptr, g_ptr,
+                    b_ptr, pid_k, M, N, FMT, HAS_SCALE, HAS_BIAS, PARTIAL, WARPS)

@@ -47,9 +47,6 @@ class LaunchConfig:
     split_k: int = 1
     num_warps: int = 4
     num_stages: int = 2
-    programs_per_sm: int = 0
-    """0: one program per row block. n > 0 (Kernel.MMA_GEMV's run mapping, 2 tiles a warp): a
-    persistent grid of n programs an SM (over the K-splits), each taking every grid-th block."""
 
 
 @dataclass(frozen=True)
@@ -173,8 +170,7 @@ def _table_from_sweep(path: str) -> dict:
             rows = json.load(f)["best"]
         return {(r["n"], r["k"], r["m"], r["fmt"]):
                 LaunchConfig(Kernel(r["kernel"]), r["block_m"], r["block_n"], r["block_k"],
-                             r["split_k"], r["num_warps"], r["num_stages"],
-                             r.get("programs_per_sm", 0)) for r in rows}
+                             r["split_k"], r["num_warps"], r["num_stages"]) for r in rows}
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise ValueError(f"{TABLE_ENV}={path!r}: expected a sweep receipt written by "
                          f"benchmarks/sweep_gemv.py --out ({type(e).__name__}: {e})") from e
