@@ -255,4 +255,22 @@ persist1)
   run token 60 python3 -m softfp8.bench token --preset llama2-7b --backends triton
   SOFTFP8_TRITON_TABLE="$OUT/sweep-persist.json" run tokenp 60 python3 -m softfp8.bench token --preset llama2-7b --backends triton
   ;;
+ncu1)
+  # Nsight Compute on the M = 1 MMA GEMV (22016 x 4096, E5M2 / E4M3 / NVFP4): bandwidth, issue
+  # slots, warp stalls, occupancy (clocks left alone)
+  NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+  echo "ncu: $NCU"
+  run ncu 300 "$NCU" --clock-control none --section SpeedOfLight --section MemoryWorkloadAnalysis --section SchedulerStats --section WarpStateStats --section Occupancy --section LaunchStats -k regex:mma_gemv -c 6 python3 benchmarks/gpu_ncu_target.py --launches 0
+  run ncu-lm 200 "$NCU" --clock-control none --section SpeedOfLight --section SchedulerStats --section WarpStateStats --section Occupancy -k regex:dot_kernel -c 2 python3 benchmarks/gpu_ncu_target.py --formats e5m2 --shape 128256,4096 --launches 1
+  ;;
+final9)
+  # the fifth session's numbers: GPU tests, DEQUANT with the PTX 8-bit decode, prefill (graph)
+  # and where its time goes eagerly (probe); receipts in one tarball
+  run gputests 240 python3 -m pytest -q -m gpu -p no:cacheprovider tests/
+  export SOFTFP8_FP8_DECODE=integer
+  mkdir -p "$OUT/r"
+  run prefill 120 python3 -m softfp8.bench prefill --preset llama3-8b --backends triton --out "$OUT/r/prefill.json"
+  run probe 200 python3 benchmarks/gpu_prefill_probe.py --json "$OUT/r/prefill-probe.json"
+  tar czf "$OUT/receipts.tgz" -C "$OUT" r && rm -rf "$OUT/r"
+  ;;
 esac

@@ -101,7 +101,8 @@ def variants(backend: str, arch):
                 yield name, _mma.mma_gemv_kernel, c, "fp16", 4, 1
         if not hw:  # the large-M slab decode (portable decoders only)
             c = dict(FMT=fmt, HAS_SCALE=fmt in FP8, INJECT=inject, BLOCK_R=16,
-                     BLOCK_KB=512 * (8 if fmt in FP8 else 4) // 8, CHECK=xd != "fp32")
+                     BLOCK_KB=512 * (8 if fmt in FP8 else 4) // 8, CHECK=xd != "fp32",
+                     ASM=backend == "cuda")
             yield f"dequant-{tag}-{xd}", _kernels.dequant_kernel, c, xd, 4, 1
             if xd != "fp32":  # and the exact pass after it (dot_kernel with FIX)
                 cfg = launch_config(4096, 4096, 256, Format(fmt), info, dtypes[xd])

@@ -33,9 +33,12 @@ def dequant_matmul(x, packed, bias, cfg, e2m1, w, s, g, b, y, rb, sb, has_scale)
     it is not launched at all for a weight known to have no such row. w, s, g, b, y, rb, sb, has_scale: as `_launch` prepared
     them (b: the bias, or w as a placeholder; y: the output to fill)."""
     from . import _kernels as K_
+    from . import codes_nan_free
 
     m, k = x.shape
     n = packed.shape[0]
+    asm = uses_ptx_decode(device_info(x.device), False)
+    nan = not (asm and codes_nan_free(packed))
     rows = min(cfg.block_n, n)
     nslabs = -(-n // rows)
     slabs = [torch.empty((rows, k), dtype=x.dtype, device=x.device)
@@ -71,7 +74,7 @@ def dequant_matmul(x, packed, bias, cfg, e2m1, w, s, g, b, y, rb, sb, has_scale)
             K_.dequant_kernel[(-(-r // block_r), -(-rb // block_kb))](
                 w, s, g, slab, info_arg, n, k, rb, sb, r0, FMT=packed.fmt.value,
                 HAS_SCALE=has_scale, INJECT=e2m1 is E2M1Decode.INJECT, BLOCK_R=block_r,
-                BLOCK_KB=block_kb, CHECK=check, num_warps=cfg.num_warps)
+                BLOCK_KB=block_kb, CHECK=check, ASM=asm, NAN=nan, num_warps=cfg.num_warps)
             if overlap:
                 ready[i % 2].record(side)
         if overlap:

@@ -298,7 +298,8 @@ def splitk_reduce_kernel(ws_ptr, s_ptr, g_ptr, b_ptr, y_ptr, M, N, SPLIT,
 @triton.jit
 def dequant_kernel(w_ptr, s_ptr, g_ptr, out_ptr, info_ptr, N, K, RB, SB, ROW0,
                    FMT: tl.constexpr, HAS_SCALE: tl.constexpr, INJECT: tl.constexpr,
-                   BLOCK_R: tl.constexpr, BLOCK_KB: tl.constexpr, CHECK: tl.constexpr):
+                   BLOCK_R: tl.constexpr, BLOCK_KB: tl.constexpr, CHECK: tl.constexpr,
+                   ASM: tl.constexpr = False, NAN: tl.constexpr = True):
     """out[r, k] = W[ROW0 + r, k] in out's dtype, for a slab of rows that a cuBLAS GEMM consumes
     next (large M only: the slab is bounded, so no full-size copy of the weights is ever made).
     Each value is decoded exactly in float32 (portable decoders), times its block, row and
@@ -306,10 +307,11 @@ def dequant_kernel(w_ptr, s_ptr, g_ptr, out_ptr, info_ptr, N, K, RB, SB, ROW0,
     info[row] (atomic max of the float32 bits), so the exact pass can redo rows that the
     narrower dtype would overflow or flush (the launcher caches it per weight: _dequant).
 
-    E4M3 goes through fp16 (value * 2^-8, a shift and a mask) and one exact multiply by 256:
-    the same float32 as the re-bias decoder (NaN payloads aside: the slab feeds only the GEMM)
-    in a third of its operations. FP4 block scales are
-    loaded once per block ([BLOCK_R, blocks]) and broadcast over the block's codes."""
+    The 8-bit codes go through fp16 (`_fp8_to_f16`: E4M3 as value * 2^-8, then one exact
+    multiply by 256), by the PTX word decoders where ASM (NVIDIA; NAN=False: E4M3 codes checked
+    NaN-free): the same float32 as the re-bias decoder (NaN payloads aside: the slab feeds only
+    the GEMM) in a fraction of its operations. FP4 block scales are loaded once per block
+    ([BLOCK_R, blocks]) and broadcast over the block's codes."""
     pid_r = tl.program_id(0)
     pid_k = tl.program_id(1)
     offs_r = pid_r * BLOCK_R + tl.arange(0, BLOCK_R)
@@ -320,10 +322,9 @@ def dequant_kernel(w_ptr, s_ptr, g_ptr, out_ptr, info_ptr, N, K, RB, SB, ROW0,
                     mask=rmask & (offs_b[None, :] < RB), other=0)
     out_rows = out_ptr + offs_r[:, None].to(tl.int64) * K
     if FMT == "e5m2" or FMT == "e4m3":
-        if FMT == "e5m2":
-            w = e5m2_to_f32(codes, False)
-        else:  # value * 2^-8 is exact in fp16 (subnormals included); * 256 gives value back
-            w = e4m3_to_f16_div256(codes).to(tl.float32) * 256.0
+        w = _fp8_to_f16(codes, FMT, ASM, NAN).to(tl.float32)
+        if FMT == "e4m3":  # value * 2^-8 is exact in fp16 (subnormals included): * 256 is value
+            w = w * 256.0
         if HAS_SCALE:
             w = w * tl.load(s_ptr + rows, mask=rows < N, other=1.0)[:, None]
         if CHECK:
