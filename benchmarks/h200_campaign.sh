@@ -273,4 +273,10 @@ final9)
   run probe 200 python3 benchmarks/gpu_prefill_probe.py --json "$OUT/r/prefill-probe.json"
   tar czf "$OUT/receipts.tgz" -C "$OUT" r && rm -rf "$OUT/r"
   ;;
+prefill11)
+  # slab sizes for E5M2 and MXFP4 (prefill10 swept E4M3 and NVFP4), and a second prefill sample
+  export SOFTFP8_FP8_DECODE=integer
+  run sweep 200 python3 benchmarks/gpu_prefill_probe.py --sweep --formats e5m2,mxfp4 --json "$OUT/prefill-sweep2.json"
+  run prefill 120 python3 -m softfp8.bench prefill --preset llama3-8b --backends triton --m 2048 --out "$OUT/prefill2.json"
+  ;;
 esac
