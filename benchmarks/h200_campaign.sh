@@ -279,4 +279,18 @@ prefill11)
   run sweep 200 python3 benchmarks/gpu_prefill_probe.py --sweep --formats e5m2,mxfp4 --json "$OUT/prefill-sweep2.json"
   run prefill 120 python3 -m softfp8.bench prefill --preset llama3-8b --backends triton --m 2048 --out "$OUT/prefill2.json"
   ;;
+stage1)
+  # experiment: the 8-bit M = 1 run mapping with its weights staged through shared memory by
+  # Triton's pipeliner (SOFTFP8_MMA_STAGES = tl.range num_stages; 0 = the register double buffer)
+  SOFTFP8_MMA_STAGES=3 run gputests 200 python3 -m pytest -q -x -m gpu -p no:cacheprovider tests/test_triton.py -k "mma and not mxfp4 and not nvfp4"
+  export SOFTFP8_FP8_DECODE=integer
+  i=0
+  for st in 0 2 3 4 0 3; do
+    i=$((i + 1))
+    SOFTFP8_MMA_STAGES=$st run "token$i-s$st" 60 python3 -m softfp8.bench token --preset llama2-7b --backends triton --formats e5m2,e4m3
+  done
+  SOFTFP8_MMA_STAGES=3 run shapes-s3 90 python3 -m softfp8.bench shapes --preset llama2-7b --backends triton --formats e5m2,e4m3
+  SOFTFP8_MMA_STAGES=0 run shapes-s0 90 python3 -m softfp8.bench shapes --preset llama2-7b --backends triton --formats e5m2,e4m3
+  tar czf "$OUT/stage1.tgz" -C "$OUT" $(cd "$OUT" && ls *.txt) && rm -f "$OUT"/*.txt
+  ;;
 esac
