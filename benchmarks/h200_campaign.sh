@@ -282,6 +282,7 @@ prefill11)
 stage1)
   # experiment: the 8-bit M = 1 run mapping with its weights staged through shared memory by
   # Triton's pipeliner (SOFTFP8_MMA_STAGES = tl.range num_stages; 0 = the register double buffer)
+  # (ran on the commit that added it; reverted after: BENCHMARKS.md's log)
   SOFTFP8_MMA_STAGES=3 run gputests 200 python3 -m pytest -q -x -m gpu -p no:cacheprovider tests/test_triton.py -k "mma and not mxfp4 and not nvfp4"
   export SOFTFP8_FP8_DECODE=integer
   i=0

@@ -158,14 +158,10 @@ def _launch(x: torch.Tensor, packed: PackedWeight, bias: torch.Tensor | None, cf
             raise ValueError(f"cfg: Kernel.MMA_GEMV with block_m={cfg.block_m} takes M <= "
                              f"{cfg.block_m}; got M={m}")
         grid = (-(-n // cfg.block_n), split)
-        # experiment (fifth session): the 8-bit run mapping's weights staged through shared memory
-        stages = int(os.environ.get("SOFTFP8_MMA_STAGES", "0")) if (
-            runs > 0 and tiles == 2 and packed.fmt in (Format.E5M2, Format.E4M3)) else 0
         mma_gemv_kernel[grid](*args, FMT=packed.fmt.value, HAS_BIAS=bias is not None,
                               WARPS=cfg.num_warps, PARTIAL=split > 1, num_warps=cfg.num_warps,
                               num_stages=1, PDL=pdl, PREFETCH=prefetch, AHEAD=cfg.num_stages,
-                              RUNS=runs, TILES=tiles, HAS_SCALE=has_scale, NAN=nan,
-                              STAGES=stages, **launch)
+                              RUNS=runs, TILES=tiles, HAS_SCALE=has_scale, NAN=nan, **launch)
     elif cfg.kernel is Kernel.GEMV:
         if cfg.block_m < m:
             raise ValueError(f"cfg: a GEMV launch with block_m={cfg.block_m} can't cover M={m}")

@@ -150,20 +150,6 @@ def _rows_step(w_ptr, s_ptr, row, N, RB, SB, off, kb_hi, FMT: tl.constexpr, RS: 
 
 
 @triton.jit
-def _row_words(w_ptr, row, N, RB, off, kb_hi, NT: tl.constexpr):
-    """(4 words, 0) of one row's 16 bytes at `off` by tl.load (zeros outside), so that Triton's
-    pipeliner can stage them (STAGES: cp.async into shared memory, several steps ahead)."""
-    base = (w_ptr + row.to(tl.int64) * RB + off).to(tl.pointer_type(tl.int32))
-    quad = tl.arange(0, 4)
-    ok = (off < kb_hi) & (row < N)
-    words = tl.load(base[:, None] + quad[None, :], mask=ok[:, None] & (quad[None, :] < 4), other=0)
-    even, odd = tl.split(tl.reshape(words, (NT, 2, 2)))  # words 0, 2 and 1, 3
-    w0, w2 = tl.split(even)
-    w1, w3 = tl.split(odd)
-    return w0, w1, w2, w3, tl.zeros((NT,), tl.int32)
-
-
-@triton.jit
 def _prefetch_row(w_ptr, row, N, RB, off, ok):
     return tl.inline_asm_elementwise(_PREFETCH, "=r,l,r", [w_ptr + row.to(tl.int64) * RB + off,
                                                            (ok & (row < N)).to(tl.int32)],
@@ -282,8 +268,7 @@ def mma_gemv_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr,
                     PARTIAL: tl.constexpr, PDL: tl.constexpr = 0, PREFETCH: tl.constexpr = 0,
                     HAS_SCALE: tl.constexpr = False,
                     AHEAD: tl.constexpr = 0, DIAG: tl.constexpr = 0, RUNS: tl.constexpr = 0,
-                    TILES: tl.constexpr = 2, NAN: tl.constexpr = True,
-                    STAGES: tl.constexpr = 0):
+                    TILES: tl.constexpr = 2, NAN: tl.constexpr = True):
     """Program (pid_n, pid_k) over bytes [pid_k * KB_SPLIT, +KB_SPLIT) of its rows.
     RUNS = 0 (the tile mapping): rows pid_n * 32 .. +32, two 16-row tiles; warp w takes the
     64-byte steps w, w + WARPS, ...; the warps' sums are added at the end.
@@ -335,20 +320,6 @@ def mma_gemv_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr,
     b = a
     c = a
     d = a
-    if STAGES > 0:  # 8-bit run mapping, 2 tiles: tl.load + Triton's pipeliner (experiment)
-        lane_off = off - kb_lo
-        for kb in tl.range(kb_lo, kb_hi, stride, num_stages=STAGES):
-            o = kb + lane_off
-            r0 = _row_words(w_ptr, row, N, RB, o, kb_hi, NT)
-            r1 = _row_words(w_ptr, row + RS, N, RB, o, kb_hi, NT)
-            r2 = _row_words(w_ptr, row + 2 * RS, N, RB, o, kb_hi, NT)
-            r3 = _row_words(w_ptr, row + 3 * RS, N, RB, o, kb_hi, NT)
-            xw = _x_step(x_row, o, kb_hi, K, in_m, FP8)
-            xp = tl.inline_asm_elementwise(_XMOVES, _XPAIRS_CONS, list(xw), (tl.int32,) * 16,
-                                           is_pure=True, pack=1)
-            a = _tile(r0, r1, xp, a, FMT, DIAG, NAN)
-            b = _tile(r2, r3, xp, b, FMT, DIAG, NAN)
-        off = kb_hi  # the loop below runs no step
     r0, r1, r2, r3 = _rows_step(w_ptr, s_ptr, row, N, RB, SB, off, kb_hi, FMT, RS)
     if TILES == 4:
         r4, r5, r6, r7 = _rows_step(w_ptr, s_ptr, row + 4 * RS, N, RB, SB, off, kb_hi, FMT, RS)
