@@ -7,6 +7,9 @@ calls after warm-up, and numba and torch calls are interleaved round by round so
 machine slows both alike; the order rotates by one entry each round, so that the slot right
 after torch's calls (where numba's idle workers must be woken) falls on every entry alike. Cold start is measured in a child process with an empty
 NUMBA_CACHE_DIR (first call = compilation), and again with that cache filled (load from disk).
+The header and the last line give the machine's two-thread vector scaling right then
+(`cpu_threads.py`): a VM's two vCPUs may sit on two cores (~2x) or on one core's two hardware
+threads (~1x), and that moves the numba GEMV by up to 2x between runs.
 """
 from __future__ import annotations
 
@@ -53,6 +56,27 @@ def cold_start(fmt: str, cache_dir: str) -> tuple[float, float]:
                          capture_output=True, text=True, check=True)
     first, second = json.loads(out.stdout.strip().splitlines()[-1])
     return first, second
+
+
+def vector_scaling() -> float:
+    """2 threads x the work of a vector-throughput loop over 1 thread's time (cpu_threads.py)."""
+    import numba
+    import numpy as np
+
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import cpu_threads
+
+    n = max(2, numba.get_num_threads())
+    a = np.random.default_rng(0).random((n, 2048), dtype=np.float32)
+    previous = numba.get_num_threads()
+    try:
+        numba.set_num_threads(1)
+        one = cpu_threads._time(lambda: cpu_threads._dot_par(a[:1], a[:1], 50_000, 1), 3)
+        numba.set_num_threads(n)
+        many = cpu_threads._time(lambda: cpu_threads._dot_par(a, a, 50_000, n), 3)
+    finally:
+        numba.set_num_threads(previous)
+    return n * one / many
 
 
 def timed(fn) -> float:
@@ -103,7 +127,7 @@ def main() -> None:
     print(f"# {time.strftime('%Y-%m-%d %H:%M')}  {platform.processor() or platform.machine()}  "
           f"torch {torch.__version__}  numba {numba.__version__}  threads numba "
           f"{numba.get_num_threads()} torch {torch.get_num_threads()} -> {numba_cpu._threads()}  "
-          f"loadavg {os.getloadavg()[0]:.2f}")
+          f"loadavg {os.getloadavg()[0]:.2f}  vector scaling {vector_scaling():.2f}x")
     rows = []
     for shape in args.shapes.split(","):
         n, k = (int(v) for v in shape.lower().split("x"))
@@ -123,7 +147,7 @@ def main() -> None:
             cached = cold_start(fmt, cache)
             print(f"  {fmt:>6}: empty cache {compiled[0]:.2f} / {compiled[1] * 1e3:.2f} ms;  "
                   f"filled cache {cached[0]:.3f} / {cached[1] * 1e3:.2f} ms")
-    print(f"loadavg at end {os.getloadavg()[0]:.2f}")
+    print(f"loadavg at end {os.getloadavg()[0]:.2f}; vector scaling at end {vector_scaling():.2f}x")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)

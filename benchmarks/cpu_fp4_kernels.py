@@ -1,0 +1,74 @@
+"""The numba FP4 table GEMVs called directly, with no torch call between them: 1 and 2 threads,
+one row or four rows a pass, per shape (what `cpu_gemv.py` measures interleaved with torch).
+
+    python benchmarks/cpu_fp4_kernels.py [--shapes 11008x4096,4096x11008] [--reps 20]
+
+Median ms per call after 3 warm-up calls; chunk 344 rows. The machine's two-thread vector
+scaling (`cpu_threads.py`) is printed before and after: it moves these numbers by up to 2x.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+
+import numba
+import numpy as np
+import torch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import softfp8  # noqa: E402
+from softfp8.backends import _numba_lut as L  # noqa: E402
+from softfp8.formats import SPECS  # noqa: E402
+from cpu_gemv import vector_scaling  # noqa: E402
+
+
+def median_ms(fn, reps):
+    for _ in range(3):
+        fn()
+    times = []
+    for _ in range(reps):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times) * 1e3
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--shapes", default="11008x4096,4096x11008")
+    ap.add_argument("--reps", type=int, default=20)
+    args = ap.parse_args()
+    if not L.available():
+        raise SystemExit("the FP4 table kernels need AVX-512 (numba's target)")
+    print(f"# {time.strftime('%Y-%m-%d %H:%M')}  numba {numba.__version__}  "
+          f"vector scaling {vector_scaling():.2f}x")
+    for shape in args.shapes.split(","):
+        n, k = (int(v) for v in shape.split("x"))
+        for fmt in ("nvfp4", "mxfp4"):
+            p = softfp8.quantize(torch.randn(n, k) * 0.02, fmt)
+            xs, xp = L.x_steps(torch.randn(k), SPECS[p.fmt].block)
+            y = np.empty(n, np.float32)
+            words, scales = p.words.numpy(), p.scales.numpy()
+            g = np.float32(1.0) if fmt == "mxfp4" else np.float32(p.global_scale.item())
+            cells = []
+            for threads in (1, 2):
+                numba.set_num_threads(threads)
+                for group in (1, L.ROWS):
+                    if fmt == "mxfp4":
+                        fn = (lambda group=group: L.gemv_mxfp4(words, scales, xs, xp, y, 344, group))
+                    else:
+                        fn = (lambda group=group: L.gemv_nvfp4(words, scales, g, xs, xp, y, 344,
+                                                              group))
+                    cells.append(f"{threads}t {group}r {median_ms(fn, args.reps):6.3f}")
+            print(f"{shape:>11} {fmt}:  " + "  ".join(cells), flush=True)
+    print(f"# vector scaling at end {vector_scaling():.2f}x")
+
+
+if __name__ == "__main__":
+    main()
