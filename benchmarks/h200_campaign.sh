@@ -294,4 +294,10 @@ stage1)
   SOFTFP8_MMA_STAGES=0 run shapes-s0 90 python3 -m softfp8.bench shapes --preset llama2-7b --backends triton --formats e5m2,e4m3
   tar czf "$OUT/stage1.tgz" -C "$OUT" $(cd "$OUT" && ls *.txt) && rm -f "$OUT"/*.txt
   ;;
+host1)
+  # host time per eager batch-1 call (package check cached / uncached) and eager generate()
+  export SOFTFP8_FP8_DECODE=integer
+  run host 120 python3 benchmarks/gpu_host_overhead.py
+  run e2e 200 python3 benchmarks/gpu_e2e_generate.py --variants fp16,e5m2,nvfp4 --modes eager --short 8 --long 40 --repeats 2 --json "$OUT/e2e.json"
+  ;;
 esac
