@@ -1,7 +1,7 @@
 """Host time to issue one batch-1 linear (what eager decoding pays per layer, GPU idle or not):
-fp16 F.linear against softfp8.linear per format and the Triton backend's matmul called
-directly, with the package check cached (now) and uncached (as before 079437d), then a profile
-of where softfp8.linear's host time goes.
+fp16 F.linear against softfp8.linear per format (plain eager: the op's implementation called
+directly, ops.run_linear), the custom op itself, and the Triton backend's matmul, with the
+package check cached (now) and uncached (as before 079437d), then a profile of softfp8.linear.
 
     python benchmarks/gpu_host_overhead.py [--calls 2000]
 
@@ -25,7 +25,7 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 import softfp8  # noqa: E402
-from softfp8 import dispatch  # noqa: E402
+from softfp8 import dispatch, ops  # noqa: E402
 from softfp8.backends import triton as tb  # noqa: E402
 
 
@@ -57,17 +57,23 @@ def main() -> None:
                                  ("uncached", lambda package, find: find(package) is not None)):
             dispatch._installed = installed
             try:
-                lin = host_us(lambda: softfp8.linear(x, p), args.calls)
+                with torch.no_grad():  # as generate() runs
+                    lin = host_us(lambda: softfp8.linear(x, p), args.calls)
+                n, k = p.shape
+                op = host_us(lambda: ops.packed_linear(x, p.words, p.scales, p.global_scale,
+                                                       p.fmt.value, n, k, None, "auto", "auto"),
+                             args.calls)
                 direct = host_us(lambda: tb.matmul(x, p), args.calls)
             finally:
                 dispatch._installed = real
             print(f"{fmt:6} package check {label:9}  softfp8.linear {lin:7.1f} us   "
-                  f"triton matmul {direct:7.1f} us", flush=True)
+                  f"through the op {op:7.1f} us   triton matmul {direct:7.1f} us", flush=True)
     p = softfp8.quantize(w, "e5m2")
     prof = cProfile.Profile()
     prof.enable()
-    for _ in range(500):
-        softfp8.linear(x, p)
+    with torch.no_grad():
+        for _ in range(500):
+            softfp8.linear(x, p)
     prof.disable()
     torch.cuda.synchronize()
     out = io.StringIO()

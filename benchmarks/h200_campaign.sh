@@ -300,4 +300,10 @@ host1)
   run host 120 python3 benchmarks/gpu_host_overhead.py
   run e2e 200 python3 benchmarks/gpu_e2e_generate.py --variants fp16,e5m2,nvfp4 --modes eager --short 8 --long 40 --repeats 2 --json "$OUT/e2e.json"
   ;;
+host2)
+  # the same after the plain-eager fast path (ops.run_linear)
+  export SOFTFP8_FP8_DECODE=integer
+  run host 120 python3 benchmarks/gpu_host_overhead.py
+  run e2e 200 python3 benchmarks/gpu_e2e_generate.py --variants fp16,e5m2,nvfp4 --modes eager --short 8 --long 40 --repeats 2 --json "$OUT/e2e.json"
+  ;;
 esac

@@ -5,7 +5,7 @@ import torch
 
 from .dispatch import ActivationQuant, Backend, E2M1Decode
 from .formats import PackedWeight
-from .ops import packed_linear
+from .ops import run_linear
 
 ACTIVATION_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
@@ -47,12 +47,13 @@ def linear(x: torch.Tensor, packed: PackedWeight, bias: torch.Tensor | None = No
     `backend`, `e2m1` and `activation_quant` ("allow"/"forbid": may a backend quantize x, as
     native FP8 does?) override SOFTFP8_BACKEND, SOFTFP8_E2M1_DECODE, SOFTFP8_ACTIVATION_QUANT.
     Runs through the `softfp8::linear` custom op (softfp8/ops.py), so it compiles with
-    `torch.compile(fullgraph=True)` and can be captured in a CUDA graph."""
+    `torch.compile(fullgraph=True)` and can be captured in a CUDA graph; a plain eager call
+    that needs no autograd runs the op's implementation directly (`ops.run_linear`)."""
     check_linear_args(x, packed, bias)
     backend = Backend.parse(backend, arg="backend")
     e2m1 = E2M1Decode.parse(e2m1, arg="e2m1")
     n, k = packed.shape
     if activation_quant is not None:
         activation_quant = ActivationQuant.parse(activation_quant, arg="activation_quant").value
-    return packed_linear(x, packed.words, packed.scales, packed.global_scale, packed.fmt.value,
+    return run_linear(x, packed.words, packed.scales, packed.global_scale, packed.fmt.value,
                          n, k, bias, backend.value, e2m1.value, activation_quant)

@@ -16,7 +16,7 @@ from torch import nn
 from . import dispatch
 from .dispatch import Backend, BackendUnavailable, E2M1Decode
 from .formats import SPECS, Format, PackedWeight, ScaleKind, padded_k
-from .ops import packed_linear
+from .ops import run_linear
 from .quantize import quantize
 
 _PACKED_BUFFERS = ("words", "scales", "global_scale")
@@ -136,9 +136,9 @@ class Linear(nn.Module):
                             self.scales, self.global_scale)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return packed_linear(x, self.words, self.scales, self.global_scale, self.fmt.value,
-                             self.out_features, self.in_features, self.bias, self.backend.value,
-                             self.e2m1.value)
+        return run_linear(x, self.words, self.scales, self.global_scale, self.fmt.value,
+                          self.out_features, self.in_features, self.bias, self.backend.value,
+                          self.e2m1.value)
 
     def selected_backend(self, m: int = 1) -> str:
         """The backend that will run a batch of `m` rows on this module's device, or why none."""

@@ -23,6 +23,7 @@ runs the recorded kernels), so:
 from __future__ import annotations
 
 import torch
+from torch.utils import _python_dispatch
 
 from . import dispatch
 from .formats import PackedWeight
@@ -30,11 +31,10 @@ from .formats import PackedWeight
 OP_NAME = "softfp8::linear"
 
 
-@torch.library.custom_op(OP_NAME, mutates_args=())
-def packed_linear(x: torch.Tensor, words: torch.Tensor, scales: torch.Tensor | None,
-                  global_scale: torch.Tensor | None, fmt: str, out_features: int,
-                  in_features: int, bias: torch.Tensor | None, backend: str,
-                  e2m1: str, activation_quant: str | None = None) -> torch.Tensor:
+def _linear_impl(x: torch.Tensor, words: torch.Tensor, scales: torch.Tensor | None,
+                 global_scale: torch.Tensor | None, fmt: str, out_features: int,
+                 in_features: int, bias: torch.Tensor | None, backend: str,
+                 e2m1: str, activation_quant: str | None = None) -> torch.Tensor:
     """y = x @ W.T + bias with W the packed weight given by its tensors; x is [..., K]."""
     from .linear import check_linear_args  # linear.py imports this module
 
@@ -48,6 +48,40 @@ def packed_linear(x: torch.Tensor, words: torch.Tensor, scales: torch.Tensor | N
                              activation_quant=activation_quant)
     y = dispatch.load(choice.backend).matmul(x2, packed, bias, e2m1=choice.e2m1)
     return y.reshape(*lead, out_features)
+
+
+packed_linear = torch.library.custom_op(OP_NAME, mutates_args=())(_linear_impl)
+
+
+def run_linear(x, words, scales, global_scale, fmt, out_features, in_features, bias, backend,
+               e2m1, activation_quant=None) -> torch.Tensor:
+    """`packed_linear` (the op) where something must see an op: dynamo tracing, autograd that
+    needs the backward, tensor subclasses or meta tensors, dispatch, torch-function and functorch
+    modes. A plain eager call with none of these runs the op's implementation directly: the
+    op's dispatcher and autograd layers cost more host time than a whole batch-1 GEMV (measured
+    on the H200's host by benchmarks/gpu_host_overhead.py, BENCHMARKS.md), and eager decoding
+    pays that on every layer. Same arguments, same result."""
+    args = (x, words, scales, global_scale, fmt, out_features, in_features, bias, backend, e2m1,
+            activation_quant)
+    if _plain_eager(x, words, scales, global_scale, bias):
+        return _linear_impl(*args)
+    return packed_linear(*args)
+
+
+_PLAIN = (torch.Tensor, torch.nn.Parameter)  # a module's bias is a Parameter
+
+
+def _plain_eager(x, words, scales, global_scale, bias) -> bool:
+    if torch.compiler.is_compiling() or x.device.type == "meta":
+        return False
+    tensors = (x, words, scales, global_scale, bias)
+    if any(t is not None and type(t) not in _PLAIN for t in tensors):
+        return False  # FakeTensor, FunctionalTensor, DTensor, ...: the op knows how
+    if torch.is_grad_enabled() and (x.requires_grad or (bias is not None and bias.requires_grad)):
+        return False
+    return not (torch._C._are_functorch_transforms_active()
+                or torch._C._is_torch_function_mode_enabled()
+                or _python_dispatch._get_current_dispatch_mode() is not None)
 
 
 @packed_linear.register_fake
