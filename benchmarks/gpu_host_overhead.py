@@ -29,7 +29,7 @@ from softfp8 import dispatch, ops  # noqa: E402
 from softfp8.backends import triton as tb  # noqa: E402
 
 
-def host_us(fn, calls):
+def host_us(fn, calls=50):
     for _ in range(20):
         fn()
     torch.cuda.synchronize()

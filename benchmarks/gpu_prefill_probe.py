@@ -80,26 +80,13 @@ def bench(fn) -> float:
     return 1e3 * triton.testing.do_bench(fn, warmup=50, rep=200, return_mode="median")
 
 
-def host_us(fn, reps=50) -> float:
-    """Mean host microseconds to issue fn (no synchronisation inside the timed loop)."""
-    import time
-
-    fn()
-    torch.cuda.synchronize()
-    t = time.perf_counter()
-    for _ in range(reps):
-        fn()
-    dt = time.perf_counter() - t
-    torch.cuda.synchronize()
-    return dt / reps * 1e6
-
-
 def _enter_exit(stream):
     with torch.cuda.stream(stream):
         pass
 
 
 def sweep(args) -> list:
+    from gpu_host_overhead import host_us
     from sweep_gemv import graph_time
 
     dev = torch.device("cuda")
