@@ -72,7 +72,7 @@ _PLAIN = (torch.Tensor, torch.nn.Parameter)  # a module's bias is a Parameter
 
 
 def _plain_eager(x, words, scales, global_scale, bias) -> bool:
-    if torch.compiler.is_compiling() or x.device.type == "meta":
+    if torch.compiler.is_compiling() or torch.jit.is_tracing() or x.device.type == "meta":
         return False
     tensors = (x, words, scales, global_scale, bias)
     if any(t is not None and type(t) not in _PLAIN for t in tensors):

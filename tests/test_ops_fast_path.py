@@ -69,3 +69,15 @@ def test_a_torch_function_mode_goes_through_the_op(op_calls):
     with torch.no_grad(), torch.device("cpu"):  # a TorchFunctionMode while active
         softfp8.linear(x, packed, backend="torch")
     assert len(op_calls) == 1
+
+
+def test_jit_trace_records_the_op(op_calls):
+    packed, x, _ = _case("e5m2")
+
+    class Wrapper(nn.Module):
+        def forward(self, x):
+            return softfp8.linear(x, packed, backend="torch")
+    with torch.no_grad():
+        traced = torch.jit.trace(Wrapper(), x)
+    assert "softfp8::linear" in str(traced.graph)
+    assert torch.equal(traced(x), Wrapper()(x))
