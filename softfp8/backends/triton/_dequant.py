@@ -24,14 +24,15 @@ _FIX_BOUNDS = {torch.float16: (0x477FE000, 0x38800000),   # 65504, 2^-14
 def dequant_matmul(x, packed, bias, cfg, e2m1, w, s, g, b, y, rb, sb, has_scale):
     """Kernel.DEQUANT: per slab of cfg.block_n rows, dequant_kernel writes the rows in x's dtype
     (rounded once: the products code x scales are exact in float32) and torch.mm / addmm writes
-    y's columns for those rows in place (a column slice of y is a valid cuBLAS output). On CUDA
-    the decode runs on a side stream into two alternating slabs, so decoding slab i + 1 (memory-
-    bound) overlaps the GEMM of slab i (compute-bound). For fp16/bf16 x, the first call's decode
-    also records each row's largest |value| (cached per weight and dtype, `_row_ranges`), and one
-    tiled dot_kernel pass (FIX) recomputes exactly the row blocks that the slab's dtype can't
-    hold (|w| > 65504 or a whole row below 2^-14 in fp16); its other programs exit at once, and
-    it is not launched at all for a weight known to have no such row. w, s, g, b, y, rb, sb, has_scale: as `_launch` prepared
-    them (b: the bias, or w as a placeholder; y: the output to fill)."""
+    y's columns for those rows in place (a column slice of y is a valid cuBLAS output). On CUDA,
+    with two slabs or more, the decode runs on a side stream into two alternating slabs, so
+    decoding slab i + 1 (memory-bound) overlaps the GEMM of slab i (compute-bound). For fp16/bf16
+    x, the first call's decode also records each row's largest |value| (cached per weight and
+    dtype, `_row_ranges`), and one tiled dot_kernel pass (FIX) recomputes exactly the row blocks
+    that the slab's dtype can't hold (|w| > 65504 or a whole row below 2^-14 in fp16); its other
+    programs exit at once, and it is not launched at all for a weight known to have no such row.
+    w, s, g, b, y, rb, sb, has_scale: as `_launch` prepared them (b: the bias, or w as a
+    placeholder; y: the output to fill)."""
     from . import _kernels as K_
     from . import codes_nan_free
 
