@@ -298,3 +298,26 @@ def test_ftz_end_to_end_real_registry(flush_denormals, fmt):
     ref = x.double() @ softfp8.dequantize(packed).double().T
     assert select(fmt, 2, "cpu").e2m1 is E2M1Decode.SELECT
     assert rel_err(softfp8.linear(x, packed), ref) <= 1e-6
+
+
+def test_package_check_remembers_a_found_package_per_finder():
+    """Needs.why_not runs on every triton matmul: a package found once is not looked up again
+    by the same finder; a missing one is asked again each time; another finder asks afresh."""
+    from softfp8.dispatch import _installed
+
+    asked = []
+
+    def finder(name):
+        asked.append(name)
+        return object() if name == "here" else None
+
+    assert _installed("here", finder) and _installed("here", finder)
+    assert asked == ["here"]
+    assert not _installed("gone", finder) and not _installed("gone", finder)
+    assert asked == ["here", "gone", "gone"]
+
+    def other(name):
+        asked.append(("other", name))
+        return None
+    assert not _installed("here", other)
+    assert asked[-1] == ("other", "here")
