@@ -81,3 +81,9 @@ def test_jit_trace_records_the_op(op_calls):
         traced = torch.jit.trace(Wrapper(), x)
     assert "softfp8::linear" in str(traced.graph)
     assert torch.equal(traced(x), Wrapper()(x))
+
+
+def test_a_module_called_with_a_non_tensor_names_x():
+    layer = softfp8.Linear.from_linear(nn.Linear(8, 4), fmt="e5m2")
+    with pytest.raises(TypeError, match="x: expected a torch.Tensor"):
+        layer([1.0] * 8)
