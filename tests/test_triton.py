@@ -212,7 +212,7 @@ def test_dequant_row_ranges_cached_until_the_weight_changes(fmt):
     cfg = LaunchConfig(Kernel.DEQUANT, 1, 32, 64)
     first = run(x, packed, None, cfg)
     entry = _dequant._row_ranges(packed, torch.float16)
-    assert entry is not None and entry[1] is None  # checked once: nothing to redo
+    assert entry is not None and entry[0] is None  # checked once: nothing to redo
     assert torch.equal(run(x, packed, None, cfg), first)  # served from the cache
     packed.scales[7] *= 1e5 if fmt is Format.E4M3 else 1  # row scale: row 7 above 65504
     if fmt is not Format.E4M3:  # block scales: E4M3 code 0x7E (448) / E8M0 2^16 on row 7
@@ -224,7 +224,7 @@ def test_dequant_row_ranges_cached_until_the_weight_changes(fmt):
     ref = reference.matmul(x, packed, None)
     assert torch.isfinite(ref).all() and torch.isfinite(y).all()
     assert rel_err(y[:, 7], ref[:, 7]) <= tolerance(torch.float16)
-    assert _dequant._row_ranges(packed, torch.float16)[1] is not None  # row 7 flagged, cached
+    assert _dequant._row_ranges(packed, torch.float16)[0] is not None  # row 7 flagged, cached
 
 
 def test_needs_and_bad_input():

@@ -15,6 +15,7 @@ Auto dispatch never picks the interpreter (dispatch.AUTO_DEVICE_TYPES).
 from __future__ import annotations
 
 import os
+import weakref
 
 import torch
 from torch.utils.weak import WeakIdKeyDictionary
@@ -30,7 +31,8 @@ from ._table import (DEQUANT_MIN_M, DEQUANT_MIN_M_MXFP4, DEQUANT_MIN_SLAB_ROWS,
                      mma_config, mma_gemv_runs, mma_layout, mma_rows, mma_split, pdl_auto, pdl_settings, tiled_config,
                      uses_hardware_fp8, uses_mma_gemv, uses_ptx_decode)
 
-__all__ = ["NEEDS", "INTERPRET", "matmul", "run", "split_bytes", "codes_nan_free",  # the backend; the launch settings (_table):
+__all__ = ["NEEDS", "INTERPRET", "matmul", "run", "split_bytes", "codes_nan_free",
+           "known_fact", "remember_fact",  # the backend; the launch settings (_table):
            "Kernel", "LaunchConfig", "DeviceInfo", "device_info", "launch_config", "tiled_config",
            "mma_config", "mma_gemv_runs", "mma_layout", "mma_rows", "mma_split", "uses_mma_gemv", "uses_hardware_fp8",
            "uses_ptx_decode", "dot_upcast", "pdl_auto", "pdl_settings", "DEQUANT_MIN_M",
@@ -57,25 +59,50 @@ def split_bytes(rb: int, cfg: LaunchConfig, bits: int) -> tuple[int, int]:
     return per_split, -(-rb // per_split)
 
 
-_NAN_FREE = WeakIdKeyDictionary()  # words tensor -> (its version, holds no NaN code)
+# Facts about one weight that depend on its tensors alone (E4M3 NaN codes here, DEQUANT's row
+# ranges in _dequant): computed once, kept until a tensor of the weight is replaced or written in
+# place. words tensor -> {fact: (stamp, value)}, the stamp each tensor (weakly) and its version.
+_FACTS = WeakIdKeyDictionary()
+
+
+def _weight_tensors(packed: PackedWeight) -> tuple:
+    return tuple(t for t in (packed.words, packed.scales, packed.global_scale) if t is not None)
+
+
+def known_fact(packed: PackedWeight, fact) -> tuple | None:
+    """(value,) remembered for `fact` of this weight, or None: never computed, or one of its
+    tensors replaced or written in place since (identity and version counter)."""
+    entry = _FACTS.get(packed.words, {}).get(fact)
+    if entry is None:
+        return None
+    stamp, value = entry
+    now = _weight_tensors(packed)
+    same = len(now) == len(stamp) and all(ref() is t and version == t._version
+                                          for (ref, version), t in zip(stamp, now))
+    return (value,) if same else None
+
+
+def remember_fact(packed: PackedWeight, fact, value) -> None:
+    stamp = tuple((weakref.ref(t), t._version) for t in _weight_tensors(packed))
+    _FACTS.setdefault(packed.words, {})[fact] = (stamp, value)
 
 
 def codes_nan_free(packed: PackedWeight) -> bool:
     """Whether an E4M3 weight holds no NaN code (0x7F, 0xFF): its PTX decode can then leave out
     the NaN fix (two of six instructions a pair; every other code decodes to the same bits).
-    Checked once per words tensor and cached until the tensor is written in place (its version
-    counter moves); False, so the fix stays, for the other formats and when the check can't
-    run now (during CUDA graph capture, before any eager call has checked it)."""
+    Checked once per weight and kept until its tensors are written in place (`known_fact`);
+    False, so the fix stays, for the other formats and when the check can't run now (during
+    CUDA graph capture, before any eager call has checked it)."""
     if packed.fmt is not Format.E4M3:
         return False
+    known = known_fact(packed, "nan free")
+    if known is not None:
+        return known[0]
     words = packed.words
-    seen = _NAN_FREE.get(words)
-    if seen is not None and seen[0] == words._version:
-        return seen[1]
     if words.is_cuda and torch.cuda.is_current_stream_capturing():
         return False
     free = not bool(((words.view(torch.uint8) & 0x7F) == 0x7F).any())
-    _NAN_FREE[words] = (words._version, free)
+    remember_fact(packed, "nan free", free)
     return free
 
 

@@ -7,12 +7,11 @@ M >= 1024 the GEMM is compute-bound and one slab measured faster than two (_tabl
 from __future__ import annotations
 
 import contextlib
-import weakref
 
 import torch
-from torch.utils.weak import WeakIdKeyDictionary
 
 from ...dispatch import E2M1Decode
+from . import codes_nan_free, known_fact, remember_fact
 from ._table import device_info, dot_upcast, tiled_config, uses_ptx_decode
 
 # Rows whose largest |value| lies outside these float32 bounds are not held exactly by a slab
@@ -34,7 +33,6 @@ def dequant_matmul(x, packed, bias, cfg, e2m1, w, s, g, b, y, rb, sb, has_scale)
     w, s, g, b, y, rb, sb, has_scale: as `_launch` prepared them (b: the bias, or w as a
     placeholder; y: the output to fill)."""
     from . import _kernels as K_
-    from . import codes_nan_free
 
     m, k = x.shape
     n = packed.shape[0]
@@ -50,7 +48,7 @@ def dequant_matmul(x, packed, bias, cfg, e2m1, w, s, g, b, y, rb, sb, has_scale)
     if check:
         info = torch.zeros(n, dtype=torch.int32, device=x.device)
     else:  # no bounds (float32 x), or cached: None when no row needs the exact pass
-        info = known[1] if known is not None else None
+        info = known[0] if known is not None else None
     info_arg = info if info is not None else w  # a placeholder pointer: CHECK=False never writes it
     block_r, block_kb = 16, cfg.block_k * packed.spec.bits // 8
     bias_x = None if bias is None else bias.to(x.dtype)
@@ -95,29 +93,12 @@ def dequant_matmul(x, packed, bias, cfg, e2m1, w, s, g, b, y, rb, sb, has_scale)
     return y
 
 
-# words tensor -> {slab dtype: (stamp, info or None)}: each row's largest |value| is a property
-# of the weight alone, so the decode's CHECK (an atomic max per row and program) and the exact
-# pass's launch are paid on the first call only, and not at all when no row is out of range.
-_ROW_RANGES = WeakIdKeyDictionary()
-
-
-def _stamp(packed):
-    """What the values depend on: the three tensors (by identity, weakly) and their versions."""
-    parts = [t for t in (packed.words, packed.scales, packed.global_scale) if t is not None]
-    return tuple((weakref.ref(t), t._version) for t in parts)
-
-
-def _same(stamp, packed) -> bool:
-    now = [t for t in (packed.words, packed.scales, packed.global_scale) if t is not None]
-    return len(now) == len(stamp) and all(
-        ref() is t and version == t._version for (ref, version), t in zip(stamp, now))
-
-
 def _row_ranges(packed, dtype):
-    """(stamp, info or None) cached for this weight and slab dtype, or None: not checked yet,
-    or written in place since (a version counter moved)."""
-    entry = _ROW_RANGES.get(packed.words, {}).get(dtype)
-    return entry if entry is not None and _same(entry[0], packed) else None
+    """(info or None,) remembered for this weight and slab dtype (`known_fact`: each row's
+    largest |value| is a property of the weight alone, so the decode's CHECK, an atomic max per
+    row and program, and the exact pass's launch are paid on the first call only, and not at
+    all when no row is out of range), or None: not checked yet, or written in place since."""
+    return known_fact(packed, ("row ranges", dtype))
 
 
 def _remember_row_ranges(packed, dtype, info, bounds):
@@ -129,7 +110,7 @@ def _remember_row_ranges(packed, dtype, info, bounds):
     hi, lo = bounds
     flagged = bool(((info > hi) | ((info > 0) & (info < lo))).any())
     kept = info if flagged else None
-    _ROW_RANGES.setdefault(packed.words, {})[dtype] = (_stamp(packed), kept)
+    remember_fact(packed, ("row ranges", dtype), kept)
     return kept
 
 
