@@ -306,4 +306,17 @@ host2)
   run host 120 python3 benchmarks/gpu_host_overhead.py
   run e2e 200 python3 benchmarks/gpu_e2e_generate.py --variants fp16,e5m2,nvfp4 --modes eager --short 8 --long 40 --repeats 2 --json "$OUT/e2e.json"
   ;;
+pipe1)
+  # sixth session: Kernel.MMA_GEMV with two register buffers (depth 2) and/or an L2 prefetch
+  # beyond them, 8-bit M = 1: ptxas issues a one-buffer loop's next loads after its mma
+  # (SASS), so one step a warp is in flight; the sweep's winners as a table for the token
+  run gputests 200 python3 -m pytest -q -x -m gpu -p no:cacheprovider tests/test_triton.py -k "mma or depth"
+  export SOFTFP8_FP8_DECODE=integer
+  T7B="22016,4096;4096,11008;12288,4096;4096,4096"
+  run sweep 280 python3 benchmarks/sweep_gemv.py --ms 1 --formats e5m2,e4m3 --kernels mma_gemv --mma-pipes 1:0,1:2,2:0,2:4 --mma-warps 2,4 --shapes "$T7B" --budget 250 --out "$OUT/sweep-pipe.json"
+  run token-a 60 python3 -m softfp8.bench token --preset llama2-7b --backends triton --formats e5m2,e4m3
+  SOFTFP8_TRITON_TABLE="$OUT/sweep-pipe.json" run token-b 60 python3 -m softfp8.bench token --preset llama2-7b --backends triton --formats e5m2,e4m3 --out "$OUT/token-pipe.json"
+  SOFTFP8_PDL_PREFETCH=4096 run token-c 60 python3 -m softfp8.bench token --preset llama2-7b --backends triton --formats e5m2,e4m3
+  SOFTFP8_TRITON_TABLE="$OUT/sweep-pipe.json" run token-d 60 python3 -m softfp8.bench token --preset llama2-7b --backends triton --formats e5m2,e4m3
+  ;;
 esac

@@ -523,6 +523,14 @@ def test_mma_layout_reads_the_mapping_from_the_launch_config():
             triton_backend.mma_layout(bad)
 
 
+def test_depth_is_only_the_mma_gemv_setting():
+    """depth (register buffers) belongs to Kernel.MMA_GEMV: any other kernel names it."""
+    packed = softfp8.quantize(torch.randn(16, 64), Format.E5M2)
+    cfg = LaunchConfig(Kernel.GEMV, 1, 16, 64, 1, 4, 1, depth=2)
+    with pytest.raises(ValueError, match="depth is Kernel.MMA_GEMV's setting"):
+        run(torch.randn(1, 64), packed, None, cfg)
+
+
 MMA_CASES = [(37, 264, 1, 1), (4103, 4096, 1, 1), (1000, 11008, 3, 1), (300, 2048, 8, 3),
              (64, 4104, 2, 2)]  # (N, K, M, split): odd N, K % 64 != 0, every M class, splits
 
@@ -546,6 +554,9 @@ def test_gpu_mma_gemv_matches_reference(fmt, n, k, m, split):
     cfgs += [LaunchConfig(Kernel.MMA_GEMV, r, triton_backend.mma_rows(r, w, t), 128, split, w, a)
              for r, w, t, a in ((mp, 4, 2, 2), (mp, 8, 2, 0), (mp, 2, 4, 0), (8, 4, 2, 0),
                                 (8, 1, 4, 0))]
+    # two register buffers (depth 2), with and without the L2 prefetch beyond them
+    cfgs += [LaunchConfig(Kernel.MMA_GEMV, mp, triton_backend.mma_rows(mp, w, 2), 128, split, w, a,
+                          depth=2) for w, a in ((2, 0), (4, 4))]
     for cfg in cfgs:
         y = run(x, packed, bias, cfg)
         assert y.dtype == torch.float16 and y.shape == (m, n)
@@ -555,6 +566,21 @@ def test_gpu_mma_gemv_matches_reference(fmt, n, k, m, split):
     xs.copy_(x)
     y = run(xs, packed, bias, cfgs[0])
     assert rel_err(y, reference.matmul(x, packed, bias)) <= tolerance(torch.float16)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not HAS_GPU, reason="needs a CUDA GPU")
+def test_gpu_mma_gemv_depth_two_needs_the_runs():
+    info = device_info(torch.device("cuda"))
+    if not triton_backend.mma_gemv_runs(64, 1, Format.E5M2, info, torch.float16):
+        pytest.skip("Kernel.MMA_GEMV needs NVIDIA sm_80+")
+    packed = softfp8.quantize(torch.randn(64, 64), Format.E5M2).to("cuda")
+    x = torch.randn(1, 64).half().cuda()
+    for bad in (LaunchConfig(Kernel.MMA_GEMV, 8, 32, 128, 1, 4, 0, depth=2),  # the tiles
+                LaunchConfig(Kernel.MMA_GEMV, 1, 32, 128, 1, 4, 0, depth=2),  # 4 tiles a warp
+                LaunchConfig(Kernel.MMA_GEMV, 1, 16, 128, 1, 4, 0, depth=3)):
+        with pytest.raises(ValueError, match="takes depth 1, or 2 on the run mapping"):
+            run(x, packed, None, bad)
 
 
 @pytest.mark.gpu

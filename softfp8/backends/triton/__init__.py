@@ -156,6 +156,9 @@ def _launch(x: torch.Tensor, packed: PackedWeight, bias: torch.Tensor | None, cf
     g = packed.global_scale if packed.global_scale is not None else w
     b = bias if bias is not None else w
     sb = packed.scales.shape[1] if spec.scale not in (ScaleKind.ROW, ScaleKind.NONE) else 0
+    if cfg.depth != 1 and cfg.kernel is not Kernel.MMA_GEMV:
+        raise ValueError(f"cfg: depth is Kernel.MMA_GEMV's setting; {cfg.kernel} takes depth=1, "
+                         f"got {cfg}")
     if cfg.kernel is Kernel.DEQUANT:
         from ._dequant import dequant_matmul
 
@@ -186,11 +189,15 @@ def _launch(x: torch.Tensor, packed: PackedWeight, bias: torch.Tensor | None, cf
         if m > cfg.block_m:
             raise ValueError(f"cfg: Kernel.MMA_GEMV with block_m={cfg.block_m} takes M <= "
                              f"{cfg.block_m}; got M={m}")
+        if cfg.depth not in (1, 2) or (cfg.depth == 2 and (runs == 0 or tiles != 2)):
+            raise ValueError(f"cfg: Kernel.MMA_GEMV takes depth 1, or 2 on the run mapping with "
+                             f"2 tiles a warp; got {cfg}")
         grid = (-(-n // cfg.block_n), split)
         mma_gemv_kernel[grid](*args, FMT=packed.fmt.value, HAS_BIAS=bias is not None,
                               WARPS=cfg.num_warps, PARTIAL=split > 1, num_warps=cfg.num_warps,
                               num_stages=1, PDL=pdl, PREFETCH=prefetch, AHEAD=cfg.num_stages,
-                              RUNS=runs, TILES=tiles, HAS_SCALE=has_scale, NAN=nan, **launch)
+                              RUNS=runs, TILES=tiles, HAS_SCALE=has_scale, NAN=nan,
+                              DEPTH=cfg.depth, **launch)
     elif cfg.kernel is Kernel.GEMV:
         if cfg.block_m < m:
             raise ValueError(f"cfg: a GEMV launch with block_m={cfg.block_m} can't cover M={m}")

@@ -100,6 +100,19 @@ def _load_x(x_ptrs, valid):
 
 
 @triton.jit
+def _pairs(xw, FP8: tl.constexpr):
+    """x's 16 words as the B pairs of one step. FP8: x's own pairs meet the codes'
+    (`_fp8_tile_asm`): moves, which ptxas drops."""
+    if FP8:
+        xp = tl.inline_asm_elementwise(_XMOVES, _XPAIRS_CONS, list(xw), (tl.int32,) * 16,
+                                       is_pure=True, pack=1)
+    else:
+        xp = tl.inline_asm_elementwise(_XPAIRS, _XPAIRS_CONS, list(xw), (tl.int32,) * 16,
+                                       is_pure=True, pack=1)
+    return xp
+
+
+@triton.jit
 def _tile(rg, rh, xp, acc, FMT: tl.constexpr, DIAG: tl.constexpr = 0, NAN: tl.constexpr = True):
     """acc (4 fp32) += one loop step of a 16-row tile; rg/rh: (4 words, scale) of rows g, g+8."""
     args = [rg[0], rg[1], rg[2], rg[3], rh[0], rh[1], rh[2], rh[3], rg[4], rh[4],
@@ -268,7 +281,8 @@ def mma_gemv_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr,
                     PARTIAL: tl.constexpr, PDL: tl.constexpr = 0, PREFETCH: tl.constexpr = 0,
                     HAS_SCALE: tl.constexpr = False,
                     AHEAD: tl.constexpr = 0, DIAG: tl.constexpr = 0, RUNS: tl.constexpr = 0,
-                    TILES: tl.constexpr = 2, NAN: tl.constexpr = True):
+                    TILES: tl.constexpr = 2, NAN: tl.constexpr = True,
+                    DEPTH: tl.constexpr = 1):
     """Program (pid_n, pid_k) over bytes [pid_k * KB_SPLIT, +KB_SPLIT) of its rows.
     RUNS = 0 (the tile mapping): rows pid_n * 32 .. +32, two 16-row tiles; warp w takes the
     64-byte steps w, w + WARPS, ...; the warps' sums are added at the end.
@@ -320,34 +334,56 @@ def mma_gemv_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr,
     b = a
     c = a
     d = a
-    r0, r1, r2, r3 = _rows_step(w_ptr, s_ptr, row, N, RB, SB, off, kb_hi, FMT, RS)
-    if TILES == 4:
-        r4, r5, r6, r7 = _rows_step(w_ptr, s_ptr, row + 4 * RS, N, RB, SB, off, kb_hi, FMT, RS)
-    xw = _x_step(x_row, off, kb_hi, K, in_m, FP8)
-    for _ in range(kb_lo, kb_hi, stride):
-        off += stride
-        # the next step's loads go out before this step's arithmetic (registers, not smem)
-        n0, n1, n2, n3 = _rows_step(w_ptr, s_ptr, row, N, RB, SB, off, kb_hi, FMT, RS)
+    if DEPTH == 2:
+        # two register buffers: each refills right after its own step's arithmetic, so the
+        # other buffer's step runs while it arrives (with one buffer ptxas issued the next
+        # step's loads after this step's mma, reusing its registers: one step in flight)
+        tl.static_assert(TILES == 2, "DEPTH 2 takes two tiles a warp")
+        r0, r1, r2, r3 = _rows_step(w_ptr, s_ptr, row, N, RB, SB, off, kb_hi, FMT, RS)
+        xw = _x_step(x_row, off, kb_hi, K, in_m, FP8)
+        q0, q1, q2, q3 = _rows_step(w_ptr, s_ptr, row, N, RB, SB, off + stride, kb_hi, FMT, RS)
+        qx = _x_step(x_row, off + stride, kb_hi, K, in_m, FP8)
+        for _ in range(kb_lo, kb_hi, 2 * stride):
+            if AHEAD > 0:
+                _prefetch_rows(w_ptr, row, N, RB, off + AHEAD * stride, kb_hi, RS)
+            xp = _pairs(xw, FP8)
+            a = _tile(r0, r1, xp, a, FMT, DIAG, NAN)
+            b = _tile(r2, r3, xp, b, FMT, DIAG, NAN)
+            r0, r1, r2, r3 = _rows_step(w_ptr, s_ptr, row, N, RB, SB, off + 2 * stride, kb_hi,
+                                        FMT, RS)
+            xw = _x_step(x_row, off + 2 * stride, kb_hi, K, in_m, FP8)
+            if AHEAD > 0:
+                _prefetch_rows(w_ptr, row, N, RB, off + (AHEAD + 1) * stride, kb_hi, RS)
+            xp = _pairs(qx, FP8)
+            a = _tile(q0, q1, xp, a, FMT, DIAG, NAN)
+            b = _tile(q2, q3, xp, b, FMT, DIAG, NAN)
+            q0, q1, q2, q3 = _rows_step(w_ptr, s_ptr, row, N, RB, SB, off + 3 * stride, kb_hi,
+                                        FMT, RS)
+            qx = _x_step(x_row, off + 3 * stride, kb_hi, K, in_m, FP8)
+            off += 2 * stride
+    else:
+        r0, r1, r2, r3 = _rows_step(w_ptr, s_ptr, row, N, RB, SB, off, kb_hi, FMT, RS)
         if TILES == 4:
-            n4, n5, n6, n7 = _rows_step(w_ptr, s_ptr, row + 4 * RS, N, RB, SB, off, kb_hi, FMT,
-                                        RS)
-        nx = _x_step(x_row, off, kb_hi, K, in_m, FP8)
-        if AHEAD > 0:
-            _prefetch_rows(w_ptr, row, N, RB, off + AHEAD * stride, kb_hi, RS)
-        # FP8: x's own pairs meet the codes' (_fp8_tile_asm): moves, which ptxas drops
-        if FP8:
-            xp = tl.inline_asm_elementwise(_XMOVES, _XPAIRS_CONS, list(xw), (tl.int32,) * 16,
-                                           is_pure=True, pack=1)
-        else:
-            xp = tl.inline_asm_elementwise(_XPAIRS, _XPAIRS_CONS, list(xw), (tl.int32,) * 16,
-                                           is_pure=True, pack=1)
-        a = _tile(r0, r1, xp, a, FMT, DIAG, NAN)
-        b = _tile(r2, r3, xp, b, FMT, DIAG, NAN)
-        if TILES == 4:
-            c = _tile(r4, r5, xp, c, FMT, DIAG, NAN)
-            d = _tile(r6, r7, xp, d, FMT, DIAG, NAN)
-            r4, r5, r6, r7 = n4, n5, n6, n7
-        r0, r1, r2, r3, xw = n0, n1, n2, n3, nx
+            r4, r5, r6, r7 = _rows_step(w_ptr, s_ptr, row + 4 * RS, N, RB, SB, off, kb_hi, FMT, RS)
+        xw = _x_step(x_row, off, kb_hi, K, in_m, FP8)
+        for _ in range(kb_lo, kb_hi, stride):
+            off += stride
+            # the next step's loads go out before this step's arithmetic (registers, not smem)
+            n0, n1, n2, n3 = _rows_step(w_ptr, s_ptr, row, N, RB, SB, off, kb_hi, FMT, RS)
+            if TILES == 4:
+                n4, n5, n6, n7 = _rows_step(w_ptr, s_ptr, row + 4 * RS, N, RB, SB, off, kb_hi, FMT,
+                                            RS)
+            nx = _x_step(x_row, off, kb_hi, K, in_m, FP8)
+            if AHEAD > 0:
+                _prefetch_rows(w_ptr, row, N, RB, off + AHEAD * stride, kb_hi, RS)
+            xp = _pairs(xw, FP8)
+            a = _tile(r0, r1, xp, a, FMT, DIAG, NAN)
+            b = _tile(r2, r3, xp, b, FMT, DIAG, NAN)
+            if TILES == 4:
+                c = _tile(r4, r5, xp, c, FMT, DIAG, NAN)
+                d = _tile(r6, r7, xp, d, FMT, DIAG, NAN)
+                r4, r5, r6, r7 = n4, n5, n6, n7
+            r0, r1, r2, r3, xw = n0, n1, n2, n3, nx
     _pdl_exit(PDL)
     if RUNS > 0:
         row0 = pid_n * PROG_ROWS

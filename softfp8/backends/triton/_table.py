@@ -38,7 +38,9 @@ class Kernel(str, enum.Enum):
 @dataclass(frozen=True)
 class LaunchConfig:
     """Launch settings. block_k is in codes (weights along K); split_k programs share one row
-    block's K range and a second kernel sums their partials in a fixed order."""
+    block's K range and a second kernel sums their partials in a fixed order. depth
+    (Kernel.MMA_GEMV's run mapping only): loop steps of weights each thread holds in registers,
+    1 or 2 (two buffers, each refilled after its own step)."""
 
     kernel: Kernel
     block_m: int
@@ -47,6 +49,7 @@ class LaunchConfig:
     split_k: int = 1
     num_warps: int = 4
     num_stages: int = 2
+    depth: int = 1
 
 
 @dataclass(frozen=True)
@@ -170,7 +173,8 @@ def _table_from_sweep(path: str) -> dict:
             rows = json.load(f)["best"]
         return {(r["n"], r["k"], r["m"], r["fmt"]):
                 LaunchConfig(Kernel(r["kernel"]), r["block_m"], r["block_n"], r["block_k"],
-                             r["split_k"], r["num_warps"], r["num_stages"]) for r in rows}
+                             r["split_k"], r["num_warps"], r["num_stages"], r.get("depth", 1))
+                for r in rows}
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise ValueError(f"{TABLE_ENV}={path!r}: expected a sweep receipt written by "
                          f"benchmarks/sweep_gemv.py --out ({type(e).__name__}: {e})") from e
