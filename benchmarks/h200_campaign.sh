@@ -319,4 +319,18 @@ pipe1)
   SOFTFP8_PDL_PREFETCH=4096 run token-c 60 python3 -m softfp8.bench token --preset llama2-7b --backends triton --formats e5m2,e4m3
   SOFTFP8_TRITON_TABLE="$OUT/sweep-pipe.json" run token-d 60 python3 -m softfp8.bench token --preset llama2-7b --backends triton --formats e5m2,e4m3
   ;;
+pipe2)
+  # depth 2 in the table for 8-bit M = 1; FP4 and M = 2 swept with it; the vocabulary head on
+  # the runs against the dot kernel; prefill M = 512 DEQUANT against the tiled kernel
+  export SOFTFP8_FP8_DECODE=integer
+  T7B="22016,4096;4096,11008;12288,4096;4096,4096"
+  L3="128256,4096;28672,4096;6144,4096;4096,14336;4096,4096"
+  run sweep-fp4 120 python3 benchmarks/sweep_gemv.py --ms 1 --formats nvfp4,mxfp4 --kernels mma_gemv --mma-pipes 1:0,2:0 --mma-warps 2,4 --shapes "$T7B" --budget 100 --out "$OUT/sweep-fp4.json"
+  run sweep-l3 100 python3 benchmarks/sweep_gemv.py --ms 1 --formats e5m2,e4m3 --kernels mma_gemv --mma-pipes 2:0 --mma-warps 2,4 --shapes "128256,4096;28672,4096;6144,4096;4096,14336" --budget 80 --out "$OUT/sweep-l3.json"
+  run sweep-m2 100 python3 benchmarks/sweep_gemv.py --ms 2 --formats e5m2,e4m3 --kernels mma_gemv --mma-pipes 1:0,2:0 --shapes "$L3" --budget 80 --out "$OUT/sweep-m2.json"
+  run token 60 python3 -m softfp8.bench token --preset llama2-7b --backends triton --out "$OUT/token.json"
+  run shapes 60 python3 -m softfp8.bench shapes --preset llama3-8b --backends triton --formats e5m2,e4m3 --out "$OUT/shapes.json"
+  run smallm 60 python3 -m softfp8.bench small-m --preset llama3-8b --backends triton --formats e5m2,e4m3 --out "$OUT/smallm.json"
+  run sweep-512 100 python3 benchmarks/sweep_gemv.py --ms 512 --formats e5m2,e4m3,nvfp4 --kernels dequant,tiled --shapes "$L3" --budget 80 --out "$OUT/sweep-512.json"
+  ;;
 esac

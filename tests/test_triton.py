@@ -299,8 +299,12 @@ def test_mma_gemv_domain():
     assert launch_config(4096, 4096, 2, Format.E5M2, h200).block_m == 2
     assert launch_config(4096, 4096, 3, Format.E4M3, h200).kernel is Kernel.SMALL_M
     assert launch_config(4096, 4096, 3, Format.E5M2, h200).kernel is Kernel.SMALL_M
-    # M = 1: 2 warps, K split until ~12 warps an SM or <= 3.5 KB of a row a program
-    assert launch_config(4096, 11008, 1, Format.E4M3, h200).split_k == 4
+    # M = 1: 2 warps, K split until ~12 warps an SM or <= 3.5 KB of a row a program; 8-bit
+    # M = 1 in two register buffers (depth 2): ~6 warps an SM, <= 7 KB
+    assert launch_config(4096, 11008, 1, Format.E4M3, h200).split_k == 2
+    assert launch_config(4096, 11008, 1, Format.E4M3, h200).depth == 2
+    assert launch_config(4096, 4096, 1, Format.E5M2, h200).split_k == 1
+    assert launch_config(4096, 4096, 2, Format.E5M2, h200).depth == 1
     assert launch_config(22016, 4096, 1, Format.NVFP4, h200).split_k == 1
     assert launch_config(28672, 4096, 1, Format.E5M2, h200).split_k == 1  # 4 KB rows
     # a vocabulary head's 8-bit rows go to the dot kernel (measured faster there)

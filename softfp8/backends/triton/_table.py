@@ -358,6 +358,7 @@ def mma_config(n: int, k: int, m: int, fmt: Format, info: DeviceInfo) -> LaunchC
     The earlier M = 1 rule (4 warps, `mma8`/`long1`) and the FP4 tiles' settings are in
     BENCHMARKS.md's log."""
     fp8 = fmt in (Format.E5M2, Format.E4M3)
+    depth = 2 if fp8 and m == 1 else 1
     if m == 1 or fp8:
         block_m = 1 << (m - 1).bit_length()
         warps, ahead = (2 if m == 1 else 4), 0
@@ -365,11 +366,12 @@ def mma_config(n: int, k: int, m: int, fmt: Format, info: DeviceInfo) -> LaunchC
     else:
         block_m, rows, ahead = MMA_MAX_M, MMA_TILE_ROWS, 2
         warps = 8 if -(-n // MMA_TILE_ROWS) < 256 else 4
-    split = mma_split(-(-n // rows), warps, info)
+    # two buffers hold twice the bytes a warp: half the resident warps fill the GPU
+    split = mma_split(-(-n // rows), warps, info, 12 // depth)
     row_bytes = k * (8 if fp8 else 4) // 8
     if m == 1 and row_bytes > 4096:
-        split = min(8, max(split, -(-row_bytes // 3584)))
-    return LaunchConfig(Kernel.MMA_GEMV, block_m, rows, 128, split, warps, ahead)
+        split = min(8, max(split, -(-row_bytes // (3584 * depth))))
+    return LaunchConfig(Kernel.MMA_GEMV, block_m, rows, 128, split, warps, ahead, depth)
 
 
 def tiled_config(m: int, fmt: Format, info: DeviceInfo, fma_dot: bool) -> LaunchConfig:
