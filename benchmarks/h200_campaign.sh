@@ -333,4 +333,21 @@ pipe2)
   run smallm 60 python3 -m softfp8.bench small-m --preset llama3-8b --backends triton --formats e5m2,e4m3 --out "$OUT/smallm.json"
   run sweep-512 100 python3 benchmarks/sweep_gemv.py --ms 512 --formats e5m2,e4m3,nvfp4 --kernels dequant,tiled --shapes "$L3" --budget 80 --out "$OUT/sweep-512.json"
   ;;
+pipe3)
+  # the table after pipe2 (8-bit M <= 2 on the runs with two buffers, vocabulary heads too,
+  # 4 warps from 16384 rows at M = 1; DEQUANT from M = 512): GPU suite, then every bench;
+  # M = 4, 8 on the runs with two buffers against the dot kernel; M = 256 DEQUANT vs tiled
+  run gputests 250 python3 -m pytest -q -x -m gpu -p no:cacheprovider tests/
+  export SOFTFP8_FP8_DECODE=integer
+  T7B="22016,4096;4096,11008;12288,4096;4096,4096"
+  L3="128256,4096;28672,4096;6144,4096;4096,14336;4096,4096"
+  run token 60 python3 -m softfp8.bench token --preset llama2-7b --backends triton --out "$OUT/token.json"
+  run shapes 60 python3 -m softfp8.bench shapes --preset llama3-8b --backends triton --out "$OUT/shapes.json"
+  run smallm 60 python3 -m softfp8.bench small-m --preset llama3-8b --backends triton --formats e5m2,e4m3 --out "$OUT/smallm.json"
+  run prefill 90 python3 -m softfp8.bench prefill --preset llama3-8b --backends triton --out "$OUT/prefill.json"
+  run sweep-m48 60 python3 benchmarks/sweep_gemv.py --ms 4,8 --formats e5m2,e4m3 --kernels mma_gemv --mma-pipes 1:0,2:0 --shapes "$L3" --budget 50 --out "$OUT/sweep-m48.json"
+  run sweep-256 50 python3 benchmarks/sweep_gemv.py --ms 256 --formats e5m2,e4m3,nvfp4 --kernels dequant,tiled --shapes "$L3" --budget 40 --out "$OUT/sweep-256.json"
+  run sweep-fp4 50 python3 benchmarks/sweep_gemv.py --ms 1 --formats nvfp4,mxfp4 --kernels mma_gemv --mma-pipes 1:0,2:0 --mma-warps 2,4 --shapes "$T7B" --budget 40 --out "$OUT/sweep-fp4.json"
+  tar czf "$OUT/pipe3.tgz" -C "$OUT" $(cd "$OUT" && ls) && find "$OUT" -type f ! -name pipe3.tgz -delete
+  ;;
 esac

@@ -259,8 +259,9 @@ def test_launch_table_is_deterministic_and_splits_small_n():
     deq = launch_config(4096, 4096, 2048, Format.E5M2, h200)  # measured: dequant + cuBLAS wins
     assert deq.kernel is Kernel.DEQUANT
     assert deq.block_n * 4096 * 2 <= triton_backend.DEQUANT_SLAB_BYTES
-    assert launch_config(4096, 4096, 512, Format.E5M2, h200).kernel is Kernel.TILED  # measured
-    assert launch_config(4096, 4096, 512, Format.MXFP4, h200).kernel is Kernel.DEQUANT
+    for fmt in Format:  # measured: from M = 512 DEQUANT wins for every format
+        assert launch_config(4096, 4096, 512, fmt, h200).kernel is Kernel.DEQUANT
+        assert launch_config(4096, 4096, 511, fmt, h200).kernel is not Kernel.DEQUANT
     # a bounded slab, never the whole of a large weight: the larger of the byte bound and the
     # fewest rows whose GEMM fills the GPU
     tall = launch_config(128256, 14336, 1024, Format.NVFP4, h200).block_n
@@ -300,15 +301,18 @@ def test_mma_gemv_domain():
     assert launch_config(4096, 4096, 3, Format.E4M3, h200).kernel is Kernel.SMALL_M
     assert launch_config(4096, 4096, 3, Format.E5M2, h200).kernel is Kernel.SMALL_M
     # M = 1: 2 warps, K split until ~12 warps an SM or <= 3.5 KB of a row a program; 8-bit
-    # M = 1 in two register buffers (depth 2): ~6 warps an SM, <= 7 KB
+    # M <= 2 in two register buffers (depth 2); M = 1 then ~6 warps an SM, <= 7 KB
     assert launch_config(4096, 11008, 1, Format.E4M3, h200).split_k == 2
     assert launch_config(4096, 11008, 1, Format.E4M3, h200).depth == 2
     assert launch_config(4096, 4096, 1, Format.E5M2, h200).split_k == 1
-    assert launch_config(4096, 4096, 2, Format.E5M2, h200).depth == 1
+    assert launch_config(4096, 4096, 2, Format.E5M2, h200).depth == 2
+    assert launch_config(4096, 4096, 1, Format.NVFP4, h200).depth == 1  # FP4: no gain measured
     assert launch_config(22016, 4096, 1, Format.NVFP4, h200).split_k == 1
     assert launch_config(28672, 4096, 1, Format.E5M2, h200).split_k == 1  # 4 KB rows
-    # a vocabulary head's 8-bit rows go to the dot kernel (measured faster there)
-    assert launch_config(128256, 4096, 1, Format.E5M2, h200).kernel is Kernel.SMALL_M
+    # a vocabulary head's 8-bit rows: the runs in 4 warps, two buffers (measured faster there)
+    head = launch_config(128256, 4096, 1, Format.E5M2, h200)
+    assert (head.kernel, head.num_warps, head.depth) == (Kernel.MMA_GEMV, 4, 2)
+    assert launch_config(128256, 4096, 2, Format.E4M3, h200).kernel is Kernel.MMA_GEMV
     assert launch_config(128256, 4096, 1, Format.NVFP4, h200).kernel is Kernel.MMA_GEMV
     assert launch_config(4096, 4096, 1, Format.E5M2, h200, torch.bfloat16).kernel is Kernel.GEMV
 

@@ -140,14 +140,11 @@ def pdl_settings(info: DeviceInfo, fmt: Format) -> tuple[int, int]:
     return mode, int(raw) if mode else 0
 
 
-DEQUANT_MIN_M = 1024
+DEQUANT_MIN_M = 512
 """From this many activation rows on, Kernel.DEQUANT. Measured on the H200 (BENCHMARKS.md): at
-M = 512 the tiled kernel is faster (llama3-8b layer, E4M3: 0.544 ms against 0.658; prefill sum,
-E5M2: 0.570x fp16 against 0.533x), at 1024 and 2048 DEQUANT is (layer 0.929 ms; 1.498 against
-1.909). Between 512 and 1024 nothing was measured."""
-DEQUANT_MIN_M_MXFP4 = 512
-"""MXFP4's tiled kernel steps one 32-code block at a time and is slow at every M (0.11-0.15x
-fp16 at 512 and 2048 on the H200); DEQUANT measured 0.44x at 512 (not measured below)."""
+M = 512 DEQUANT beat the tiled kernel on every llama3-8b shape for E5M2, E4M3 and NVFP4 (0.57-0.69x
+fp16 against 0.21-0.55x; `pipe2` sweep, once its row ranges are cached and its slabs are 32 MiB);
+MXFP4's tiled kernel steps one 32-code block at a time and is slow at every M (0.11-0.15x)."""
 DEQUANT_SLAB_BYTES = 32 << 20
 """Bytes of one dequantised slab (two are in flight): a bounded workspace, whatever the layer,
 except that a slab holds at least DEQUANT_MIN_SLAB_ROWS rows."""
@@ -219,7 +216,7 @@ def launch_config(n: int, k: int, m: int, fmt: Format, info: DeviceInfo,
     fma_dot = f32 or (info.capability is not None and info.capability < (8, 0))
     mx = fmt is Format.MXFP4  # the tl.dot kernels step one MXFP4 block (32 codes) at a time
     fp8 = fmt in (Format.E5M2, Format.E4M3)
-    if m >= (DEQUANT_MIN_M_MXFP4 if mx else DEQUANT_MIN_M) and not info.interpreter:
+    if m >= DEQUANT_MIN_M and not info.interpreter:
         rows = max(DEQUANT_MIN_SLAB_ROWS, DEQUANT_SLAB_BYTES // (k * x_dtype.itemsize) // 128 * 128)
         return LaunchConfig(Kernel.DEQUANT, 1, min(rows, n), 512, num_warps=4, num_stages=1)
     if uses_mma_gemv(n, k, m, fmt, info, x_dtype):
@@ -272,26 +269,18 @@ def mma_gemv_runs(k: int, m: int, fmt: Format, info: DeviceInfo, x_dtype: torch.
             and not info.interpreter)
 
 
-MMA_FP8_MAX_N = 65536
-"""8-bit rows from which the dot kernel (64 x 256 tiles) runs M <= 2 instead of MMA_GEMV: in
-`softfp8-bench small-m` on the H200, 128256 x 4096 (a vocabulary head) E5M2 at M = 2 ran 125 us
-on the dot kernel (`runs4`) against 136 on MMA_GEMV (`runs3`), and M = 1 tied (139 against
-137). `sweep_gemv.py` disagrees on this shape (MMA_GEMV 121.6 us, the dot kernel 124-131 at
-M = 1, `runs4`): not understood; the bench's numbers decide here. MMA_GEMV wins at 28672
-rows in both."""
-
-
 def uses_mma_gemv(n: int, k: int, m: int, fmt: Format, info: DeviceInfo,
                   x_dtype: torch.dtype) -> bool:
     """Whether launch_config picks Kernel.MMA_GEMV: within its domain, FP4 at M <= 8 and the
-    8-bit formats at M <= 2 below MMA_FP8_MAX_N rows, where it was measured faster than the
-    FMA/dot kernels on the H200 (BENCHMARKS.md, campaign steps `mma8`, `runs2`-`runs4`). 8-bit
+    8-bit formats at M <= 2, where it was measured faster than the FMA/dot kernels on the H200
+    (BENCHMARKS.md, campaign steps `mma8`, `runs2`-`runs4`; vocabulary heads once it held two
+    steps in registers, `pipe2`: 128256 x 4096 E5M2 119 us against the dot kernel's 139). 8-bit
     at M = 3..8 stays on the dot kernel: MMA_GEMV's runs for 4 rows lost to it on E5M2's lm_head
     (7%) and, once E4M3's dot kernel lost its NaN fix, on E4M3's gate_up (the dot kernel at
     M = 8 beat the runs at M = 4); at M = 8 the runs are 64 bytes long. Not for 8-bit codes
     under SOFTFP8_FP8_DECODE=hardware: its decode is the integer one."""
     if fmt in (Format.E5M2, Format.E4M3) and (
-            m > 2 or n >= MMA_FP8_MAX_N or fp8_decode_wanted() == "hardware"):
+            m > 2 or fp8_decode_wanted() == "hardware"):
         return False
     return mma_gemv_runs(k, m, fmt, info, x_dtype)
 
@@ -358,16 +347,16 @@ def mma_config(n: int, k: int, m: int, fmt: Format, info: DeviceInfo) -> LaunchC
     The earlier M = 1 rule (4 warps, `mma8`/`long1`) and the FP4 tiles' settings are in
     BENCHMARKS.md's log."""
     fp8 = fmt in (Format.E5M2, Format.E4M3)
-    depth = 2 if fp8 and m == 1 else 1
+    depth = 2 if fp8 else 1
     if m == 1 or fp8:
         block_m = 1 << (m - 1).bit_length()
-        warps, ahead = (2 if m == 1 else 4), 0
+        warps, ahead = (2 if m == 1 and not (fp8 and n >= 16384) else 4), 0
         rows = mma_rows(block_m, warps)
     else:
         block_m, rows, ahead = MMA_MAX_M, MMA_TILE_ROWS, 2
         warps = 8 if -(-n // MMA_TILE_ROWS) < 256 else 4
-    # two buffers hold twice the bytes a warp: half the resident warps fill the GPU
-    split = mma_split(-(-n // rows), warps, info, 12 // depth)
+    # two buffers hold twice the bytes a warp: half the resident warps fill the GPU (M = 1)
+    split = mma_split(-(-n // rows), warps, info, 12 // depth if m == 1 else 12)
     row_bytes = k * (8 if fp8 else 4) // 8
     if m == 1 and row_bytes > 4096:
         split = min(8, max(split, -(-row_bytes // (3584 * depth))))
