@@ -350,4 +350,17 @@ pipe3)
   run sweep-fp4 50 python3 benchmarks/sweep_gemv.py --ms 1 --formats nvfp4,mxfp4 --kernels mma_gemv --mma-pipes 1:0,2:0 --mma-warps 2,4 --shapes "$T7B" --budget 40 --out "$OUT/sweep-fp4.json"
   tar czf "$OUT/pipe3.tgz" -C "$OUT" $(cd "$OUT" && ls) && find "$OUT" -type f ! -name pipe3.tgz -delete
   ;;
+pipe4)
+  # sweep vs bench on one vocabulary head (timing method), then the table after pipe3 (8-bit
+  # M <= 4 on the runs with two buffers; FP4 DEQUANT from M = 256)
+  export SOFTFP8_FP8_DECODE=integer
+  run timing-method 90 python3 benchmarks/gpu_timing_method.py
+  run timing-method-e4m3 60 python3 benchmarks/gpu_timing_method.py --fmt e4m3
+  run gputests 150 python3 -m pytest -q -x -m gpu -p no:cacheprovider tests/test_triton.py -k "mma or dequant or depth"
+  run token 60 python3 -m softfp8.bench token --preset llama2-7b --backends triton --out "$OUT/token.json"
+  run shapes 60 python3 -m softfp8.bench shapes --preset llama3-8b --backends triton --out "$OUT/shapes.json"
+  run smallm 60 python3 -m softfp8.bench small-m --preset llama3-8b --backends triton --formats e5m2,e4m3 --out "$OUT/smallm.json"
+  run prefill 90 python3 -m softfp8.bench prefill --preset llama3-8b --backends triton --m 256,512,2048 --out "$OUT/prefill.json"
+  tar czf "$OUT/pipe4.tgz" -C "$OUT" $(cd "$OUT" && ls) && find "$OUT" -type f ! -name pipe4.tgz -delete
+  ;;
 esac

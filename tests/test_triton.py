@@ -259,9 +259,10 @@ def test_launch_table_is_deterministic_and_splits_small_n():
     deq = launch_config(4096, 4096, 2048, Format.E5M2, h200)  # measured: dequant + cuBLAS wins
     assert deq.kernel is Kernel.DEQUANT
     assert deq.block_n * 4096 * 2 <= triton_backend.DEQUANT_SLAB_BYTES
-    for fmt in Format:  # measured: from M = 512 DEQUANT wins for every format
-        assert launch_config(4096, 4096, 512, fmt, h200).kernel is Kernel.DEQUANT
-        assert launch_config(4096, 4096, 511, fmt, h200).kernel is not Kernel.DEQUANT
+    for fmt in Format:  # measured: DEQUANT wins from M = 512 (8-bit) and 256 (FP4)
+        first = 512 if fmt in (Format.E5M2, Format.E4M3) else triton_backend.DEQUANT_MIN_M_FP4
+        assert launch_config(4096, 4096, first, fmt, h200).kernel is Kernel.DEQUANT
+        assert launch_config(4096, 4096, first - 1, fmt, h200).kernel is not Kernel.DEQUANT
     # a bounded slab, never the whole of a large weight: the larger of the byte bound and the
     # fewest rows whose GEMM fills the GPU
     tall = launch_config(128256, 14336, 1024, Format.NVFP4, h200).block_n
@@ -294,12 +295,13 @@ def test_mma_gemv_domain():
         assert launch_config(4096, 4100, 1, fmt, h200).kernel is Kernel.GEMV  # K % 8 != 0
         assert launch_config(4096, 4096, 1, fmt, t4).kernel is Kernel.GEMV
         assert launch_config(4096, 4096, 1, fmt, mi250).kernel is Kernel.GEMV
-    # 8-bit: M <= 2 (measured), not when the hardware FP8 decode is asked for
+    # 8-bit: M <= 4 (measured), not when the hardware FP8 decode is asked for
     assert launch_config(4096, 4096, 1, Format.E5M2, h200).kernel is Kernel.MMA_GEMV
     assert launch_config(4096, 4096, 1, Format.E4M3, h200).block_m == 1
     assert launch_config(4096, 4096, 2, Format.E5M2, h200).block_m == 2
-    assert launch_config(4096, 4096, 3, Format.E4M3, h200).kernel is Kernel.SMALL_M
-    assert launch_config(4096, 4096, 3, Format.E5M2, h200).kernel is Kernel.SMALL_M
+    assert launch_config(4096, 4096, 3, Format.E4M3, h200).block_m == 4
+    assert launch_config(4096, 4096, 4, Format.E5M2, h200).kernel is Kernel.MMA_GEMV
+    assert launch_config(4096, 4096, 5, Format.E5M2, h200).kernel is Kernel.SMALL_M
     # M = 1: 2 warps, K split until ~12 warps an SM or <= 3.5 KB of a row a program; 8-bit
     # M <= 2 in two register buffers (depth 2); M = 1 then ~6 warps an SM, <= 7 KB
     assert launch_config(4096, 11008, 1, Format.E4M3, h200).split_k == 2

@@ -141,10 +141,15 @@ def pdl_settings(info: DeviceInfo, fmt: Format) -> tuple[int, int]:
 
 
 DEQUANT_MIN_M = 512
-"""From this many activation rows on, Kernel.DEQUANT. Measured on the H200 (BENCHMARKS.md): at
-M = 512 DEQUANT beat the tiled kernel on every llama3-8b shape for E5M2, E4M3 and NVFP4 (0.57-0.69x
-fp16 against 0.21-0.55x; `pipe2` sweep, once its row ranges are cached and its slabs are 32 MiB);
-MXFP4's tiled kernel steps one 32-code block at a time and is slow at every M (0.11-0.15x)."""
+"""From this many activation rows on, Kernel.DEQUANT (FP4: DEQUANT_MIN_M_FP4). Measured on the
+H200 (BENCHMARKS.md): at M = 512 DEQUANT beat the tiled kernel on every llama3-8b shape for E5M2,
+E4M3 and NVFP4 (0.57-0.69x fp16 against 0.21-0.55x; `pipe2` sweep, with its row ranges cached and
+32 MiB slabs); at M = 256 the 8-bit tiled kernel still wins on the two largest shapes (28672 and
+128256 rows: E5M2 153 / 632 us against 195 / 871), DEQUANT on the three smaller (`pipe3`)."""
+DEQUANT_MIN_M_FP4 = 256
+"""FP4's DEQUANT threshold: its tiled kernels are slow at every M (MXFP4 steps one 32-code block
+at a time: 0.11-0.15x fp16), and at M = 256 DEQUANT beat them on every llama3-8b shape (NVFP4
+0.41-0.53x against 0.27-0.28x, `pipe3`; below 256 not measured)."""
 DEQUANT_SLAB_BYTES = 32 << 20
 """Bytes of one dequantised slab (two are in flight): a bounded workspace, whatever the layer,
 except that a slab holds at least DEQUANT_MIN_SLAB_ROWS rows."""
@@ -216,7 +221,7 @@ def launch_config(n: int, k: int, m: int, fmt: Format, info: DeviceInfo,
     fma_dot = f32 or (info.capability is not None and info.capability < (8, 0))
     mx = fmt is Format.MXFP4  # the tl.dot kernels step one MXFP4 block (32 codes) at a time
     fp8 = fmt in (Format.E5M2, Format.E4M3)
-    if m >= DEQUANT_MIN_M and not info.interpreter:
+    if m >= (DEQUANT_MIN_M if fp8 else DEQUANT_MIN_M_FP4) and not info.interpreter:
         rows = max(DEQUANT_MIN_SLAB_ROWS, DEQUANT_SLAB_BYTES // (k * x_dtype.itemsize) // 128 * 128)
         return LaunchConfig(Kernel.DEQUANT, 1, min(rows, n), 512, num_warps=4, num_stages=1)
     if uses_mma_gemv(n, k, m, fmt, info, x_dtype):
@@ -272,15 +277,16 @@ def mma_gemv_runs(k: int, m: int, fmt: Format, info: DeviceInfo, x_dtype: torch.
 def uses_mma_gemv(n: int, k: int, m: int, fmt: Format, info: DeviceInfo,
                   x_dtype: torch.dtype) -> bool:
     """Whether launch_config picks Kernel.MMA_GEMV: within its domain, FP4 at M <= 8 and the
-    8-bit formats at M <= 2, where it was measured faster than the FMA/dot kernels on the H200
-    (BENCHMARKS.md, campaign steps `mma8`, `runs2`-`runs4`; vocabulary heads once it held two
-    steps in registers, `pipe2`: 128256 x 4096 E5M2 119 us against the dot kernel's 139). 8-bit
-    at M = 3..8 stays on the dot kernel: MMA_GEMV's runs for 4 rows lost to it on E5M2's lm_head
-    (7%) and, once E4M3's dot kernel lost its NaN fix, on E4M3's gate_up (the dot kernel at
-    M = 8 beat the runs at M = 4); at M = 8 the runs are 64 bytes long. Not for 8-bit codes
-    under SOFTFP8_FP8_DECODE=hardware: its decode is the integer one."""
+    8-bit formats at M <= 4, where it was measured faster than the FMA/dot kernels on the H200
+    (BENCHMARKS.md, campaign steps `mma8`, `runs2`-`runs4`, `pipe2`-`pipe3`). 8-bit M = 3..4
+    and vocabulary heads joined once each thread held two steps in registers (depth 2; `pipe3`
+    sweep, M = 4: every llama3-8b shape but E4M3's 4096 x 14336 (22.9 against 22.4 us) faster
+    than the dot kernel, 128256 x 4096 E5M2 122 against 139 us). At M = 5..8 the runs are 64
+    bytes long and lose to the dot kernel on the large shapes (E4M3 28672 x 4096 41.1 against
+    37.6 us). Not for 8-bit codes under SOFTFP8_FP8_DECODE=hardware: its decode is the
+    integer one."""
     if fmt in (Format.E5M2, Format.E4M3) and (
-            m > 2 or fp8_decode_wanted() == "hardware"):
+            m > 4 or fp8_decode_wanted() == "hardware"):
         return False
     return mma_gemv_runs(k, m, fmt, info, x_dtype)
 
