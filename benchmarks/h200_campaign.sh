@@ -363,4 +363,17 @@ pipe4)
   run prefill 90 python3 -m softfp8.bench prefill --preset llama3-8b --backends triton --m 256,512,2048 --out "$OUT/prefill.json"
   tar czf "$OUT/pipe4.tgz" -C "$OUT" $(cd "$OUT" && ls) && find "$OUT" -type f ! -name pipe4.tgz -delete
   ;;
+pipe5)
+  # GPU suite on the new table; the E4M3 slab decode with 256 folded into the row scale;
+  # the vocabulary head alone in the bench against inside the preset (pipe3/4: 135 us in the
+  # bench, 118-122 in sweep_gemv and gpu_timing_method)
+  run gputests 250 python3 -m pytest -q -x -m gpu -p no:cacheprovider tests/
+  export SOFTFP8_FP8_DECODE=integer
+  run lmhead-alone 40 python3 -m softfp8.bench shapes --shape 128256,4096 --backends triton --formats e5m2,e4m3 --out "$OUT/lmhead.json"
+  run shapes-8bit 60 python3 -m softfp8.bench shapes --preset llama3-8b --backends triton --formats e5m2,e4m3 --out "$OUT/shapes8.json"
+  run prefill-a 60 python3 -m softfp8.bench prefill --preset llama3-8b --backends triton --m 2048 --out "$OUT/prefill-a.json"
+  run probe 90 python3 benchmarks/gpu_prefill_probe.py --formats e5m2,e4m3,nvfp4 --json "$OUT/prefill-probe.json"
+  run prefill-b 60 python3 -m softfp8.bench prefill --preset llama3-8b --backends triton --m 2048 --out "$OUT/prefill-b.json"
+  tar czf "$OUT/pipe5.tgz" -C "$OUT" $(cd "$OUT" && ls) && find "$OUT" -type f ! -name pipe5.tgz -delete
+  ;;
 esac

@@ -34,7 +34,7 @@ INT_ARGS = ("M", "N", "K", "RB", "SB", "KB_SPLIT", "ROW0")
 DIV16 = ("RB", "KB_SPLIT")  # what Triton's launcher specialises as multiples of 16 at run time
 
 
-SHAPES = {"gemv": 1, "small_m": 8, "tiled": 256}  # M per kernel; N = K = 4096
+SHAPES = {"gemv": 1, "small_m": 8, "tiled": 128}  # M per kernel; N = K = 4096
 
 
 def variants(backend: str, arch):
@@ -91,13 +91,16 @@ def variants(backend: str, arch):
             # the mma GEMV for 8-bit codes: M = 1 (2 and 4 tiles a warp), and the run mapping
             # laid out for 4 and 8 x rows (split, so the partial store compiles too)
             # (E4M3's M = 1 also without the NaN fix: weights known to hold no NaN code)
-            settings = [(1, 2, False, True), (1, 4, True, True), (4, 2, True, True),
-                        (8, 2, False, True)] + ([(1, 2, False, False)] if fmt == "e4m3" else [])
-            for runs, tiles, partial, nan in settings:
+            # (and two register buffers, depth 2: the table's M <= 4)
+            settings = [(1, 2, False, True, 2), (1, 4, True, True, 1), (4, 2, True, True, 2),
+                        (8, 2, False, True, 1), (1, 2, False, True, 1)] + (
+                [(1, 2, False, False, 2)] if fmt == "e4m3" else [])
+            for runs, tiles, partial, nan, depth in settings:
                 c = dict(FMT=fmt, HAS_BIAS=True, WARPS=4, PARTIAL=partial, PDL=pdl,
                          PREFETCH=prefetch, AHEAD=0, RUNS=runs, TILES=tiles, HAS_SCALE=True,
-                         NAN=nan)
-                name = f"mma_gemv-r{runs}t{tiles}{'' if nan else '-finite'}-{fmt}-fp16"
+                         NAN=nan, DEPTH=depth)
+                name = (f"mma_gemv-r{runs}t{tiles}d{depth}{'' if nan else '-finite'}-{fmt}"
+                        f"-fp16")
                 yield name, _mma.mma_gemv_kernel, c, "fp16", 4, 1
         if not hw:  # the large-M slab decode (portable decoders only)
             c = dict(FMT=fmt, HAS_SCALE=fmt in FP8, INJECT=inject, BLOCK_R=16,
@@ -105,7 +108,7 @@ def variants(backend: str, arch):
                      ASM=backend == "cuda")
             yield f"dequant-{tag}-{xd}", _kernels.dequant_kernel, c, xd, 4, 1
             if xd != "fp32":  # and the exact pass after it (dot_kernel with FIX)
-                cfg = launch_config(4096, 4096, 256, Format(fmt), info, dtypes[xd])
+                cfg = launch_config(4096, 4096, 128, Format(fmt), info, dtypes[xd])
                 c = dict(base, PDL=0, PREFETCH=0, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
                          BLOCK_K=cfg.block_k, PARTIAL=False, PRECISION="ieee", UPCAST=False,
                          FIX=True, FIX_HI=0x477FE000, FIX_LO=0x38800000)

@@ -323,10 +323,13 @@ def dequant_kernel(w_ptr, s_ptr, g_ptr, out_ptr, info_ptr, N, K, RB, SB, ROW0,
     out_rows = out_ptr + offs_r[:, None].to(tl.int64) * K
     if FMT == "e5m2" or FMT == "e4m3":
         w = _fp8_to_f16(codes, FMT, ASM, NAN).to(tl.float32)
-        if FMT == "e4m3":  # value * 2^-8 is exact in fp16 (subnormals included): * 256 is value
-            w = w * 256.0
+        # E4M3 is value * 2^-8, exact in fp16 (subnormals included): the 256 goes into the row
+        # scale, one multiply either way, the same float32 (256 * s is exact)
+        up: tl.constexpr = 256.0 if FMT == "e4m3" else 1.0
         if HAS_SCALE:
-            w = w * tl.load(s_ptr + rows, mask=rows < N, other=1.0)[:, None]
+            w = w * (tl.load(s_ptr + rows, mask=rows < N, other=1.0) * up)[:, None]
+        elif FMT == "e4m3":
+            w = w * 256.0
         if CHECK:
             top = tl.max(tl.abs(w), axis=1)
             tl.atomic_max(info_ptr + rows, top.to(tl.int32, bitcast=True), mask=rows < N)

@@ -338,7 +338,6 @@ def mma_gemv_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr,
         # two register buffers: each refills right after its own step's arithmetic, so the
         # other buffer's step runs while it arrives (with one buffer ptxas issued the next
         # step's loads after this step's mma, reusing its registers: one step in flight)
-        tl.static_assert(TILES == 2, "DEPTH 2 takes two tiles a warp")
         r0, r1, r2, r3 = _rows_step(w_ptr, s_ptr, row, N, RB, SB, off, kb_hi, FMT, RS)
         xw = _x_step(x_row, off, kb_hi, K, in_m, FP8)
         q0, q1, q2, q3 = _rows_step(w_ptr, s_ptr, row, N, RB, SB, off + stride, kb_hi, FMT, RS)
