@@ -54,12 +54,21 @@ def main():
     ap.add_argument("--shape", default="128256,4096")
     ap.add_argument("--fmt", default="e5m2")
     ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--bench-data", action="store_true",
+                    help="the weight and x as softfp8-bench makes them (seeded generators)")
     args = ap.parse_args()
     n, k = map(int, args.shape.split(","))
     dev = torch.device("cuda")
     info = tb.device_info(dev)
-    w = torch.randn(n, k, device=dev) * 0.02
-    x = torch.randn(1, k, device=dev, dtype=torch.float16)
+    if args.bench_data:
+        from softfp8.bench import workload
+        from softfp8.bench.presets import Shape
+        st = workload.Settings(dev, torch.float16, 3, args.reps, True, 0, 4.0, 0, 0.05, 0)
+        w = workload.random_weight(Shape("custom", n, k), st)
+        x = workload.random_x(1, k, torch.float16, st)
+    else:
+        w = torch.randn(n, k, device=dev) * 0.02
+        x = torch.randn(1, k, device=dev, dtype=torch.float16)
     p = softfp8.quantize(w, args.fmt)
     ps = [p, softfp8.PackedWeight(p.fmt, p.shape, p.words.clone(),
                                   None if p.scales is None else p.scales.clone(), p.global_scale)]
@@ -67,7 +76,8 @@ def main():
     del w
     table = tb.launch_config(n, k, 1, p.fmt, info, torch.float16)
     dot = tb.LaunchConfig(tb.Kernel.SMALL_M, 16, 64, 256, 1, 4, 3)
-    settings = [("table " + str(table), table), ("dot 64x256 w4 st3", dot)]
+    settings = [("table: mma_gemv w%d depth %d" % (table.num_warps, table.depth), table),
+                ("dot 64x256 w4 st3", dot)]
     print(f"{torch.cuda.get_device_name()} torch {torch.__version__} triton "
           f"{__import__('triton').__version__}; {args.fmt} {n}x{k} M = 1, us per call")
     print(f"{'setting':60s} {'pdl':5s} {'copies':6s} {'sync':>8s} {'queued':>8s}")
@@ -86,6 +96,13 @@ def main():
                       f"{timed(g, copies, args.reps, False):8.1f} "
                       f"{timed(g, copies, args.reps, True):8.1f}", flush=True)
     os.environ.pop(tb.PDL_ENV)
+    # the library's own entry (what softfp8-bench times), then fp16 again with warm clocks
+    g = graph_of([lambda: softfp8.linear(x, p, backend="triton")])
+    print(f"{'softfp8.linear(backend=triton)':60s} {'auto':5s} {1:<6d} "
+          f"{timed(g, 1, args.reps, False):8.1f} {timed(g, 1, args.reps, True):8.1f}")
+    g = graph_of([lambda: F.linear(x, w16[0])])
+    print(f"{'fp16 F.linear (again)':60s} {'-':5s} {1:<6d} {timed(g, 1, args.reps, False):8.1f} "
+          f"{timed(g, 1, args.reps, True):8.1f}", flush=True)
 
 
 if __name__ == "__main__":

@@ -376,4 +376,10 @@ pipe5)
   run prefill-b 60 python3 -m softfp8.bench prefill --preset llama3-8b --backends triton --m 2048 --out "$OUT/prefill-b.json"
   tar czf "$OUT/pipe5.tgz" -C "$OUT" $(cd "$OUT" && ls) && find "$OUT" -type f ! -name pipe5.tgz -delete
   ;;
+pipe6)
+  # the vocabulary head: sweep-style data against the bench's, and the library's entry point
+  export SOFTFP8_FP8_DECODE=integer
+  run timing-bench-data 100 python3 benchmarks/gpu_timing_method.py --bench-data
+  run timing-plain 100 python3 benchmarks/gpu_timing_method.py
+  ;;
 esac
