@@ -382,4 +382,9 @@ pipe6)
   run timing-bench-data 100 python3 benchmarks/gpu_timing_method.py --bench-data
   run timing-plain 100 python3 benchmarks/gpu_timing_method.py
   ;;
+pipe7)
+  # small M with vocabulary heads at M = 2..4 back on the dot kernel (MMA_FP8_MAX_N)
+  export SOFTFP8_FP8_DECODE=integer
+  run smallm 90 python3 -m softfp8.bench small-m --preset llama3-8b --backends triton --formats e5m2,e4m3 --out "$OUT/smallm.json"
+  ;;
 esac

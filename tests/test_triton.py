@@ -314,7 +314,9 @@ def test_mma_gemv_domain():
     # a vocabulary head's 8-bit rows: the runs in 4 warps, two buffers (measured faster there)
     head = launch_config(128256, 4096, 1, Format.E5M2, h200)
     assert (head.kernel, head.num_warps, head.depth) == (Kernel.MMA_GEMV, 4, 2)
-    assert launch_config(128256, 4096, 2, Format.E4M3, h200).kernel is Kernel.MMA_GEMV
+    for m in (2, 4):  # M = 2..4: the dot kernel from MMA_FP8_MAX_N rows (the bench decided)
+        assert launch_config(128256, 4096, m, Format.E4M3, h200).kernel is Kernel.SMALL_M
+        assert launch_config(65535, 4096, m, Format.E4M3, h200).kernel is Kernel.MMA_GEMV
     assert launch_config(128256, 4096, 1, Format.NVFP4, h200).kernel is Kernel.MMA_GEMV
     assert launch_config(4096, 4096, 1, Format.E5M2, h200, torch.bfloat16).kernel is Kernel.GEMV
 

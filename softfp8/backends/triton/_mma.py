@@ -297,7 +297,9 @@ def mma_gemv_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr,
     AHEAD > 0: each step also pulls the weights of the step AHEAD steps later toward L2.
     DIAG (1: no decode, 2: no mma either) gives wrong results on purpose:
     benchmarks/gpu_mma_probe.py only. NAN=False: E4M3 codes known to hold no NaN (the decode
-    leaves out its NaN fix; `codes_nan_free`).
+    leaves out its NaN fix; `codes_nan_free`). DEPTH = 2 (run mapping, 2 tiles): two register
+    buffers of weights and x, each refilled after its own step's mma, so a warp has two steps
+    in flight (ptxas places a one-buffer loop's loads after the mma that frees its registers).
     Needs num_warps == WARPS, K % 8 == 0 and a 16-byte aligned x (the launcher checks)."""
     NT: tl.constexpr = 32 * WARPS
     FP8: tl.constexpr = FMT == "e5m2" or FMT == "e4m3"

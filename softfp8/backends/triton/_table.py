@@ -274,19 +274,28 @@ def mma_gemv_runs(k: int, m: int, fmt: Format, info: DeviceInfo, x_dtype: torch.
             and not info.interpreter)
 
 
+MMA_FP8_MAX_N = 65536
+"""8-bit rows (a vocabulary head) from which M = 2..4 runs the dot kernel, not MMA_GEMV: there
+`softfp8-bench small-m` (the issue's instrument) and `sweep_gemv.py` disagree. On the H200
+(`pipe3`/`pipe4`, 128256 x 4096) the sweep has MMA_GEMV at 119-122 us and the dot kernel at
+138-139 (M = 1 and 4), the bench MMA_GEMV at 135-148 us and the dot kernel at 124-131 (M = 2..8;
+not understood, BENCHMARKS.md); at M = 1 the bench has MMA_GEMV 135 against 137-139, so M = 1
+heads stay on MMA_GEMV."""
+
+
 def uses_mma_gemv(n: int, k: int, m: int, fmt: Format, info: DeviceInfo,
                   x_dtype: torch.dtype) -> bool:
     """Whether launch_config picks Kernel.MMA_GEMV: within its domain, FP4 at M <= 8 and the
     8-bit formats at M <= 4, where it was measured faster than the FMA/dot kernels on the H200
-    (BENCHMARKS.md, campaign steps `mma8`, `runs2`-`runs4`, `pipe2`-`pipe3`). 8-bit M = 3..4
-    and vocabulary heads joined once each thread held two steps in registers (depth 2; `pipe3`
-    sweep, M = 4: every llama3-8b shape but E4M3's 4096 x 14336 (22.9 against 22.4 us) faster
-    than the dot kernel, 128256 x 4096 E5M2 122 against 139 us). At M = 5..8 the runs are 64
-    bytes long and lose to the dot kernel on the large shapes (E4M3 28672 x 4096 41.1 against
-    37.6 us). Not for 8-bit codes under SOFTFP8_FP8_DECODE=hardware: its decode is the
-    integer one."""
+    (BENCHMARKS.md, campaign steps `mma8`, `runs2`-`runs4`, `pipe2`-`pipe4`). 8-bit M = 3..4
+    joined once each thread held two steps in registers (depth 2; `pipe3` sweep, M = 4: every
+    llama3-8b shape but E4M3's 4096 x 14336 (22.9 against 22.4 us) faster than the dot kernel;
+    in the bench qkv, o, down and gate_up 2-15% faster); vocabulary heads only at M = 1
+    (MMA_FP8_MAX_N). At M = 5..8 the runs are 64 bytes long and lose to the dot kernel on the
+    large shapes (E4M3 28672 x 4096 41.1 against 37.6 us). Not for 8-bit codes under
+    SOFTFP8_FP8_DECODE=hardware: its decode is the integer one."""
     if fmt in (Format.E5M2, Format.E4M3) and (
-            m > 4 or fp8_decode_wanted() == "hardware"):
+            m > 4 or (m > 1 and n >= MMA_FP8_MAX_N) or fp8_decode_wanted() == "hardware"):
         return False
     return mma_gemv_runs(k, m, fmt, info, x_dtype)
 
@@ -328,9 +337,17 @@ def mma_split(programs: int, warps: int, info: DeviceInfo, per_sm: int = 12) -> 
 
 def mma_config(n: int, k: int, m: int, fmt: Format, info: DeviceInfo) -> LaunchConfig:
     """Kernel.MMA_GEMV. block_k = 128 codes; num_stages = how many steps ahead each warp
-    prefetches its weights to L2 (0: none).
-    - The run mapping (`_mma`) for M = 1 at every format and for the 8-bit formats at M = 2:
-      block_m = the next power of two >= M, 2 tiles a warp; M = 1 in 2 warps, else 4.
+    prefetches its weights to L2 (0: none); depth = steps of weights held in registers.
+    - The run mapping (`_mma`) for M = 1 at every format and for the 8-bit formats at M <= 4:
+      block_m = the next power of two >= M, 2 tiles a warp; M = 1 in 2 warps (8-bit from 16384
+      rows: 4), else 4. The 8-bit formats hold two steps (depth 2): with one, ptxas issues the
+      next step's loads after this step's mma (SASS, sm_90), so a warp had one step in flight;
+      `pipe1` sweep, M = 1, best per shape against depth 1: 22016 x 4096 E5M2 24.0 against
+      26.4 us, E4M3 27.8 against 29.6; token E5M2 1.897 -> 1.794 ms. An L2 prefetch beyond the
+      registers (num_stages 2 / 4) was slower everywhere; FP4 (125 registers at depth 1) gained
+      nothing from depth 2 (`pipe2`/`pipe3` sweeps). With twice the bytes a warp, M = 1 splits
+      K for ~6 resident warps an SM and up to 7 KB of a row a program (4096 x 11008 E5M2: 14.3
+      us split 2 against 15.1 split 4).
     - FP4 at M = 2..8: the 32-row tiles (block_m = 8), warps along K, 2-step L2 prefetch; 8
       warps below 256 programs, 4 above.
     Programs split K until about 12 warps per SM are resident; at M = 1, rows over 4 KB also
