@@ -18,22 +18,7 @@ import torch.nn.functional as F
 
 import softfp8
 import softfp8.backends.triton as tb
-
-
-def graph_of(fns):
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for f in fns:
-            f()
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for f in fns:
-            f()
-    g.replay()
-    torch.cuda.synchronize()
-    return g
+from sweep_gemv import capture_graph as graph_of  # benchmarks/ is on sys.path when run
 
 
 def timed(g, calls, reps, queued):

@@ -29,8 +29,8 @@ SHAPES = [(4096, 4096), (22016, 4096), (4096, 11008), (128256, 4096)]
 FP8 = ("e5m2", "e4m3")
 
 
-def graph_time(fns, reps=10):
-    """Median ms per call of a CUDA graph that runs every fn once."""
+def capture_graph(fns):
+    """A CUDA graph that runs every fn once (warmed up on a side stream, replayed once)."""
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(s):
@@ -43,6 +43,12 @@ def graph_time(fns, reps=10):
             f()
     g.replay()
     torch.cuda.synchronize()
+    return g
+
+
+def graph_time(fns, reps=10):
+    """Median ms per call of a CUDA graph that runs every fn once."""
+    g = capture_graph(fns)
     times = []
     for _ in range(reps):
         a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)

@@ -24,8 +24,8 @@ from ...dispatch import E2M1Decode, Needs
 from ...formats import Format, PackedWeight, ScaleKind
 from ...linear import check_linear_args
 from ._table import (DEQUANT_MIN_M, DEQUANT_MIN_M_FP4, DEQUANT_MIN_SLAB_ROWS,
-                     DEQUANT_SLAB_BYTES, FP8_DECODE_ENV, MMA_FORMATS, MMA_MAX_M, MMA_RUN_TILES, MMA_RUNS,
-                     MMA_TILE_ROWS, PDL_ENV, PDL_PREFETCH_ENV, TABLE_ENV,
+                     DEQUANT_SLAB_BYTES, FP8_DECODE_ENV, MMA_FORMATS, MMA_MAX_M, MMA_RUN_TILES,
+                     MMA_RUNS, MMA_TILE_ROWS, PDL_ENV, PDL_PREFETCH_ENV, TABLE_ENV,
                      DeviceInfo, Kernel, LaunchConfig, device_info, dot_upcast, launch_config,
                      mma_config, mma_gemv_runs, mma_layout, mma_rows, mma_split, pdl_auto, pdl_settings, tiled_config,
                      uses_hardware_fp8, uses_mma_gemv, uses_ptx_decode)

@@ -369,7 +369,8 @@ def mma_gemv_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr,
         xw = _x_step(x_row, off, kb_hi, K, in_m, FP8)
         for _ in range(kb_lo, kb_hi, stride):
             off += stride
-            # the next step's loads go out before this step's arithmetic (registers, not smem)
+            # the next step's loads come before this step's arithmetic in the PTX; ptxas moves
+            # them after its mma (registers reused): one step in flight (DEPTH = 2: two)
             n0, n1, n2, n3 = _rows_step(w_ptr, s_ptr, row, N, RB, SB, off, kb_hi, FMT, RS)
             if TILES == 4:
                 n4, n5, n6, n7 = _rows_step(w_ptr, s_ptr, row + 4 * RS, N, RB, SB, off, kb_hi, FMT,
