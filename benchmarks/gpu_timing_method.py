@@ -4,7 +4,8 @@ GEMV (default: the 128256 x 4096 vocabulary head, M = 1) per kernel setting unde
 - "sync": each graph replay between two events, the host waiting for it before the next
   (sweep_gemv.graph_time: the GPU idles between replays);
 - "queued": all replays recorded back to back, one wait at the end (bench/timing.py);
-each with 1 and 2 rotated copies of the weight in the graph, PDL as the table sets it and off.
+each with 1 and 2 rotated copies of the weight in the graph, PDL as the table sets it and off;
+then `softfp8.linear` in a graph and through the bench's own `timing.measure`.
 Usage: python benchmarks/gpu_timing_method.py [--shape 128256,4096] [--fmt e5m2] [--reps 20]
 """
 from __future__ import annotations
@@ -85,6 +86,14 @@ def main():
     g = graph_of([lambda: softfp8.linear(x, p, backend="triton")])
     print(f"{'softfp8.linear(backend=triton)':60s} {'auto':5s} {1:<6d} "
           f"{timed(g, 1, args.reps, False):8.1f} {timed(g, 1, args.reps, True):8.1f}")
+    # the bench's own timing function on the same calls (warm-up 3, 50 queued replays)
+    from softfp8.bench.timing import measure
+    entries = (("bench measure(): softfp8.linear",
+                lambda: softfp8.linear(x, p, backend="triton")),
+               ("bench measure(): fp16 F.linear", lambda: F.linear(x, w16[0])))
+    for name, fn in entries:
+        t = measure([fn], dev, warmup=3, reps=50)
+        print(f"{name:60s} {'auto':5s} {1:<6d} {'-':>8s} {t.seconds * 1e6:8.1f}", flush=True)
     g = graph_of([lambda: F.linear(x, w16[0])])
     print(f"{'fp16 F.linear (again)':60s} {'-':5s} {1:<6d} {timed(g, 1, args.reps, False):8.1f} "
           f"{timed(g, 1, args.reps, True):8.1f}", flush=True)

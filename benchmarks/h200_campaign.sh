@@ -387,4 +387,11 @@ pipe7)
   export SOFTFP8_FP8_DECODE=integer
   run smallm 90 python3 -m softfp8.bench small-m --preset llama3-8b --backends triton --formats e5m2,e4m3 --out "$OUT/smallm.json"
   ;;
+timing2)
+  # (prepared for the next session) the vocabulary head through the bench's own measure() in
+  # the timing script: 136 us there means the bench's timing, 118-130 the bench process's state
+  export SOFTFP8_FP8_DECODE=integer
+  run timing 120 python3 benchmarks/gpu_timing_method.py --bench-data
+  run lmhead-alone 40 python3 -m softfp8.bench shapes --shape 128256,4096 --backends triton --formats e5m2 --out "$OUT/lmhead.json"
+  ;;
 esac
