@@ -3,7 +3,7 @@ stream, each multiplied by torch's GEMM (cuBLAS) into y's column slice, then one
 for the rows that dtype can't hold. Nothing persists between calls, and the workspace is bounded
 whatever the model: two slabs of max(DEQUANT_SLAB_BYTES, DEQUANT_MIN_SLAB_ROWS rows) each. A
 layer smaller than one slab (4096 x 4096 in fp16 is 32 MiB) is decoded whole, transiently: at
-M >= 1024 the GEMM is compute-bound and one slab measured faster than two (_table)."""
+large M the GEMM is compute-bound and one slab measured faster than two (_table)."""
 from __future__ import annotations
 
 import contextlib
