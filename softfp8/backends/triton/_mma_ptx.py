@@ -32,16 +32,23 @@ def _mma(acc: str, a: tuple, b: tuple) -> str:
 _E4M3_CONSTS = ["mov.b32 c, 0x78447844;", "mov.b32 z, 0;"]
 
 
-def _e4m3_pair_div256(src: str, sel: str, dst: str, nan: bool = True) -> list:
-    """PTX: two E4M3 bytes of `src` (picked by the `prmt` selector `sel` into the fp16 high
-    bytes) -> fp16 pair `dst` = value * 2^-8, the shift, mask and NaN fix of
-    `_decode.e4m3_to_f16_div256_ptx` (1.875 * 34944 is the only product that overflows, and
-    inf * 0 + r is NaN). Uses h, r, q and the constants c, z (`_E4M3_CONSTS`). nan=False: no
-    NaN fix, for codes known to hold no NaN."""
-    out = [f"prmt.b32 h, {src}, 0, {sel};", "shr.b32 r, h, 1;", "and.b32 r, r, 0x3F803F80;"]
+_E4M3_PAIR_SEL = ("0x9180", "0xB3A2")
+"""`prmt` selectors of `_e4m3_pair_div256`: bytes (0, 1) or (2, 3) of a word as
+[code, sign byte, code, sign byte] (selector bit 3 replicates the selected byte's sign)."""
+
+
+def _e4m3_pair_div256(src: str, half: int, dst: str, nan: bool = True) -> list:
+    """PTX: E4M3 bytes 2 * half, 2 * half + 1 of `src` -> fp16 pair `dst` = value * 2^-8.
+    value * 2^-8 in fp16 is the code's 7 low bits at bits 7..13 and its sign at bit 15: one
+    `prmt` lays each code beside a byte of its sign, `<< 7` moves both into place, and one mask
+    keeps bits 7..13 and 15 of each half (3 instructions; the code's own sign lands on bit 14,
+    which the mask clears). Then the NaN fix of `_decode.e4m3_to_f16_div256_ptx` (1.875 *
+    34944 is the only product that overflows, and inf * 0 + r is NaN). Uses h, r, q and the
+    constants c, z (`_E4M3_CONSTS`). nan=False: no NaN fix, for codes known to hold no NaN."""
+    out = [f"prmt.b32 h, {src}, 0, {_E4M3_PAIR_SEL[half]};", "shl.b32 h, h, 7;"]
     if not nan:
-        return out + [f"lop3.b32 {dst}, r, h, 0x80008000, 0xF8;"]
-    return out + ["lop3.b32 r, r, h, 0x80008000, 0xF8;", "mul.rn.f16x2 q, r, c;",
+        return out + [f"and.b32 {dst}, h, 0xBF80BF80;"]
+    return out + ["and.b32 r, h, 0xBF80BF80;", "mul.rn.f16x2 q, r, c;",
                   f"fma.rn.f16x2 {dst}, q, z, r;"]
 
 
@@ -49,27 +56,27 @@ def e4m3_word_div256_asm(nan: bool = True) -> str:
     """The asm block of `_decode.e4m3_to_f16_div256_ptx` (pack=4): four E4M3 codes in $2 ->
     fp16 pairs $0 (codes 0, 1) and $1 (codes 2, 3), value * 2^-8, by `_e4m3_pair_div256`."""
     body = [".reg .b32 h, r, q, c, z;"] + (_E4M3_CONSTS if nan else [])
-    body += _e4m3_pair_div256("$2", "0x1404", "$0", nan)
-    body += _e4m3_pair_div256("$2", "0x3424", "$1", nan)
+    body += _e4m3_pair_div256("$2", 0, "$0", nan)
+    body += _e4m3_pair_div256("$2", 1, "$1", nan)
     return "{\n" + "\n".join(body) + "\n}"
 
 
 def _fp8_tile_asm(fmt: str, nan: bool = True) -> str:
     """The 8-bit tile step, same operands as `_tile_asm` ($12/$13 unused; $14..$21 are x's words
     as they lie): a word of codes c..c+3 is two fp16 pairs (c, c+1), (c+2, c+3) -- one `prmt`
-    each (E5M2 is fp16's high byte; E4M3 then `_decode.e4m3_to_f16_div256_ptx`'s shift, mask
-    and NaN fix: value * 2^-8) -- which meet x's own pairs, so x needs no re-pairing.
+    each (E5M2 is fp16's high byte; E4M3 `_e4m3_pair_div256`: a `prmt`, a shift, a mask and
+    the NaN fix, value * 2^-8) -- which meet x's own pairs, so x needs no re-pairing.
     nan=False: E4M3 without the NaN fix (codes known to hold no NaN)."""
     body = [".reg .b32 h, r, q, c, z;", ".reg .b32 g<2>, k<2>;", ".reg .f32 acc<4>;"]
     body += _E4M3_CONSTS + [f"mov.f32 acc{i}, ${30 + i};" for i in range(4)]
 
-    def pair(word: str, dst: str, sel: str) -> list:
-        if fmt == "e5m2":
-            return [f"prmt.b32 {dst}, {word}, 0, {sel};"]
-        return _e4m3_pair_div256(word, sel, dst, nan)
+    def pair(word: str, dst: str, half: int) -> list:
+        if fmt == "e5m2":  # codes 2 * half, 2 * half + 1 as the fp16 high bytes
+            return [f"prmt.b32 {dst}, {word}, 0, {('0x1404', '0x3424')[half]};"]
+        return _e4m3_pair_div256(word, half, dst, nan)
     for j in range(4):
-        body += pair(f"${4 + j}", "g0", "0x1404") + pair(f"${4 + j}", "g1", "0x3424")
-        body += pair(f"${8 + j}", "k0", "0x1404") + pair(f"${8 + j}", "k1", "0x3424")
+        body += pair(f"${4 + j}", "g0", 0) + pair(f"${4 + j}", "g1", 1)
+        body += pair(f"${8 + j}", "k0", 0) + pair(f"${8 + j}", "k1", 1)
         body.append(_mma("acc", ("g0", "k0", "g1", "k1"), (f"${14 + 2 * j}", f"${15 + 2 * j}")))
     body += [f"mov.f32 ${i}, acc{i};" for i in range(4)]
     return "{\n" + "\n".join(body) + "\n}"
@@ -86,7 +93,7 @@ def _tile_asm(fmt: str) -> str:
         body += [".reg .b32 c, z;"] + _E4M3_CONSTS
         for src, lo, hi in (("$12", "sg01", "sg23"), ("$13", "sh01", "sh23")):
             # the two block scales of this lane's 16 bytes, then each spread over both halves
-            body += _e4m3_pair_div256(src, "0x1404", "r")
+            body += _e4m3_pair_div256(src, 0, "r")
             body += [f"prmt.b32 {lo}, r, 0, 0x1010;", f"prmt.b32 {hi}, r, 0, 0x3232;"]
         body += [f"mov.f32 acc{i}, ${30 + i};" for i in range(4)]
     else:
