@@ -344,7 +344,7 @@ def mma_config(n: int, k: int, m: int, fmt: Format, info: DeviceInfo) -> LaunchC
       next step's loads after this step's mma (SASS, sm_90), so a warp had one step in flight;
       `pipe1` sweep, M = 1, best per shape against depth 1: 22016 x 4096 E5M2 24.0 against
       26.4 us, E4M3 27.8 against 29.6; token E5M2 1.897 -> 1.794 ms. An L2 prefetch beyond the
-      registers (num_stages 2 / 4) was slower everywhere; FP4 (125 registers at depth 1) gained
+      registers (num_stages 2 / 4) was slower in 93 of 116 pairs and never a shape's best; FP4 (125 registers at depth 1) gained
       nothing from depth 2 (`pipe2`/`pipe3` sweeps). With twice the bytes a warp, M = 1 splits
       K for ~6 resident warps an SM and up to 7 KB of a row a program (4096 x 11008 E5M2: 14.3
       us split 2 against 15.1 split 4).
