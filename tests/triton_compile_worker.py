@@ -7,6 +7,7 @@ Needs no GPU: triton.compile(ASTSource(...), target=GPUTarget(...)) stops at PTX
 """
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import re
@@ -117,6 +118,13 @@ def variants(backend: str, arch):
 
 def source(fn, constexprs, xd):
     names = fn.arg_names
+    # a constexpr parameter left out takes its default (as a launch does), not a runtime i32:
+    # otherwise every branch on it is compiled, e.g. the MMA GEMV's DIAG probes
+    constexprs = dict(constexprs)
+    for prm in fn.params:
+        if (prm.is_constexpr and prm.name not in constexprs
+                and prm.default is not inspect.Parameter.empty):
+            constexprs[prm.name] = prm.default
     sig = {}
     for name in names:
         if name in constexprs:
