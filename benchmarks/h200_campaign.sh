@@ -394,4 +394,11 @@ timing2)
   run timing 120 python3 benchmarks/gpu_timing_method.py --bench-data
   run lmhead-alone 40 python3 -m softfp8.bench shapes --shape 128256,4096 --backends triton --formats e5m2 --out "$OUT/lmhead.json"
   ;;
+check6)
+  # (prepared) first call of the next session: the GPU suite on main (51ef1c0's E4M3 pair
+  # decode has only run in the PTX emulator) and a token, before anything else
+  run gputests 250 python3 -m pytest -q -x -m gpu -p no:cacheprovider tests/
+  export SOFTFP8_FP8_DECODE=integer
+  run token 60 python3 -m softfp8.bench token --preset llama2-7b --backends triton --out "$OUT/token.json"
+  ;;
 esac
