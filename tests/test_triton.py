@@ -303,7 +303,7 @@ def test_mma_gemv_domain():
     assert launch_config(4096, 4096, 4, Format.E5M2, h200).kernel is Kernel.MMA_GEMV
     assert launch_config(4096, 4096, 5, Format.E5M2, h200).kernel is Kernel.SMALL_M
     # M = 1: 2 warps, K split until ~12 warps an SM or <= 3.5 KB of a row a program; 8-bit
-    # M <= 2 in two register buffers (depth 2); M = 1 then ~6 warps an SM, <= 7 KB
+    # M <= 4 in two register buffers (depth 2); M = 1 then ~6 warps an SM, <= 7 KB
     assert launch_config(4096, 11008, 1, Format.E4M3, h200).split_k == 2
     assert launch_config(4096, 11008, 1, Format.E4M3, h200).depth == 2
     assert launch_config(4096, 4096, 1, Format.E5M2, h200).split_k == 1

@@ -130,10 +130,10 @@ _E4M3_DIV256_FINITE_PTX = tl.constexpr(e4m3_word_div256_asm(nan=False))
 def e4m3_to_f16_div256_ptx(code, NAN: tl.constexpr = True):
     """E4M3fn -> fp16 * 2^-8 (as `e4m3_to_f16_div256`) on fp16 pairs: per half, the code
     beside a byte of its sign (one `prmt`), << 7, & 0xBF80: the code's 7 low bits land on
-    7..13, its sign on 15 (`_mma_ptx._e4m3_pair_div256`). The NaN codes are the only ones that read 1.875
-    (the largest finite is 448 * 2^-8 = 1.75), and 1.875 * 34944 = 65520 rounds to inf in fp16
-    while 1.75 * 34944 = 61152 does not; so fma(r * 34944, 0, r) is inf * 0 + r = NaN there and
-    exactly r elsewhere (the product with 0 is a zero of r's sign, so signed zeros and
+    7..13, its sign on 15 (`_mma_ptx._e4m3_pair_div256`). The NaN codes are the only ones that
+    read 1.875 (the largest finite is 448 * 2^-8 = 1.75), and 1.875 * 34944 = 65520 rounds to
+    inf in fp16 while 1.75 * 34944 = 61152 does not; so fma(r * 34944, 0, r) is inf * 0 + r =
+    NaN there and exactly r elsewhere (the product with 0 is a zero of r's sign, so signed zeros and
     subnormals are kept). Two fp16x2 operations per pair for the NaN codes (E4M3 was
     decode-bound on the H200). NAN=False leaves them out: for codes known to hold no NaN
     (the launcher checks the weight once, `codes_nan_free`), the same bits."""

@@ -343,15 +343,14 @@ def mma_config(n: int, k: int, m: int, fmt: Format, info: DeviceInfo) -> LaunchC
       rows: 4), else 4. The 8-bit formats hold two steps (depth 2): with one, ptxas issues the
       next step's loads after this step's mma (SASS, sm_90), so a warp had one step in flight;
       `pipe1` sweep, M = 1, best per shape against depth 1: 22016 x 4096 E5M2 24.0 against
-      26.4 us, E4M3 27.8 against 29.6; token E5M2 1.897 -> 1.794 ms. An L2 prefetch beyond the
-      registers (num_stages 2 / 4) was slower in 93 of 116 pairs and never a shape's best; FP4 (125 registers at depth 1) gained
-      nothing from depth 2 (`pipe2`/`pipe3` sweeps). With twice the bytes a warp, M = 1 splits
-      K for ~6 resident warps an SM and up to 7 KB of a row a program (4096 x 11008 E5M2: 14.3
-      us split 2 against 15.1 split 4).
+      26.4 us, E4M3 27.8 against 29.6; token E5M2 1.897 -> 1.794 ms. An L2 prefetch beyond
+      the registers (num_stages 2 / 4) was slower in 93 of 116 pairs and never a shape's best;
+      FP4 (125 registers at depth 1) gained nothing from depth 2 (`pipe2`/`pipe3` sweeps).
     - FP4 at M = 2..8: the 32-row tiles (block_m = 8), warps along K, 2-step L2 prefetch; 8
       warps below 256 programs, 4 above.
-    Programs split K until about 12 warps per SM are resident; at M = 1, rows over 4 KB also
-    until each program takes at most 3.5 KB of a row.
+    Programs split K until about 12 warps per SM are resident (M = 1 at depth 2: 6, twice the
+    bytes a warp); at M = 1, rows over 4 KB also until each program takes at most 3.5 KB of a
+    row (depth 2: 7 KB; 4096 x 11008 E5M2: 14.3 us split 2 against 15.1 split 4).
     Measured on the H200 (2026-11-29, sweep_gemv.py --kernels mma_gemv, integer FP8 decode;
     BENCHMARKS.md, campaign steps `runs1` on the llama2-7b shapes and `runs2` on llama3-8b's):
     - M = 1: 2 warps fastest or within 3% on 10 of 11 shapes in `runs1`/`runs2` (22016 x 4096
@@ -365,8 +364,8 @@ def mma_config(n: int, k: int, m: int, fmt: Format, info: DeviceInfo) -> LaunchC
     - M = 2: the runs laid out for 2 rows beat the dot kernel on all five llama3-8b shapes
       (E4M3 28672 x 4096: 36.6 us against 42.4) and the 32-row tiles (45.8).
     - M = 4, E4M3 (`runs2`, before the dot kernel's NaN-free decode): the runs beat the dot
-      kernel on 4 of 5 shapes; after it (`runs3`, `runs4`) the dot kernel is faster, so 8-bit
-      M >= 3 is on the dot kernel.
+      kernel on 4 of 5 shapes; after it (`runs3`, `runs4`) the dot kernel was faster, until the
+      runs held two steps (`pipe3`: `uses_mma_gemv` has 8-bit M = 3..4 on the runs again).
     The earlier M = 1 rule (4 warps, `mma8`/`long1`) and the FP4 tiles' settings are in
     BENCHMARKS.md's log."""
     fp8 = fmt in (Format.E5M2, Format.E4M3)
