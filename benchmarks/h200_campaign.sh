@@ -401,4 +401,16 @@ check6)
   export SOFTFP8_FP8_DECODE=integer
   run token 60 python3 -m softfp8.bench token --preset llama2-7b --backends triton --out "$OUT/token.json"
   ;;
+pdlw1)
+  # the MMA GEMV's first weight loads before the PDL wait (this tree) against 192e7f1 (wait
+  # first), PDL off / late / early, same call
+  run gputests 200 python3 -m pytest -q -x -m gpu -p no:cacheprovider tests/test_triton.py -k "mma or pdl"
+  export SOFTFP8_FP8_DECODE=integer
+  old=/tmp/old192; mkdir -p $old; git archive 192e7f1 | tar -x -C $old 2>/dev/null || echo "no git here"
+  for v in auto late early off; do
+    SOFTFP8_PDL=$v run "token-new-$v" 80 python3 -m softfp8.bench token --preset llama2-7b --backends triton --out "$OUT/token-new-$v.json"
+    [ -d $old/softfp8 ] && (cd $old && SOFTFP8_PDL=$v PYTHONPATH=$old run "token-old-$v" 80 python3 -m softfp8.bench token --preset llama2-7b --backends triton --out "$OUT/token-old-$v.json")
+  done
+  tar -czf "$OUT/pdlw1.tgz" -C "$OUT" $(cd "$OUT" && ls | grep -v tgz)
+  ;;
 esac

@@ -86,13 +86,43 @@ def _prefetch_l2(ptr, nbytes):
 @triton.jit
 def _pdl_enter(w_ptr, row0, N, RB, kb_lo, kb_hi, BLOCK_N: tl.constexpr, PDL: tl.constexpr,
                PREFETCH: tl.constexpr):
-    """Programmatic dependent launch (sm_90+, launched with launch_pdl). PDL = 1: let the next
-    kernel begin launching at once; 2: only when this program's loop is done (_pdl_exit). Then
-    start this program's first PREFETCH weight bytes toward L2 (weights do not depend on the
-    previous kernel) and wait until the previous kernel has finished and its writes are visible:
-    everything that reads x or writes anything comes after the wait."""
+    """Programmatic dependent launch (sm_90+, launched with launch_pdl): `_pdl_start`, then
+    `_pdl_wait`. Everything that reads x or writes anything comes after it."""
+    _pdl_start(PDL)
+    _pdl_wait(w_ptr, row0, N, RB, kb_lo, kb_hi, BLOCK_N, PDL, PREFETCH)
+
+
+@triton.jit
+def _pdl_start(PDL: tl.constexpr):
+    """PDL = 1: let the next kernel begin launching at once; 2: only when this program's loop is
+    done (_pdl_exit)."""
     if PDL == 1:
         gdc_launch_dependents()
+
+
+@triton.jit
+def _pdl_wait_after(dep, nonzero, PDL: tl.constexpr):
+    """griddepcontrol.wait once `dep` (int32 words of loaded weights) has arrived: ptxas places a
+    plain wait first of all and sinks independent loads below it. The wait is predicated on
+    (dep | nonzero) != 0 with `nonzero` a runtime value that is never 0: always true, but
+    ptxas can't know (with a predicate it could prove, it hoisted the wait again)."""
+    if PDL != 0:
+        tl.inline_asm_elementwise("""{
+        .reg .pred p;
+        .reg .b32 d;
+        or.b32 d, $1, $2;
+        setp.ne.u32 p, d, 0;
+        @p griddepcontrol.wait;
+        mov.b32 $0, 0;
+        }""", "=r,r,r", [dep, nonzero], dtype=tl.int32, is_pure=False, pack=1)
+
+
+@triton.jit
+def _pdl_wait(w_ptr, row0, N, RB, kb_lo, kb_hi, BLOCK_N: tl.constexpr, PDL: tl.constexpr,
+              PREFETCH: tl.constexpr):
+    """Start this program's first PREFETCH weight bytes toward L2 (weights do not depend on the
+    previous kernel) and wait until the previous kernel has finished and its writes are
+    visible. Loads of weights may come before it; of x, and every store, after."""
     if PDL != 0:
         if PREFETCH > 0:
             rows = tl.minimum(N - row0, BLOCK_N)

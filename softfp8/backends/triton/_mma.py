@@ -43,7 +43,7 @@ Scales, in fp16 on each pair before the mma (the mma then sums exact products in
 import triton
 import triton.language as tl
 
-from ._kernels import _pdl_enter, _pdl_exit
+from ._kernels import _pdl_exit, _pdl_start, _pdl_wait, _pdl_wait_after
 from ._mma_ptx import (_fp8_tile_asm, _load_row_asm, _load_row_fp8_asm, _load_x_asm,
                        _probe_tile_asm, _tile_asm, _xpairs_asm)
 from ._table import MMA_TILE_ROWS
@@ -318,7 +318,7 @@ def mma_gemv_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr,
     t = lane % 4
     kb_lo = pid_k * KB_SPLIT
     kb_hi = tl.minimum(kb_lo + KB_SPLIT, RB)
-    _pdl_enter(w_ptr, pid_n * PROG_ROWS, N, RB, kb_lo, kb_hi, PROG_ROWS, PDL, PREFETCH)
+    _pdl_start(PDL)
     if RUNS > 0:
         xr = g // C  # B column g: x row g // C, chunk g % C
         row = pid_n * PROG_ROWS + WARP_ROWS * (tid // 32) + xr
@@ -341,9 +341,12 @@ def mma_gemv_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr,
         # two register buffers: each refills right after its own step's arithmetic, so the
         # other buffer's step runs while it arrives (with one buffer ptxas issued the next
         # step's loads after this step's mma, reusing its registers: one step in flight)
+        # the weights do not depend on the previous kernel: their first loads are in flight
+        # while it finishes (PDL; x, which it writes, only after the wait)
         r0, r1, r2, r3 = _rows_step(w_ptr, s_ptr, row, N, RB, SB, off, kb_hi, FMT, RS)
-        xw = _x_step(x_row, off, kb_hi, K, in_m, FP8)
         q0, q1, q2, q3 = _rows_step(w_ptr, s_ptr, row, N, RB, SB, off + stride, kb_hi, FMT, RS)
+        _pdl_wait_after(r0[0] | r1[0] | r2[0] | r3[0] | q0[0] | q1[0] | q2[0] | q3[0], RB, PDL)
+        xw = _x_step(x_row, off, kb_hi, K, in_m, FP8)
         qx = _x_step(x_row, off + stride, kb_hi, K, in_m, FP8)
         for _ in range(kb_lo, kb_hi, 2 * stride):
             if AHEAD > 0:
@@ -367,6 +370,10 @@ def mma_gemv_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr,
         r0, r1, r2, r3 = _rows_step(w_ptr, s_ptr, row, N, RB, SB, off, kb_hi, FMT, RS)
         if TILES == 4:
             r4, r5, r6, r7 = _rows_step(w_ptr, s_ptr, row + 4 * RS, N, RB, SB, off, kb_hi, FMT, RS)
+        if PREFETCH > 0:
+            _pdl_wait(w_ptr, pid_n * PROG_ROWS, N, RB, kb_lo, kb_hi, PROG_ROWS, PDL, PREFETCH)
+        else:  # the first weights in flight while the previous kernel finishes (see DEPTH = 2)
+            _pdl_wait_after(r0[0] | r1[0] | r2[0] | r3[0], RB, PDL)
         xw = _x_step(x_row, off, kb_hi, K, in_m, FP8)
         for _ in range(kb_lo, kb_hi, stride):
             off += stride
