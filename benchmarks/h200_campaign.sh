@@ -413,4 +413,12 @@ pdlw1)
   done
   tar -czf "$OUT/pdlw1.tgz" -C "$OUT" $(cd "$OUT" && ls | grep -v tgz)
   ;;
+pdlw2)
+  # the token with PDL's early launch overlapping the MMA GEMV's first weight loads (FP4) and the
+  # ceiling of 128 separate read kernels of the same bytes (gpu_read_chain.py)
+  export SOFTFP8_FP8_DECODE=integer
+  run token 80 python3 -m softfp8.bench token --preset llama2-7b --backends triton --out "$OUT/token.json"
+  run readchain 200 python3 benchmarks/gpu_read_chain.py --json "$OUT/readchain.json"
+  tar -czf "$OUT/pdlw2.tgz" -C "$OUT" $(cd "$OUT" && ls | grep -v tgz)
+  ;;
 esac
