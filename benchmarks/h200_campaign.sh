@@ -421,4 +421,21 @@ pdlw2)
   run readchain 200 python3 benchmarks/gpu_read_chain.py --json "$OUT/readchain.json"
   tar -czf "$OUT/pdlw2.tgz" -C "$OUT" $(cd "$OUT" && ls | grep -v tgz)
   ;;
+timing3)
+  # the vocabulary head in softfp8-bench shapes (134 us) against every other harness (118-120):
+  # numba's probe threads, 2 rotated copies, the shape twice in one process
+  export SOFTFP8_FP8_DECODE=integer
+  b="python3 -m softfp8.bench shapes --backends triton --formats e5m2"
+  run lm-a 60 $b --shape 128256,4096 --out "$OUT/lm-a.json"
+  NUMBA_NUM_THREADS=1 run lm-numba1 60 $b --shape 128256,4096 --out "$OUT/lm-numba1.json"
+  run lm-rot8 60 $b --shape 128256,4096 --rotate 8 --out "$OUT/lm-rot8.json"
+  run lm-twice 90 $b --shape 128256,4096 --shape 128256,4096 --out "$OUT/lm-twice.json"
+  run lm-small-first 90 $b --shape 4096,4096 --shape 128256,4096 --out "$OUT/lm-small-first.json"
+  tar -czf "$OUT/timing3.tgz" -C "$OUT" $(cd "$OUT" && ls | grep -v tgz)
+  ;;
+bisect1)
+  # the bench's steps one at a time (gpu_bench_bisect.py), the vocabulary head
+  export SOFTFP8_FP8_DECODE=integer
+  run bisect 120 python3 benchmarks/gpu_bench_bisect.py
+  ;;
 esac
