@@ -438,4 +438,19 @@ bisect1)
   export SOFTFP8_FP8_DECODE=integer
   run bisect 120 python3 benchmarks/gpu_bench_bisect.py
   ;;
+final7)
+  # this session's numbers after the bench's clock warm-up (timing.WARM_GPU_S): the bisect
+  # again, the token, llama3-8b shapes and small M; then the GPU suite
+  export SOFTFP8_FP8_DECODE=integer
+  mkdir -p "$OUT/r"
+  run bisect 60 python3 benchmarks/gpu_bench_bisect.py
+  run token 80 python3 -m softfp8.bench token --preset llama2-7b --backends triton --out "$OUT/r/token.json"
+  run shapes 100 python3 -m softfp8.bench shapes --preset llama3-8b --backends triton --out "$OUT/r/shapes.json"
+  run smallm 120 python3 -m softfp8.bench small-m --preset llama3-8b --backends triton --formats e5m2,e4m3 --out "$OUT/r/smallm.json"
+  unset SOFTFP8_FP8_DECODE
+  run gputests 230 python3 -m pytest -q -m gpu -p no:cacheprovider tests/
+  cp "$OUT"/*.txt "$OUT/r/"
+  tar -czf "$OUT/final7.tgz" -C "$OUT/r" .
+  rm -rf "$OUT/r" "$OUT"/*.txt
+  ;;
 esac
