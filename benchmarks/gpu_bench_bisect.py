@@ -42,44 +42,15 @@ def main() -> None:
         t = measure([lambda: linear(x, packed, backend=Backend.TRITON)], dev, warmup=3, reps=50)
         print(f"{step:58s} measure(): {t.seconds * 1e6:7.1f} us", flush=True)
 
-    def bench_row(step: str, **kw) -> None:
-        r = workload.time_softfp8(sh, 1, fmt, [Backend.TRITON], s, None, packed, **kw)[0]
-        print(f"{step:58s} bench row: {r.get('ms', float('nan')) * 1e3:7.1f} us "
-              f"(copies {r.get('copies')})", flush=True)
-
-    import time
+    from softfp8.bench import cli, report
     probe("1 fresh weight")
-    probe("2 again")
-    commands.memory(s, 1024)
-    probe("3 after the bench's memory() (1 GiB copy/read)")
-    probe("4 again")
-    commands.memory(s, 1024)
-    time.sleep(1.0)
-    probe("5 after memory(), then 1 s idle")
-    commands.memory(s, 1024)
-    torch.cuda.synchronize()
-    big = torch.empty(1 << 30, dtype=torch.uint8, device=dev)
-    big.fill_(1)
-    probe("6 after memory(), then a 1 GiB fill")
-    del big
-    commands.memory(s, 1024)
-    junk = torch.randn(1 << 28, device=dev)
-    s2 = junk.sum()
-    probe("7 after memory(), then a 1 GiB randn + sum")
-    del junk, s2
-    commands.memory(s, 1024)
-    for _ in range(3):
-        linear(x, packed, backend=Backend.TRITON)
-    probe("8 after memory(), then 3 eager calls")
-    commands.memory(s, 1024)
-    measure([lambda: linear(x, packed, backend=Backend.TRITON)], dev, warmup=0, reps=1)
-    probe("9 after memory(), then one short measure()")
-    p2 = workload.clone_packed(packed)
-    t = measure([lambda: linear(x, p2, backend=Backend.TRITON)], dev, warmup=3, reps=50)
-    print(f"{'10 a fresh clone of the weight':58s} measure(): {t.seconds * 1e6:7.1f} us", flush=True)
-    commands.memory(s, 1024)
-    t = measure([lambda: linear(x, p2, backend=Backend.TRITON)], dev, warmup=3, reps=50)
-    print(f"{'11 the clone after memory()':58s} measure(): {t.seconds * 1e6:7.1f} us", flush=True)
+    cli.main(["shapes", "--shape", a.shape, "--backends", "triton", "--formats", a.fmt,
+              "--out", "/tmp/bisect-shapes.json"])
+    probe("2 after softfp8-bench shapes in this process")
+    report.probe_report()
+    probe("3 after the bench's probe_report()")
+    r = workload.time_softfp8(sh, 1, fmt, [Backend.TRITON], s, None, packed)[0]
+    print(f"{'4 time_softfp8 on this weight':58s} bench row: {r['ms'] * 1e3:7.1f} us", flush=True)
     print(torch.cuda.get_device_name(), torch.__version__, __import__("triton").__version__)
 
 

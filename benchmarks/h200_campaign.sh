@@ -448,7 +448,7 @@ s7final)
   # again, the token, llama3-8b shapes and small M; then the GPU suite
   export SOFTFP8_FP8_DECODE=integer
   mkdir -p "$OUT/r"
-  run bisect 60 python3 benchmarks/gpu_bench_bisect.py
+  run lmhead 40 python3 -m softfp8.bench shapes --shape 128256,4096 --backends triton --formats e5m2 --out "$OUT/r/lmhead.json"
   run token 80 python3 -m softfp8.bench token --preset llama2-7b --backends triton --out "$OUT/r/token.json"
   run shapes 100 python3 -m softfp8.bench shapes --preset llama3-8b --backends triton --out "$OUT/r/shapes.json"
   run smallm 120 python3 -m softfp8.bench small-m --preset llama3-8b --backends triton --formats e5m2,e4m3 --out "$OUT/r/smallm.json"
