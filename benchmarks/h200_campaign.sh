@@ -458,4 +458,15 @@ s7final)
   tar -czf "$OUT/s7final.tgz" -C "$OUT/r" .
   rm -rf "$OUT/r" "$OUT"/*.txt
   ;;
+e4head)
+  # E4M3's vocabulary head at M = 1: MMA_GEMV (the table; 136 us in s7final) against the dot
+  # kernel's 64 x 256 and 128 x 256 tiles (125 us at M = 2 in the same run)
+  export SOFTFP8_FP8_DECODE=integer
+  b="python3 -m softfp8.bench shapes --shape 128256,4096 --backends triton --formats e4m3"
+  run head-table 50 $b --out "$OUT/head-table.json"
+  SOFTFP8_TRITON_TABLE=benchmarks/e4head_dot64.json run head-dot64 50 $b --out "$OUT/head-dot64.json"
+  SOFTFP8_TRITON_TABLE=benchmarks/e4head_dot128.json run head-dot128 50 $b --out "$OUT/head-dot128.json"
+  tar -czf "$OUT/e4head.tgz" -C "$OUT" $(cd "$OUT" && ls | grep -v tgz)
+  rm -f "$OUT"/*.json "$OUT"/*.jsonl "$OUT"/*.md
+  ;;
 esac
