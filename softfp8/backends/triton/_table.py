@@ -118,7 +118,9 @@ def pdl_auto(fmt: Format) -> tuple[str, int]:
     take SM slots from these bandwidth-bound kernels, and the prefetch alone (late + 32 KiB) cost
     E5M2 9%. FP4 on Kernel.MMA_GEMV (step pdl3), off -> late -> early -> early + 32 KiB: NVFP4
     1.926 -> 1.817 -> 1.802 -> 1.871, MXFP4 2.043 -> 1.909 -> 1.919 -> 1.889 (the prefetch
-    that helped the FMA GEMV no longer does)."""
+    that helped the FMA GEMV no longer does). Since 4e7562a the MMA GEMV under an early launch
+    issues its first weight loads before the wait (`_mma`); `pdlw1` (2026-12-01), late / early:
+    E5M2 1.794 / 1.790, E4M3 1.943 / 1.958, NVFP4 1.793 / 1.753, MXFP4 1.946 / 1.871."""
     return ("late", 0) if fmt in (Format.E5M2, Format.E4M3) else ("early", 0)
 
 
@@ -278,9 +280,10 @@ MMA_FP8_MAX_N = 65536
 """8-bit rows (a vocabulary head) from which M = 2..4 runs the dot kernel, not MMA_GEMV: there
 `softfp8-bench small-m` (the issue's instrument) and `sweep_gemv.py` disagree. On the H200
 (`pipe3`/`pipe4`, 128256 x 4096) the sweep has MMA_GEMV at 119-122 us and the dot kernel at
-138-139 (M = 1 and 4), the bench MMA_GEMV at 135-148 us and the dot kernel at 124-131 (M = 2..8;
-not understood, BENCHMARKS.md); at M = 1 the bench has MMA_GEMV 135 against 137-139, so M = 1
-heads stay on MMA_GEMV."""
+138-139 (M = 1 and 4), the bench MMA_GEMV at 135-148 us and the dot kernel at 124-131 (M = 2..8).
+Much of that was the bench's 3-pass warm-up (BENCHMARKS.md, seventh session: with 50 ms the
+head at M = 1 takes 118 us for E5M2, 122 for E4M3 on MMA_GEMV, 125 on the dot kernel);
+M = 2..4 heads were not measured again since."""
 
 
 def uses_mma_gemv(n: int, k: int, m: int, fmt: Format, info: DeviceInfo,
