@@ -59,3 +59,21 @@ def test_every_variant_compiles(compiled, target):
         assert all(r["fp8_cvt"] for r in hw), "hardware variants must use the FP8 cvt"
     if target[:2] == ("cuda", "75"):
         assert all(r["spills"] == 0 for r in records), [(r["variant"], r["spills"]) for r in records]
+
+
+def test_mma_gemv_early_pdl_loads_weights_before_the_wait(compiled):
+    """Under an early PDL launch the MMA GEMV's first weight loads must come before
+    griddepcontrol.wait in the SASS (ptxas hoists a plain wait above every load: `_mma`); under a
+    late launch the plain wait stays first (x's loads must not wait for the weights)."""
+    rc, stderr, records = compiled[("cuda", "90", 32)]
+    assert rc == 0, stderr
+    pdl = [r for r in records if "loads_before_wait" in r]
+    early = [r for r in pdl if r["pdl"] == 1]
+    late = [r for r in pdl if r["pdl"] == 2]
+    assert early and late, [r["variant"] for r in pdl]
+    for r in early:  # a thread's rows at the first step (depth 2: two steps): 4 or 8 loads
+        want = 8 if "d2" in r["variant"] else 4
+        assert r["loads_before_wait"] >= want, (r["variant"], r["loads_before_wait"])
+    for r in late:
+        assert r["loads_before_wait"] == 0, (r["variant"], r["loads_before_wait"])
+

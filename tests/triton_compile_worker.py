@@ -103,6 +103,10 @@ def variants(backend: str, arch):
                 name = (f"mma_gemv-r{runs}t{tiles}d{depth}{'' if nan else '-finite'}-{fmt}"
                         f"-fp16")
                 yield name, _mma.mma_gemv_kernel, c, "fp16", 4, 1
+            if pdl:  # sm_90: the early launch's order (weights before the wait) at depth 2
+                c = dict(FMT=fmt, HAS_BIAS=True, WARPS=2, PARTIAL=False, PDL=1, PREFETCH=0,
+                         AHEAD=0, RUNS=1, TILES=2, HAS_SCALE=True, DEPTH=2)
+                yield f"mma_gemv-r1t2d2-pdl-early-{fmt}-fp16", _mma.mma_gemv_kernel, c, "fp16", 2, 1
         if not hw:  # the large-M slab decode (portable decoders only)
             c = dict(FMT=fmt, HAS_SCALE=fmt in FP8, INJECT=inject, BLOCK_R=16,
                      BLOCK_KB=512 * (8 if fmt in FP8 else 4) // 8, CHECK=xd != "fp32",
@@ -177,6 +181,20 @@ def resources(backend, arch, kernel):
 FP8_CVT = re.compile(r"^\s*cvt\.[^\n;]*(e4m3|e5m2|e2m1)", re.M)
 
 
+def loads_before_pdl_wait(cubin: bytes) -> int:
+    """LDG.E.128 instructions before the first griddepcontrol.wait (SASS `ACQBULK`) of a cubin,
+    -1 where it has no wait (nvdisasm, bundled with Triton)."""
+    from triton.backends.nvidia import compiler as nv
+    tool = os.path.join(os.path.dirname(nv.__file__), "bin", "nvdisasm")
+    with tempfile.NamedTemporaryFile(suffix=".cubin", delete=False) as f:
+        f.write(cubin)
+    sass = subprocess.run([tool, "-c", f.name], capture_output=True, text=True).stdout
+    os.unlink(f.name)
+    if "ACQBULK" not in sass:
+        return -1
+    return sass[:sass.index("ACQBULK")].count("LDG.E.128")
+
+
 def main(backend: str, arch: str, warp: int) -> None:
     arch_v = int(arch) if backend == "cuda" else arch
     target = GPUTarget(backend, arch_v, warp)
@@ -190,6 +208,9 @@ def main(backend: str, arch: str, warp: int) -> None:
             if backend == "cuda":
                 rec["fp8_cvt"] = sorted({m.group(0).strip() for m in FP8_CVT.finditer(k.asm["ptx"])})
                 rec["ld128"] = "ld.global.v4" in k.asm["ptx"]
+                if fn is _mma.mma_gemv_kernel and constexprs.get("PDL"):
+                    rec["pdl"] = constexprs["PDL"]
+                    rec["loads_before_wait"] = loads_before_pdl_wait(k.asm["cubin"])
         except Exception as e:  # reported, and the test decides whether it is acceptable
             rec["error"] = f"{type(e).__name__}: {str(e)[-600:]}"
         rec["seconds"] = round(time.time() - t0, 2)
