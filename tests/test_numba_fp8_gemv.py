@@ -1,7 +1,8 @@
 """The FP8 GEMV kernel itself (softfp8/backends/_numba_kernels.gemv_fp8: four rows a pass, and
-gemv_fp8_1row, which runs gemv_e5m2_1row or gemv_e4m3_1row): every code at every byte position
-bit-exact through the kernel, every non-finite code propagating, and fp64 parity on odd shapes
-either side of MULTIROW_MIN_K."""
+gemv_fp8_1row, which runs gemv_e5m2_1row, gemv_e4m3_1row or gemv_e4m3_finite_1row): every code
+at every byte position bit-exact through each kernel (E4M3 also without the NaN fix, for weights
+that hold no NaN code), every non-finite code propagating, and fp64 parity on odd shapes either
+side of MULTIROW_MIN_K, with and without a NaN code in the weight."""
 import pytest
 import torch
 from conftest import rel_err, same_bits
@@ -21,21 +22,26 @@ def values(fmt, codes):
     return codes.view(DTYPE[fmt]).float()
 
 
+KIND = {"e5m2": K.E5M2_KIND, "e4m3": K.E4M3_KIND, "e4m3-finite": K.E4M3_FINITE_KIND}
+
+
 def gemv(fmt, codes, x, multirow):
-    """codes uint8 [N, K] (K even), x float32 [K] -> y [N], chunks of 4 rows."""
+    """codes uint8 [N, K] (K even), x float32 [K] -> y [N], chunks of 4 rows. fmt "e4m3-finite":
+    E4M3 codes through the kernels without the NaN fix."""
     y = np.zeros(codes.shape[0], np.float32)
     gemv = K.gemv_fp8 if multirow else K.gemv_fp8_1row
     gemv(codes.view(torch.uint16).numpy(), x[0::2].contiguous().numpy(),
-         x[1::2].contiguous().numpy(), y, 4, fmt == "e4m3")
+         x[1::2].contiguous().numpy(), y, 4, KIND[fmt])
     return torch.from_numpy(y)
 
 
 @pytest.mark.parametrize("multirow", [True, False], ids=["4rows", "1row"])
-@pytest.mark.parametrize("fmt", ["e5m2", "e4m3"])
-def test_every_finite_code_at_every_position_is_exact(fmt, multirow):
+@pytest.mark.parametrize("kind", ["e5m2", "e4m3", "e4m3-finite"])
+def test_every_finite_code_at_every_position_is_exact(kind, multirow):
     """Row r holds finite code (r + k) % F at position k; a one-hot x at k reads column k back,
     so each code is seen in the low and the high byte of a pair and in every row slot of a
     4-row pass; 6 rows make the last chunk of 4 a 2-row remainder (the one-row loop)."""
+    fmt = kind.removesuffix("-finite")
     every = torch.arange(256, dtype=torch.uint8)
     finite = every[torch.isfinite(values(fmt, every))]
     n, k = 6, finite.numel()  # 248 or 254: even, as the kernel's uint16 pairs need
@@ -44,7 +50,7 @@ def test_every_finite_code_at_every_position_is_exact(fmt, multirow):
     for col in range(k):
         x = torch.zeros(k)
         x[col] = 1.0
-        got[:, col] = gemv(fmt, codes, x, multirow) / POST[fmt]
+        got[:, col] = gemv(kind, codes, x, multirow) / POST[fmt]
     want = values(fmt, codes) / POST[fmt]
     ok = same_bits(got, want) | ((got == 0) & (want == 0))  # -0 reads back +0 in a dot product
     assert ok.all(), (codes[~ok][:8].tolist(), got[~ok][:8].tolist())
@@ -68,12 +74,21 @@ def test_every_nonfinite_code_propagates(fmt, multirow):
     assert same_bits(got, want).all(), (got.tolist(), want.tolist())
 
 
+@pytest.mark.parametrize("nan_code", [False, True], ids=["finite", "nan-code"])
 @pytest.mark.parametrize("fmt", ["e5m2", "e4m3"])
 @pytest.mark.parametrize("n, k", [(13, 4097), (9, 6001)])
-def test_gemv_matches_fp64_both_sides_of_the_multirow_line(fmt, n, k):
+def test_gemv_matches_fp64_both_sides_of_the_multirow_line(fmt, n, k, nan_code):
+    """Quantized weights hold no NaN code (E4M3 then runs without the NaN fix); one NaN code
+    written in place makes that row NaN and leaves the others right (the check is redone when a
+    weight's tensor changes)."""
     assert 4097 + 63 < numba_cpu.MULTIROW_MIN_K <= 6001  # the two shapes take the two layouts
     g = torch.Generator().manual_seed(n * k)
     packed = softfp8.quantize(torch.randn(n, k, generator=g), fmt)
     x = torch.randn(1, k, generator=g)
     want = x.double() @ softfp8.dequantize(packed).double().T
     assert rel_err(numba_cpu.matmul(x, packed), want) <= 1e-6
+    if nan_code:
+        packed.words.view(torch.uint8)[2, 5] = 0x7F  # NaN in both formats
+        got = numba_cpu.matmul(x, packed)
+        assert torch.isnan(got[0, 2]) and not torch.isnan(got[0, [0, 1, 3]]).any()
+        assert rel_err(got[:, [0, 1, 3]], want[:, [0, 1, 3]]) <= 1e-6

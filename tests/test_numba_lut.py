@@ -1,6 +1,7 @@
-"""The AVX-512 table-lookup FP4 GEMV (softfp8/backends/_numba_lut.py): every E2M1 code at every
-nibble and block position bit-exact through the kernel, fp64 parity over odd shapes, and the
-bit-operation kernels it replaces still right when it is switched off."""
+"""The table-lookup FP4 GEMVs -- AVX-512 (softfp8/backends/_numba_lut.py) and AVX2
+(_numba_pshufb.py): every E2M1 code at every nibble and block position bit-exact through each
+kernel, fp64 parity over odd shapes, and the bit-operation kernels they replace still right when
+they are switched off. Each kernel's tests run where numba targets its instruction set."""
 import pytest
 import torch
 from conftest import rel_err, same_bits
@@ -11,10 +12,15 @@ from softfp8.dispatch import E2M1Decode
 
 numba = pytest.importorskip("numba")
 L = pytest.importorskip("softfp8.backends._numba_lut")
+from softfp8.backends import _numba_pshufb as P  # noqa: E402
 from softfp8.backends import numba_cpu  # noqa: E402
 
 np = pytest.importorskip("numpy")
 needs_avx512 = pytest.mark.skipif(not L.available(), reason="numba does not target AVX-512 here")
+needs_avx2 = pytest.mark.skipif(not P.available(), reason="numba does not target AVX2 here")
+KERNELS = [pytest.param(L, 1, marks=needs_avx512, id="avx512-1row"),
+           pytest.param(L, L.ROWS, marks=needs_avx512, id="avx512-4rows"),
+           pytest.param(P, 1, marks=needs_avx2, id="avx2")]
 
 BLOCK = {"nvfp4": 16, "mxfp4": 32}
 ONE = {"nvfp4": 0x38, "mxfp4": 127}  # scale code of 1.0: E4M3 and E8M0
@@ -28,20 +34,20 @@ def words_of(codes):
     return torch.where(w >= 2 ** 31, w - 2 ** 32, w).to(torch.int32)
 
 
-def gemv(fmt, words, scales, x, group):
+def gemv(mod, fmt, words, scales, x, group):
     y = np.zeros(words.shape[0], np.float32)
-    xs, xp = L.x_steps(x, BLOCK[fmt])
+    xs, xp = mod.x_steps(x, BLOCK[fmt])
+    rows = (group,) if mod is L else ()  # the AVX2 kernel runs one row a pass
     if fmt == "nvfp4":
-        L.gemv_nvfp4(words.numpy(), scales.numpy(), np.float32(1.0), xs, xp, y, 8, group)
+        mod.gemv_nvfp4(words.numpy(), scales.numpy(), np.float32(1.0), xs, xp, y, 8, *rows)
     else:
-        L.gemv_mxfp4(words.numpy(), scales.numpy(), xs, xp, y, 8, group)
+        mod.gemv_mxfp4(words.numpy(), scales.numpy(), xs, xp, y, 8, *rows)
     return torch.from_numpy(y)
 
 
-@needs_avx512
-@pytest.mark.parametrize("group", [1, L.ROWS])
+@pytest.mark.parametrize("mod, group", KERNELS)
 @pytest.mark.parametrize("fmt", ["nvfp4", "mxfp4"])
-def test_every_code_at_every_position_is_exact(fmt, group):
+def test_every_code_at_every_position_is_exact(fmt, mod, group):
     """Row r holding code (r + k) % 16 at position k: a one-hot x at k reads column k back, so
     each code is seen at every nibble and lane of a 16-word step, in each row slot of a 4-row
     pass and in the one-row kernel (group 1, and the 2 rows left over in the last chunk of 8),
@@ -55,7 +61,7 @@ def test_every_code_at_every_position_is_exact(fmt, group):
     for col in range(k):
         x = torch.zeros(k)
         x[col] = 1.0
-        got[:, col] = gemv(fmt, words, scales, x, group)
+        got[:, col] = gemv(mod, fmt, words, scales, x, group)
     want = E2M1_TO_FLOAT32[codes]
     # exact values; code 8 (-0) reads back +0, as in any dot product: -0 + the +0 products
     bad = got != want
@@ -63,13 +69,17 @@ def test_every_code_at_every_position_is_exact(fmt, group):
     assert not bad.any(), (codes[bad][:8].tolist(), got[bad][:8].tolist())
 
 
-@needs_avx512
+@pytest.mark.parametrize("table", [pytest.param("1", marks=needs_avx512, id="avx512"),
+                                   pytest.param("avx2", marks=needs_avx2, id="avx2")])
 @pytest.mark.parametrize("fmt", ["nvfp4", "mxfp4"])
 @pytest.mark.parametrize("n, k", [(1, 1), (17, 4097), (4097, 33), (5, 512), (3, 1000),
                                   (11, 6001)])
-def test_gemv_matches_fp64(fmt, n, k):
-    """Odd shapes through numba_cpu.matmul; (11, 6001) is past MULTIROW_MIN_K, so it runs 4
-    rows a pass with leftover rows in its chunks."""
+def test_gemv_matches_fp64(fmt, n, k, table, monkeypatch):
+    """Odd shapes through numba_cpu.matmul, with each table kernel (SOFTFP8_NUMBA_FP4_LUT=avx2
+    takes the AVX2 one on an AVX-512 CPU too); (11, 6001) is past MULTIROW_MIN_K, so the
+    AVX-512 kernel runs 4 rows a pass with leftover rows in its chunks."""
+    monkeypatch.setenv("SOFTFP8_NUMBA_FP4_LUT", table)
+    assert numba_cpu._fp4_table_kernels() is (L if table == "1" else P)
     g = torch.Generator().manual_seed(n + k)
     packed = softfp8.quantize(torch.randn(n, k, generator=g), fmt)
     x = torch.randn(1, k, generator=g)
@@ -81,7 +91,7 @@ def test_gemv_matches_fp64(fmt, n, k):
 @pytest.mark.parametrize("e2m1", [E2M1Decode.SELECT, E2M1Decode.INJECT])
 @pytest.mark.parametrize("fmt", ["nvfp4", "mxfp4"])
 def test_bit_operation_kernels_still_run_when_the_table_is_off(fmt, e2m1, monkeypatch):
-    """SOFTFP8_NUMBA_FP4_LUT=0 (and any CPU without AVX-512) takes the _numba_kernels GEMVs."""
+    """SOFTFP8_NUMBA_FP4_LUT=0 (and any CPU without AVX2) takes the _numba_kernels GEMVs."""
     monkeypatch.setenv("SOFTFP8_NUMBA_FP4_LUT", "0")
     assert not numba_cpu._lut_available()
     g = torch.Generator().manual_seed(7)
@@ -104,3 +114,29 @@ def test_available_follows_numba_target(monkeypatch):
         assert L.available() is True
     finally:
         L.available.cache_clear()
+
+
+def test_avx2_available_follows_numba_target(monkeypatch):
+    from numba.core import config
+
+    P.available.cache_clear()
+    try:
+        monkeypatch.setattr(config, "CPU_NAME", "generic")
+        monkeypatch.setattr(config, "CPU_FEATURES", None)
+        assert P.available() is False
+        P.available.cache_clear()
+        monkeypatch.setattr(config, "CPU_FEATURES", "+sse4.2,+avx,+avx2")
+        assert P.available() is True
+    finally:
+        P.available.cache_clear()
+
+
+def test_avx2_step_order_is_a_permutation_with_block_aligned_lane_groups():
+    """Each fp32 vector of a step holds 8 distinct codes, all 64 codes appear once, and lanes
+    0-3 and 4-7 each lie in one NVFP4 block (16 codes): the kernel scales them as groups."""
+    order = P._step_order()
+    assert sorted(order.reshape(-1).tolist()) == list(range(64))
+    for v in range(8):
+        for group in (order[v, :4], order[v, 4:]):
+            assert len({int(c) // 16 for c in group}) == 1, (v, order[v])
+

@@ -16,6 +16,7 @@ _I32 = np.int32
 _F32_QNAN = 0x7FC00000
 _F32_INF = 0x7F800000
 _SIGN = np.int32(-0x80000000)
+_BF80 = np.int16(-0x4080)  # 0xBF80: fp16 bits 7..13 and 15
 _E2M1_BITS = np.int32(0x01C00000)  # e1 e0 m0 at float32 bits 22..24
 
 
@@ -189,12 +190,26 @@ def e5m2_pair(u):
 def e4m3_pair_div256(u):
     """Codes 2i and 2i+1 from one uint16, each / 256 (as e4m3_fast_div256)."""
     u = np.uint16(u)
-    lo = _half_bits_to_f32(np.uint16(np.uint16(np.uint16(u & np.uint16(0x7F)) << np.uint16(7))
-                                     | np.uint16(np.uint16(u & np.uint16(0x80)) << np.uint16(8))))
-    hi = _half_bits_to_f32(np.uint16(np.uint16(np.uint16(u >> np.uint16(1)) & np.uint16(0x3F80))
-                                     | np.uint16(u & np.uint16(0x8000))))
+    # value / 256 in fp16 is the code's 7 low bits at bits 7..13 and its sign at bit 15: an
+    # arithmetic shift right by one copies the sign into bit 14, which the mask 0xBF80 clears
+    # (3 operations for the low code, 2 for the high one, as the GPU's pair decode)
+    s = np.int16(u)
+    lo = _half_bits_to_f32(np.uint16(np.int16(np.int16(np.int16(s << np.int16(8))
+                                                       >> np.int16(1)) & _BF80)))
+    hi = _half_bits_to_f32(np.uint16(np.int16(np.int16(s >> np.int16(1)) & _BF80)))
     lo = np.float32(np.nan) if np.uint16(u & np.uint16(0x7F)) == np.uint16(0x7F) else lo
     hi = np.float32(np.nan) if np.uint16(u & np.uint16(0x7F00)) == np.uint16(0x7F00) else hi
+    return lo, hi
+
+
+@nb.njit(**_INLINE)
+def e4m3_pair_div256_finite(u):
+    """e4m3_pair_div256 for codes known to hold no NaN (0x7F, 0xFF): the same bits without the
+    NaN fix, which took 16 of the AVX2 loop's 36 instructions (compares, widening, blends)."""
+    s = np.int16(np.uint16(u))
+    lo = _half_bits_to_f32(np.uint16(np.int16(np.int16(np.int16(s << np.int16(8))
+                                                       >> np.int16(1)) & _BF80)))
+    hi = _half_bits_to_f32(np.uint16(np.int16(np.int16(s >> np.int16(1)) & _BF80)))
     return lo, hi
 
 

@@ -18,7 +18,7 @@ import numpy as np
 
 from ._numba_decode import (
     _E2M1_BITS, _I32, _INLINE, _JIT, _SIGN, _i2f, e2m1_select, e4m3_bits, e4m3_fast_div256,
-    e4m3_pair_div256, e5m2_fast, e5m2_pair, e8m0, e8m0_i32)
+    e4m3_pair_div256, e4m3_pair_div256_finite, e5m2_fast, e5m2_pair, e8m0, e8m0_i32)
 
 
 # -- fused GEMV (M = 1): decode in registers, rows split into chunks, one prange step each ------
@@ -28,11 +28,22 @@ from ._numba_decode import (
 # E4M3 1.90 against 3.09 (2 threads, alone); at 4096x11008 four rows 2.14 against 3.85, 2.44
 # against 3.93 ms.
 
+E5M2_KIND, E4M3_KIND, E4M3_FINITE_KIND = 0, 1, 2
+"""The FP8 GEMVs' `e4m3` argument: E5M2, E4M3, or E4M3 whose codes hold no NaN (no NaN fix)."""
+
+
+@nb.njit(**_INLINE)
+def _fp8_pair(u, e4m3):
+    if e4m3 == E4M3_FINITE_KIND:
+        return e4m3_pair_div256_finite(u)
+    return e4m3_pair_div256(u) if e4m3 else e5m2_pair(u)
+
+
 @nb.njit(**_INLINE)
 def _fp8_dot(c16, r, xe, xo, e4m3):
     a = np.float32(0.0)
     for i in range(c16.shape[1]):
-        lo, hi = e4m3_pair_div256(c16[r, i]) if e4m3 else e5m2_pair(c16[r, i])
+        lo, hi = _fp8_pair(c16[r, i], e4m3)
         a += lo * xe[i] + hi * xo[i]
     return a
 
@@ -48,7 +59,12 @@ def _gemv_fp8_rows4(c16, xe, xo, y, r0, r1, e4m3):
         a3 = np.float32(0.0)
         for i in range(c16.shape[1]):
             e, o = xe[i], xo[i]
-            if e4m3:
+            if e4m3 == E4M3_FINITE_KIND:
+                l0, h0 = e4m3_pair_div256_finite(c16[r, i])
+                l1, h1 = e4m3_pair_div256_finite(c16[r + 1, i])
+                l2, h2 = e4m3_pair_div256_finite(c16[r + 2, i])
+                l3, h3 = e4m3_pair_div256_finite(c16[r + 3, i])
+            elif e4m3:
                 l0, h0 = e4m3_pair_div256(c16[r, i])
                 l1, h1 = e4m3_pair_div256(c16[r + 1, i])
                 l2, h2 = e4m3_pair_div256(c16[r + 2, i])
@@ -97,10 +113,20 @@ def _e4m3_rows1(c16, xe, xo, y, r0, r1):
         y[r] = a * np.float32(256.0)
 
 
+@nb.njit(**_JIT)
+def _e4m3_finite_rows1(c16, xe, xo, y, r0, r1):
+    for r in range(r0, r1):
+        a = np.float32(0.0)
+        for i in range(c16.shape[1]):
+            lo, hi = e4m3_pair_div256_finite(c16[r, i])
+            a += lo * xe[i] + hi * xo[i]
+        y[r] = a * np.float32(256.0)
+
+
 @nb.njit(parallel=True, **_JIT)
 def gemv_fp8(c16, xe, xo, y, chunk, e4m3):
     """y[r] = row r . x for FP8 rows read as uint16 [N, Kp/2]; xe/xo = x[0::2], x[1::2]; four
-    rows per pass."""
+    rows per pass. e4m3: E5M2_KIND, E4M3_KIND or E4M3_FINITE_KIND."""
     n = c16.shape[0]
     for c in nb.prange((n + chunk - 1) // chunk):
         _gemv_fp8_rows4(c16, xe, xo, y, c * chunk, min(n, (c + 1) * chunk), e4m3)
@@ -122,12 +148,22 @@ def gemv_e4m3_1row(c16, xe, xo, y, chunk):
         _e4m3_rows1(c16, xe, xo, y, c * chunk, min(n, (c + 1) * chunk))
 
 
+@nb.njit(parallel=True, **_JIT)
+def gemv_e4m3_finite_1row(c16, xe, xo, y, chunk):
+    """gemv_fp8 for E4M3 codes that hold no NaN, one row per pass."""
+    n = c16.shape[0]
+    for c in nb.prange((n + chunk - 1) // chunk):
+        _e4m3_finite_rows1(c16, xe, xo, y, c * chunk, min(n, (c + 1) * chunk))
+
+
 def gemv_fp8_1row(c16, xe, xo, y, chunk, e4m3):
     """gemv_fp8 one row per pass: the E4M3 or the E5M2 kernel (separate functions, not a flag:
     with a runtime flag choosing the loop, LLVM left the E5M2 one-row loop slow, 5.1 against
     2.9 ms E4M3 at 11008x4096 single thread while the four-row loop shared the function, and
     still slower than alone once it no longer did: by 3-17% in 9 of 10 interleaved runs, 1 even)."""
-    (gemv_e4m3_1row if e4m3 else gemv_e5m2_1row)(c16, xe, xo, y, chunk)
+    kernel = {E5M2_KIND: gemv_e5m2_1row, E4M3_KIND: gemv_e4m3_1row,
+              E4M3_FINITE_KIND: gemv_e4m3_finite_1row}[int(e4m3)]
+    kernel(c16, xe, xo, y, chunk)
 
 
 # FP4: one vector lane per block (NVFP4: 2 words = 16 codes, MXFP4: 4 words = 32 codes), met by

@@ -105,26 +105,33 @@ def _matmul_f32(x: torch.Tensor, packed: PackedWeight, inject: bool, threads: in
         yv = y[0].numpy()
         x0 = xp[0]
         if not fp4:  # FP8 rows as uint16 pairs, met by the even and odd elements of x
+            from ._facts import codes_nan_free
+
             gemv = K.gemv_fp8 if kp >= MULTIROW_MIN_K else K.gemv_fp8_1row
+            kind = (K.E5M2_KIND if fmt is Format.E5M2 else
+                    K.E4M3_FINITE_KIND if codes_nan_free(packed) else K.E4M3_KIND)
             gemv(packed.words.view(torch.uint16).numpy(), x0[0::2].contiguous().numpy(),
-                 x0[1::2].contiguous().numpy(), yv, chunk, fmt is Format.E4M3)
+                 x0[1::2].contiguous().numpy(), yv, chunk, kind)
         else:  # FP4 words, one lane per block, met by planes[j, b] = x[block * b + j]
             mx = fmt is Format.MXFP4
             block = SPECS[fmt].block
             words, scales = packed.words.numpy(), packed.scales.numpy()
             g = np.float32(1.0) if mx else np.float32(packed.global_scale.item())
-            if _lut_available():
+            table = _fp4_table_kernels()
+            if table is not None:
                 # The table lookup is the select decode and faster than injection too (measured
                 # single core, 256x4096 in cache: NVFP4 18.4 against 13.4 Gelem/s, MXFP4 22.1
                 # against 14.2); where injection is allowed it gives the same bits, so it serves
-                # both decoders here.
-                from . import _numba_lut as L
+                # both decoders here. AVX-512: a 16-float permute; AVX2: two byte tables.
+                from . import _numba_lut
 
+                L = table
                 xs, xpn = L.x_steps(x0, block)
+                group = (_group(kp),) if L is _numba_lut else ()  # AVX2: one row a pass
                 if mx:
-                    L.gemv_mxfp4(words, scales, xs, xpn, yv, chunk, _group(kp))
+                    L.gemv_mxfp4(words, scales, xs, xpn, yv, chunk, *group)
                 else:
-                    L.gemv_nvfp4(words, scales, g, xs, xpn, yv, chunk, _group(kp))
+                    L.gemv_nvfp4(words, scales, g, xs, xpn, yv, chunk, *group)
                 return _row_scaled(y, packed, fp4)
             planes = x0.view(-1, block).T
             inject = inject and _inject_fold_safe(x0)
@@ -177,10 +184,22 @@ def _group(kp: int) -> int:
 
 
 def _lut_available() -> bool:
-    """Whether the FP4 table-lookup GEMV (AVX-512 vpermps) can run; `SOFTFP8_NUMBA_FP4_LUT=0`
-    turns it off (read per call: for comparisons, and in case a CPU misreports its features)."""
+    """Whether an FP4 table-lookup GEMV can run here (`_fp4_table_kernels`)."""
+    return _fp4_table_kernels() is not None
+
+
+def _fp4_table_kernels():
+    """The FP4 table-lookup GEMV module for this CPU: _numba_lut (AVX-512 vpermps), else
+    _numba_pshufb (AVX2 vpshufb), else None (the bit-operation kernels run).
+    `SOFTFP8_NUMBA_FP4_LUT=0` turns both off, `=avx2` skips the AVX-512 one (read per call: for
+    comparisons, and in case a CPU misreports its features)."""
     import os
 
-    from . import _numba_lut
+    from . import _numba_lut, _numba_pshufb
 
-    return os.environ.get("SOFTFP8_NUMBA_FP4_LUT", "1") != "0" and _numba_lut.available()
+    wanted = os.environ.get("SOFTFP8_NUMBA_FP4_LUT", "1").strip().lower()
+    if wanted == "0":
+        return None
+    if wanted != "avx2" and _numba_lut.available():
+        return _numba_lut
+    return _numba_pshufb if _numba_pshufb.available() else None

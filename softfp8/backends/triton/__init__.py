@@ -16,14 +16,13 @@ Auto dispatch never picks the interpreter (dispatch.AUTO_DEVICE_TYPES).
 from __future__ import annotations
 
 import os
-import weakref
 
 import torch
-from torch.utils.weak import WeakIdKeyDictionary
 
 from ...dispatch import E2M1Decode, Needs
 from ...formats import Format, PackedWeight, ScaleKind
 from ...linear import check_linear_args
+from .._facts import codes_nan_free, known_fact, remember_fact  # noqa: F401 - re-exported
 from ._table import (DEQUANT_MIN_M, DEQUANT_MIN_M_FP4, DEQUANT_MIN_SLAB_ROWS,
                      DEQUANT_SLAB_BYTES, FP8_DECODE_ENV, MMA_FORMATS, MMA_MAX_M, MMA_RUN_TILES,
                      MMA_RUNS, MMA_TILE_ROWS, PDL_ENV, PDL_PREFETCH_ENV, TABLE_ENV,
@@ -57,53 +56,6 @@ def split_bytes(rb: int, cfg: LaunchConfig, bits: int) -> tuple[int, int]:
     step_bytes = cfg.block_k * bits // 8
     per_split = -(-(-(-rb // step_bytes)) // cfg.split_k) * step_bytes
     return per_split, -(-rb // per_split)
-
-
-# Facts about one weight that depend on its tensors alone (E4M3 NaN codes here, DEQUANT's row
-# ranges in _dequant): computed once, kept until a tensor of the weight is replaced or written in
-# place. words tensor -> {fact: (stamp, value)}, the stamp each tensor (weakly) and its version.
-_FACTS = WeakIdKeyDictionary()
-
-
-def _weight_tensors(packed: PackedWeight) -> tuple:
-    return tuple(t for t in (packed.words, packed.scales, packed.global_scale) if t is not None)
-
-
-def known_fact(packed: PackedWeight, fact) -> tuple | None:
-    """(value,) remembered for `fact` of this weight, or None: never computed, or one of its
-    tensors replaced or written in place since (identity and version counter)."""
-    entry = _FACTS.get(packed.words, {}).get(fact)
-    if entry is None:
-        return None
-    stamp, value = entry
-    now = _weight_tensors(packed)
-    same = len(now) == len(stamp) and all(ref() is t and version == t._version
-                                          for (ref, version), t in zip(stamp, now))
-    return (value,) if same else None
-
-
-def remember_fact(packed: PackedWeight, fact, value) -> None:
-    stamp = tuple((weakref.ref(t), t._version) for t in _weight_tensors(packed))
-    _FACTS.setdefault(packed.words, {})[fact] = (stamp, value)
-
-
-def codes_nan_free(packed: PackedWeight) -> bool:
-    """Whether an E4M3 weight holds no NaN code (0x7F, 0xFF): its PTX decode can then leave out
-    the NaN fix (two of six instructions a pair; every other code decodes to the same bits).
-    Checked once per weight and kept until its tensors are written in place (`known_fact`);
-    False, so the fix stays, for the other formats and when the check can't run now (during
-    CUDA graph capture, before any eager call has checked it)."""
-    if packed.fmt is not Format.E4M3:
-        return False
-    known = known_fact(packed, "nan free")
-    if known is not None:
-        return known[0]
-    words = packed.words
-    if words.is_cuda and torch.cuda.is_current_stream_capturing():
-        return False
-    free = not bool(((words.view(torch.uint8) & 0x7F) == 0x7F).any())
-    remember_fact(packed, "nan free", free)
-    return free
 
 
 def _check(x: torch.Tensor, packed: PackedWeight, bias: torch.Tensor | None,

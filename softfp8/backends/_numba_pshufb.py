@@ -1,0 +1,256 @@
+"""FP4 GEMV for AVX2 CPUs: the E2M1 select decode as two 16-entry byte tables (`vpshufb`).
+
+Why: the AVX-512 kernel (_numba_lut) looks codes up with a 16-float permute, which AVX2 lacks
+(its `vpermps` has 8 entries, so the sign would cost three more operations a vector); the
+bit-operation kernels of _numba_kernels decode at ~6 Gelem/s a core with 8 lanes, 0.8-0.97x
+torch's fp16 mv at 11008 x 4096 on a 2-core Zen 3 (2026-12-01). Every E2M1 value is exact in
+bf16, so a code's bf16 bits are two bytes: `vpshufb` looks up 32 codes' high bytes in one
+instruction and their low bytes in another, one byte interleave makes 16 bf16 words, and a
+shift or a mask puts each in the top half of an fp32 lane: about 0.5 vector instructions a code
+with the multiply-add. Exact values (the table holds them), so this is the select decoder's
+result bit for bit, with or without FTZ/DAZ.
+
+Layout: int32 words [N, Kp/8] (formats.py). A step is 32 bytes of a row (64 codes, byte i holds
+codes 2i and 2i+1), loaded as they lie; the interleave and the shift/mask place code 2i + p of
+byte i in fp32 vector 4p + q, lane l, by the fixed map `_step_order`, and x comes rearranged per
+call to match (`x_steps`). A vector's lanes 0-3 and 4-7 come from bytes 16 apart, so each lane
+group lies in one scale block (NVFP4 blocks are 8 bytes, MXFP4's 16). ROWS rows a pass share
+each x load (ROWS = 1 here). Words past the last whole step take the bit-operation select path per block, as in
+_numba_lut. Written as LLVM IR in a numba intrinsic for the same reason as _numba_lut (LLVM's
+vectoriser does not make byte-table lookups).
+"""
+from __future__ import annotations
+
+import functools
+import struct
+
+import numba as nb
+import numpy as np
+from llvmlite import ir
+from numba import types
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+from ._numba_decode import _JIT, e4m3_i32_div256, e8m0_i32
+from ._numba_kernels import _mx_select, _nv_select
+
+STEP_BYTES = 32
+STEP_WORDS = STEP_BYTES // 4
+ROWS = 1
+"""Weight rows a pass. One: the four-row pass of _numba_lut runs out of AVX2's 16 vector
+registers here (measured 2 threads, one row against four a pass: MXFP4 4096x11008 1.67 against
+3.60 ms, NVFP4 1.91 against 2.24)."""
+_E2M1 = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0]
+_BF16 = [struct.unpack("<I", struct.pack("<f", v))[0] >> 16 for v in _E2M1 + [-v for v in _E2M1]]
+_HIGH = [b >> 8 for b in _BF16]  # code -> bf16 high byte (code 8 is -0.0, as the reference)
+_LOW = [b & 0xFF for b in _BF16]
+
+
+@functools.lru_cache(maxsize=None)
+def available() -> bool:
+    """Whether numba compiles for a CPU with AVX2 (`vpshufb` on 32 bytes), by numba's own
+    target choice (NUMBA_CPU_NAME / NUMBA_CPU_FEATURES) as _numba_lut.available does."""
+    import llvmlite.binding as llvm
+    from numba.core import config
+
+    if config.CPU_FEATURES is not None:
+        return "+avx2" in config.CPU_FEATURES.split(",")
+    if config.CPU_NAME not in (None, "host"):
+        return False
+    return bool(llvm.get_host_cpu_features().get("avx2", False))
+
+
+def _step_order() -> np.ndarray:
+    """order[v, l]: the code (0..63) of a step that fp32 vector v, lane l holds. Vector 4p + q:
+    codes of parity p (byte i's low nibble is code 2i, its high one 2i + 1); q = 2h + s: h = 0
+    the byte interleave's low halves (bytes 0-7 | 16-23 of the step), 1 its high halves (8-15 |
+    24-31); s = 0 the even bf16 words of that interleave (shifted up), 1 the odd ones (masked)."""
+    order = np.empty((8, 8), np.int64)
+    for p in range(2):
+        for h in range(2):
+            half = [8 * h + i for i in range(8)] + [16 + 8 * h + i for i in range(8)]
+            for s in range(2):
+                order[4 * p + 2 * h + s] = [2 * half[2 * m + s] + p for m in range(8)]
+    return order
+
+
+_ORDER = _step_order()
+
+
+def _emit_rows(context, builder, sig, args, wpb, nrows):
+    """IR: for rows r..r+nrows-1, the sum over steps s in [s0, s1) of codes times x times their
+    block scale (sc row i for weight row r + i, wpb words per block); returns a ROWS-tuple."""
+    wty, rty, s0ty, s1ty, xty, scty = sig.args
+    words, r, s0, s1, xs, sc = args
+    f32, i32, i8, i16 = ir.FloatType(), ir.IntType(32), ir.IntType(8), ir.IntType(16)
+    vf, vi, vb, vh = (ir.VectorType(f32, 8), ir.VectorType(i32, 8), ir.VectorType(i8, 32),
+                      ir.VectorType(i16, 16))
+    mod = builder.module
+    pshufb = cgutils.get_or_insert_function(mod, ir.FunctionType(vb, [vb, vb]),
+                                            "llvm.x86.avx2.pshuf.b")
+    fma = cgutils.get_or_insert_function(mod, ir.FunctionType(vf, [vf, vf, vf]), "llvm.fma.v8f32")
+    high = ir.Constant(vb, [ir.Constant(i8, b) for b in _HIGH * 2])
+    low = ir.Constant(vb, [ir.Constant(i8, b) for b in _LOW * 2])
+    nibble = ir.Constant(vb, [ir.Constant(i8, 15)] * 32)
+    four = ir.Constant(vh, [ir.Constant(i16, 4)] * 16)
+    sixteen = ir.Constant(vi, [ir.Constant(i32, 16)] * 8)
+    top = ir.Constant(vi, [ir.Constant(i32, -65536)] * 8)
+    # vpunpcklbw / vpunpckhbw of (low bytes, high bytes): bf16 words of bytes 0-7 | 16-23, 8-15 | 24-31
+    unpack = [ir.Constant(ir.VectorType(i32, 32), [ir.Constant(i32, j) for j in
+                                                    [v for q in (0, 16) for i in range(8)
+                                                     for v in (q + 8 * h + i, 32 + q + 8 * h + i)]])
+              for h in range(2)]
+    warr = context.make_array(wty)(context, builder, words)
+    xarr = context.make_array(xty)(context, builder, xs)
+    sarr = context.make_array(scty)(context, builder, sc)
+    intp = context.get_value_type(types.intp)
+    r = context.cast(builder, r, rty, types.intp)
+    s0 = context.cast(builder, s0, s0ty, types.intp)
+    s1 = context.cast(builder, s1, s1ty, types.intp)
+    wcols = builder.extract_value(warr.shape, 1)
+    scols = builder.extract_value(sarr.shape, 1)
+    wrows = [builder.gep(warr.data, [builder.mul(builder.add(r, ir.Constant(intp, i)), wcols)])
+             for i in range(nrows)]
+    srows = [builder.gep(sarr.data, [builder.mul(ir.Constant(intp, i), scols)])
+             for i in range(nrows)]
+    # per row two sums: the vectors of the interleave's low halves (h = 0) and high halves (1),
+    # whose lanes lie in different scale blocks for NVFP4
+    accs = [[cgutils.alloca_once_value(builder, ir.Constant(vf, None)) for _ in range(2)]
+            for _ in range(nrows)]
+
+    def vload(base, offset, vty):
+        return builder.load(builder.bitcast(builder.gep(base, [offset]), vty.as_pointer()),
+                            align=4)
+
+    with cgutils.for_range_slice(builder, s0, s1, ir.Constant(intp, 1), intp=intp) as (s, _):
+        w0 = builder.mul(s, ir.Constant(intp, STEP_WORDS))
+        x0 = builder.mul(s, ir.Constant(intp, 64))
+        xv = [vload(xarr.data, builder.add(x0, ir.Constant(intp, 8 * v)), vf) for v in range(8)]
+        for i in range(nrows):
+            raw = vload(wrows[i], w0, vb)
+            hi_n = builder.and_(builder.bitcast(builder.lshr(builder.bitcast(raw, vh), four), vb),
+                                nibble)
+            part = [None, None]
+            for p, idx in enumerate((builder.and_(raw, nibble), hi_n)):
+                hb = builder.call(pshufb, [high, idx])
+                lb = builder.call(pshufb, [low, idx])
+                for h in range(2):
+                    words16 = builder.bitcast(builder.shuffle_vector(lb, hb, unpack[h]), vi)
+                    for sh in range(2):
+                        bits = builder.shl(words16, sixteen) if sh == 0 else builder.and_(
+                            words16, top)
+                        val = builder.bitcast(bits, vf)
+                        xvec = xv[4 * p + 2 * h + sh]
+                        part[h] = builder.fmul(val, xvec) if part[h] is None else builder.call(
+                            fma, [val, xvec, part[h]])
+            # the step's scales: NVFP4 4 blocks (lanes 0-3 of h = 0 in block 0, 4-7 in block 2;
+            # h = 1: blocks 1 and 3), MXFP4 2 blocks (lanes 0-3 in block 0, 4-7 in block 1)
+            nblk = STEP_WORDS // wpb
+            few = ir.VectorType(f32, nblk)
+            sv = vload(srows[i], builder.udiv(w0, ir.Constant(intp, wpb)), few)
+            for h in range(2):
+                pick = [h, h, h, h, h + 2, h + 2, h + 2, h + 2] if nblk == 4 else [0] * 4 + [1] * 4
+                scale = builder.shuffle_vector(sv, ir.Constant(few, None), ir.Constant(
+                    vi, [ir.Constant(i32, j) for j in pick]))
+                builder.store(builder.call(fma, [part[h], scale, builder.load(accs[i][h])]),
+                              accs[i][h])
+    totals = []
+    for i in range(nrows):
+        acc = builder.fadd(builder.load(accs[i][0]), builder.load(accs[i][1]))
+        total = builder.extract_element(acc, ir.Constant(i32, 0))
+        for lane in range(1, 8):
+            total = builder.fadd(total, builder.extract_element(acc, ir.Constant(i32, lane)))
+        totals.append(total)
+    totals += [totals[0]] * (ROWS - nrows)
+    return context.make_tuple(builder, sig.return_type, totals)
+
+
+def _rows_sig(words, r, s0, s1, xs, sc):
+    for a in (words, xs, sc):
+        if not (isinstance(a, types.Array) and a.layout == "C"):
+            raise TypeError(f"the FP4 pshufb rows need C-contiguous arrays, got {a}")
+    return types.UniTuple(types.float32, ROWS)(words, r, s0, s1, xs, sc)
+
+
+@intrinsic
+def _nv_rows(typingctx, words, r, s0, s1, xs, sc):
+    return _rows_sig(words, r, s0, s1, xs, sc), lambda c, b, s, a: _emit_rows(c, b, s, a, 2, ROWS)
+
+
+@intrinsic
+def _mx_rows(typingctx, words, r, s0, s1, xs, sc):
+    return _rows_sig(words, r, s0, s1, xs, sc), lambda c, b, s, a: _emit_rows(c, b, s, a, 4, ROWS)
+
+
+@nb.njit(**_JIT)
+def _nvfp4_rows(words, scales, g, xs, xp, y, r0, r1):
+    nblk = scales.shape[1]
+    steps = xs.shape[0]
+    tail = steps * STEP_WORDS // 2  # first block past the whole steps
+    sc = np.empty((ROWS, nblk), np.float32)
+    post = np.float32(256.0) * g  # the scales below are E4M3 / 256 (e4m3_i32_div256)
+    r = r0
+    while r < r1:
+        rows = ROWS
+        for i in range(rows):
+            for b in range(nblk):
+                sc[i, b] = e4m3_i32_div256(scales[r + i, b])
+        acc = _nv_rows(words, r, 0, steps, xs, sc)
+        for i in range(rows):
+            a = acc[i]
+            for b in range(tail, nblk):
+                a += _nv_select(words, r + i, b, xp) * sc[i, b]
+            y[r + i] = a * post
+        r += rows
+
+
+@nb.njit(**_JIT)
+def _mxfp4_rows(words, scales, xs, xp, y, r0, r1):
+    nblk = scales.shape[1]
+    steps = xs.shape[0]
+    tail = steps * STEP_WORDS // 4
+    sc = np.empty((ROWS, nblk), np.float32)
+    r = r0
+    while r < r1:
+        rows = ROWS
+        for i in range(rows):
+            for b in range(nblk):
+                sc[i, b] = e8m0_i32(scales[r + i, b])
+        acc = _mx_rows(words, r, 0, steps, xs, sc)
+        for i in range(rows):
+            a = acc[i]
+            for b in range(tail, nblk):
+                a += _mx_select(words, r + i, b, xp) * sc[i, b]
+            y[r + i] = a
+        r += rows
+
+
+@nb.njit(parallel=True, **_JIT)
+def gemv_nvfp4(words, scales, g, xs, xp, y, chunk):
+    """y[r] = row r . x for NVFP4 words [N, Kp/8], g the tensor scale; xs and xp as `x_steps`
+    returns them. Select decode by byte tables."""
+    n = words.shape[0]
+    for c in nb.prange((n + chunk - 1) // chunk):
+        _nvfp4_rows(words, scales, g, xs, xp, y, c * chunk, min(n, (c + 1) * chunk))
+
+
+@nb.njit(parallel=True, **_JIT)
+def gemv_mxfp4(words, scales, xs, xp, y, chunk):
+    """y[r] = row r . x for MXFP4 words [N, Kp/8]; xs and xp as `x_steps` returns them. Select
+    decode by byte tables."""
+    n = words.shape[0]
+    for c in nb.prange((n + chunk - 1) // chunk):
+        _mxfp4_rows(words, scales, xs, xp, y, c * chunk, min(n, (c + 1) * chunk))
+
+
+def x_steps(x, block):
+    """x [Kp] float32 (torch) -> (xs, xp) numpy: xs[s, v, l] = x[64 s + order[v, l]] for the whole
+    steps of 32 bytes (`_step_order`), and the planes xp[j, b] = x[block * b + j] the select path
+    of the remaining blocks reads."""
+    import torch
+
+    steps = x.shape[0] // 64
+    order = torch.from_numpy(_ORDER.reshape(-1))
+    xs = x[:steps * 64].view(steps, 64)[:, order].reshape(steps, 8, 8).contiguous()
+    xp = x.view(-1, block).T.contiguous()
+    return xs.numpy(), xp.numpy()
