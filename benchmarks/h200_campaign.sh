@@ -469,4 +469,13 @@ e4head)
   tar -czf "$OUT/e4head.tgz" -C "$OUT" $(cd "$OUT" && ls | grep -v tgz)
   rm -f "$OUT"/*.json "$OUT"/*.jsonl "$OUT"/*.md
   ;;
+prefill7)
+  # prefill after the bench's warm-up change (kernels as in s7final)
+  export SOFTFP8_FP8_DECODE=integer
+  mkdir -p "$OUT/r"
+  run prefill 150 python3 -m softfp8.bench prefill --preset llama3-8b --backends triton --out "$OUT/r/prefill.json"
+  cp "$OUT"/*.txt "$OUT/r/"
+  tar -czf "$OUT/prefill7.tgz" -C "$OUT/r" .
+  rm -rf "$OUT/r" "$OUT"/*.txt
+  ;;
 esac

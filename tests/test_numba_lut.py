@@ -101,34 +101,24 @@ def test_bit_operation_kernels_still_run_when_the_table_is_off(fmt, e2m1, monkey
     assert rel_err(numba_cpu.matmul(x, packed, None, e2m1=e2m1), want) <= 1e-6
 
 
-def test_available_follows_numba_target(monkeypatch):
+@pytest.mark.parametrize("mod, features", [(L, "+avx2,+avx512f"), (P, "+sse4.2,+avx,+avx2")],
+                         ids=["avx512", "avx2"])
+def test_available_follows_numba_target(mod, features, monkeypatch):
     from numba.core import config
 
-    L.available.cache_clear()
+    mod.available.cache_clear()
     try:
         monkeypatch.setattr(config, "CPU_NAME", "generic")
         monkeypatch.setattr(config, "CPU_FEATURES", None)
-        assert L.available() is False
-        L.available.cache_clear()
-        monkeypatch.setattr(config, "CPU_FEATURES", "+avx2,+avx512f")
-        assert L.available() is True
+        assert mod.available() is False
+        mod.available.cache_clear()
+        monkeypatch.setattr(config, "CPU_FEATURES", features)
+        assert mod.available() is True
+        mod.available.cache_clear()
+        monkeypatch.setattr(config, "CPU_FEATURES", "+sse4.2,+avx")
+        assert mod.available() is False
     finally:
-        L.available.cache_clear()
-
-
-def test_avx2_available_follows_numba_target(monkeypatch):
-    from numba.core import config
-
-    P.available.cache_clear()
-    try:
-        monkeypatch.setattr(config, "CPU_NAME", "generic")
-        monkeypatch.setattr(config, "CPU_FEATURES", None)
-        assert P.available() is False
-        P.available.cache_clear()
-        monkeypatch.setattr(config, "CPU_FEATURES", "+sse4.2,+avx,+avx2")
-        assert P.available() is True
-    finally:
-        P.available.cache_clear()
+        mod.available.cache_clear()
 
 
 def test_avx2_step_order_is_a_permutation_with_block_aligned_lane_groups():
