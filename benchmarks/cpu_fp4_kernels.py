@@ -1,5 +1,6 @@
 """The numba FP4 table GEMVs called directly, with no torch call between them: 1 and 2 threads,
-one row or four rows a pass, per shape (what `cpu_gemv.py` measures interleaved with torch).
+one row or four rows a pass (AVX-512 `_numba_lut`; the AVX2 `_numba_pshufb` runs one), per
+shape (what `cpu_gemv.py` measures interleaved with torch).
 
     python benchmarks/cpu_fp4_kernels.py [--shapes 11008x4096,4096x11008] [--reps 20]
 
@@ -23,7 +24,7 @@ sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import softfp8  # noqa: E402
-from softfp8.backends import _numba_lut as L  # noqa: E402
+from softfp8.backends import _numba_lut, _numba_pshufb  # noqa: E402
 from softfp8.formats import SPECS  # noqa: E402
 from cpu_gemv import vector_scaling  # noqa: E402
 
@@ -44,9 +45,10 @@ def main() -> None:
     ap.add_argument("--shapes", default="11008x4096,4096x11008")
     ap.add_argument("--reps", type=int, default=20)
     args = ap.parse_args()
+    L = _numba_lut if _numba_lut.available() else _numba_pshufb
     if not L.available():
-        raise SystemExit("the FP4 table kernels need AVX-512 (numba's target)")
-    print(f"# {time.strftime('%Y-%m-%d %H:%M')}  numba {numba.__version__}  "
+        raise SystemExit("the FP4 table kernels need AVX-512 or AVX2 (numba's target)")
+    print(f"# {time.strftime('%Y-%m-%d %H:%M')}  numba {numba.__version__}  {L.__name__}  "
           f"vector scaling {vector_scaling():.2f}x")
     for shape in args.shapes.split(","):
         n, k = (int(v) for v in shape.split("x"))
@@ -59,12 +61,13 @@ def main() -> None:
             cells = []
             for threads in (1, 2):
                 numba.set_num_threads(threads)
-                for group in (1, L.ROWS):
+                for group in sorted({1, L.ROWS}):
+                    rows = (group,) if L is _numba_lut else ()  # AVX2: one row a pass
                     if fmt == "mxfp4":
-                        fn = (lambda group=group: L.gemv_mxfp4(words, scales, xs, xp, y, 344, group))
+                        fn = (lambda rows=rows: L.gemv_mxfp4(words, scales, xs, xp, y, 344, *rows))
                     else:
-                        fn = (lambda group=group: L.gemv_nvfp4(words, scales, g, xs, xp, y, 344,
-                                                              group))
+                        fn = (lambda rows=rows: L.gemv_nvfp4(words, scales, g, xs, xp, y, 344,
+                                                            *rows))
                     cells.append(f"{threads}t {group}r {median_ms(fn, args.reps):6.3f}")
             print(f"{shape:>11} {fmt}:  " + "  ".join(cells), flush=True)
     print(f"# vector scaling at end {vector_scaling():.2f}x")
