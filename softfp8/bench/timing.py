@@ -92,9 +92,10 @@ WARM_GPU_S = 0.05
 """Before the timed replays, the GPU runs the pass untimed for at least this long. Measured on the
 H200 (benchmarks/gpu_bench_bisect.py, 2026-12-01): right after quantizing (or after the bench's
 1 GiB copy), 3 warm-up passes and 50 replays of the 128256 x 4096 E5M2 GEMV took 135.6 us each;
-timed again at once, 120.2 -- the first ~7 ms ran slow (the GPU's clocks coming up, the likely
-cause; fp16 F.linear showed the same, 274 us first and 240 late in one run). `softfp8-bench
-shapes` timed a single large GEMV in that state."""
+timed again at once, 120.2: the first ~7 ms ran slow (fp16 F.linear showed the same, 274 us
+first and 240 late in one run; the cause is not established -- clocks coming up fit, but a
+preset run still timed E4M3's head at 136 us against 122 alone). `softfp8-bench shapes` timed
+a single large GEMV in that state."""
 
 
 def _warm_clocks(step: Callable[[], object]) -> int:
@@ -143,9 +144,7 @@ def _measure_cuda(calls, device: torch.device, *, warmup: int, reps: int, graph:
                 step = run_pass
         else:
             method = "eager pass timed by cuda events, median (--no-graph)"
-        extra = _warm_clocks(step)
-        if extra:
-            method += f"; {extra} untimed passes first (>= {WARM_GPU_S * 1e3:g} ms busy)"
+        method += f"; {_warm_clocks(step)} untimed passes first (>= {WARM_GPU_S * 1e3:g} ms busy)"
         events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
                   for _ in range(reps)]
         for start, end in events:
