@@ -478,4 +478,14 @@ prefill7)
   tar -czf "$OUT/prefill7.tgz" -C "$OUT/r" .
   rm -rf "$OUT/r" "$OUT"/*.txt
   ;;
+head8)
+  # (prepared) MMA_FP8_MAX_N was decided under the bench's 3-pass warm-up: the 8-bit vocabulary
+  # head at M = 1..4 with the table (dot kernel from M = 2) and with MMA_GEMV forced (table file)
+  export SOFTFP8_FP8_DECODE=integer
+  b="python3 -m softfp8.bench small-m --shape 128256,4096 --backends triton --formats e5m2,e4m3 --m 1,2,3,4"
+  run head-table 90 $b --out "$OUT/head-table.json"
+  SOFTFP8_TRITON_TABLE=benchmarks/head_mma_m24_table.json run head-mma 90 $b --out "$OUT/head-mma.json"
+  tar -czf "$OUT/head8.tgz" -C "$OUT" $(cd "$OUT" && ls | grep -v tgz)
+  rm -f "$OUT"/*.json "$OUT"/*.jsonl "$OUT"/*.md
+  ;;
 esac
