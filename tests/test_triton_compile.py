@@ -68,6 +68,8 @@ def test_mma_gemv_early_pdl_loads_weights_before_the_wait(compiled):
     rc, stderr, records = compiled[("cuda", "90", 32)]
     assert rc == 0, stderr
     pdl = [r for r in records if "loads_before_wait" in r]
+    if pdl and all(r["loads_before_wait"] is None for r in pdl):
+        pytest.skip("this Triton wheel bundles no nvdisasm to read the SASS with")
     early = [r for r in pdl if r["pdl"] == 1]
     late = [r for r in pdl if r["pdl"] == 2]
     assert early and late, [r["variant"] for r in pdl]

@@ -183,9 +183,11 @@ FP8_CVT = re.compile(r"^\s*cvt\.[^\n;]*(e4m3|e5m2|e2m1)", re.M)
 
 def loads_before_pdl_wait(cubin: bytes) -> int:
     """LDG.E.128 instructions before the first griddepcontrol.wait (SASS `ACQBULK`) of a cubin,
-    -1 where it has no wait (nvdisasm, bundled with Triton)."""
+    -1 where it has no wait, None where this Triton has no nvdisasm (bundled since 3.x)."""
     from triton.backends.nvidia import compiler as nv
     tool = os.path.join(os.path.dirname(nv.__file__), "bin", "nvdisasm")
+    if not os.path.exists(tool):
+        return None
     with tempfile.NamedTemporaryFile(suffix=".cubin", delete=False) as f:
         f.write(cubin)
     sass = subprocess.run([tool, "-c", f.name], capture_output=True, text=True).stdout
