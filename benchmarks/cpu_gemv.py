@@ -79,6 +79,12 @@ def vector_scaling() -> float:
     return n * one / many
 
 
+def fp4_kernel() -> str:
+    """Which FP4 GEMV numba_cpu runs here: the AVX-512 or AVX2 table, or the bit operations."""
+    table = numba_cpu._fp4_table_kernels()
+    return table.__name__.rsplit(".", 1)[-1] if table is not None else "_numba_kernels (bit ops)"
+
+
 def timed(fn) -> float:
     t = time.perf_counter()
     fn()
@@ -127,7 +133,8 @@ def main() -> None:
     print(f"# {time.strftime('%Y-%m-%d %H:%M')}  {platform.processor() or platform.machine()}  "
           f"torch {torch.__version__}  numba {numba.__version__}  threads numba "
           f"{numba.get_num_threads()} torch {torch.get_num_threads()} -> {numba_cpu._threads()}  "
-          f"loadavg {os.getloadavg()[0]:.2f}  vector scaling {vector_scaling():.2f}x")
+          f"loadavg {os.getloadavg()[0]:.2f}  vector scaling {vector_scaling():.2f}x  "
+          f"FP4 kernel {fp4_kernel()}")
     rows = []
     for shape in args.shapes.split(","):
         n, k = (int(v) for v in shape.lower().split("x"))
