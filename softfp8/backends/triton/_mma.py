@@ -341,11 +341,8 @@ def mma_gemv_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr,
         # two register buffers: each refills right after its own step's arithmetic, so the
         # other buffer's step runs while it arrives (with one buffer ptxas issued the next
         # step's loads after this step's mma, reusing its registers: one step in flight)
-        # the weights do not depend on the previous kernel: under an early PDL launch their
-        # first loads are in flight while it finishes (x, which it writes, after the wait).
-        # Measured (H200, `pdlw1`, llama2-7b token): early NVFP4 1.786 -> 1.743 ms, MXFP4 1.936
-        # -> 1.876, E5M2 1.873 -> 1.790; under late PDL the same order cost 3-4% (E5M2 1.794
-        # -> 1.845: nothing overlaps, and x's loads wait for the weights' words)
+        # weights don't depend on the previous kernel: under an early PDL launch their first
+        # loads fly while it finishes, x's after the wait (measured: `_table.pdl_auto`)
         r0, r1, r2, r3 = _rows_step(w_ptr, s_ptr, row, N, RB, SB, off, kb_hi, FMT, RS)
         q0, q1, q2, q3 = _rows_step(w_ptr, s_ptr, row, N, RB, SB, off + stride, kb_hi, FMT, RS)
         if PDL == 1:
