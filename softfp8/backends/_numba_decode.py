@@ -190,13 +190,7 @@ def e5m2_pair(u):
 def e4m3_pair_div256(u):
     """Codes 2i and 2i+1 from one uint16, each / 256 (as e4m3_fast_div256)."""
     u = np.uint16(u)
-    # value / 256 in fp16 is the code's 7 low bits at bits 7..13 and its sign at bit 15: an
-    # arithmetic shift right by one copies the sign into bit 14, which the mask 0xBF80 clears
-    # (3 operations for the low code, 2 for the high one, as the GPU's pair decode)
-    s = np.int16(u)
-    lo = _half_bits_to_f32(np.uint16(np.int16(np.int16(np.int16(s << np.int16(8))
-                                                       >> np.int16(1)) & _BF80)))
-    hi = _half_bits_to_f32(np.uint16(np.int16(np.int16(s >> np.int16(1)) & _BF80)))
+    lo, hi = e4m3_pair_div256_finite(u)
     lo = np.float32(np.nan) if np.uint16(u & np.uint16(0x7F)) == np.uint16(0x7F) else lo
     hi = np.float32(np.nan) if np.uint16(u & np.uint16(0x7F00)) == np.uint16(0x7F00) else hi
     return lo, hi
@@ -205,7 +199,10 @@ def e4m3_pair_div256(u):
 @nb.njit(**_INLINE)
 def e4m3_pair_div256_finite(u):
     """e4m3_pair_div256 for codes known to hold no NaN (0x7F, 0xFF): the same bits without the
-    NaN fix, which took 16 of the AVX2 loop's 36 instructions (compares, widening, blends)."""
+    NaN fix, which took 16 of the AVX2 loop's 36 instructions (compares, widening, blends).
+    value / 256 in fp16 is the code's 7 low bits at bits 7..13 and its sign at bit 15: an
+    arithmetic shift right by one copies the sign into bit 14, which the mask 0xBF80 clears
+    (3 operations for the low code, 2 for the high one, as the GPU's pair decode)."""
     s = np.int16(np.uint16(u))
     lo = _half_bits_to_f32(np.uint16(np.int16(np.int16(np.int16(s << np.int16(8))
                                                        >> np.int16(1)) & _BF80)))
