@@ -38,19 +38,25 @@ _E2M1 = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0]
 _TABLE = _E2M1 + [-v for v in _E2M1]  # code -> value; code 8 is -0.0, as the reference
 
 
-@functools.lru_cache(maxsize=None)
-def available() -> bool:
-    """Whether numba compiles for a CPU with AVX-512F (vpermps on 16 floats). Follows numba's
-    own target choice (NUMBA_CPU_NAME / NUMBA_CPU_FEATURES), not just the host's; fixed for the
-    process, so asked once (the host query costs ~0.1 ms)."""
+def numba_targets(feature: str) -> bool:
+    """Whether numba compiles for a CPU with `feature` (an LLVM feature name: "avx512f",
+    "avx2"). Follows numba's own target choice (NUMBA_CPU_NAME / NUMBA_CPU_FEATURES), not just
+    the host's."""
     import llvmlite.binding as llvm
     from numba.core import config
 
     if config.CPU_FEATURES is not None:
-        return "+avx512f" in config.CPU_FEATURES.split(",")
+        return f"+{feature}" in config.CPU_FEATURES.split(",")
     if config.CPU_NAME not in (None, "host"):
         return False
-    return bool(llvm.get_host_cpu_features().get("avx512f", False))
+    return bool(llvm.get_host_cpu_features().get(feature, False))
+
+
+@functools.lru_cache(maxsize=None)
+def available() -> bool:
+    """Whether numba compiles for a CPU with AVX-512F (vpermps on 16 floats); fixed for the
+    process, so asked once (the host query costs ~0.1 ms)."""
+    return numba_targets("avx512f")
 
 
 def _emit_rows(context, builder, sig, args, wpb, nrows):
@@ -130,29 +136,35 @@ def _emit_rows(context, builder, sig, args, wpb, nrows):
 
 @intrinsic
 def _nv_row(typingctx, words, r, s0, s1, xs, sc):
-    return _rows_sig(words, r, s0, s1, xs, sc), lambda c, b, s, a: _emit_rows(c, b, s, a, 2, 1)
+    sig = rows_sig(ROWS, words, r, s0, s1, xs, sc)
+    return sig, lambda c, b, s, a: _emit_rows(c, b, s, a, 2, 1)
 
 
 @intrinsic
 def _nv_rows(typingctx, words, r, s0, s1, xs, sc):
-    return _rows_sig(words, r, s0, s1, xs, sc), lambda c, b, s, a: _emit_rows(c, b, s, a, 2, ROWS)
+    sig = rows_sig(ROWS, words, r, s0, s1, xs, sc)
+    return sig, lambda c, b, s, a: _emit_rows(c, b, s, a, 2, ROWS)
 
 
 @intrinsic
 def _mx_row(typingctx, words, r, s0, s1, xs, sc):
-    return _rows_sig(words, r, s0, s1, xs, sc), lambda c, b, s, a: _emit_rows(c, b, s, a, 4, 1)
+    sig = rows_sig(ROWS, words, r, s0, s1, xs, sc)
+    return sig, lambda c, b, s, a: _emit_rows(c, b, s, a, 4, 1)
 
 
 @intrinsic
 def _mx_rows(typingctx, words, r, s0, s1, xs, sc):
-    return _rows_sig(words, r, s0, s1, xs, sc), lambda c, b, s, a: _emit_rows(c, b, s, a, 4, ROWS)
+    sig = rows_sig(ROWS, words, r, s0, s1, xs, sc)
+    return sig, lambda c, b, s, a: _emit_rows(c, b, s, a, 4, ROWS)
 
 
-def _rows_sig(words, r, s0, s1, xs, sc):
+def rows_sig(rows, words, r, s0, s1, xs, sc):
+    """The row intrinsics' signature (this module's and _numba_pshufb's): a `rows`-tuple of
+    float32 (the module's ROWS) from C-contiguous words, x steps and scales."""
     for a in (words, xs, sc):
         if not (isinstance(a, types.Array) and a.layout == "C"):
-            raise TypeError(f"the FP4 LUT rows need C-contiguous arrays, got {a}")
-    return types.UniTuple(types.float32, ROWS)(words, r, s0, s1, xs, sc)
+            raise TypeError(f"the FP4 table rows need C-contiguous arrays, got {a}")
+    return types.UniTuple(types.float32, rows)(words, r, s0, s1, xs, sc)
 
 
 # ROWS rows per pass; the rows past the last whole group take the one-row kernel. The block

@@ -14,10 +14,10 @@ Layout: int32 words [N, Kp/8] (formats.py). A step is 32 bytes of a row (64 code
 codes 2i and 2i+1), loaded as they lie; the interleave and the shift/mask place code 2i + p of
 byte i in fp32 vector 4p + q, lane l, by the fixed map `_step_order`, and x comes rearranged per
 call to match (`x_steps`). A vector's lanes 0-3 and 4-7 come from bytes 16 apart, so each lane
-group lies in one scale block (NVFP4 blocks are 8 bytes, MXFP4's 16). ROWS rows a pass share
-each x load (ROWS = 1 here). Words past the last whole step take the bit-operation select path per block, as in
-_numba_lut. Written as LLVM IR in a numba intrinsic for the same reason as _numba_lut (LLVM's
-vectoriser does not make byte-table lookups).
+group lies in one scale block (NVFP4 blocks are 8 bytes, MXFP4's 16). One row a pass (ROWS).
+Words past the last whole step take the bit-operation select path per block, as in _numba_lut.
+Written as LLVM IR in a numba intrinsic for the same reason as _numba_lut (LLVM's vectoriser
+does not make byte-table lookups).
 """
 from __future__ import annotations
 
@@ -33,6 +33,7 @@ from numba.extending import intrinsic
 
 from ._numba_decode import _JIT, e4m3_i32_div256, e8m0_i32
 from ._numba_kernels import _mx_select, _nv_select
+from ._numba_lut import numba_targets, rows_sig
 
 STEP_BYTES = 32
 STEP_WORDS = STEP_BYTES // 4
@@ -49,15 +50,8 @@ _LOW = [b & 0xFF for b in _BF16]
 @functools.lru_cache(maxsize=None)
 def available() -> bool:
     """Whether numba compiles for a CPU with AVX2 (`vpshufb` on 32 bytes), by numba's own
-    target choice (NUMBA_CPU_NAME / NUMBA_CPU_FEATURES) as _numba_lut.available does."""
-    import llvmlite.binding as llvm
-    from numba.core import config
-
-    if config.CPU_FEATURES is not None:
-        return "+avx2" in config.CPU_FEATURES.split(",")
-    if config.CPU_NAME not in (None, "host"):
-        return False
-    return bool(llvm.get_host_cpu_features().get("avx2", False))
+    target choice (_numba_lut.numba_targets); asked once."""
+    return numba_targets("avx2")
 
 
 def _step_order() -> np.ndarray:
@@ -95,7 +89,8 @@ def _emit_rows(context, builder, sig, args, wpb, nrows):
     four = ir.Constant(vh, [ir.Constant(i16, 4)] * 16)
     sixteen = ir.Constant(vi, [ir.Constant(i32, 16)] * 8)
     top = ir.Constant(vi, [ir.Constant(i32, -65536)] * 8)
-    # vpunpcklbw / vpunpckhbw of (low bytes, high bytes): bf16 words of bytes 0-7 | 16-23, 8-15 | 24-31
+    # vpunpcklbw / vpunpckhbw of (low bytes, high bytes): the bf16 words of bytes 0-7 | 16-23
+    # and 8-15 | 24-31
     unpack = [ir.Constant(ir.VectorType(i32, 32), [ir.Constant(i32, j) for j in
                                                     [v for q in (0, 16) for i in range(8)
                                                      for v in (q + 8 * h + i, 32 + q + 8 * h + i)]])
@@ -165,21 +160,16 @@ def _emit_rows(context, builder, sig, args, wpb, nrows):
     return context.make_tuple(builder, sig.return_type, totals)
 
 
-def _rows_sig(words, r, s0, s1, xs, sc):
-    for a in (words, xs, sc):
-        if not (isinstance(a, types.Array) and a.layout == "C"):
-            raise TypeError(f"the FP4 pshufb rows need C-contiguous arrays, got {a}")
-    return types.UniTuple(types.float32, ROWS)(words, r, s0, s1, xs, sc)
-
-
 @intrinsic
 def _nv_rows(typingctx, words, r, s0, s1, xs, sc):
-    return _rows_sig(words, r, s0, s1, xs, sc), lambda c, b, s, a: _emit_rows(c, b, s, a, 2, ROWS)
+    sig = rows_sig(ROWS, words, r, s0, s1, xs, sc)
+    return sig, lambda c, b, s, a: _emit_rows(c, b, s, a, 2, ROWS)
 
 
 @intrinsic
 def _mx_rows(typingctx, words, r, s0, s1, xs, sc):
-    return _rows_sig(words, r, s0, s1, xs, sc), lambda c, b, s, a: _emit_rows(c, b, s, a, 4, ROWS)
+    sig = rows_sig(ROWS, words, r, s0, s1, xs, sc)
+    return sig, lambda c, b, s, a: _emit_rows(c, b, s, a, 4, ROWS)
 
 
 @nb.njit(**_JIT)
