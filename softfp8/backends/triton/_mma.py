@@ -146,6 +146,19 @@ def _tile(rg, rh, xp, acc, FMT: tl.constexpr, DIAG: tl.constexpr = 0, NAN: tl.co
 
 
 @triton.jit
+def _pdl_wait_weights(words, w_ptr, row0, N, RB, kb_lo, kb_hi, BLOCK_N: tl.constexpr,
+                      PDL: tl.constexpr, PREFETCH: tl.constexpr):
+    """The PDL wait after a program's first weight loads (`words`: one word of each). Under an
+    early launch (no L2 prefetch asked) it waits for those words, so ptxas keeps the loads in
+    flight while the previous kernel finishes; late or no PDL: the plain wait, which ptxas places
+    first (nothing to overlap there, and x's loads would wait for the weights)."""
+    if PDL == 1 and PREFETCH == 0:
+        _pdl_wait_after(words, RB, PDL)
+    else:
+        _pdl_wait(w_ptr, row0, N, RB, kb_lo, kb_hi, BLOCK_N, PDL, PREFETCH)
+
+
+@triton.jit
 def _row_step(w_ptr, s_ptr, row, N, RB, SB, off, ok, FMT: tl.constexpr):
     """(4 words, scale) of one row at byte `off`, zeros where the row or the step is outside."""
     HB: tl.constexpr = 8 if FMT == "nvfp4" else 16  # bytes per scale block (FP4)
@@ -345,10 +358,8 @@ def mma_gemv_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr,
         # loads fly while it finishes, x's after the wait (measured: `_table.pdl_auto`)
         r0, r1, r2, r3 = _rows_step(w_ptr, s_ptr, row, N, RB, SB, off, kb_hi, FMT, RS)
         q0, q1, q2, q3 = _rows_step(w_ptr, s_ptr, row, N, RB, SB, off + stride, kb_hi, FMT, RS)
-        if PDL == 1:
-            _pdl_wait_after(r0[0] | r1[0] | r2[0] | r3[0] | q0[0] | q1[0] | q2[0] | q3[0], RB, PDL)
-        else:  # late/no PDL: nothing to overlap, and x's loads would wait for the weights
-            _pdl_wait(w_ptr, pid_n * PROG_ROWS, N, RB, kb_lo, kb_hi, PROG_ROWS, PDL, PREFETCH)
+        _pdl_wait_weights(r0[0] | r1[0] | r2[0] | r3[0] | q0[0] | q1[0] | q2[0] | q3[0], w_ptr,
+                          pid_n * PROG_ROWS, N, RB, kb_lo, kb_hi, PROG_ROWS, PDL, PREFETCH)
         xw = _x_step(x_row, off, kb_hi, K, in_m, FP8)
         qx = _x_step(x_row, off + stride, kb_hi, K, in_m, FP8)
         for _ in range(kb_lo, kb_hi, 2 * stride):
@@ -373,10 +384,8 @@ def mma_gemv_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr,
         r0, r1, r2, r3 = _rows_step(w_ptr, s_ptr, row, N, RB, SB, off, kb_hi, FMT, RS)
         if TILES == 4:
             r4, r5, r6, r7 = _rows_step(w_ptr, s_ptr, row + 4 * RS, N, RB, SB, off, kb_hi, FMT, RS)
-        if PDL == 1 and PREFETCH == 0:  # the first weights in flight (see DEPTH = 2)
-            _pdl_wait_after(r0[0] | r1[0] | r2[0] | r3[0], RB, PDL)
-        else:
-            _pdl_wait(w_ptr, pid_n * PROG_ROWS, N, RB, kb_lo, kb_hi, PROG_ROWS, PDL, PREFETCH)
+        _pdl_wait_weights(r0[0] | r1[0] | r2[0] | r3[0], w_ptr, pid_n * PROG_ROWS, N, RB, kb_lo,
+                          kb_hi, PROG_ROWS, PDL, PREFETCH)
         xw = _x_step(x_row, off, kb_hi, K, in_m, FP8)
         for _ in range(kb_lo, kb_hi, stride):
             off += stride
