@@ -93,7 +93,7 @@ def test_gemv_matches_fp64(fmt, n, k, table, monkeypatch):
 def test_bit_operation_kernels_still_run_when_the_table_is_off(fmt, e2m1, monkeypatch):
     """SOFTFP8_NUMBA_FP4_LUT=0 (and any CPU without AVX2) takes the _numba_kernels GEMVs."""
     monkeypatch.setenv("SOFTFP8_NUMBA_FP4_LUT", "0")
-    assert not numba_cpu._lut_available()
+    assert numba_cpu._fp4_table_kernels() is None
     g = torch.Generator().manual_seed(7)
     packed = softfp8.quantize(torch.randn(37, 4097, generator=g), fmt)
     x = torch.randn(1, 4097, generator=g)

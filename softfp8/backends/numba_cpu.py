@@ -183,11 +183,6 @@ def _group(kp: int) -> int:
     return _numba_lut.ROWS if kp >= MULTIROW_MIN_K else 1
 
 
-def _lut_available() -> bool:
-    """Whether an FP4 table-lookup GEMV can run here (`_fp4_table_kernels`)."""
-    return _fp4_table_kernels() is not None
-
-
 def _fp4_table_kernels():
     """The FP4 table-lookup GEMV module for this CPU: _numba_lut (AVX-512 vpermps), else
     _numba_pshufb (AVX2 vpshufb), else None (the bit-operation kernels run).
