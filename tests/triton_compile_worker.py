@@ -88,6 +88,9 @@ def variants(backend: str, arch):
                          TILES=tiles)
                 yield (f"mma_gemv-r{runs}t{tiles}-{fmt}-fp16", _mma.mma_gemv_kernel, c, "fp16",
                        4, 1)
+            # whole steps (ZERO = 0): the loads leave switched-off registers unzeroed
+            c = dict(c, RUNS=1, TILES=2, AHEAD=0, ZERO=False)
+            yield f"mma_gemv-r1t2-keep-{fmt}-fp16", _mma.mma_gemv_kernel, c, "fp16", 4, 1
         if fmt in FP8 and not hw and cap is not None and cap >= (8, 0):
             # the mma GEMV for 8-bit codes: M = 1 (2 and 4 tiles a warp), and the run mapping
             # laid out for 4 and 8 x rows (split, so the partial store compiles too)
@@ -103,6 +106,8 @@ def variants(backend: str, arch):
                 name = (f"mma_gemv-r{runs}t{tiles}d{depth}{'' if nan else '-finite'}-{fmt}"
                         f"-fp16")
                 yield name, _mma.mma_gemv_kernel, c, "fp16", 4, 1
+            c = dict(c, RUNS=1, TILES=2, PARTIAL=False, NAN=True, DEPTH=2, ZERO=False)
+            yield f"mma_gemv-r1t2d2-keep-{fmt}-fp16", _mma.mma_gemv_kernel, c, "fp16", 4, 1
             if pdl:  # sm_90: the early launch's order (weights before the wait) at depth 2
                 c = dict(FMT=fmt, HAS_BIAS=True, WARPS=2, PARTIAL=False, PDL=1, PREFETCH=0,
                          AHEAD=0, RUNS=1, TILES=2, HAS_SCALE=True, DEPTH=2)

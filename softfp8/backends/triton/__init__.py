@@ -27,13 +27,15 @@ from ._table import (DEQUANT_MIN_M, DEQUANT_MIN_M_FP4, DEQUANT_MIN_SLAB_ROWS,
                      DEQUANT_SLAB_BYTES, FP8_DECODE_ENV, MMA_FORMATS, MMA_MAX_M, MMA_RUN_TILES,
                      MMA_RUNS, MMA_TILE_ROWS, PDL_ENV, PDL_PREFETCH_ENV, TABLE_ENV,
                      DeviceInfo, Kernel, LaunchConfig, device_info, dot_upcast, launch_config,
-                     mma_config, mma_gemv_runs, mma_layout, mma_rows, mma_split, pdl_auto, pdl_settings, tiled_config,
+                     mma_config, mma_gemv_runs, mma_layout, mma_rows, mma_split, mma_zero_fill,
+                     pdl_auto, pdl_settings, tiled_config,
                      uses_hardware_fp8, uses_mma_gemv, uses_ptx_decode)
 
 __all__ = ["NEEDS", "INTERPRET", "matmul", "run", "split_bytes", "codes_nan_free",
            "known_fact", "remember_fact",  # the backend; the launch settings (_table):
            "Kernel", "LaunchConfig", "DeviceInfo", "device_info", "launch_config", "tiled_config",
-           "mma_config", "mma_gemv_runs", "mma_layout", "mma_rows", "mma_split", "uses_mma_gemv", "uses_hardware_fp8",
+           "mma_config", "mma_gemv_runs", "mma_layout", "mma_rows", "mma_split", "mma_zero_fill",
+           "uses_mma_gemv", "uses_hardware_fp8",
            "uses_ptx_decode", "dot_upcast", "pdl_auto", "pdl_settings", "DEQUANT_MIN_M",
            "DEQUANT_MIN_M_FP4", "DEQUANT_MIN_SLAB_ROWS", "DEQUANT_SLAB_BYTES", "MMA_MAX_M",
            "MMA_FORMATS",
@@ -149,7 +151,8 @@ def _launch(x: torch.Tensor, packed: PackedWeight, bias: torch.Tensor | None, cf
                               WARPS=cfg.num_warps, PARTIAL=split > 1, num_warps=cfg.num_warps,
                               num_stages=1, PDL=pdl, PREFETCH=prefetch, AHEAD=cfg.num_stages,
                               RUNS=runs, TILES=tiles, HAS_SCALE=has_scale, NAN=nan,
-                              DEPTH=cfg.depth, **launch)
+                              DEPTH=cfg.depth, ZERO=mma_zero_fill(rb, per_split, runs, cfg),
+                              **launch)
     elif cfg.kernel is Kernel.GEMV:
         if cfg.block_m < m:
             raise ValueError(f"cfg: a GEMV launch with block_m={cfg.block_m} can't cover M={m}")

@@ -66,10 +66,14 @@ _TILE_PROBE_LOADS = tl.constexpr(_probe_tile_asm(False))
 _ROW_NV = tl.constexpr(_load_row_asm("nvfp4"))
 _ROW_MX = tl.constexpr(_load_row_asm("mxfp4"))
 _ROW_FP8 = tl.constexpr(_load_row_fp8_asm())
+_ROW_NV_KEEP = tl.constexpr(_load_row_asm("nvfp4", zero=False))
+_ROW_MX_KEEP = tl.constexpr(_load_row_asm("mxfp4", zero=False))
+_ROW_FP8_KEEP = tl.constexpr(_load_row_fp8_asm(zero=False))
 _TILE_E5M2 = tl.constexpr(_fp8_tile_asm("e5m2"))
 _TILE_E4M3 = tl.constexpr(_fp8_tile_asm("e4m3"))
 _TILE_E4M3_FINITE = tl.constexpr(_fp8_tile_asm("e4m3", nan=False))
 _LOAD_X = tl.constexpr(_load_x_asm())
+_LOAD_X_KEEP = tl.constexpr(_load_x_asm(zero=False))
 _XPAIRS = tl.constexpr(_xpairs_asm())
 _XMOVES = tl.constexpr("{\n" + "\n".join(f"mov.b32 ${i}, ${16 + i};" for i in range(16)) + "\n}")
 _ROW_CONS = tl.constexpr("=r,=r,=r,=r,=r,l,l,r")
@@ -79,10 +83,19 @@ _TILE_CONS = tl.constexpr("=f,=f,=f,=f," + "r," * 26 + "f,f,f,f")
 
 
 @triton.jit
-def _load_row(w_ptrs, s_ptrs, valid, FMT: tl.constexpr):
+def _load_row(w_ptrs, s_ptrs, valid, FMT: tl.constexpr, ZERO: tl.constexpr):
     # no early returns (see _tile). The 8-bit formats load no scale here, and their fp32 scale
     # pointer can't share an asm call with the codes' uint8 one: the codes' pointer stands in
-    if FMT == "nvfp4":
+    if not ZERO and FMT == "nvfp4":
+        out = tl.inline_asm_elementwise(_ROW_NV_KEEP, _ROW_CONS, [w_ptrs, s_ptrs, valid],
+                                        (tl.int32,) * 5, is_pure=True, pack=1)
+    elif not ZERO and FMT == "mxfp4":
+        out = tl.inline_asm_elementwise(_ROW_MX_KEEP, _ROW_CONS, [w_ptrs, s_ptrs, valid],
+                                        (tl.int32,) * 5, is_pure=True, pack=1)
+    elif not ZERO:
+        out = tl.inline_asm_elementwise(_ROW_FP8_KEEP, _ROW_CONS, [w_ptrs, w_ptrs, valid],
+                                        (tl.int32,) * 5, is_pure=True, pack=1)
+    elif FMT == "nvfp4":
         out = tl.inline_asm_elementwise(_ROW_NV, _ROW_CONS, [w_ptrs, s_ptrs, valid],
                                         (tl.int32,) * 5, is_pure=True, pack=1)
     elif FMT == "mxfp4":
@@ -95,9 +108,14 @@ def _load_row(w_ptrs, s_ptrs, valid, FMT: tl.constexpr):
 
 
 @triton.jit
-def _load_x(x_ptrs, valid):
-    return tl.inline_asm_elementwise(_LOAD_X, _LOAD_X_CONS, [x_ptrs, valid], (tl.int32,) * 16,
-                                     is_pure=True, pack=1)
+def _load_x(x_ptrs, valid, ZERO: tl.constexpr):
+    if ZERO:
+        out = tl.inline_asm_elementwise(_LOAD_X, _LOAD_X_CONS, [x_ptrs, valid], (tl.int32,) * 16,
+                                        is_pure=True, pack=1)
+    else:
+        out = tl.inline_asm_elementwise(_LOAD_X_KEEP, _LOAD_X_CONS, [x_ptrs, valid],
+                                        (tl.int32,) * 16, is_pure=True, pack=1)
+    return out
 
 
 @triton.jit
@@ -159,21 +177,23 @@ def _pdl_wait_weights(words, w_ptr, row0, N, RB, kb_lo, kb_hi, BLOCK_N: tl.const
 
 
 @triton.jit
-def _row_step(w_ptr, s_ptr, row, N, RB, SB, off, ok, FMT: tl.constexpr):
+def _row_step(w_ptr, s_ptr, row, N, RB, SB, off, ok, FMT: tl.constexpr, ZERO: tl.constexpr):
     """(4 words, scale) of one row at byte `off`, zeros where the row or the step is outside."""
     HB: tl.constexpr = 8 if FMT == "nvfp4" else 16  # bytes per scale block (FP4)
     return _load_row(w_ptr + row.to(tl.int64) * RB + off, s_ptr + row.to(tl.int64) * SB + off // HB,
-                     (ok & (row < N)).to(tl.int32), FMT)
+                     (ok & (row < N)).to(tl.int32), FMT, ZERO)
 
 
 @triton.jit
-def _rows_step(w_ptr, s_ptr, row, N, RB, SB, off, kb_hi, FMT: tl.constexpr, RS: tl.constexpr):
-    """(4 words, scale) for rows row + RS * q, q = 0..3, at byte `off` (zeros outside)."""
+def _rows_step(w_ptr, s_ptr, row, N, RB, SB, off, kb_hi, FMT: tl.constexpr, RS: tl.constexpr,
+               ZERO: tl.constexpr):
+    """(4 words, scale) for rows row + RS * q, q = 0..3, at byte `off` (zeros outside, or left
+    unloaded: ZERO = 0)."""
     ok = off < kb_hi
-    return (_row_step(w_ptr, s_ptr, row, N, RB, SB, off, ok, FMT),
-            _row_step(w_ptr, s_ptr, row + RS, N, RB, SB, off, ok, FMT),
-            _row_step(w_ptr, s_ptr, row + 2 * RS, N, RB, SB, off, ok, FMT),
-            _row_step(w_ptr, s_ptr, row + 3 * RS, N, RB, SB, off, ok, FMT))
+    return (_row_step(w_ptr, s_ptr, row, N, RB, SB, off, ok, FMT, ZERO),
+            _row_step(w_ptr, s_ptr, row + RS, N, RB, SB, off, ok, FMT, ZERO),
+            _row_step(w_ptr, s_ptr, row + 2 * RS, N, RB, SB, off, ok, FMT, ZERO),
+            _row_step(w_ptr, s_ptr, row + 3 * RS, N, RB, SB, off, ok, FMT, ZERO))
 
 
 @triton.jit
@@ -194,7 +214,7 @@ def _prefetch_rows(w_ptr, row, N, RB, off, kb_hi, RS: tl.constexpr):
 
 
 @triton.jit
-def _x_step(x_row, off, kb_hi, K, in_m, FP8: tl.constexpr):
+def _x_step(x_row, off, kb_hi, K, in_m, FP8: tl.constexpr, ZERO: tl.constexpr):
     """x for the codes of the 16 bytes at `off` (FP4: 32 codes, 64 bytes of x; FP8: 16 codes,
     32 bytes), 16 bytes at a time inside K and the split."""
     ok = in_m & (off < kb_hi)
@@ -203,7 +223,7 @@ def _x_step(x_row, off, kb_hi, K, in_m, FP8: tl.constexpr):
     if not FP8:
         bits = bits | ((ok & (k0 + 24 <= K)).to(tl.int32) << 2) | (
             (ok & (k0 + 32 <= K)).to(tl.int32) << 3)
-    return _load_x(x_row + k0, bits)
+    return _load_x(x_row + k0, bits, ZERO)
 
 
 @triton.jit
@@ -296,7 +316,7 @@ def mma_gemv_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr,
                     HAS_SCALE: tl.constexpr = False,
                     AHEAD: tl.constexpr = 0, DIAG: tl.constexpr = 0, RUNS: tl.constexpr = 0,
                     TILES: tl.constexpr = 2, NAN: tl.constexpr = True,
-                    DEPTH: tl.constexpr = 1):
+                    DEPTH: tl.constexpr = 1, ZERO: tl.constexpr = True):
     """Program (pid_n, pid_k) over bytes [pid_k * KB_SPLIT, +KB_SPLIT) of its rows.
     RUNS = 0 (the tile mapping): rows pid_n * 32 .. +32, two 16-row tiles; warp w takes the
     64-byte steps w, w + WARPS, ...; the warps' sums are added at the end.
@@ -314,6 +334,8 @@ def mma_gemv_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr,
     leaves out its NaN fix; `codes_nan_free`). DEPTH = 2 (run mapping, 2 tiles): two register
     buffers of weights and x, each refilled after its own step's mma, so a warp has two steps
     in flight (ptxas places a one-buffer loop's loads after the mma that frees its registers).
+    ZERO = 0 (`mma_zero_fill`): every program's K range is whole loop steps (DEPTH of them a
+    pass), so no tile reads a register a switched-off load left: the loads skip zeroing them.
     Needs num_warps == WARPS, K % 8 == 0 and a 16-byte aligned x (the launcher checks)."""
     NT: tl.constexpr = 32 * WARPS
     FP8: tl.constexpr = FMT == "e5m2" or FMT == "e4m3"
@@ -356,12 +378,13 @@ def mma_gemv_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr,
         # step's loads after this step's mma, reusing its registers: one step in flight)
         # weights don't depend on the previous kernel: under an early PDL launch their first
         # loads fly while it finishes, x's after the wait (measured: `_table.pdl_auto`)
-        r0, r1, r2, r3 = _rows_step(w_ptr, s_ptr, row, N, RB, SB, off, kb_hi, FMT, RS)
-        q0, q1, q2, q3 = _rows_step(w_ptr, s_ptr, row, N, RB, SB, off + stride, kb_hi, FMT, RS)
+        r0, r1, r2, r3 = _rows_step(w_ptr, s_ptr, row, N, RB, SB, off, kb_hi, FMT, RS, ZERO)
+        q0, q1, q2, q3 = _rows_step(w_ptr, s_ptr, row, N, RB, SB, off + stride, kb_hi, FMT, RS,
+                                    ZERO)
         _pdl_wait_weights(r0[0] | r1[0] | r2[0] | r3[0] | q0[0] | q1[0] | q2[0] | q3[0], w_ptr,
                           pid_n * PROG_ROWS, N, RB, kb_lo, kb_hi, PROG_ROWS, PDL, PREFETCH)
-        xw = _x_step(x_row, off, kb_hi, K, in_m, FP8)
-        qx = _x_step(x_row, off + stride, kb_hi, K, in_m, FP8)
+        xw = _x_step(x_row, off, kb_hi, K, in_m, FP8, ZERO)
+        qx = _x_step(x_row, off + stride, kb_hi, K, in_m, FP8, ZERO)
         for _ in range(kb_lo, kb_hi, 2 * stride):
             if AHEAD > 0:
                 _prefetch_rows(w_ptr, row, N, RB, off + AHEAD * stride, kb_hi, RS)
@@ -369,33 +392,34 @@ def mma_gemv_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr,
             a = _tile(r0, r1, xp, a, FMT, DIAG, NAN)
             b = _tile(r2, r3, xp, b, FMT, DIAG, NAN)
             r0, r1, r2, r3 = _rows_step(w_ptr, s_ptr, row, N, RB, SB, off + 2 * stride, kb_hi,
-                                        FMT, RS)
-            xw = _x_step(x_row, off + 2 * stride, kb_hi, K, in_m, FP8)
+                                        FMT, RS, ZERO)
+            xw = _x_step(x_row, off + 2 * stride, kb_hi, K, in_m, FP8, ZERO)
             if AHEAD > 0:
                 _prefetch_rows(w_ptr, row, N, RB, off + (AHEAD + 1) * stride, kb_hi, RS)
             xp = _pairs(qx, FP8)
             a = _tile(q0, q1, xp, a, FMT, DIAG, NAN)
             b = _tile(q2, q3, xp, b, FMT, DIAG, NAN)
             q0, q1, q2, q3 = _rows_step(w_ptr, s_ptr, row, N, RB, SB, off + 3 * stride, kb_hi,
-                                        FMT, RS)
-            qx = _x_step(x_row, off + 3 * stride, kb_hi, K, in_m, FP8)
+                                        FMT, RS, ZERO)
+            qx = _x_step(x_row, off + 3 * stride, kb_hi, K, in_m, FP8, ZERO)
             off += 2 * stride
     else:
-        r0, r1, r2, r3 = _rows_step(w_ptr, s_ptr, row, N, RB, SB, off, kb_hi, FMT, RS)
+        r0, r1, r2, r3 = _rows_step(w_ptr, s_ptr, row, N, RB, SB, off, kb_hi, FMT, RS, ZERO)
         if TILES == 4:
-            r4, r5, r6, r7 = _rows_step(w_ptr, s_ptr, row + 4 * RS, N, RB, SB, off, kb_hi, FMT, RS)
+            r4, r5, r6, r7 = _rows_step(w_ptr, s_ptr, row + 4 * RS, N, RB, SB, off, kb_hi, FMT, RS,
+                                        ZERO)
         _pdl_wait_weights(r0[0] | r1[0] | r2[0] | r3[0], w_ptr, pid_n * PROG_ROWS, N, RB, kb_lo,
                           kb_hi, PROG_ROWS, PDL, PREFETCH)
-        xw = _x_step(x_row, off, kb_hi, K, in_m, FP8)
+        xw = _x_step(x_row, off, kb_hi, K, in_m, FP8, ZERO)
         for _ in range(kb_lo, kb_hi, stride):
             off += stride
             # the next step's loads come before this step's arithmetic in the PTX; ptxas moves
             # them after its mma (registers reused): one step in flight (DEPTH = 2: two)
-            n0, n1, n2, n3 = _rows_step(w_ptr, s_ptr, row, N, RB, SB, off, kb_hi, FMT, RS)
+            n0, n1, n2, n3 = _rows_step(w_ptr, s_ptr, row, N, RB, SB, off, kb_hi, FMT, RS, ZERO)
             if TILES == 4:
                 n4, n5, n6, n7 = _rows_step(w_ptr, s_ptr, row + 4 * RS, N, RB, SB, off, kb_hi, FMT,
-                                            RS)
-            nx = _x_step(x_row, off, kb_hi, K, in_m, FP8)
+                                            RS, ZERO)
+            nx = _x_step(x_row, off, kb_hi, K, in_m, FP8, ZERO)
             if AHEAD > 0:
                 _prefetch_rows(w_ptr, row, N, RB, off + AHEAD * stride, kb_hi, RS)
             xp = _pairs(xw, FP8)
