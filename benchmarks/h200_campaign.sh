@@ -478,6 +478,30 @@ prefill7)
   tar -czf "$OUT/prefill7.tgz" -C "$OUT/r" .
   rm -rf "$OUT/r" "$OUT"/*.txt
   ;;
+fp4dec)
+  # FP4 decode in 17 instructions a word (signs by a prmt), and loads that leave switched-off
+  # registers unzeroed over whole steps (ZERO = 0); against the previous kernels (variants/base:
+  # git archive of fde01bc) and the new decode with the zeroing kept (variants/zero); token
+  # new / base / zero / new again (drift), FP4 shapes new / base; then head8's two runs
+  export SOFTFP8_FP8_DECODE=integer
+  mkdir -p "$OUT/r"
+  run gputests 200 python3 -m pytest -q -x -m gpu -p no:cacheprovider tests/test_triton.py
+  for v in new base zero new2; do
+    case $v in new*) pp=$PWD ;; *) pp=$PWD/variants/$v ;; esac
+    PYTHONPATH=$pp:$PYTHONPATH run "token-$v" 80 python3 -m softfp8.bench token --preset llama2-7b --backends triton --out "$OUT/r/token-$v.json"
+  done
+  for v in new base; do
+    case $v in new*) pp=$PWD ;; *) pp=$PWD/variants/$v ;; esac
+    PYTHONPATH=$pp:$PYTHONPATH run "shapes-$v" 60 python3 -m softfp8.bench shapes --preset llama3-8b --backends triton --formats nvfp4,mxfp4 --out "$OUT/r/shapes-$v.json"
+  done
+  b="python3 -m softfp8.bench small-m --shape 128256,4096 --backends triton --formats e5m2,e4m3 --m 1,2,3,4"
+  run head-table 90 $b --out "$OUT/r/head-table.json"
+  SOFTFP8_TRITON_TABLE=benchmarks/head_mma_m24_table.json run head-mma 90 $b --out "$OUT/r/head-mma.json"
+  cp "$OUT"/*.txt "$OUT/r/"
+  for f in "$OUT"/r/token-*.md "$OUT"/r/shapes-*.md; do echo "== $f"; grep -E "^\| *(torch float16|e5m2|e4m3|nvfp4|mxfp4|lm_head|gate_up|down|qkv|o) " "$f" | cut -c1-150; done
+  tar -czf "$OUT/fp4dec.tgz" -C "$OUT/r" .
+  rm -rf "$OUT/r" "$OUT"/*.txt
+  ;;
 head8)
   # (prepared) MMA_FP8_MAX_N was decided under the bench's 3-pass warm-up: the 8-bit vocabulary
   # head at M = 1..4 with the table (dot kernel from M = 2) and with MMA_GEMV forced (table file)
