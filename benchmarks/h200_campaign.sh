@@ -483,6 +483,7 @@ fp4dec)
   # registers unzeroed over whole steps (ZERO = 0); against the previous kernels (variants/base:
   # git archive of fde01bc) and the new decode with the zeroing kept (variants/zero); token
   # new / base / zero / new again (drift), FP4 shapes new / base; then head8's two runs
+  # (flawed: run from the repo root, every variant imported the root's softfp8; see fp4ab)
   export SOFTFP8_FP8_DECODE=integer
   mkdir -p "$OUT/r"
   run gputests 200 python3 -m pytest -q -x -m gpu -p no:cacheprovider tests/test_triton.py
@@ -500,6 +501,27 @@ fp4dec)
   cp "$OUT"/*.txt "$OUT/r/"
   for f in "$OUT"/r/token-*.md "$OUT"/r/shapes-*.md; do echo "== $f"; grep -E "^\| *(torch float16|e5m2|e4m3|nvfp4|mxfp4|lm_head|gate_up|down|qkv|o) " "$f" | cut -c1-150; done
   tar -czf "$OUT/fp4dec.tgz" -C "$OUT/r" .
+  rm -rf "$OUT/r" "$OUT"/*.txt
+  ;;
+fp4ab)
+  # fp4dec's variants ran from the repo root, which python puts first on sys.path: every run there
+  # was the new code. Here each variant runs from its own directory (printed), interleaved
+  export SOFTFP8_FP8_DECODE=integer
+  mkdir -p "$OUT/r"
+  root=$PWD
+  for v in base new zero base2 new2; do
+    case $v in new*) d=$root ;; base*) d=$root/variants/base ;; *) d=$root/variants/$v ;; esac
+    echo "$v: $(cd "$d" && python3 -c 'import softfp8; print(softfp8.__file__)')"
+    (cd "$d" && run "token-$v" 60 python3 -m softfp8.bench token --preset llama2-7b --backends triton --out "$OUT/r/token-$v.json")
+  done
+  for v in base new; do
+    case $v in new*) d=$root ;; *) d=$root/variants/$v ;; esac
+    (cd "$d" && run "shapes-$v" 60 python3 -m softfp8.bench shapes --preset llama3-8b --backends triton --formats nvfp4,mxfp4 --out "$OUT/r/shapes-$v.json")
+  done
+  run probe 150 python3 benchmarks/gpu_mma_probe.py --formats nvfp4,mxfp4
+  cp "$OUT"/*.txt "$OUT/r/"
+  for f in "$OUT"/r/token-*.md "$OUT"/r/shapes-*.md; do echo "== $f"; grep -E "^\| *(torch float16|nvfp4|mxfp4|lm_head|gate_up|down|qkv|o) " "$f" | grep -v bfloat | cut -c1-120; done
+  tar -czf "$OUT/fp4ab.tgz" -C "$OUT/r" .
   rm -rf "$OUT/r" "$OUT"/*.txt
   ;;
 head8)
