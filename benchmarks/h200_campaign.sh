@@ -524,6 +524,28 @@ fp4ab)
   tar -czf "$OUT/fp4ab.tgz" -C "$OUT/r" .
   rm -rf "$OUT/r" "$OUT"/*.txt
   ;;
+fp4tab)
+  # the E2M1 table word in a register (124f764) against 7d4efdf (variants/prev), and FP4 M = 1 at
+  # depth 2 (benchmarks/fp4_depth2_table.json); then the whole GPU suite on this commit
+  export SOFTFP8_FP8_DECODE=integer
+  mkdir -p "$OUT/r"
+  root=$PWD
+  for v in prev cur depth2 prev2 cur2; do
+    case $v in prev*) d=$root/variants/prev ;; *) d=$root ;; esac
+    case $v in depth2) tab=$root/benchmarks/fp4_depth2_table.json ;; *) tab= ;; esac
+    echo "$v: $(cd "$d" && python3 -c 'import softfp8; print(softfp8.__file__)') table=$tab"
+    (cd "$d" && SOFTFP8_TRITON_TABLE=$tab run "token-$v" 60 python3 -m softfp8.bench token --preset llama2-7b --backends triton --out "$OUT/r/token-$v.json")
+  done
+  run shapes-cur 60 python3 -m softfp8.bench shapes --preset llama3-8b --backends triton --out "$OUT/r/shapes-cur.json"
+  SOFTFP8_TRITON_TABLE=$root/benchmarks/fp4_depth2_table.json run shapes-depth2 60 python3 -m softfp8.bench shapes --preset llama3-8b --backends triton --formats nvfp4,mxfp4 --out "$OUT/r/shapes-depth2.json"
+  unset SOFTFP8_FP8_DECODE
+  run gputests 240 python3 -m pytest -q -m gpu -p no:cacheprovider tests/
+  cp "$OUT"/*.txt "$OUT/r/"
+  for f in "$OUT"/r/token-*.md "$OUT"/r/shapes-*.md; do echo "== $f"; grep -E "^\| *(torch float16|e5m2|e4m3|nvfp4|mxfp4|lm_head|gate_up|down|qkv|o) " "$f" | grep -v bfloat | cut -c1-120; done
+  tail -3 "$OUT/r/gputests.txt"
+  tar -czf "$OUT/fp4tab.tgz" -C "$OUT/r" .
+  rm -rf "$OUT/r" "$OUT"/*.txt
+  ;;
 head8)
   # (prepared) MMA_FP8_MAX_N was decided under the bench's 3-pass warm-up: the 8-bit vocabulary
   # head at M = 1..4 with the table (dot kernel from M = 2) and with MMA_GEMV forced (table file)
