@@ -44,7 +44,7 @@ import triton
 import triton.language as tl
 
 from ._kernels import _pdl_exit, _pdl_start, _pdl_wait, _pdl_wait_after
-from ._mma_ptx import (E2M1_TABLE, _fp8_tile_asm, _load_row_asm, _load_row_fp8_asm, _load_x_asm,
+from ._mma_ptx import (_fp8_tile_asm, _load_row_asm, _load_row_fp8_asm, _load_x_asm,
                        _probe_tile_asm, _tile_asm, _xpairs_asm)
 from ._table import MMA_TILE_ROWS
 
@@ -75,12 +75,11 @@ _TILE_E4M3_FINITE = tl.constexpr(_fp8_tile_asm("e4m3", nan=False))
 _LOAD_X = tl.constexpr(_load_x_asm())
 _LOAD_X_KEEP = tl.constexpr(_load_x_asm(zero=False))
 _XPAIRS = tl.constexpr(_xpairs_asm())
-_E2M1_T0 = tl.constexpr(E2M1_TABLE[0])
 _XMOVES = tl.constexpr("{\n" + "\n".join(f"mov.b32 ${i}, ${16 + i};" for i in range(16)) + "\n}")
 _ROW_CONS = tl.constexpr("=r,=r,=r,=r,=r,l,l,r")
 _LOAD_X_CONS = tl.constexpr("=r," * 16 + "l,r")
 _XPAIRS_CONS = tl.constexpr("=r," * 16 + ",".join(["r"] * 16))
-_TILE_CONS = tl.constexpr("=f,=f,=f,=f," + "r," * 26 + "f,f,f,f,r")  # $34: E2M1_TABLE[0]
+_TILE_CONS = tl.constexpr("=f,=f,=f,=f," + "r," * 26 + "f,f,f,f")
 
 
 @triton.jit
@@ -133,14 +132,12 @@ def _pairs(xw, FP8: tl.constexpr):
 
 
 @triton.jit
-def _tile(rg, rh, xp, acc, table, FMT: tl.constexpr, DIAG: tl.constexpr = 0,
-          NAN: tl.constexpr = True):
-    """acc (4 fp32) += one loop step of a 16-row tile; rg/rh: (4 words, scale) of rows g, g+8;
-    table: E2M1_TABLE[0] in a register (FP4; `_e2m1_table_low`)."""
+def _tile(rg, rh, xp, acc, FMT: tl.constexpr, DIAG: tl.constexpr = 0, NAN: tl.constexpr = True):
+    """acc (4 fp32) += one loop step of a 16-row tile; rg/rh: (4 words, scale) of rows g, g+8."""
     args = [rg[0], rg[1], rg[2], rg[3], rh[0], rh[1], rh[2], rh[3], rg[4], rh[4],
             xp[0], xp[1], xp[2], xp[3], xp[4], xp[5], xp[6], xp[7],
             xp[8], xp[9], xp[10], xp[11], xp[12], xp[13], xp[14], xp[15],
-            acc[0], acc[1], acc[2], acc[3], table]
+            acc[0], acc[1], acc[2], acc[3]]
     # no early returns: triton 3.6 builds every branch that follows a `return`
     if DIAG == 1:
         out = tl.inline_asm_elementwise(_TILE_PROBE_MMA, _TILE_CONS, args, (tl.float32,) * 4,
@@ -164,15 +161,6 @@ def _tile(rg, rh, xp, acc, table, FMT: tl.constexpr, DIAG: tl.constexpr = 0,
         out = tl.inline_asm_elementwise(_TILE_E4M3, _TILE_CONS, args, (tl.float32,) * 4,
                                         is_pure=True, pack=1)
     return out
-
-
-@triton.jit
-def _e2m1_table_low(N, tid):
-    """E2M1_TABLE[0] as a value ptxas can't prove warp-uniform (N + tid > 0 always), so it stays
-    in one register through the loop. As a constant, ptxas kept it in a uniform register and
-    copied it into a fresh one before each of a step's 32 table `prmt`s (28 of the ~446
-    instructions of an NVFP4 M = 1 step on sm_90; 421 without them)."""
-    return tl.where(N + tid > 0, _E2M1_T0, 0)
 
 
 @triton.jit
@@ -380,7 +368,6 @@ def mma_gemv_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr,
         off = kb_lo + STEP_BYTES * (tid // 32) + 16 * t
         stride = STEP_BYTES * WARPS
     zero = tl.zeros((NT,), tl.float32)
-    table = _e2m1_table_low(N, tid)
     a = (zero, zero, zero, zero)
     b = a
     c = a
@@ -402,16 +389,16 @@ def mma_gemv_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr,
             if AHEAD > 0:
                 _prefetch_rows(w_ptr, row, N, RB, off + AHEAD * stride, kb_hi, RS)
             xp = _pairs(xw, FP8)
-            a = _tile(r0, r1, xp, a, table, FMT, DIAG, NAN)
-            b = _tile(r2, r3, xp, b, table, FMT, DIAG, NAN)
+            a = _tile(r0, r1, xp, a, FMT, DIAG, NAN)
+            b = _tile(r2, r3, xp, b, FMT, DIAG, NAN)
             r0, r1, r2, r3 = _rows_step(w_ptr, s_ptr, row, N, RB, SB, off + 2 * stride, kb_hi,
                                         FMT, RS, ZERO)
             xw = _x_step(x_row, off + 2 * stride, kb_hi, K, in_m, FP8, ZERO)
             if AHEAD > 0:
                 _prefetch_rows(w_ptr, row, N, RB, off + (AHEAD + 1) * stride, kb_hi, RS)
             xp = _pairs(qx, FP8)
-            a = _tile(q0, q1, xp, a, table, FMT, DIAG, NAN)
-            b = _tile(q2, q3, xp, b, table, FMT, DIAG, NAN)
+            a = _tile(q0, q1, xp, a, FMT, DIAG, NAN)
+            b = _tile(q2, q3, xp, b, FMT, DIAG, NAN)
             q0, q1, q2, q3 = _rows_step(w_ptr, s_ptr, row, N, RB, SB, off + 3 * stride, kb_hi,
                                         FMT, RS, ZERO)
             qx = _x_step(x_row, off + 3 * stride, kb_hi, K, in_m, FP8, ZERO)
@@ -436,11 +423,11 @@ def mma_gemv_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr,
             if AHEAD > 0:
                 _prefetch_rows(w_ptr, row, N, RB, off + AHEAD * stride, kb_hi, RS)
             xp = _pairs(xw, FP8)
-            a = _tile(r0, r1, xp, a, table, FMT, DIAG, NAN)
-            b = _tile(r2, r3, xp, b, table, FMT, DIAG, NAN)
+            a = _tile(r0, r1, xp, a, FMT, DIAG, NAN)
+            b = _tile(r2, r3, xp, b, FMT, DIAG, NAN)
             if TILES == 4:
-                c = _tile(r4, r5, xp, c, table, FMT, DIAG, NAN)
-                d = _tile(r6, r7, xp, d, table, FMT, DIAG, NAN)
+                c = _tile(r4, r5, xp, c, FMT, DIAG, NAN)
+                d = _tile(r6, r7, xp, d, FMT, DIAG, NAN)
                 r4, r5, r6, r7 = n4, n5, n6, n7
             r0, r1, r2, r3, xw = n0, n1, n2, n3, nx
     _pdl_exit(PDL)

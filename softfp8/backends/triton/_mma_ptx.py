@@ -8,10 +8,6 @@ tests/test_triton.py on a GPU (`test_gpu_every_*_code_*`, `test_gpu_mma_gemv_*`)
 """
 
 
-E2M1_TABLE = (0x3E3C3800, 0x46444240)
-"""`prmt`'s table words: byte k is the fp16 high byte of E2M1 magnitude k (0, .5, 1, 1.5, 2, 3,
-4, 6). The tile step takes the first as operand $34 (`_mma._e2m1_table_low`), the second inline."""
-
 FP4_PAIRS = ((0, 2), (1, 3), (4, 6), (5, 7))
 """The codes of a word (c..c+7) that `_decode_word`'s fp16 pairs p0..p3 hold, and that
 `_xpairs_asm` pairs x for: two codes of one table word and a zero byte between them."""
@@ -99,10 +95,10 @@ def _fp8_tile_asm(fmt: str, nan: bool = True) -> str:
 def _tile_asm(fmt: str) -> str:
     """One 16-row tile, one loop step. Operands: $0..$3 the fp32 accumulator out; in: $4..$7 row
     g's words, $8..$11 row g+8's, $12/$13 their scale bytes, $14..$29 the x pairs (`_XPAIRS`),
-    $30..$33 the accumulator in, $34 E2M1_TABLE[0] (FP4; unused by the 8-bit steps)."""
+    $30..$33 the accumulator in."""
     body = [".reg .b32 t0, t1, sl, sh, ml, mh, u, h, r, q, sg01, sg23, sh01, sh23;",
             ".reg .b32 g<4>, k<4>;", ".reg .f32 acc<4>;",
-            "mov.b32 t0, $34;", f"mov.b32 t1, 0x{E2M1_TABLE[1]:08X};"]
+            "mov.b32 t0, 0x3E3C3800;", "mov.b32 t1, 0x46444240;"]
     if fmt == "nvfp4":
         body += [".reg .b32 c, z;"] + _E4M3_CONSTS
         for src, lo, hi in (("$12", "sg01", "sg23"), ("$13", "sh01", "sh23")):
