@@ -26,8 +26,7 @@ def _run_tile(fmt, wg, wh, sg, sh, xw, nan=True):
     """One tile step. wg/wh[lane]: 4 words of rows g / g+8; sg/sh[lane]: scale bits; xw[lane]:
     the lane's 16 x words. Returns D as 16 x 8 float64 from the lanes' c0..c3."""
     if fmt in FP4:
-        pairs = Warp(P._xpairs_asm()).run([[0] * 16 + xw[lane] for lane in range(32)])
-        xp = [pairs[lane][:16] for lane in range(32)]
+        xp = [xw[lane][:16] for lane in range(32)]  # x's own pairs meet the codes' (FP4_PAIRS)
         tile = P._tile_asm(fmt)
     else:
         xp = [xw[lane][:8] + [0] * 8 for lane in range(32)]

@@ -2,7 +2,7 @@
 sm_80+, fp16 activations, M <= 8). Auto picks it for FP4 at M <= 8 and the 8-bit formats at
 M <= 4, holding two steps of weights in registers (launch_config, `uses_mma_gemv`,
 `mma_config`); written for FP4 first, whose FMA GEMV was the slowest, then 8-bit
-(`_fp8_tile_asm`: a word's codes are already x's pairs there).
+(`_fp8_tile_asm`).
 
 Why: in the FMA GEMV (`_kernels.gemv_kernel`) Triton gives the uint8 codes and the fp16 x
 different per-thread layouts and converts between them through shared memory every step (about
@@ -16,8 +16,8 @@ Lane 4g + t holds A's rows g and g + 8 and B's column g. Each thread reads 16 by
 of each of its rows at byte kb + 16t (one 128-bit load) and the 32 matching x values (64 bytes)
 of activation row g. K's order inside one mma is free (a dot product does not care), as long
 as A and B agree, so each thread feeds its own bytes: a word of codes c..c+7 becomes four fp16
-pairs (c+i, c+i+4), i = 0..3 -- the pairing the decode below makes cheaply -- and x's pairs are
-re-paired to match with one `prmt` each, shared by every row the thread holds. Two 16-row tiles
+pairs (c, c+1) .. (c+6, c+7), which are x's own pairs (x's word q holds values 2q, 2q+1), so x
+goes to the mma as it was loaded (a word of 8-bit codes: two such pairs). Two 16-row tiles
 per warp, WARPS warps interleaved along K (64 bytes a warp-step) and summed at the end: the
 tile mapping (RUNS = 0). The run mapping (RUNS = MP, M <= MP) instead gives each warp its own
 rows and reads 512 / MP contiguous bytes of each per step: mma row g is a row's 64-byte chunk
@@ -26,8 +26,9 @@ chunks agree hold the sums (M = 1: the diagonal; measured faster: each warp-inst
 covers 2 rows x 512 bytes, not 8 x 64).
 
 E2M1 -> fp16 by table: |code| (3 bits) indexes 8 bytes, the fp16 high bytes of 0, .5, 1, 1.5,
-2, 3, 4, 6, with one `prmt` for four codes; a second `prmt` places two of them as an fp16 pair
-and a `lop3` ors the signs in. Exact and free of denormals, so it serves both E2M1 decoders.
+2, 3, 4, 6, with one `prmt` for four codes; a `prmt` in sign-replicate mode and a `lop3` or the
+four codes' signs in, and a `prmt` a pair places two signed bytes beside zero bytes
+(`_mma_ptx._decode_word`). Exact and free of denormals, so it serves both E2M1 decoders.
 Scales, in fp16 on each pair before the mma (the mma then sums exact products in fp32):
 - NVFP4: the E4M3 block scale as fp16 * 2^-8 (a shift, a mask and the NaN fix of
   `_decode.e4m3_to_f16_div256_ptx`); e2m1 * e4m3 has at most 6 significant bits and stays
@@ -45,7 +46,7 @@ import triton.language as tl
 
 from ._kernels import _pdl_exit, _pdl_start, _pdl_wait, _pdl_wait_after
 from ._mma_ptx import (_fp8_tile_asm, _load_row_asm, _load_row_fp8_asm, _load_x_asm,
-                       _probe_tile_asm, _tile_asm, _xpairs_asm)
+                       _probe_tile_asm, _tile_asm)
 from ._table import MMA_TILE_ROWS
 
 STEP_BYTES_PER_WARP = 64  # bytes of each row one warp consumes per loop step (16 per thread t)
@@ -74,11 +75,8 @@ _TILE_E4M3 = tl.constexpr(_fp8_tile_asm("e4m3"))
 _TILE_E4M3_FINITE = tl.constexpr(_fp8_tile_asm("e4m3", nan=False))
 _LOAD_X = tl.constexpr(_load_x_asm())
 _LOAD_X_KEEP = tl.constexpr(_load_x_asm(zero=False))
-_XPAIRS = tl.constexpr(_xpairs_asm())
-_XMOVES = tl.constexpr("{\n" + "\n".join(f"mov.b32 ${i}, ${16 + i};" for i in range(16)) + "\n}")
 _ROW_CONS = tl.constexpr("=r,=r,=r,=r,=r,l,l,r")
 _LOAD_X_CONS = tl.constexpr("=r," * 16 + "l,r")
-_XPAIRS_CONS = tl.constexpr("=r," * 16 + ",".join(["r"] * 16))
 _TILE_CONS = tl.constexpr("=f,=f,=f,=f," + "r," * 26 + "f,f,f,f")
 
 
@@ -119,24 +117,12 @@ def _load_x(x_ptrs, valid, ZERO: tl.constexpr):
 
 
 @triton.jit
-def _pairs(xw, FP8: tl.constexpr):
-    """x's 16 words as the B pairs of one step. FP8: x's own pairs meet the codes'
-    (`_fp8_tile_asm`): moves, which ptxas drops."""
-    if FP8:
-        xp = tl.inline_asm_elementwise(_XMOVES, _XPAIRS_CONS, list(xw), (tl.int32,) * 16,
-                                       is_pure=True, pack=1)
-    else:
-        xp = tl.inline_asm_elementwise(_XPAIRS, _XPAIRS_CONS, list(xw), (tl.int32,) * 16,
-                                       is_pure=True, pack=1)
-    return xp
-
-
-@triton.jit
-def _tile(rg, rh, xp, acc, FMT: tl.constexpr, DIAG: tl.constexpr = 0, NAN: tl.constexpr = True):
-    """acc (4 fp32) += one loop step of a 16-row tile; rg/rh: (4 words, scale) of rows g, g+8."""
+def _tile(rg, rh, xw, acc, FMT: tl.constexpr, DIAG: tl.constexpr = 0, NAN: tl.constexpr = True):
+    """acc (4 fp32) += one loop step of a 16-row tile; rg/rh: (4 words, scale) of rows g, g+8;
+    xw: x's 16 words (FP4 uses all, 8-bit the first 8)."""
     args = [rg[0], rg[1], rg[2], rg[3], rh[0], rh[1], rh[2], rh[3], rg[4], rh[4],
-            xp[0], xp[1], xp[2], xp[3], xp[4], xp[5], xp[6], xp[7],
-            xp[8], xp[9], xp[10], xp[11], xp[12], xp[13], xp[14], xp[15],
+            xw[0], xw[1], xw[2], xw[3], xw[4], xw[5], xw[6], xw[7],
+            xw[8], xw[9], xw[10], xw[11], xw[12], xw[13], xw[14], xw[15],
             acc[0], acc[1], acc[2], acc[3]]
     # no early returns: triton 3.6 builds every branch that follows a `return`
     if DIAG == 1:
@@ -388,17 +374,15 @@ def mma_gemv_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr,
         for _ in range(kb_lo, kb_hi, 2 * stride):
             if AHEAD > 0:
                 _prefetch_rows(w_ptr, row, N, RB, off + AHEAD * stride, kb_hi, RS)
-            xp = _pairs(xw, FP8)
-            a = _tile(r0, r1, xp, a, FMT, DIAG, NAN)
-            b = _tile(r2, r3, xp, b, FMT, DIAG, NAN)
+            a = _tile(r0, r1, xw, a, FMT, DIAG, NAN)
+            b = _tile(r2, r3, xw, b, FMT, DIAG, NAN)
             r0, r1, r2, r3 = _rows_step(w_ptr, s_ptr, row, N, RB, SB, off + 2 * stride, kb_hi,
                                         FMT, RS, ZERO)
             xw = _x_step(x_row, off + 2 * stride, kb_hi, K, in_m, FP8, ZERO)
             if AHEAD > 0:
                 _prefetch_rows(w_ptr, row, N, RB, off + (AHEAD + 1) * stride, kb_hi, RS)
-            xp = _pairs(qx, FP8)
-            a = _tile(q0, q1, xp, a, FMT, DIAG, NAN)
-            b = _tile(q2, q3, xp, b, FMT, DIAG, NAN)
+            a = _tile(q0, q1, qx, a, FMT, DIAG, NAN)
+            b = _tile(q2, q3, qx, b, FMT, DIAG, NAN)
             q0, q1, q2, q3 = _rows_step(w_ptr, s_ptr, row, N, RB, SB, off + 3 * stride, kb_hi,
                                         FMT, RS, ZERO)
             qx = _x_step(x_row, off + 3 * stride, kb_hi, K, in_m, FP8, ZERO)
@@ -422,12 +406,11 @@ def mma_gemv_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr,
             nx = _x_step(x_row, off, kb_hi, K, in_m, FP8, ZERO)
             if AHEAD > 0:
                 _prefetch_rows(w_ptr, row, N, RB, off + AHEAD * stride, kb_hi, RS)
-            xp = _pairs(xw, FP8)
-            a = _tile(r0, r1, xp, a, FMT, DIAG, NAN)
-            b = _tile(r2, r3, xp, b, FMT, DIAG, NAN)
+            a = _tile(r0, r1, xw, a, FMT, DIAG, NAN)
+            b = _tile(r2, r3, xw, b, FMT, DIAG, NAN)
             if TILES == 4:
-                c = _tile(r4, r5, xp, c, FMT, DIAG, NAN)
-                d = _tile(r6, r7, xp, d, FMT, DIAG, NAN)
+                c = _tile(r4, r5, xw, c, FMT, DIAG, NAN)
+                d = _tile(r6, r7, xw, d, FMT, DIAG, NAN)
                 r4, r5, r6, r7 = n4, n5, n6, n7
             r0, r1, r2, r3, xw = n0, n1, n2, n3, nx
     _pdl_exit(PDL)

@@ -8,9 +8,9 @@ tests/test_triton.py on a GPU (`test_gpu_every_*_code_*`, `test_gpu_mma_gemv_*`)
 """
 
 
-FP4_PAIRS = ((0, 2), (1, 3), (4, 6), (5, 7))
-"""The codes of a word (c..c+7) that `_decode_word`'s fp16 pairs p0..p3 hold, and that
-`_xpairs_asm` pairs x for: two codes of one table word and a zero byte between them."""
+FP4_PAIRS = ((0, 1), (2, 3), (4, 5), (6, 7))
+"""The codes of a word (c..c+7) that `_decode_word`'s fp16 pairs p0..p3 hold: x's own pairs
+(x's word q holds values 2q, 2q+1), so x goes to the mma as it lies, as for the 8-bit formats."""
 
 
 def _decode_word(w: str, p: str, scale: str) -> str:
@@ -18,7 +18,7 @@ def _decode_word(w: str, p: str, scale: str) -> str:
     One `prmt` looks up four |codes| in the table t0:t1 (fp16 high bytes); a second `prmt`
     replicates the four codes' sign bits over their bytes (selector bit 3), one `lop3` ors them
     in; each pair is then a `prmt` of two signed bytes beside zero bytes: 17 instructions a word
-    (19 when each pair took its own sign shift and `lop3`)."""
+    (19 when each pair took its own sign shift and `lop3`, and x was re-paired to match)."""
     out = [f"and.b32 sl, {w}, 0x77777777;", "shr.b32 sh, sl, 16;",
            "prmt.b32 ml, t0, t1, sl;", "prmt.b32 mh, t0, t1, sh;",
            # the sign of code k is bit 4k + 3: a byte's top bit in w (odd k) or in w << 4 (even)
@@ -94,7 +94,7 @@ def _fp8_tile_asm(fmt: str, nan: bool = True) -> str:
 
 def _tile_asm(fmt: str) -> str:
     """One 16-row tile, one loop step. Operands: $0..$3 the fp32 accumulator out; in: $4..$7 row
-    g's words, $8..$11 row g+8's, $12/$13 their scale bytes, $14..$29 the x pairs (`_XPAIRS`),
+    g's words, $8..$11 row g+8's, $12/$13 their scale bytes, $14..$29 x's 16 words as they lie,
     $30..$33 the accumulator in."""
     body = [".reg .b32 t0, t1, sl, sh, ml, mh, u, h, r, q, sg01, sg23, sh01, sh23;",
             ".reg .b32 g<4>, k<4>;", ".reg .f32 acc<4>;",
@@ -204,16 +204,4 @@ def _load_x_asm(zero: bool = True) -> str:
         regs = ", ".join(f"${4 * v + i}" for i in range(4))
         lines += [f"and.b32 v, $17, {1 << v};", "setp.ne.b32 p, v, 0;",
                   f"@p ld.global.nc.v4.u32 {{{regs}}}, [$16+{16 * v}];"]
-    return "{\n" + "\n".join(lines) + "\n}"
-
-
-def _xpairs_asm() -> str:
-    """x words X0..X15 ($16..$31: values 2q, 2q+1) -> B pairs ($0..$15) in the decode's order
-    (FP4_PAIRS): word j, step ii: (x[8j+4ii], x[8j+4ii+2]) then (x[8j+4ii+1], x[8j+4ii+3])."""
-    lines = []
-    for j in range(4):
-        for ii in range(2):
-            a, b = 16 + 4 * j + 2 * ii, 17 + 4 * j + 2 * ii
-            lines.append(f"prmt.b32 ${4 * j + 2 * ii}, ${a}, ${b}, 0x5410;")
-            lines.append(f"prmt.b32 ${4 * j + 2 * ii + 1}, ${a}, ${b}, 0x7632;")
     return "{\n" + "\n".join(lines) + "\n}"
