@@ -546,6 +546,29 @@ fp4tab)
   tar -czf "$OUT/fp4tab.tgz" -C "$OUT/r" .
   rm -rf "$OUT/r" "$OUT"/*.txt
   ;;
+fp4nat)
+  # FP4 pairs that are x's own (no x re-pairing) against 7d4efdf (variants/prev), interleaved;
+  # then the whole GPU suite on this commit
+  export SOFTFP8_FP8_DECODE=integer
+  mkdir -p "$OUT/r"
+  root=$PWD
+  for v in prev cur prev2 cur2; do
+    case $v in prev*) d=$root/variants/prev ;; *) d=$root ;; esac
+    echo "$v: $(cd "$d" && python3 -c 'import softfp8; print(softfp8.__file__)')"
+    (cd "$d" && run "token-$v" 60 python3 -m softfp8.bench token --preset llama2-7b --backends triton --out "$OUT/r/token-$v.json")
+  done
+  for v in prev cur; do
+    case $v in prev*) d=$root/variants/prev ;; *) d=$root ;; esac
+    (cd "$d" && run "shapes-$v" 60 python3 -m softfp8.bench shapes --preset llama3-8b --backends triton --formats nvfp4,mxfp4 --out "$OUT/r/shapes-$v.json")
+  done
+  unset SOFTFP8_FP8_DECODE
+  run gputests 240 python3 -m pytest -q -m gpu -p no:cacheprovider tests/
+  cp "$OUT"/*.txt "$OUT/r/"
+  for f in "$OUT"/r/token-*.md "$OUT"/r/shapes-*.md; do echo "== $f"; grep -E "^\| *(torch float16|e5m2|e4m3|nvfp4|mxfp4|lm_head|gate_up|down|qkv|o) " "$f" | grep -v bfloat | grep -v "torch float16 F.linear | -" | cut -c1-110; done
+  tail -3 "$OUT/r/gputests.txt"
+  tar -czf "$OUT/fp4nat.tgz" -C "$OUT/r" .
+  rm -rf "$OUT/r" "$OUT"/*.txt
+  ;;
 head8)
   # (prepared) MMA_FP8_MAX_N was decided under the bench's 3-pass warm-up: the 8-bit vocabulary
   # head at M = 1..4 with the table (dot kernel from M = 2) and with MMA_GEMV forced (table file)
