@@ -70,7 +70,7 @@ def matmul(x: torch.Tensor, packed: PackedWeight, bias: torch.Tensor | None = No
     previous = numba.get_num_threads()
     numba.set_num_threads(threads)
     try:
-        y = _matmul_f32(x, packed, inject, threads)
+        y = _matmul_f32(x.detach(), packed, inject, threads)  # the kernels read numpy views
     finally:
         numba.set_num_threads(previous)
     if bias is not None:
@@ -110,8 +110,9 @@ def _matmul_f32(x: torch.Tensor, packed: PackedWeight, inject: bool, threads: in
             gemv = K.gemv_fp8 if kp >= MULTIROW_MIN_K else K.gemv_fp8_1row
             kind = (K.E5M2_KIND if fmt is Format.E5M2 else
                     K.E4M3_FINITE_KIND if codes_nan_free(packed) else K.E4M3_KIND)
-            gemv(packed.words.view(torch.uint16).numpy(), x0[0::2].contiguous().numpy(),
-                 x0[1::2].contiguous().numpy(), yv, chunk, kind)
+            xn = x0.numpy()  # the planes by numpy: torch's strided copies start its thread pool
+            gemv(packed.words.view(torch.uint16).numpy(), np.ascontiguousarray(xn[0::2]),
+                 np.ascontiguousarray(xn[1::2]), yv, chunk, kind)
         else:  # FP4 words, one lane per block, met by planes[j, b] = x[block * b + j]
             mx = fmt is Format.MXFP4
             block = SPECS[fmt].block
