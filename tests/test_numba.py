@@ -147,6 +147,17 @@ def test_half_activations(fmt, m, dtype, tol):
     assert rel_err(y, fp64_reference(x, packed)) <= tol
 
 
+@pytest.mark.parametrize("m", [1, 3])
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_activations_that_require_grad(fmt, m):
+    """The kernels read numpy views of x: a tensor that requires grad is read, not refused."""
+    packed, g = quantized(fmt, 24, 256, seed=m)
+    x = torch.randn(m, 256, generator=g)
+    y = run(x.clone().requires_grad_(), packed)
+    assert torch.equal(y, run(x, packed))
+    assert rel_err(y, fp64_reference(x, packed)) <= 1e-6
+
+
 def same_nonfinite(y, ref):
     assert torch.equal(torch.isnan(y), torch.isnan(ref))
     assert torch.equal(torch.isposinf(y), torch.isposinf(ref))
