@@ -8,6 +8,20 @@ step=${1:-smoke}
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__, torch.cuda.get_device_name())"
 run() { local name=$1 secs=$2; shift 2; echo "=== $name"; timeout "$secs" "$@" > "$OUT/$name.txt" 2>&1; echo "=== $name rc=$?"; tail -n 25 "$OUT/$name.txt"; }
+# in_variant DIR NAME SECS CMD..: `run` from DIR, whose softfp8 python then imports (the working
+# directory comes first on sys.path; a PYTHONPATH entry does not beat it: see fp4dec)
+in_variant() { local d=$1; shift; echo "$1: $(cd "$d" && python3 -c 'import softfp8; print(softfp8.__file__)')"; (cd "$d" && run "$@"); }
+# pack STEP: $OUT/r (and the logs) into $OUT/STEP.tgz, printing the token/shape rows last
+pack() {
+  cp "$OUT"/*.txt "$OUT/r/"
+  for f in "$OUT"/r/token-*.md "$OUT"/r/shapes-*.md; do
+    [ -f "$f" ] || continue
+    echo "== $f"; grep -E "^\| *(torch float16|e5m2|e4m3|nvfp4|mxfp4|lm_head|gate_up|down|qkv|o) " "$f" | grep -v bfloat | grep -v "torch float16 F.linear | -" | cut -c1-120
+  done
+  if [ -f "$OUT/r/gputests.txt" ]; then tail -3 "$OUT/r/gputests.txt"; fi
+  tar -czf "$OUT/$1.tgz" -C "$OUT/r" .
+  rm -rf "$OUT/r" "$OUT"/*.txt
+}
 case $step in
 smoke)
   run probe 90 python3 -m softfp8.probe --bandwidth
@@ -484,26 +498,6 @@ fp4dec)
   # git archive of fde01bc) and the new decode with the zeroing kept (variants/zero); token
   # new / base / zero / new again (drift), FP4 shapes new / base; then head8's two runs
   # (flawed: run from the repo root, every variant imported the root's softfp8; see fp4ab)
-  export SOFTFP8_FP8_DECODE=integer
-  mkdir -p "$OUT/r"
-  run gputests 200 python3 -m pytest -q -x -m gpu -p no:cacheprovider tests/test_triton.py
-  for v in new base zero new2; do
-    case $v in new*) pp=$PWD ;; *) pp=$PWD/variants/$v ;; esac
-    PYTHONPATH=$pp:$PYTHONPATH run "token-$v" 80 python3 -m softfp8.bench token --preset llama2-7b --backends triton --out "$OUT/r/token-$v.json"
-  done
-  for v in new base; do
-    case $v in new*) pp=$PWD ;; *) pp=$PWD/variants/$v ;; esac
-    PYTHONPATH=$pp:$PYTHONPATH run "shapes-$v" 60 python3 -m softfp8.bench shapes --preset llama3-8b --backends triton --formats nvfp4,mxfp4 --out "$OUT/r/shapes-$v.json"
-  done
-  b="python3 -m softfp8.bench small-m --shape 128256,4096 --backends triton --formats e5m2,e4m3 --m 1,2,3,4"
-  run head-table 90 $b --out "$OUT/r/head-table.json"
-  SOFTFP8_TRITON_TABLE=benchmarks/head_mma_m24_table.json run head-mma 90 $b --out "$OUT/r/head-mma.json"
-  cp "$OUT"/*.txt "$OUT/r/"
-  for f in "$OUT"/r/token-*.md "$OUT"/r/shapes-*.md; do echo "== $f"; grep -E "^\| *(torch float16|e5m2|e4m3|nvfp4|mxfp4|lm_head|gate_up|down|qkv|o) " "$f" | cut -c1-150; done
-  tar -czf "$OUT/fp4dec.tgz" -C "$OUT/r" .
-  rm -rf "$OUT/r" "$OUT"/*.txt
-  ;;
-fp4ab)
   # fp4dec's variants ran from the repo root, which python puts first on sys.path: every run there
   # was the new code. Here each variant runs from its own directory (printed), interleaved
   export SOFTFP8_FP8_DECODE=integer
@@ -511,18 +505,14 @@ fp4ab)
   root=$PWD
   for v in base new zero base2 new2; do
     case $v in new*) d=$root ;; base*) d=$root/variants/base ;; *) d=$root/variants/$v ;; esac
-    echo "$v: $(cd "$d" && python3 -c 'import softfp8; print(softfp8.__file__)')"
-    (cd "$d" && run "token-$v" 60 python3 -m softfp8.bench token --preset llama2-7b --backends triton --out "$OUT/r/token-$v.json")
+    in_variant "$d" "token-$v" 60 python3 -m softfp8.bench token --preset llama2-7b --backends triton --out "$OUT/r/token-$v.json"
   done
   for v in base new; do
     case $v in new*) d=$root ;; *) d=$root/variants/$v ;; esac
-    (cd "$d" && run "shapes-$v" 60 python3 -m softfp8.bench shapes --preset llama3-8b --backends triton --formats nvfp4,mxfp4 --out "$OUT/r/shapes-$v.json")
+    in_variant "$d" "shapes-$v" 60 python3 -m softfp8.bench shapes --preset llama3-8b --backends triton --formats nvfp4,mxfp4 --out "$OUT/r/shapes-$v.json"
   done
   run probe 150 python3 benchmarks/gpu_mma_probe.py --formats nvfp4,mxfp4
-  cp "$OUT"/*.txt "$OUT/r/"
-  for f in "$OUT"/r/token-*.md "$OUT"/r/shapes-*.md; do echo "== $f"; grep -E "^\| *(torch float16|nvfp4|mxfp4|lm_head|gate_up|down|qkv|o) " "$f" | grep -v bfloat | cut -c1-120; done
-  tar -czf "$OUT/fp4ab.tgz" -C "$OUT/r" .
-  rm -rf "$OUT/r" "$OUT"/*.txt
+  pack fp4ab
   ;;
 fp4tab)
   # the E2M1 table word in a register (124f764) against 7d4efdf (variants/prev), and FP4 M = 1 at
@@ -533,18 +523,13 @@ fp4tab)
   for v in prev cur depth2 prev2 cur2; do
     case $v in prev*) d=$root/variants/prev ;; *) d=$root ;; esac
     case $v in depth2) tab=$root/benchmarks/fp4_depth2_table.json ;; *) tab= ;; esac
-    echo "$v: $(cd "$d" && python3 -c 'import softfp8; print(softfp8.__file__)') table=$tab"
-    (cd "$d" && SOFTFP8_TRITON_TABLE=$tab run "token-$v" 60 python3 -m softfp8.bench token --preset llama2-7b --backends triton --out "$OUT/r/token-$v.json")
+    SOFTFP8_TRITON_TABLE=$tab in_variant "$d" "token-$v" 60 python3 -m softfp8.bench token --preset llama2-7b --backends triton --out "$OUT/r/token-$v.json"
   done
   run shapes-cur 60 python3 -m softfp8.bench shapes --preset llama3-8b --backends triton --out "$OUT/r/shapes-cur.json"
   SOFTFP8_TRITON_TABLE=$root/benchmarks/fp4_depth2_table.json run shapes-depth2 60 python3 -m softfp8.bench shapes --preset llama3-8b --backends triton --formats nvfp4,mxfp4 --out "$OUT/r/shapes-depth2.json"
   unset SOFTFP8_FP8_DECODE
   run gputests 240 python3 -m pytest -q -m gpu -p no:cacheprovider tests/
-  cp "$OUT"/*.txt "$OUT/r/"
-  for f in "$OUT"/r/token-*.md "$OUT"/r/shapes-*.md; do echo "== $f"; grep -E "^\| *(torch float16|e5m2|e4m3|nvfp4|mxfp4|lm_head|gate_up|down|qkv|o) " "$f" | grep -v bfloat | cut -c1-120; done
-  tail -3 "$OUT/r/gputests.txt"
-  tar -czf "$OUT/fp4tab.tgz" -C "$OUT/r" .
-  rm -rf "$OUT/r" "$OUT"/*.txt
+  pack fp4tab
   ;;
 fp4nat)
   # FP4 pairs that are x's own (no x re-pairing) against 7d4efdf (variants/prev), interleaved;
@@ -554,20 +539,15 @@ fp4nat)
   root=$PWD
   for v in prev cur prev2 cur2; do
     case $v in prev*) d=$root/variants/prev ;; *) d=$root ;; esac
-    echo "$v: $(cd "$d" && python3 -c 'import softfp8; print(softfp8.__file__)')"
-    (cd "$d" && run "token-$v" 60 python3 -m softfp8.bench token --preset llama2-7b --backends triton --out "$OUT/r/token-$v.json")
+    in_variant "$d" "token-$v" 60 python3 -m softfp8.bench token --preset llama2-7b --backends triton --out "$OUT/r/token-$v.json"
   done
   for v in prev cur; do
     case $v in prev*) d=$root/variants/prev ;; *) d=$root ;; esac
-    (cd "$d" && run "shapes-$v" 60 python3 -m softfp8.bench shapes --preset llama3-8b --backends triton --formats nvfp4,mxfp4 --out "$OUT/r/shapes-$v.json")
+    in_variant "$d" "shapes-$v" 60 python3 -m softfp8.bench shapes --preset llama3-8b --backends triton --formats nvfp4,mxfp4 --out "$OUT/r/shapes-$v.json"
   done
   unset SOFTFP8_FP8_DECODE
   run gputests 240 python3 -m pytest -q -m gpu -p no:cacheprovider tests/
-  cp "$OUT"/*.txt "$OUT/r/"
-  for f in "$OUT"/r/token-*.md "$OUT"/r/shapes-*.md; do echo "== $f"; grep -E "^\| *(torch float16|e5m2|e4m3|nvfp4|mxfp4|lm_head|gate_up|down|qkv|o) " "$f" | grep -v bfloat | grep -v "torch float16 F.linear | -" | cut -c1-110; done
-  tail -3 "$OUT/r/gputests.txt"
-  tar -czf "$OUT/fp4nat.tgz" -C "$OUT/r" .
-  rm -rf "$OUT/r" "$OUT"/*.txt
+  pack fp4nat
   ;;
 head8)
   # (prepared) MMA_FP8_MAX_N was decided under the bench's 3-pass warm-up: the 8-bit vocabulary
