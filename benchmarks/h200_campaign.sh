@@ -549,6 +549,25 @@ fp4nat)
   run gputests 240 python3 -m pytest -q -m gpu -p no:cacheprovider tests/
   pack fp4nat
   ;;
+fp4w4)
+  # FP4 M = 1 in 4 warps from 16384 rows (benchmarks/fp4_warps4_table.json; the probe had 22016 x
+  # 4096 at 23.2 against 24.0 us), interleaved with the built-in rule; then 8-bit small M on this
+  # commit (its M = 2..4 kernels load with ZERO = 0 since 7d4efdf)
+  export SOFTFP8_FP8_DECODE=integer
+  mkdir -p "$OUT/r"
+  w4=$PWD/benchmarks/fp4_warps4_table.json
+  for v in rule w4 rule2 w42; do
+    case $v in w4*) tab=$w4 ;; *) tab= ;; esac
+    SOFTFP8_TRITON_TABLE=$tab run "token-$v" 60 python3 -m softfp8.bench token --preset llama2-7b --backends triton --formats nvfp4,mxfp4 --out "$OUT/r/token-$v.json"
+  done
+  for v in rule w4; do
+    case $v in w4*) tab=$w4 ;; *) tab= ;; esac
+    SOFTFP8_TRITON_TABLE=$tab run "shapes-$v" 60 python3 -m softfp8.bench shapes --preset llama3-8b --backends triton --formats nvfp4,mxfp4 --out "$OUT/r/shapes-$v.json"
+  done
+  run smallm 150 python3 -m softfp8.bench small-m --preset llama3-8b --backends triton --formats e5m2,e4m3 --out "$OUT/r/smallm.json"
+  grep -A12 "over all shapes" "$OUT/smallm.txt" | tail -12
+  pack fp4w4
+  ;;
 head8)
   # (prepared) MMA_FP8_MAX_N was decided under the bench's 3-pass warm-up: the 8-bit vocabulary
   # head at M = 1..4 with the table (dot kernel from M = 2) and with MMA_GEMV forced (table file)
