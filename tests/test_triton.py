@@ -537,22 +537,24 @@ def test_mma_layout_reads_the_mapping_from_the_launch_config():
 
 def test_mma_zero_fill_only_where_a_tile_reads_past_the_k_range():
     """ZERO = 0 (loads leave switched-off registers as they were) needs every program's K range
-    to be whole passes of depth loop steps: 512 / runs bytes a step (run mapping), 64 a warp
-    (tiles)."""
+    to be whole passes of depth loop steps (512 / runs bytes a step in the run mapping, 64 a warp
+    in the tiles) and x to cover the padded rows (K = padded K)."""
     mma = functools.partial(LaunchConfig, Kernel.MMA_GEMV, block_k=128)
+    fill = triton_backend.mma_zero_fill
     m1 = mma(1, 8, num_warps=2)  # run mapping, 512-byte steps
-    assert not triton_backend.mma_zero_fill(2048, 2048, 1, m1)
-    assert triton_backend.mma_zero_fill(5504, 5504, 1, m1)  # 11008 FP4 codes: 10.75 steps
-    assert not triton_backend.mma_zero_fill(4096, 1536, 1, m1)  # splits of 3 steps
-    assert triton_backend.mma_zero_fill(4096, 1792, 1, m1)  # splits of 3.5 steps
+    assert not fill(2048, 2048, 1, m1, 4096, 4096)  # FP4 rows of 4096 codes
+    assert fill(5504, 5504, 1, m1, 11008, 11008)  # 11008 FP4 codes: 10.75 steps
+    assert not fill(4096, 1536, 1, m1, 4096, 4096)  # 8-bit, splits of 3 steps
+    assert fill(4096, 1792, 1, m1, 4096, 4096)  # splits of 3.5 steps
+    assert fill(2048, 2048, 1, m1, 4080, 4096)  # whole steps, but x ends before the padding
     deep = mma(1, 8, num_warps=2, depth=2)  # two steps a pass
-    assert not triton_backend.mma_zero_fill(4096, 2048, 1, deep)
-    assert triton_backend.mma_zero_fill(4096, 512, 1, deep)  # one step: the pass reads two
-    assert triton_backend.mma_zero_fill(1536, 1536, 1, deep)
+    assert not fill(4096, 2048, 1, deep, 4096, 4096)
+    assert fill(4096, 512, 1, deep, 4096, 4096)  # one step: the pass reads two
+    assert fill(1536, 1536, 1, deep, 1536, 1536)
     tiles = mma(8, 32, num_warps=4)  # tile mapping: 4 warps x 64 bytes a step
-    assert not triton_backend.mma_zero_fill(2048, 2048, 0, tiles)
-    assert triton_backend.mma_zero_fill(2080, 2080, 0, tiles)
-    assert not triton_backend.mma_zero_fill(2048, 1024, 2, mma(2, 16, num_warps=2))  # 256 B
+    assert not fill(2048, 2048, 0, tiles, 2048, 2048)
+    assert fill(2080, 2080, 0, tiles, 2080, 2080)
+    assert not fill(2048, 1024, 2, mma(2, 16, num_warps=2), 2048, 2048)  # 256-byte steps
 
 
 def test_depth_is_only_the_mma_gemv_setting():
@@ -564,9 +566,9 @@ def test_depth_is_only_the_mma_gemv_setting():
 
 
 MMA_CASES = [(37, 264, 1, 1), (4103, 4096, 1, 1), (1000, 11008, 3, 1), (300, 2048, 8, 3),
-             (64, 4104, 2, 2), (96, 8192, 1, 2)]
+             (64, 4104, 2, 2), (96, 8192, 1, 2), (40, 4080, 1, 1)]
 # (N, K, M, split): odd N, K % 64 != 0, every M class, splits; whole steps (ZERO = 0) with and
-# without rows past N and a split
+# without rows past N and a split; FP4 rows padded past K in whole steps (zeros kept for x)
 
 
 @pytest.mark.gpu

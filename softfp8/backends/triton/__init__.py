@@ -151,7 +151,8 @@ def _launch(x: torch.Tensor, packed: PackedWeight, bias: torch.Tensor | None, cf
                               WARPS=cfg.num_warps, PARTIAL=split > 1, num_warps=cfg.num_warps,
                               num_stages=1, PDL=pdl, PREFETCH=prefetch, AHEAD=cfg.num_stages,
                               RUNS=runs, TILES=tiles, HAS_SCALE=has_scale, NAN=nan,
-                              DEPTH=cfg.depth, ZERO=mma_zero_fill(rb, per_split, runs, cfg),
+                              DEPTH=cfg.depth,
+                              ZERO=mma_zero_fill(rb, per_split, runs, cfg, k, packed.padded_k),
                               **launch)
     elif cfg.kernel is Kernel.GEMV:
         if cfg.block_m < m:

@@ -164,7 +164,8 @@ def _pdl_wait_weights(words, w_ptr, row0, N, RB, kb_lo, kb_hi, BLOCK_N: tl.const
 
 @triton.jit
 def _row_step(w_ptr, s_ptr, row, N, RB, SB, off, ok, FMT: tl.constexpr, ZERO: tl.constexpr):
-    """(4 words, scale) of one row at byte `off`, zeros where the row or the step is outside."""
+    """(4 words, scale) of one row at byte `off`; where the row or the step is outside, zeros
+    (ZERO) or whatever the registers held."""
     HB: tl.constexpr = 8 if FMT == "nvfp4" else 16  # bytes per scale block (FP4)
     return _load_row(w_ptr + row.to(tl.int64) * RB + off, s_ptr + row.to(tl.int64) * SB + off // HB,
                      (ok & (row < N)).to(tl.int32), FMT, ZERO)
@@ -321,7 +322,8 @@ def mma_gemv_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr,
     buffers of weights and x, each refilled after its own step's mma, so a warp has two steps
     in flight (ptxas places a one-buffer loop's loads after the mma that frees its registers).
     ZERO = 0 (`mma_zero_fill`): every program's K range is whole loop steps (DEPTH of them a
-    pass), so no tile reads a register a switched-off load left: the loads skip zeroing them.
+    pass) and x covers the padded rows, so no tile reads a register a switched-off load left
+    (only rows past N, whose sums are never stored): the loads skip zeroing them.
     Needs num_warps == WARPS, K % 8 == 0 and a 16-byte aligned x (the launcher checks)."""
     NT: tl.constexpr = 32 * WARPS
     FP8: tl.constexpr = FMT == "e5m2" or FMT == "e4m3"

@@ -332,14 +332,17 @@ def mma_layout(cfg: LaunchConfig) -> tuple[int, int]:
                      f"{MMA_TILE_ROWS}; got {cfg}")
 
 
-def mma_zero_fill(row_bytes: int, per_split: int, runs: int, cfg: LaunchConfig) -> bool:
+def mma_zero_fill(row_bytes: int, per_split: int, runs: int, cfg: LaunchConfig, k: int,
+                  padded_k: int) -> bool:
     """Whether Kernel.MMA_GEMV's switched-off loads must leave zeros (its ZERO): a program's K
     range (per_split bytes; the last one what is left of row_bytes) that ends inside a pass of
-    `cfg.depth` loop steps makes a tile read them. A loop step is 64 bytes a warp of each row:
-    64 * num_warps in the tile mapping (runs = 0), 512 / runs in the run mapping."""
+    `cfg.depth` loop steps makes a tile read them, and so does x past K when the rows are padded
+    (k < padded_k: the padding's zero codes times whatever the registers held, NaN included). A
+    loop step is 64 bytes a warp of each row: 64 * num_warps in the tile mapping (runs = 0),
+    512 / runs in the run mapping."""
     step = 64 * cfg.num_warps if runs == 0 else 512 // runs
     whole = step * cfg.depth
-    return row_bytes % whole != 0 or per_split % whole != 0
+    return k != padded_k or row_bytes % whole != 0 or per_split % whole != 0
 
 
 def mma_split(programs: int, warps: int, info: DeviceInfo, per_sm: int = 12) -> int:
