@@ -568,6 +568,11 @@ fp4w4)
   grep -A12 "over all shapes" "$OUT/smallm.txt" | tail -12
   pack fp4w4
   ;;
+mmatests)
+  # the MMA GEMV's GPU tests after mma_zero_fill also asks x to cover the padded rows
+  run mmatests 240 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_triton.py -k "mma or e2m1_code or every"
+  tail -3 "$OUT/mmatests.txt"
+  ;;
 head8)
   # (prepared) MMA_FP8_MAX_N was decided under the bench's 3-pass warm-up: the 8-bit vocabulary
   # head at M = 1..4 with the table (dot kernel from M = 2) and with MMA_GEMV forced (table file)
