@@ -1,0 +1,113 @@
+"""Kernel.MMA_GEMV's loads (`_mma`): one thread's 16 bytes of a row (and their scale bytes) and
+the x values they meet, one loop step at a time, as inline PTX (`_mma_ptx`'s load blocks), and
+the L2 prefetch of a later step. ZERO (`_table.mma_zero_fill`) picks the blocks that fill what a
+predicate switches off with zeros, or leave it as it was.
+"""
+import triton
+import triton.language as tl
+
+from ._mma_ptx import _load_row_asm, _load_row_fp8_asm, _load_x_asm
+
+_PREFETCH = tl.constexpr("""{
+    .reg .pred p;
+    setp.ne.b32 p, $2, 0;
+    @p prefetch.global.L2 [$1];
+    mov.b32 $0, 0;
+    }""")
+_ROW_NV = tl.constexpr(_load_row_asm("nvfp4"))
+_ROW_MX = tl.constexpr(_load_row_asm("mxfp4"))
+_ROW_FP8 = tl.constexpr(_load_row_fp8_asm())
+_ROW_NV_KEEP = tl.constexpr(_load_row_asm("nvfp4", zero=False))
+_ROW_MX_KEEP = tl.constexpr(_load_row_asm("mxfp4", zero=False))
+_ROW_FP8_KEEP = tl.constexpr(_load_row_fp8_asm(zero=False))
+_LOAD_X = tl.constexpr(_load_x_asm())
+_LOAD_X_KEEP = tl.constexpr(_load_x_asm(zero=False))
+_ROW_CONS = tl.constexpr("=r,=r,=r,=r,=r,l,l,r")
+_LOAD_X_CONS = tl.constexpr("=r," * 16 + "l,r")
+
+
+@triton.jit
+def _load_row(w_ptrs, s_ptrs, valid, FMT: tl.constexpr, ZERO: tl.constexpr):
+    # no early returns (see `_mma._tile`). The 8-bit formats load no scale here, their fp32 scale
+    # pointer can't share an asm call with the codes' uint8 one: the codes' pointer stands in
+    if not ZERO and FMT == "nvfp4":
+        out = tl.inline_asm_elementwise(_ROW_NV_KEEP, _ROW_CONS, [w_ptrs, s_ptrs, valid],
+                                        (tl.int32,) * 5, is_pure=True, pack=1)
+    elif not ZERO and FMT == "mxfp4":
+        out = tl.inline_asm_elementwise(_ROW_MX_KEEP, _ROW_CONS, [w_ptrs, s_ptrs, valid],
+                                        (tl.int32,) * 5, is_pure=True, pack=1)
+    elif not ZERO:
+        out = tl.inline_asm_elementwise(_ROW_FP8_KEEP, _ROW_CONS, [w_ptrs, w_ptrs, valid],
+                                        (tl.int32,) * 5, is_pure=True, pack=1)
+    elif FMT == "nvfp4":
+        out = tl.inline_asm_elementwise(_ROW_NV, _ROW_CONS, [w_ptrs, s_ptrs, valid],
+                                        (tl.int32,) * 5, is_pure=True, pack=1)
+    elif FMT == "mxfp4":
+        out = tl.inline_asm_elementwise(_ROW_MX, _ROW_CONS, [w_ptrs, s_ptrs, valid],
+                                        (tl.int32,) * 5, is_pure=True, pack=1)
+    else:
+        out = tl.inline_asm_elementwise(_ROW_FP8, _ROW_CONS, [w_ptrs, w_ptrs, valid],
+                                        (tl.int32,) * 5, is_pure=True, pack=1)
+    return out
+
+
+@triton.jit
+def _load_x(x_ptrs, valid, ZERO: tl.constexpr):
+    if ZERO:
+        out = tl.inline_asm_elementwise(_LOAD_X, _LOAD_X_CONS, [x_ptrs, valid], (tl.int32,) * 16,
+                                        is_pure=True, pack=1)
+    else:
+        out = tl.inline_asm_elementwise(_LOAD_X_KEEP, _LOAD_X_CONS, [x_ptrs, valid],
+                                        (tl.int32,) * 16, is_pure=True, pack=1)
+    return out
+
+
+@triton.jit
+def _row_step(w_ptr, s_ptr, row, N, RB, SB, off, ok, FMT: tl.constexpr, ZERO: tl.constexpr):
+    """(4 words, scale) of one row at byte `off`; where the row or the step is outside, zeros
+    (ZERO) or whatever the registers held."""
+    HB: tl.constexpr = 8 if FMT == "nvfp4" else 16  # bytes per scale block (FP4)
+    return _load_row(w_ptr + row.to(tl.int64) * RB + off, s_ptr + row.to(tl.int64) * SB + off // HB,
+                     (ok & (row < N)).to(tl.int32), FMT, ZERO)
+
+
+@triton.jit
+def _rows_step(w_ptr, s_ptr, row, N, RB, SB, off, kb_hi, FMT: tl.constexpr, RS: tl.constexpr,
+               ZERO: tl.constexpr):
+    """(4 words, scale) for rows row + RS * q, q = 0..3, at byte `off` (zeros outside, or left
+    unloaded: ZERO = 0)."""
+    ok = off < kb_hi
+    return (_row_step(w_ptr, s_ptr, row, N, RB, SB, off, ok, FMT, ZERO),
+            _row_step(w_ptr, s_ptr, row + RS, N, RB, SB, off, ok, FMT, ZERO),
+            _row_step(w_ptr, s_ptr, row + 2 * RS, N, RB, SB, off, ok, FMT, ZERO),
+            _row_step(w_ptr, s_ptr, row + 3 * RS, N, RB, SB, off, ok, FMT, ZERO))
+
+
+@triton.jit
+def _prefetch_row(w_ptr, row, N, RB, off, ok):
+    return tl.inline_asm_elementwise(_PREFETCH, "=r,l,r", [w_ptr + row.to(tl.int64) * RB + off,
+                                                           (ok & (row < N)).to(tl.int32)],
+                                     tl.int32, is_pure=False, pack=1)
+
+
+@triton.jit
+def _prefetch_rows(w_ptr, row, N, RB, off, kb_hi, RS: tl.constexpr):
+    """Pull the 16 bytes at `off` of rows row + RS * q toward L2 (no registers held)."""
+    ok = off < kb_hi
+    return (_prefetch_row(w_ptr, row, N, RB, off, ok)
+            + _prefetch_row(w_ptr, row + RS, N, RB, off, ok)
+            + _prefetch_row(w_ptr, row + 2 * RS, N, RB, off, ok)
+            + _prefetch_row(w_ptr, row + 3 * RS, N, RB, off, ok))
+
+
+@triton.jit
+def _x_step(x_row, off, kb_hi, K, in_m, FP8: tl.constexpr, ZERO: tl.constexpr):
+    """x for the codes of the 16 bytes at `off` (FP4: 32 codes, 64 bytes of x; FP8: 16 codes,
+    32 bytes), 16 bytes at a time inside K and the split."""
+    ok = in_m & (off < kb_hi)
+    k0 = off if FP8 else 2 * off  # first code
+    bits = (ok & (k0 + 8 <= K)).to(tl.int32) | ((ok & (k0 + 16 <= K)).to(tl.int32) << 1)
+    if not FP8:
+        bits = bits | ((ok & (k0 + 24 <= K)).to(tl.int32) << 2) | (
+            (ok & (k0 + 32 <= K)).to(tl.int32) << 3)
+    return _load_x(x_row + k0, bits, ZERO)
