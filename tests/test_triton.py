@@ -254,7 +254,10 @@ def test_launch_table_is_deterministic_and_splits_small_n():
     big = launch_config(128256, 4096, 1, Format.E5M2, h200, bf16)
     assert big.kernel is Kernel.SMALL_M and big.split_k == 1  # measured: the dot kernel wins
     assert launch_config(128256, 4096, 1, Format.E5M2, h200, torch.float32).kernel is Kernel.GEMV
-    assert launch_config(4096, 4096, 8, Format.E5M2, h200).kernel is Kernel.SMALL_M
+    # M = 5..8: the MMA GEMV up to MMA_FP8_M8_MAX_CODES 8-bit codes, the dot kernel above
+    assert launch_config(4096, 4096, 8, Format.E5M2, h200).kernel is Kernel.MMA_GEMV
+    assert launch_config(4096, 14336, 8, Format.E5M2, h200).kernel is Kernel.SMALL_M
+    assert launch_config(4096, 4096, 16, Format.E5M2, h200).kernel is Kernel.SMALL_M
     assert launch_config(4096, 4096, 256, Format.E5M2, h200).kernel is Kernel.TILED
     deq = launch_config(4096, 4096, 2048, Format.E5M2, h200)  # measured: dequant + cuBLAS wins
     assert deq.kernel is Kernel.DEQUANT
@@ -295,13 +298,17 @@ def test_mma_gemv_domain():
         assert launch_config(4096, 4100, 1, fmt, h200).kernel is Kernel.GEMV  # K % 8 != 0
         assert launch_config(4096, 4096, 1, fmt, t4).kernel is Kernel.GEMV
         assert launch_config(4096, 4096, 1, fmt, mi250).kernel is Kernel.GEMV
-    # 8-bit: M <= 4 (measured), not when the hardware FP8 decode is asked for
+    # 8-bit: M <= 4, and M = 5..8 up to MMA_FP8_M8_MAX_CODES codes (measured), not when the
+    # hardware FP8 decode is asked for
     assert launch_config(4096, 4096, 1, Format.E5M2, h200).kernel is Kernel.MMA_GEMV
     assert launch_config(4096, 4096, 1, Format.E4M3, h200).block_m == 1
     assert launch_config(4096, 4096, 2, Format.E5M2, h200).block_m == 2
     assert launch_config(4096, 4096, 3, Format.E4M3, h200).block_m == 4
     assert launch_config(4096, 4096, 4, Format.E5M2, h200).kernel is Kernel.MMA_GEMV
-    assert launch_config(4096, 4096, 5, Format.E5M2, h200).kernel is Kernel.SMALL_M
+    assert launch_config(4096, 4096, 5, Format.E5M2, h200).block_m == 8
+    assert launch_config(6144, 4096, 8, Format.E4M3, h200).kernel is Kernel.MMA_GEMV
+    assert launch_config(6144, 4097 + 7, 8, Format.E4M3, h200).kernel is Kernel.SMALL_M
+    assert launch_config(28672, 4096, 5, Format.E5M2, h200).kernel is Kernel.SMALL_M
     # M = 1: 2 warps, K split until ~12 warps an SM or <= 3.5 KB of a row a program; 8-bit
     # M <= 4 in two register buffers (depth 2); M = 1 then ~6 warps an SM, <= 7 KB
     assert launch_config(4096, 11008, 1, Format.E4M3, h200).split_k == 2

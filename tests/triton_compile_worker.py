@@ -97,7 +97,7 @@ def variants(backend: str, arch):
             # (E4M3's M = 1 also without the NaN fix: weights known to hold no NaN code)
             # (and two register buffers, depth 2: the table's M <= 4)
             settings = [(1, 2, False, True, 2), (1, 4, True, True, 1), (4, 2, True, True, 2),
-                        (8, 2, False, True, 1), (1, 2, False, True, 1)] + (
+                        (8, 2, False, True, 1), (8, 2, True, True, 2), (1, 2, False, True, 1)] + (
                 [(1, 2, False, False, 2)] if fmt == "e4m3" else [])
             for runs, tiles, partial, nan, depth in settings:
                 c = dict(FMT=fmt, HAS_BIAS=True, WARPS=4, PARTIAL=partial, PDL=pdl,

@@ -276,6 +276,12 @@ def mma_gemv_runs(k: int, m: int, fmt: Format, info: DeviceInfo, x_dtype: torch.
             and not info.interpreter)
 
 
+MMA_FP8_M8_MAX_CODES = 6144 * 4096
+"""8-bit weights of at most this many codes run M = 5..8 on Kernel.MMA_GEMV (runs laid out for 8
+x rows, two steps in registers), larger ones the dot kernel: `pipe3` sweep on the H200, M = 8,
+E5M2 / E4M3 us, MMA_GEMV against the dot kernel: 4096 x 4096 9.3 / 10.3 against 10.0 / 11.0,
+6144 x 4096 11.1 / 12.6 against 11.6 / 13.1; 4096 x 14336 23.0 / 25.9 against 21.7 / 22.6."""
+
 MMA_FP8_MAX_N = 65536
 """8-bit rows (a vocabulary head) from which M = 2..4 runs the dot kernel, not MMA_GEMV: there
 `softfp8-bench small-m` (the issue's instrument) and `sweep_gemv.py` disagree. On the H200
@@ -295,10 +301,13 @@ def uses_mma_gemv(n: int, k: int, m: int, fmt: Format, info: DeviceInfo,
     llama3-8b shape but E4M3's 4096 x 14336 (22.9 against 22.4 us) faster than the dot kernel;
     in the bench qkv, o, down and gate_up 2-15% faster); vocabulary heads only at M = 1
     (MMA_FP8_MAX_N). At M = 5..8 the runs are 64 bytes long and lose to the dot kernel on the
-    large shapes (E4M3 28672 x 4096 41.1 against 37.6 us). Not for 8-bit codes under
-    SOFTFP8_FP8_DECODE=hardware: its decode is the integer one."""
+    large shapes (E4M3 28672 x 4096 41.1 against 37.6 us), not on the small ones
+    (MMA_FP8_M8_MAX_CODES). Not for 8-bit codes under SOFTFP8_FP8_DECODE=hardware: its decode
+    is the integer one."""
+    small = n * k <= MMA_FP8_M8_MAX_CODES
     if fmt in (Format.E5M2, Format.E4M3) and (
-            m > 4 or (m > 1 and n >= MMA_FP8_MAX_N) or fp8_decode_wanted() == "hardware"):
+            (m > 4 and not small) or (m > 1 and n >= MMA_FP8_MAX_N)
+            or fp8_decode_wanted() == "hardware"):
         return False
     return mma_gemv_runs(k, m, fmt, info, x_dtype)
 
