@@ -573,6 +573,19 @@ mmatests)
   run mmatests 240 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_triton.py -k "mma or e2m1_code or every"
   tail -3 "$OUT/mmatests.txt"
   ;;
+smallm8)
+  # 8-bit M = 5..8 on the MMA GEMV for the small weights (MMA_FP8_M8_MAX_CODES) against the dot
+  # kernel (variants/prev = the commit before); the MMA GEMV's GPU tests for the 8-bit formats
+  export SOFTFP8_FP8_DECODE=integer
+  mkdir -p "$OUT/r"
+  run mmatests8 100 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_triton.py -k "mma_gemv and (e5m2 or e4m3)"
+  tail -2 "$OUT/mmatests8.txt"
+  b="python3 -m softfp8.bench small-m --preset llama3-8b --backends triton --formats e5m2,e4m3 --m 1,8"
+  in_variant "$PWD/variants/prev" smallm-prev 70 $b --out "$OUT/r/smallm-prev.json"
+  in_variant "$PWD" smallm-cur 70 $b --out "$OUT/r/smallm-cur.json"
+  for v in prev cur; do echo "== $v"; grep -A8 "over all shapes" "$OUT/smallm-$v.txt" | tail -5; grep -E "(qkv|o) .* 8 +e" "$OUT/smallm-$v.txt" | cut -c1-110; done
+  pack smallm8
+  ;;
 head8)
   # (prepared) MMA_FP8_MAX_N was decided under the bench's 3-pass warm-up: the 8-bit vocabulary
   # head at M = 1..4 with the table (dot kernel from M = 2) and with MMA_GEMV forced (table file)
