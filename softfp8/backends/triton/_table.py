@@ -295,10 +295,10 @@ M = 2..4 heads were not measured again since."""
 def uses_mma_gemv(n: int, k: int, m: int, fmt: Format, info: DeviceInfo,
                   x_dtype: torch.dtype) -> bool:
     """Whether launch_config picks Kernel.MMA_GEMV: within its domain, FP4 at M <= 8 and the
-    8-bit formats at M <= 4, where it was measured faster than the FMA/dot kernels on the H200
-    (BENCHMARKS.md, campaign steps `mma8`, `runs2`-`runs4`, `pipe2`-`pipe4`). 8-bit M = 3..4
-    joined once each thread held two steps in registers (depth 2; `pipe3` sweep, M = 4: every
-    llama3-8b shape but E4M3's 4096 x 14336 (22.9 against 22.4 us) faster than the dot kernel;
+    8-bit formats at M <= 4 (M <= 8 for small weights), where it was measured faster than the
+    FMA/dot kernels on the H200 (BENCHMARKS.md, campaign steps `mma8`, `runs2`-`runs4`,
+    `pipe2`-`pipe4`, `smallm8`). 8-bit M = 3..4 joined once each thread held two steps in
+    registers (depth 2; `pipe3` sweep, M = 4: every llama3-8b shape but E4M3's 4096 x 14336 (22.9 against 22.4 us) faster than the dot kernel;
     in the bench qkv, o, down and gate_up 2-15% faster); vocabulary heads only at M = 1
     (MMA_FP8_MAX_N). At M = 5..8 the runs are 64 bytes long and lose to the dot kernel on the
     large shapes (E4M3 28672 x 4096 41.1 against 37.6 us), not on the small ones
@@ -363,7 +363,8 @@ def mma_split(programs: int, warps: int, info: DeviceInfo, per_sm: int = 12) -> 
 def mma_config(n: int, k: int, m: int, fmt: Format, info: DeviceInfo) -> LaunchConfig:
     """Kernel.MMA_GEMV. block_k = 128 codes; num_stages = how many steps ahead each warp
     prefetches its weights to L2 (0: none); depth = steps of weights held in registers.
-    - The run mapping (`_mma`) for M = 1 at every format and for the 8-bit formats at M <= 4:
+    - The run mapping (`_mma`) for M = 1 at every format and for the 8-bit formats at M <= 4
+      (M <= 8 up to MMA_FP8_M8_MAX_CODES):
       block_m = the next power of two >= M, 2 tiles a warp; M = 1 in 2 warps (8-bit from 16384
       rows: 4), else 4. The 8-bit formats hold two steps (depth 2): with one, ptxas issues the
       next step's loads after this step's mma (SASS, sm_90), so a warp had one step in flight;
