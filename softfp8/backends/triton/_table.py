@@ -298,8 +298,9 @@ def uses_mma_gemv(n: int, k: int, m: int, fmt: Format, info: DeviceInfo,
     8-bit formats at M <= 4 (M <= 8 for small weights), where it was measured faster than the
     FMA/dot kernels on the H200 (BENCHMARKS.md, campaign steps `mma8`, `runs2`-`runs4`,
     `pipe2`-`pipe4`, `smallm8`). 8-bit M = 3..4 joined once each thread held two steps in
-    registers (depth 2; `pipe3` sweep, M = 4: every llama3-8b shape but E4M3's 4096 x 14336 (22.9 against 22.4 us) faster than the dot kernel;
-    in the bench qkv, o, down and gate_up 2-15% faster); vocabulary heads only at M = 1
+    registers (depth 2; `pipe3` sweep, M = 4: every llama3-8b shape but E4M3's 4096 x 14336
+    (22.9 against 22.4 us) faster than the dot kernel; in the bench qkv, o, down and gate_up
+    2-15% faster); vocabulary heads only at M = 1
     (MMA_FP8_MAX_N). At M = 5..8 the runs are 64 bytes long and lose to the dot kernel on the
     large shapes (E4M3 28672 x 4096 41.1 against 37.6 us), not on the small ones
     (MMA_FP8_M8_MAX_CODES). Not for 8-bit codes under SOFTFP8_FP8_DECODE=hardware: its decode
