@@ -64,8 +64,6 @@ def _emit_rows(context, builder, sig, args, wpb, nrows):
     each word's sum of code j x xs[s, j] times the scale sc[i, word // wpb] of its block (sc row
     i for weight row r + i, wpb words per block); returns the float32 totals as a ROWS-tuple (the
     one-row kernel repeats its total)."""
-    wty, rty, s0ty, s1ty, xty, scty = sig.args
-    words, r, s0, s1, xs, sc = args
     f32, i32 = ir.FloatType(), ir.IntType(32)
     vf, vi = ir.VectorType(f32, LANES), ir.VectorType(i32, LANES)
     mod = builder.module
@@ -73,21 +71,7 @@ def _emit_rows(context, builder, sig, args, wpb, nrows):
         mod, ir.FunctionType(vf, [vf, vi]), "llvm.x86.avx512.permvar.sf.512")
     fma = cgutils.get_or_insert_function(mod, ir.FunctionType(vf, [vf, vf, vf]), "llvm.fma.v16f32")
     table = ir.Constant(vf, [ir.Constant(f32, v) for v in _TABLE])
-    warr = context.make_array(wty)(context, builder, words)
-    xarr = context.make_array(xty)(context, builder, xs)
-    sarr = context.make_array(scty)(context, builder, sc)
-    intp = context.get_value_type(types.intp)
-    r = context.cast(builder, r, rty, types.intp)
-    s0 = context.cast(builder, s0, s0ty, types.intp)
-    s1 = context.cast(builder, s1, s1ty, types.intp)
-    # C-contiguous arrays (the signature says so): plain pointer arithmetic, so LLVM folds every
-    # x offset of a step into the load's immediate
-    wcols = builder.extract_value(warr.shape, 1)
-    scols = builder.extract_value(sarr.shape, 1)
-    wrows = [builder.gep(warr.data, [builder.mul(builder.add(r, ir.Constant(intp, i)), wcols)])
-             for i in range(nrows)]
-    srows = [builder.gep(sarr.data, [builder.mul(ir.Constant(intp, i), scols)])
-             for i in range(nrows)]
+    intp, s0, s1, xdata, wrows, srows = rows_operands(context, builder, sig, args, nrows)
     # four independent multiply-add chains in all (code j of row i to chain j % chains), so no
     # multiply-add waits on the previous one's result
     chains = max(1, 4 // nrows)
@@ -104,7 +88,7 @@ def _emit_rows(context, builder, sig, args, wpb, nrows):
         lanes = [vload(wrows[i], w0, vi) for i in range(nrows)]
         part = [[None] * chains for _ in range(nrows)]
         for j in range(8):
-            xv = vload(xarr.data, builder.add(x0, ir.Constant(intp, LANES * j)), vf)
+            xv = vload(xdata, builder.add(x0, ir.Constant(intp, LANES * j)), vf)
             for i in range(nrows):
                 idx = lanes[i] if j == 0 else builder.lshr(lanes[i], ir.Constant(vi, [4 * j] * LANES))
                 val = builder.call(perm, [table, idx])
@@ -121,17 +105,7 @@ def _emit_rows(context, builder, sig, args, wpb, nrows):
             for k in range(chains):
                 builder.store(builder.call(fma, [part[i][k], scale, builder.load(accs[i][k])]),
                               accs[i][k])
-    totals = []
-    for i in range(nrows):
-        acc = [builder.load(a) for a in accs[i]]
-        while len(acc) > 1:
-            acc = [builder.fadd(acc[2 * h], acc[2 * h + 1]) for h in range(len(acc) // 2)]
-        total = builder.extract_element(acc[0], ir.Constant(i32, 0))
-        for lane in range(1, LANES):
-            total = builder.fadd(total, builder.extract_element(acc[0], ir.Constant(i32, lane)))
-        totals.append(total)
-    totals += [totals[0]] * (ROWS - nrows)
-    return context.make_tuple(builder, sig.return_type, totals)
+    return rows_totals(context, builder, sig, accs, ROWS)
 
 
 @intrinsic
@@ -156,6 +130,46 @@ def _mx_row(typingctx, words, r, s0, s1, xs, sc):
 def _mx_rows(typingctx, words, r, s0, s1, xs, sc):
     sig = rows_sig(ROWS, words, r, s0, s1, xs, sc)
     return sig, lambda c, b, s, a: _emit_rows(c, b, s, a, 4, ROWS)
+
+
+def rows_operands(context, builder, sig, args, nrows):
+    """The row intrinsics' operands as IR (this module's and _numba_pshufb's): (intp, s0, s1, x's
+    data pointer, pointers to weight rows r..r+nrows-1, pointers to scale rows 0..nrows-1)."""
+    wty, rty, s0ty, s1ty, xty, scty = sig.args
+    words, r, s0, s1, xs, sc = args
+    warr = context.make_array(wty)(context, builder, words)
+    xarr = context.make_array(xty)(context, builder, xs)
+    sarr = context.make_array(scty)(context, builder, sc)
+    intp = context.get_value_type(types.intp)
+    r = context.cast(builder, r, rty, types.intp)
+    s0 = context.cast(builder, s0, s0ty, types.intp)
+    s1 = context.cast(builder, s1, s1ty, types.intp)
+    # C-contiguous arrays (the signature says so): plain pointer arithmetic, so LLVM folds every
+    # x offset of a step into the load's immediate
+    wcols = builder.extract_value(warr.shape, 1)
+    scols = builder.extract_value(sarr.shape, 1)
+    wrows = [builder.gep(warr.data, [builder.mul(builder.add(r, ir.Constant(intp, i)), wcols)])
+             for i in range(nrows)]
+    srows = [builder.gep(sarr.data, [builder.mul(ir.Constant(intp, i), scols)])
+             for i in range(nrows)]
+    return intp, s0, s1, xarr.data, wrows, srows
+
+
+def rows_totals(context, builder, sig, accs, rows):
+    """IR: each row's vector accumulators (allocas in accs[i]) added pairwise, then lane by lane,
+    as the `rows`-tuple the signature returns (rows past len(accs) repeat the first total)."""
+    i32 = ir.IntType(32)
+    totals = []
+    for row in accs:
+        acc = [builder.load(a) for a in row]
+        while len(acc) > 1:
+            acc = [builder.fadd(acc[2 * h], acc[2 * h + 1]) for h in range(len(acc) // 2)]
+        total = builder.extract_element(acc[0], ir.Constant(i32, 0))
+        for lane in range(1, acc[0].type.count):
+            total = builder.fadd(total, builder.extract_element(acc[0], ir.Constant(i32, lane)))
+        totals.append(total)
+    totals += [totals[0]] * (rows - len(accs))
+    return context.make_tuple(builder, sig.return_type, totals)
 
 
 def rows_sig(rows, words, r, s0, s1, xs, sc):

@@ -27,13 +27,12 @@ import struct
 import numba as nb
 import numpy as np
 from llvmlite import ir
-from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
 from ._numba_decode import _JIT, e4m3_i32_div256, e8m0_i32
 from ._numba_kernels import _mx_select, _nv_select
-from ._numba_lut import numba_targets, rows_sig
+from ._numba_lut import numba_targets, rows_operands, rows_sig, rows_totals
 
 STEP_BYTES = 32
 STEP_WORDS = STEP_BYTES // 4
@@ -74,8 +73,6 @@ _ORDER = _step_order()
 def _emit_rows(context, builder, sig, args, wpb, nrows):
     """IR: for rows r..r+nrows-1, the sum over steps s in [s0, s1) of codes times x times their
     block scale (sc row i for weight row r + i, wpb words per block); returns a ROWS-tuple."""
-    wty, rty, s0ty, s1ty, xty, scty = sig.args
-    words, r, s0, s1, xs, sc = args
     f32, i32, i8, i16 = ir.FloatType(), ir.IntType(32), ir.IntType(8), ir.IntType(16)
     vf, vi, vb, vh = (ir.VectorType(f32, 8), ir.VectorType(i32, 8), ir.VectorType(i8, 32),
                       ir.VectorType(i16, 16))
@@ -97,19 +94,7 @@ def _emit_rows(context, builder, sig, args, wpb, nrows):
                                                     [v for q in (0, 16) for i in range(8)
                                                      for v in (q + 8 * h + i, 32 + q + 8 * h + i)]])
               for h in range(2)]
-    warr = context.make_array(wty)(context, builder, words)
-    xarr = context.make_array(xty)(context, builder, xs)
-    sarr = context.make_array(scty)(context, builder, sc)
-    intp = context.get_value_type(types.intp)
-    r = context.cast(builder, r, rty, types.intp)
-    s0 = context.cast(builder, s0, s0ty, types.intp)
-    s1 = context.cast(builder, s1, s1ty, types.intp)
-    wcols = builder.extract_value(warr.shape, 1)
-    scols = builder.extract_value(sarr.shape, 1)
-    wrows = [builder.gep(warr.data, [builder.mul(builder.add(r, ir.Constant(intp, i)), wcols)])
-             for i in range(nrows)]
-    srows = [builder.gep(sarr.data, [builder.mul(ir.Constant(intp, i), scols)])
-             for i in range(nrows)]
+    intp, s0, s1, xdata, wrows, srows = rows_operands(context, builder, sig, args, nrows)
     # per row two sums: the vectors of the interleave's low halves (h = 0) and high halves (1),
     # whose lanes lie in different scale blocks for NVFP4
     accs = [[cgutils.alloca_once_value(builder, ir.Constant(vf, None)) for _ in range(2)]
@@ -135,7 +120,7 @@ def _emit_rows(context, builder, sig, args, wpb, nrows):
     with cgutils.for_range_slice(builder, s0, s1, ir.Constant(intp, 1), intp=intp) as (s, _):
         w0 = builder.mul(s, ir.Constant(intp, STEP_WORDS))
         x0 = builder.mul(s, ir.Constant(intp, 64))
-        xv = [vload(xarr.data, builder.add(x0, ir.Constant(intp, 8 * v)), vf) for v in range(8)]
+        xv = [vload(xdata, builder.add(x0, ir.Constant(intp, 8 * v)), vf) for v in range(8)]
         for i in range(nrows):
             raw = vload(wrows[i], w0, vb)
             hi_n = builder.and_(builder.bitcast(builder.lshr(builder.bitcast(raw, vh), four), vb),
@@ -165,15 +150,7 @@ def _emit_rows(context, builder, sig, args, wpb, nrows):
                 scale = builder.call(permps, [sv, picks[h]])
                 builder.store(builder.call(fma, [part[h], scale, builder.load(accs[i][h])]),
                               accs[i][h])
-    totals = []
-    for i in range(nrows):
-        acc = builder.fadd(builder.load(accs[i][0]), builder.load(accs[i][1]))
-        total = builder.extract_element(acc, ir.Constant(i32, 0))
-        for lane in range(1, 8):
-            total = builder.fadd(total, builder.extract_element(acc, ir.Constant(i32, lane)))
-        totals.append(total)
-    totals += [totals[0]] * (ROWS - nrows)
-    return context.make_tuple(builder, sig.return_type, totals)
+    return rows_totals(context, builder, sig, accs, ROWS)
 
 
 @intrinsic
