@@ -47,11 +47,10 @@ import triton.language as tl
 from ._kernels import _pdl_exit, _pdl_start, _pdl_wait, _pdl_wait_after
 from ._mma_loads import _prefetch_rows, _rows_step, _x_step
 from ._mma_ptx import _fp8_tile_asm, _probe_tile_asm, _tile_asm
-from ._table import MMA_TILE_ROWS
+from ._table import MMA_STEP_BYTES, MMA_TILE_ROWS
 
-STEP_BYTES_PER_WARP = 64  # bytes of each row one warp consumes per loop step (16 per thread t)
 ROWS = tl.constexpr(MMA_TILE_ROWS)  # two 16-row tiles a warp: rows g, g+8, g+16, g+24 a thread
-STEP_BYTES = tl.constexpr(STEP_BYTES_PER_WARP)
+STEP_BYTES = tl.constexpr(MMA_STEP_BYTES)  # a warp's bytes of each row a loop step
 
 
 _TILE_NV = tl.constexpr(_tile_asm("nvfp4"))
@@ -244,8 +243,8 @@ def mma_gemv_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr,
         row = pid_n * PROG_ROWS + WARP_ROWS * (tid // 32) + xr
         in_m = xr < M
         x_row = x_ptr + tl.minimum(xr, M - 1).to(tl.int64) * K
-        off = kb_lo + 64 * (g % C) + 16 * t
-        stride = 64 * C
+        off = kb_lo + STEP_BYTES * (g % C) + 16 * t
+        stride = STEP_BYTES * C
     else:
         row = pid_n * ROWS + g  # rows row, row + 8 (tile 0), row + 16, row + 24 (tile 1)
         in_m = g < M

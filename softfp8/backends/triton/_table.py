@@ -313,6 +313,10 @@ def uses_mma_gemv(n: int, k: int, m: int, fmt: Format, info: DeviceInfo,
     return mma_gemv_runs(k, m, fmt, info, x_dtype)
 
 
+MMA_STEP_BYTES = 64
+"""Bytes of each row one warp of Kernel.MMA_GEMV consumes a loop step (16 per thread t of a
+quad); the run mapping's step is MMA_MAX_M // RUNS such chunks of a row."""
+
 MMA_TILE_ROWS = 32
 """Rows of one Kernel.MMA_GEMV program in the tile mapping: two 16-row mma tiles, warps split K."""
 MMA_RUNS = (1, 2, 4, 8)
@@ -348,9 +352,9 @@ def mma_zero_fill(row_bytes: int, per_split: int, runs: int, cfg: LaunchConfig, 
     range (per_split bytes; the last one what is left of row_bytes) that ends inside a pass of
     `cfg.depth` loop steps makes a tile read them, and so does x past K when the rows are padded
     (k < padded_k: the padding's zero codes times whatever the registers held, NaN included). A
-    loop step is 64 bytes a warp of each row: 64 * num_warps in the tile mapping (runs = 0),
-    512 / runs in the run mapping."""
-    step = 64 * cfg.num_warps if runs == 0 else 512 // runs
+    loop step is MMA_STEP_BYTES a warp of each row in the tile mapping (runs = 0; warps split K),
+    MMA_MAX_M / runs of them in the run mapping."""
+    step = MMA_STEP_BYTES * (cfg.num_warps if runs == 0 else MMA_MAX_M // runs)
     whole = step * cfg.depth
     return k != padded_k or row_bytes % whole != 0 or per_split % whole != 0
 
