@@ -278,6 +278,15 @@ def select(fmt: Format | str, m: int, device: torch.device | str, *,
     `backend`/`e2m1` auto defer to SOFTFP8_BACKEND/SOFTFP8_E2M1_DECODE; `activation_quant`
     None defers to SOFTFP8_ACTIVATION_QUANT (default allow). `report` defaults to `probe()`.
     An explicit backend that can't run raises BackendUnavailable naming what is missing."""
+    if type(m) is int and type(device) is torch.device and (device.type == "cpu"
+                                                            or device.index is not None):
+        # an eager layer call's arguments: look the cache up before checking them (a key with
+        # a bad m or device was never stored); m > 16 misses here, its key holds m_bucket(m)
+        if report is None:
+            report = probe()
+        hit = _cached(_key(fmt, m, device, backend, e2m1, activation_quant, report))
+        if hit is not None:
+            return hit
     device = _check_select_args(m, device)
     if device.type == "cuda" and not torch.cuda.is_available():
         raise BackendUnavailable(f"device={device}: torch can't use a CUDA device here "
@@ -286,22 +295,34 @@ def select(fmt: Format | str, m: int, device: torch.device | str, *,
         report = probe()
     if device.type == "cuda" and device.index is None:
         device = torch.device("cuda", _current_cuda_index())
-    env = os.environ
-    key = (fmt, m_bucket(m), device, backend, e2m1, activation_quant, env.get(BACKEND_ENV),
-           env.get(E2M1_DECODE_ENV), env.get(ACTIVATION_QUANT_ENV), id(report))
-    try:
-        hit = _CACHE.get(key)
-    except TypeError:  # an unhashable argument: let the parsers below name it
-        hit, key = None, None
+    key = _key(fmt, m_bucket(m), device, backend, e2m1, activation_quant, report)
+    hit = _cached(key)
     if hit is not None:
-        return hit[1]
+        return hit
     choice = _select(Format.parse(fmt), m_bucket(m), device, report, backend, e2m1,
                      activation_quant)
-    if key is not None:
+    try:
         if len(_CACHE) >= _CACHE_LIMIT:
             _CACHE.clear()
         _CACHE[key] = (report, choice)  # the report rides along so its id can't be reused
+    except TypeError:  # an unhashable argument that the parsers accepted: not kept
+        pass
     return choice
+
+
+def _key(fmt, m, device, backend, e2m1, activation_quant, report) -> tuple:
+    """select()'s cache key: its arguments, the environment it defers to, the report's id."""
+    env = os.environ
+    return (fmt, m, device, backend, e2m1, activation_quant, env.get(BACKEND_ENV),
+            env.get(E2M1_DECODE_ENV), env.get(ACTIVATION_QUANT_ENV), id(report))
+
+
+def _cached(key: tuple) -> Choice | None:
+    try:
+        hit = _CACHE.get(key)
+    except TypeError:  # an unhashable argument: let the parsers name it
+        return None
+    return None if hit is None else hit[1]
 
 
 def _current_cuda_index() -> int:

@@ -56,4 +56,4 @@ def linear(x: torch.Tensor, packed: PackedWeight, bias: torch.Tensor | None = No
     if activation_quant is not None:
         activation_quant = ActivationQuant.parse(activation_quant, arg="activation_quant").value
     return run_linear(x, packed.words, packed.scales, packed.global_scale, packed.fmt.value,
-                      n, k, bias, backend.value, e2m1.value, activation_quant)
+                      n, k, bias, backend.value, e2m1.value, activation_quant, checked=True)

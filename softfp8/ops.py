@@ -22,6 +22,8 @@ runs the recorded kernels), so:
 """
 from __future__ import annotations
 
+import functools
+
 import torch
 from torch.utils import _python_dispatch
 
@@ -36,36 +38,58 @@ def _linear_impl(x: torch.Tensor, words: torch.Tensor, scales: torch.Tensor | No
                  in_features: int, bias: torch.Tensor | None, backend: str,
                  e2m1: str, activation_quant: str | None = None) -> torch.Tensor:
     """y = x @ W.T + bias with W the packed weight given by its tensors; x is [..., K]."""
-    from .linear import check_linear_args  # linear.py imports this module
-
     packed = PackedWeight(fmt, (out_features, in_features), words, scales, global_scale)
-    check_linear_args(x, packed, bias)
+    return _packed_linear(x, packed, bias, backend, e2m1, activation_quant, checked=False)
+
+
+def _packed_linear(x: torch.Tensor, packed: PackedWeight, bias: torch.Tensor | None,
+                   backend: str, e2m1: str, activation_quant: str | None, *,
+                   checked: bool) -> torch.Tensor:
+    """`_linear_impl` on a PackedWeight; `checked`: the caller has run check_linear_args on
+    these very arguments. Every line here runs on each eager layer call, where Python that
+    follows a GEMV kernel runs 2-5x slower than alone (its caches evicted; measured on a 2-core
+    Zen 3 host, BENCHMARKS.md), so it is kept short."""
+    if not checked:
+        _check_linear_args()(x, packed, bias)
+    n, k = packed.shape
     lead = x.shape[:-1]
-    x2 = x.reshape(-1, in_features).contiguous()
+    x2 = x if x.dim() == 2 and x.is_contiguous() else x.reshape(-1, k).contiguous()
     if x2.shape[0] == 0:
-        return x.new_empty((*lead, out_features))
+        return x.new_empty((*lead, n))
     choice = dispatch.select(packed.fmt, x2.shape[0], x.device, backend=backend, e2m1=e2m1,
                              activation_quant=activation_quant)
     y = dispatch.load(choice.backend).matmul(x2, packed, bias, e2m1=choice.e2m1)
-    return y.reshape(*lead, out_features)
+    return y if x2 is x else y.reshape(*lead, n)
+
+
+@functools.lru_cache(maxsize=None)
+def _check_linear_args():
+    from .linear import check_linear_args  # linear.py imports this module
+
+    return check_linear_args
 
 
 packed_linear = torch.library.custom_op(OP_NAME, mutates_args=())(_linear_impl)
 
 
 def run_linear(x, words, scales, global_scale, fmt, out_features, in_features, bias, backend,
-               e2m1, activation_quant=None) -> torch.Tensor:
+               e2m1, activation_quant=None, *, packed: PackedWeight | None = None,
+               checked: bool = False) -> torch.Tensor:
     """`packed_linear` (the op) where something must see an op: dynamo tracing, autograd that
     needs the backward, tensor subclasses or meta tensors, dispatch, torch-function and functorch
     modes. A plain eager call with none of these runs the op's implementation directly: the
     op's dispatcher and autograd layers cost more host time than a whole batch-1 GEMV (measured
     on the H200's host by benchmarks/gpu_host_overhead.py, BENCHMARKS.md), and eager decoding
-    pays that on every layer. Same arguments, same result."""
-    args = (x, words, scales, global_scale, fmt, out_features, in_features, bias, backend, e2m1,
-            activation_quant)
+    pays that on every layer. Same arguments, same result.
+    `packed`: the PackedWeight these tensors make, validated now (the op's implementation builds
+    one, 6 us a call); `checked`: check_linear_args has passed on x, bias and a weight of this
+    shape. Both only shorten the eager path."""
     if _plain_eager(x, words, scales, global_scale, bias):
-        return _linear_impl(*args)
-    return packed_linear(*args)
+        if packed is None:
+            packed = PackedWeight(fmt, (out_features, in_features), words, scales, global_scale)
+        return _packed_linear(x, packed, bias, backend, e2m1, activation_quant, checked=checked)
+    return packed_linear(x, words, scales, global_scale, fmt, out_features, in_features, bias,
+                         backend, e2m1, activation_quant)
 
 
 _PLAIN = (torch.Tensor, torch.nn.Parameter)  # a module's bias is a Parameter

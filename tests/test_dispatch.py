@@ -261,6 +261,20 @@ def test_select_is_cached_and_cheap(monkeypatch):
     assert (time.perf_counter() - start) / 1000 < 1e-4  # measured ~7 us; linear() calls it always
 
 
+def test_select_cache_serves_no_bad_argument(monkeypatch):
+    # select() looks an eager call's key up before checking its arguments: a cached m = 1 must
+    # not answer m = True, and an m past the buckets must get its bucket's choice.
+    install(monkeypatch)
+    report = capability.collect(facts=CPU_FACTS)
+    cpu = torch.device("cpu")
+    select("e5m2", 1, cpu, report=report)
+    with pytest.raises(TypeError, match="m: expected an int"):
+        select("e5m2", True, cpu, report=report)
+    assert select("e5m2", 100, cpu, report=report) is select("e5m2", 128, cpu, report=report)
+    with pytest.raises(ValueError, match="m: expected a non-negative number of rows"):
+        select("e5m2", -1, cpu, report=report)
+
+
 def test_m_buckets():
     assert [dispatch.m_bucket(m) for m in (1, 2, 16, 17, 33, 4096, 4097)] == \
         [1, 2, 16, 32, 64, 4096, 8192]

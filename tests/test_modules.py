@@ -164,6 +164,24 @@ def test_forward_validates_its_input():
         q(torch.ones(2, 300, dtype=torch.int64))
 
 
+def test_forward_sees_replaced_and_rewritten_buffers():
+    # forward keeps its validated PackedWeight between calls: a buffer written in place, a
+    # buffer replaced, and one whose .data changed shape must all be seen, never a stale layout.
+    q = softfp8.Linear.from_linear(make_linear(n=8, k=64, bias=False), "e4m3")
+    x = torch.randn(1, 64)
+    first = q(x)
+    with torch.no_grad():
+        q.scales.mul_(2)  # in place: the same tensors, new values (a power of two: exact)
+    assert torch.equal(q(x), first * 2)
+    other = softfp8.Linear.from_linear(make_linear(n=8, k=64, bias=False, seed=1), "e4m3")
+    q.words = other.words.clone()  # new buffer tensors
+    q.scales = other.scales.clone()
+    assert torch.equal(q(x), other(x)) and not torch.equal(q(x), first * 2)
+    q.words.data = torch.zeros(8, 8, dtype=torch.int32)  # same tensor, a shape the layout can't have
+    with pytest.raises(ValueError, match="words"):
+        q(x)
+
+
 def test_gradients_flow_to_activations_and_bias():
     lin = make_linear(n=8, k=16)
     q = softfp8.Linear.from_linear(lin, "e4m3")

@@ -14,10 +14,15 @@ set for the call and restored after. Numba, and the kernels, load on the first c
 """
 from __future__ import annotations
 
+import functools
+import os
+
+import numpy as np
 import torch
 
 from ..dispatch import E2M1Decode, Needs
 from ..formats import SPECS, Format, PackedWeight
+from ._facts import codes_nan_free
 
 NEEDS = Needs(formats=frozenset(Format), device_types=frozenset({"cpu"}), packages=("numba",))
 
@@ -43,10 +48,19 @@ def _inject_fold_safe(x: torch.Tensor) -> bool:
     return top == 0.0 or 2.0 ** -40 <= top < 2.0 ** 60
 
 
-def _threads() -> int:
+@functools.lru_cache(maxsize=None)
+def _numba():
+    """numba and the kernel module, imported on the first call (not at import time). A cached
+    call costs ~0.1 us; the `import` statements it replaces cost ~1-3 us each on every matmul."""
     import numba
 
-    return max(1, min(numba.get_num_threads(), torch.get_num_threads()))
+    from . import _numba_kernels
+
+    return numba, _numba_kernels
+
+
+def _threads() -> int:
+    return max(1, min(_numba()[0].get_num_threads(), torch.get_num_threads()))
 
 
 def _chunk(rows: int, threads: int) -> int:
@@ -60,19 +74,22 @@ def _chunk(rows: int, threads: int) -> int:
 def matmul(x: torch.Tensor, packed: PackedWeight, bias: torch.Tensor | None = None, *,
            e2m1: E2M1Decode = E2M1Decode.SELECT) -> torch.Tensor:
     """y = x @ W.T + bias for x [M, K] on the CPU, accumulated in float32, returned in x's dtype."""
-    import numba
-
     if x.device.type != "cpu" or packed.device.type != "cpu":
         raise ValueError(f"x and packed must be on the cpu for the numba backend, got {x.device} "
                          f"and {packed.device}")
     inject = E2M1Decode(e2m1) is E2M1Decode.INJECT
-    threads = _threads()
+    numba = _numba()[0]
     previous = numba.get_num_threads()
-    numba.set_num_threads(threads)
-    try:
-        y = _matmul_f32(x.detach(), packed, inject, threads)  # the kernels read numpy views
-    finally:
-        numba.set_num_threads(previous)
+    threads = max(1, min(previous, torch.get_num_threads()))
+    x = x.detach()  # the kernels read numpy views
+    if threads == previous:  # the usual case: no setting to change and restore
+        y = _matmul_f32(x, packed, inject, threads)
+    else:
+        numba.set_num_threads(threads)
+        try:
+            y = _matmul_f32(x, packed, inject, threads)
+        finally:
+            numba.set_num_threads(previous)
     if bias is not None:
         y += bias.to(torch.float32)
     return y.to(x.dtype)
@@ -88,25 +105,20 @@ def _padded_x(x: torch.Tensor, kp: int) -> torch.Tensor:
 
 
 def _matmul_f32(x: torch.Tensor, packed: PackedWeight, inject: bool, threads: int) -> torch.Tensor:
-    import numpy as np
-
-    from . import _numba_kernels as K
-
+    K = _numba()[1]
     n, k = packed.shape
     m = x.shape[0]
     fmt = packed.fmt
     kp = packed.padded_k
-    codes = packed.words.view(torch.uint8).numpy()  # [N, Kp] FP8 bytes or [N, Kp/2] FP4 bytes
     fp4 = fmt in (Format.NVFP4, Format.MXFP4)
     xp = _padded_x(x, kp)
-    y = torch.empty((m, n), dtype=torch.float32)
+    yn = np.empty((m, n), np.float32)  # numpy first: torch.from_numpy is the cheaper pair
+    y = torch.from_numpy(yn)
     if m == 1:
         chunk = _chunk(n, threads)
-        yv = y[0].numpy()
+        yv = yn[0]
         x0 = xp[0]
         if not fp4:  # FP8 rows as uint16 pairs, met by the even and odd elements of x
-            from ._facts import codes_nan_free
-
             gemv = K.gemv_fp8 if kp >= MULTIROW_MIN_K else K.gemv_fp8_1row
             kind = (K.E5M2_KIND if fmt is Format.E5M2 else
                     K.E4M3_FINITE_KIND if codes_nan_free(packed) else K.E4M3_KIND)
@@ -124,11 +136,10 @@ def _matmul_f32(x: torch.Tensor, packed: PackedWeight, inject: bool, threads: in
                 # single core, 256x4096 in cache: NVFP4 18.4 against 13.4 Gelem/s, MXFP4 22.1
                 # against 14.2); where injection is allowed it gives the same bits, so it serves
                 # both decoders here. AVX-512: a 16-float permute; AVX2: two byte tables.
-                from . import _numba_lut
-
                 L = table
                 xs, xpn = L.x_steps(x0, block)
-                group = (_group(kp),) if L is _numba_lut else ()  # AVX2: one row a pass
+                # rows a pass by K where the module runs several (AVX-512), else one (AVX2)
+                group = ((L.ROWS if kp >= MULTIROW_MIN_K else 1),) if L.ROWS > 1 else ()
                 if mx:
                     L.gemv_mxfp4(words, scales, xs, xpn, yv, chunk, *group)
                 else:
@@ -144,6 +155,7 @@ def _matmul_f32(x: torch.Tensor, packed: PackedWeight, inject: bool, threads: in
             else:
                 K.gemv_nvfp4(words, scales, g, xpn, yv, chunk, inject)
     else:
+        codes = packed.words.view(torch.uint8).numpy()  # [N, Kp] FP8 bytes, [N, Kp/2] FP4 bytes
         scales = packed.scales.numpy() if fp4 else np.zeros((1, 1), np.uint8)
         g = np.float32(packed.global_scale.item()) if fmt is Format.NVFP4 else np.float32(1.0)
         kind = _KIND[fmt]
@@ -178,22 +190,18 @@ K = 6144 four win: NVFP4 1.71 -> 1.49 (8192: 3.40 -> 2.24), MXFP4 1.91 -> 1.21 (
 1.82 ms). FP8 measured at K = 4096 and 11008 only (_numba_kernels' comment), same sides."""
 
 
-def _group(kp: int) -> int:
-    from . import _numba_lut
-
-    return _numba_lut.ROWS if kp >= MULTIROW_MIN_K else 1
-
-
 def _fp4_table_kernels():
     """The FP4 table-lookup GEMV module for this CPU: _numba_lut (AVX-512 vpermps), else
     _numba_pshufb (AVX2 vpshufb), else None (the bit-operation kernels run).
     `SOFTFP8_NUMBA_FP4_LUT=0` turns both off, `=avx2` skips the AVX-512 one (read per call: for
     comparisons, and in case a CPU misreports its features)."""
-    import os
+    return _fp4_table_for(os.environ.get("SOFTFP8_NUMBA_FP4_LUT", "1").strip().lower())
 
+
+@functools.lru_cache(maxsize=8)
+def _fp4_table_for(wanted: str):
     from . import _numba_lut, _numba_pshufb
 
-    wanted = os.environ.get("SOFTFP8_NUMBA_FP4_LUT", "1").strip().lower()
     if wanted == "0":
         return None
     if wanted != "avx2" and _numba_lut.available():
