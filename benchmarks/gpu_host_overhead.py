@@ -1,7 +1,8 @@
 """Host time to issue one batch-1 linear (what eager decoding pays per layer, GPU idle or not):
-fp16 F.linear against softfp8.linear per format (plain eager: the op's implementation called
-directly, ops.run_linear), the custom op itself, and the Triton backend's matmul, with the
-package check cached (now) and uncached (as before 079437d), then a profile of softfp8.linear.
+fp16 F.linear against softfp8.linear and a softfp8.Linear module per format (plain eager: the
+op's implementation called directly, ops.run_linear), the custom op itself, and the Triton
+backend's matmul, with the package check cached (now) and uncached (as before 079437d), then a
+profile of softfp8.linear.
 
     python benchmarks/gpu_host_overhead.py [--calls 2000]
 
@@ -64,10 +65,14 @@ def main() -> None:
                                                        p.fmt.value, n, k, None, "auto", "auto"),
                              args.calls)
                 direct = host_us(lambda: tb.matmul(x, p), args.calls)
+                module = softfp8.Linear.from_packed(p, None)
+                with torch.no_grad():
+                    mod = host_us(lambda: module(x), args.calls)
             finally:
                 dispatch._installed = real
             print(f"{fmt:6} package check {label:9}  softfp8.linear {lin:7.1f} us   "
-                  f"through the op {op:7.1f} us   triton matmul {direct:7.1f} us", flush=True)
+                  f"softfp8.Linear {mod:7.1f} us   through the op {op:7.1f} us   "
+                  f"triton matmul {direct:7.1f} us", flush=True)
     p = softfp8.quantize(w, "e5m2")
     prof = cProfile.Profile()
     prof.enable()

@@ -596,4 +596,29 @@ head8)
   tar -czf "$OUT/head8.tgz" -C "$OUT" $(cd "$OUT" && ls | grep -v tgz)
   rm -f "$OUT"/*.json "$OUT"/*.jsonl "$OUT"/*.md
   ;;
+host9)
+  # the eager call's host time after 6b13bff (select's early cache look-up, Linear's kept
+  # PackedWeight, one argument check) against 922a9c9 (variants/prev), twice interleaved; then
+  # the whole GPU suite on this commit
+  mkdir -p "$OUT/r"
+  for v in prev cur prev2 cur2; do
+    case $v in cur*) d=$PWD ;; *) d=$PWD/variants/prev ;; esac
+    in_variant "$d" "host-$v" 120 python3 benchmarks/gpu_host_overhead.py
+  done
+  for v in prev cur prev2 cur2; do echo "== $v"; grep -E "^(fp16|e5m2|e4m3|nvfp4) " "$OUT/host-$v.txt"; done
+  run gputests 400 python3 -m pytest -q -m gpu -p no:cacheprovider tests/
+  tail -3 "$OUT/gputests.txt"
+  pack host9
+  ;;
+e2e9)
+  # eager generate() of the 7B-shaped Llama after 6b13bff against 922a9c9 (variants/prev)
+  export SOFTFP8_FP8_DECODE=integer
+  mkdir -p "$OUT/r"
+  for v in prev cur; do
+    case $v in cur*) d=$PWD ;; *) d=$PWD/variants/prev ;; esac
+    in_variant "$d" "e2e-$v" 280 python3 benchmarks/gpu_e2e_generate.py --variants fp16,e5m2,nvfp4 --modes eager --short 8 --long 40 --repeats 2 --json "$OUT/r/e2e-$v.json"
+  done
+  for v in prev cur; do echo "== $v"; tail -8 "$OUT/e2e-$v.txt"; done
+  pack e2e9
+  ;;
 esac
