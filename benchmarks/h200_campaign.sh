@@ -621,4 +621,17 @@ e2e9)
   for v in prev cur; do echo "== $v"; tail -8 "$OUT/e2e-$v.txt"; done
   pack e2e9
   ;;
+groups9)
+  # M = 9..16 on the MMA GEMV as two groups of 8 x rows (FP4 always, 8-bit small weights)
+  # against the dot kernel (variants/prev = 922a9c9); the MMA GEMV's GPU tests first
+  export SOFTFP8_FP8_DECODE=integer
+  mkdir -p "$OUT/r"
+  run mmatests 240 python3 -m pytest -q -x -m gpu -p no:cacheprovider tests/test_triton.py -k "mma"
+  tail -2 "$OUT/mmatests.txt"
+  b="python3 -m softfp8.bench small-m --preset llama3-8b --backends triton --m 1,8,12,16"
+  in_variant "$PWD/variants/prev" smallm-prev 150 $b --out "$OUT/r/smallm-prev.json"
+  in_variant "$PWD" smallm-cur 150 $b --out "$OUT/r/smallm-cur.json"
+  for v in prev cur; do echo "== $v"; grep -B2 -A10 "over all shapes" "$OUT/smallm-$v.txt" | tail -14; done
+  pack groups9
+  ;;
 esac

@@ -254,10 +254,11 @@ def test_launch_table_is_deterministic_and_splits_small_n():
     big = launch_config(128256, 4096, 1, Format.E5M2, h200, bf16)
     assert big.kernel is Kernel.SMALL_M and big.split_k == 1  # measured: the dot kernel wins
     assert launch_config(128256, 4096, 1, Format.E5M2, h200, torch.float32).kernel is Kernel.GEMV
-    # M = 5..8: the MMA GEMV up to MMA_FP8_M8_MAX_CODES 8-bit codes, the dot kernel above
+    # M = 5..16: the MMA GEMV up to MMA_FP8_M8_MAX_CODES 8-bit codes, the dot kernel above
     assert launch_config(4096, 4096, 8, Format.E5M2, h200).kernel is Kernel.MMA_GEMV
     assert launch_config(4096, 14336, 8, Format.E5M2, h200).kernel is Kernel.SMALL_M
-    assert launch_config(4096, 4096, 16, Format.E5M2, h200).kernel is Kernel.SMALL_M
+    assert launch_config(4096, 14336, 16, Format.E5M2, h200).kernel is Kernel.SMALL_M
+    assert launch_config(4096, 4096, 16, Format.E5M2, h200, bf16).kernel is Kernel.SMALL_M
     assert launch_config(4096, 4096, 256, Format.E5M2, h200).kernel is Kernel.TILED
     deq = launch_config(4096, 4096, 2048, Format.E5M2, h200)  # measured: dequant + cuBLAS wins
     assert deq.kernel is Kernel.DEQUANT
@@ -280,7 +281,7 @@ def test_launch_table_is_deterministic_and_splits_small_n():
 
 
 def test_mma_gemv_domain():
-    """FP4, fp16 x, M <= 8, K % 8 == 0, NVIDIA sm_80+; everything else keeps its kernel."""
+    """FP4, fp16 x, M <= 16, K % 8 == 0, NVIDIA sm_80+; everything else keeps its kernel."""
     h200 = triton_backend.DeviceInfo(sm_count=132, capability=(9, 0), interpreter=False)
     t4 = triton_backend.DeviceInfo(sm_count=40, capability=(7, 5), interpreter=False)
     mi250 = triton_backend.DeviceInfo(sm_count=104, capability=None, interpreter=False)
@@ -289,10 +290,10 @@ def test_mma_gemv_domain():
         assert (cfg.kernel, cfg.block_m, cfg.block_n, cfg.num_warps, cfg.split_k) == (
             Kernel.MMA_GEMV, 1, 8, 2, 2)
         assert launch_config(22016, 4096, 1, fmt, h200).split_k == 1
-        for m in (2, 8):
+        for m in (2, 8, 9, 16):  # M > 8: two groups of 8 x rows
             cfg = launch_config(4096, 4096, m, fmt, h200)
             assert cfg.kernel is Kernel.MMA_GEMV and cfg.block_n == 32 and cfg.block_m == 8
-        assert launch_config(4096, 4096, 9, fmt, h200).kernel is Kernel.SMALL_M
+        assert launch_config(4096, 4096, 17, fmt, h200).kernel is Kernel.TILED
         assert launch_config(4096, 4096, 1, fmt, h200, torch.bfloat16).kernel is Kernel.GEMV
         assert launch_config(4096, 4096, 1, fmt, h200, torch.float32).kernel is Kernel.GEMV
         assert launch_config(4096, 4100, 1, fmt, h200).kernel is Kernel.GEMV  # K % 8 != 0
@@ -309,6 +310,10 @@ def test_mma_gemv_domain():
     assert launch_config(6144, 4096, 8, Format.E4M3, h200).kernel is Kernel.MMA_GEMV
     assert launch_config(6144, 4097 + 7, 8, Format.E4M3, h200).kernel is Kernel.SMALL_M
     assert launch_config(28672, 4096, 5, Format.E5M2, h200).kernel is Kernel.SMALL_M
+    for m in (9, 16):  # small weights: two groups of the runs laid out for 8 x rows
+        cfg = launch_config(4096, 4096, m, Format.E5M2, h200)
+        assert (cfg.kernel, cfg.block_m, cfg.depth) == (Kernel.MMA_GEMV, 8, 2)
+        assert launch_config(28672, 4096, m, Format.E4M3, h200).kernel is Kernel.SMALL_M
     # M = 1: 2 warps, K split until ~12 warps an SM or <= 3.5 KB of a row a program; 8-bit
     # M <= 4 in two register buffers (depth 2); M = 1 then ~6 warps an SM, <= 7 KB
     assert launch_config(4096, 11008, 1, Format.E4M3, h200).split_k == 2
@@ -343,8 +348,8 @@ def test_mma_gemv_refuses_what_it_cannot_run():
     if not HAS_GPU:  # the interpreter can't run inline PTX: a clear error, not a crash inside
         with pytest.raises(ValueError, match="not the interpreter"):
             run(torch.randn(1, 64).half(), fp4, None, cfg)
-    with pytest.raises(ValueError, match="M <= 8"):
-        run(torch.randn(9, 64).half().to(DEVICE), fp4, None, cfg)
+    with pytest.raises(ValueError, match="M <= 16"):
+        run(torch.randn(17, 64).half().to(DEVICE), fp4, None, cfg)
     if HAS_GPU and triton_backend.uses_mma_gemv(64, 64, 2, Format.NVFP4, device_info(torch.device(
             "cuda")), torch.float16):  # past the domain check: the launch shape's
         with pytest.raises(ValueError, match="block_m=1 takes M <= 1"):
@@ -573,9 +578,11 @@ def test_depth_is_only_the_mma_gemv_setting():
 
 
 MMA_CASES = [(37, 264, 1, 1), (4103, 4096, 1, 1), (1000, 11008, 3, 1), (300, 2048, 8, 3),
-             (64, 4104, 2, 2), (96, 8192, 1, 2), (40, 4080, 1, 1)]
+             (64, 4104, 2, 2), (96, 8192, 1, 2), (40, 4080, 1, 1), (300, 2048, 12, 3),
+             (1000, 4096, 16, 1), (37, 264, 9, 2)]
 # (N, K, M, split): odd N, K % 64 != 0, every M class, splits; whole steps (ZERO = 0) with and
-# without rows past N and a split; FP4 rows padded past K in whole steps (zeros kept for x)
+# without rows past N and a split; FP4 rows padded past K in whole steps (zeros kept for x);
+# M > 8 as two groups of 8 x rows, one partly filled, with and without a split
 
 
 @pytest.mark.gpu
@@ -593,7 +600,7 @@ def test_gpu_mma_gemv_matches_reference(fmt, n, k, m, split):
     cfgs = [LaunchConfig(Kernel.MMA_GEMV, 8, 32, 128, split, warps, ahead)  # num_stages:
             for warps, ahead in ((4, 0), (8, 2), (16, 5))]                  # L2 prefetch steps
     # the run mapping (block_m: the x rows it is laid out for; 2 or 4 tiles a warp)
-    mp = 1 << (m - 1).bit_length()
+    mp = min(8, 1 << (m - 1).bit_length())
     cfgs += [LaunchConfig(Kernel.MMA_GEMV, r, triton_backend.mma_rows(r, w, t), 128, split, w, a)
              for r, w, t, a in ((mp, 4, 2, 2), (mp, 8, 2, 0), (mp, 2, 4, 0), (8, 4, 2, 0),
                                 (8, 1, 4, 0))]

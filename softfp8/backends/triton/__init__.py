@@ -24,8 +24,9 @@ from ...formats import Format, PackedWeight, ScaleKind
 from ...linear import check_linear_args
 from .._facts import codes_nan_free, known_fact, remember_fact  # noqa: F401 - re-exported
 from ._table import (DEQUANT_MIN_M, DEQUANT_MIN_M_FP4, DEQUANT_MIN_SLAB_ROWS,
-                     DEQUANT_SLAB_BYTES, FP8_DECODE_ENV, MMA_FORMATS, MMA_MAX_M, MMA_RUN_TILES,
-                     MMA_RUNS, MMA_TILE_ROWS, PDL_ENV, PDL_PREFETCH_ENV, TABLE_ENV,
+                     DEQUANT_SLAB_BYTES, FP8_DECODE_ENV, MMA_FORMATS, MMA_GROUPS_MAX_M,
+                     MMA_MAX_M, MMA_RUN_TILES, MMA_RUNS, MMA_TILE_ROWS, PDL_ENV,
+                     PDL_PREFETCH_ENV, TABLE_ENV,
                      DeviceInfo, Kernel, LaunchConfig, device_info, dot_upcast, launch_config,
                      mma_config, mma_gemv_runs, mma_layout, mma_rows, mma_split, mma_zero_fill,
                      pdl_auto, pdl_settings, tiled_config,
@@ -38,7 +39,7 @@ __all__ = ["NEEDS", "INTERPRET", "matmul", "run", "split_bytes", "codes_nan_free
            "uses_mma_gemv", "uses_hardware_fp8",
            "uses_ptx_decode", "dot_upcast", "pdl_auto", "pdl_settings", "DEQUANT_MIN_M",
            "DEQUANT_MIN_M_FP4", "DEQUANT_MIN_SLAB_ROWS", "DEQUANT_SLAB_BYTES", "MMA_MAX_M",
-           "MMA_FORMATS",
+           "MMA_GROUPS_MAX_M", "MMA_FORMATS",
            "MMA_RUNS", "MMA_RUN_TILES", "MMA_TILE_ROWS",
            "FP8_DECODE_ENV", "PDL_ENV", "PDL_PREFETCH_ENV", "TABLE_ENV"]
 
@@ -132,26 +133,28 @@ def _launch(x: torch.Tensor, packed: PackedWeight, bias: torch.Tensor | None, cf
         from ._mma import mma_gemv_kernel
 
         if not mma_gemv_runs(k, m, packed.fmt, info, x.dtype):
-            raise ValueError(f"cfg: Kernel.MMA_GEMV takes fp16 x with M <= {MMA_MAX_M} and K a "
-                             f"multiple of 8 on an NVIDIA GPU of compute capability 8.0 or newer "
-                             f"(inline PTX: not the interpreter); got {x.dtype}, M={m}, K={k} "
+            raise ValueError(f"cfg: Kernel.MMA_GEMV takes fp16 x with M <= {MMA_GROUPS_MAX_M} "
+                             f"and K a multiple of 8 on an NVIDIA GPU of compute capability 8.0 "
+                             f"or newer (inline PTX: not the interpreter); got {x.dtype}, M={m}, K={k} "
                              f"on {x.device}")
         if x.data_ptr() % 16:
             x = x.clone()  # the kernel reads x 16 bytes at a time
             args = (x,) + args[1:]
         runs, tiles = mma_layout(cfg)  # the run mapping (runs = the x rows it is laid out for)
-        if m > cfg.block_m:
+        if m > cfg.block_m and cfg.block_m != MMA_MAX_M:
             raise ValueError(f"cfg: Kernel.MMA_GEMV with block_m={cfg.block_m} takes M <= "
-                             f"{cfg.block_m}; got M={m}")
+                             f"{cfg.block_m} (block_m={MMA_MAX_M}: M <= {MMA_GROUPS_MAX_M}, in "
+                             f"groups of {MMA_MAX_M} x rows); got M={m}")
+        groups = -(-m // cfg.block_m)
         if cfg.depth not in (1, 2) or (cfg.depth == 2 and (runs == 0 or tiles != 2)):
             raise ValueError(f"cfg: Kernel.MMA_GEMV takes depth 1, or 2 on the run mapping with "
                              f"2 tiles a warp; got {cfg}")
-        grid = (-(-n // cfg.block_n), split)
+        grid = (-(-n // cfg.block_n) * groups, split)
         mma_gemv_kernel[grid](*args, FMT=packed.fmt.value, HAS_BIAS=bias is not None,
                               WARPS=cfg.num_warps, PARTIAL=split > 1, num_warps=cfg.num_warps,
                               num_stages=1, PDL=pdl, PREFETCH=prefetch, AHEAD=cfg.num_stages,
                               RUNS=runs, TILES=tiles, HAS_SCALE=has_scale, NAN=nan,
-                              DEPTH=cfg.depth,
+                              DEPTH=cfg.depth, GROUPS=groups,
                               ZERO=mma_zero_fill(rb, per_split, runs, cfg, k, packed.padded_k),
                               **launch)
     elif cfg.kernel is Kernel.GEMV:

@@ -129,12 +129,12 @@ def _store_rows(v, rows, cols, y_ptr, ws_ptr, s_ptr, g_ptr, b_ptr, pid_k, M, N,
 
 
 @triton.jit
-def _store_tile(c0, c1, c2, c3, row0, y_ptr, ws_ptr, s_ptr, g_ptr, b_ptr, pid_k, M, N,
+def _store_tile(c0, c1, c2, c3, row0, m0, y_ptr, ws_ptr, s_ptr, g_ptr, b_ptr, pid_k, M, N,
                 FMT: tl.constexpr, HAS_SCALE: tl.constexpr, HAS_BIAS: tl.constexpr,
                 PARTIAL: tl.constexpr, WARPS: tl.constexpr):
     lanes = tl.arange(0, 32)
     rows = row0 + lanes // 4
-    cols = 2 * (lanes % 4)
+    cols = m0 + 2 * (lanes % 4)
     c0 = tl.sum(tl.reshape(c0, (WARPS, 32)), axis=0)
     c1 = tl.sum(tl.reshape(c1, (WARPS, 32)), axis=0)
     c2 = tl.sum(tl.reshape(c2, (WARPS, 32)), axis=0)
@@ -150,14 +150,15 @@ def _store_tile(c0, c1, c2, c3, row0, y_ptr, ws_ptr, s_ptr, g_ptr, b_ptr, pid_k,
 
 
 @triton.jit
-def _store_runs(c, row0, y_ptr, ws_ptr, s_ptr, g_ptr, b_ptr, pid_k, M, N, FMT: tl.constexpr,
+def _store_runs(c, row0, m0, y_ptr, ws_ptr, s_ptr, g_ptr, b_ptr, pid_k, M, N, FMT: tl.constexpr,
                 HAS_SCALE: tl.constexpr, HAS_BIAS: tl.constexpr, PARTIAL: tl.constexpr,
                 WARPS: tl.constexpr, MP: tl.constexpr, WARP_ROWS: tl.constexpr):
     """The run mapping's sums of one tile (rows row0 + WARP_ROWS * warp ..): lane (g, t) holds
     D[g][2t + s] in c[s] and D[g + 8][2t + s] in c[2 + s]. A's row i is weight row i // C
     (i < 8; MP + (i - 8) // C below) restricted to K-chunk i % C, B's column j is x row j // C's
     chunk j % C (C = 8 // MP): D[i][j] counts where the chunks agree, and the C chunks' entries
-    of one (x row, weight row) add up to its dot. M = 1 (C = 8): the diagonal D[g][g]."""
+    of one (x row, weight row) add up to its dot. M = 1 (C = 8): the diagonal D[g][g].
+    m0: the first x row of this program's group."""
     C: tl.constexpr = 8 // MP
     NT: tl.constexpr = 32 * WARPS
     lane = tl.arange(0, NT) % 32
@@ -165,13 +166,14 @@ def _store_runs(c, row0, y_ptr, ws_ptr, s_ptr, g_ptr, b_ptr, pid_k, M, N, FMT: t
     t = lane % 4
     if C == 1:  # every entry counts, none to add: D[i][j] is y[j][row i]
         rows = row0 + WARP_ROWS * (tl.arange(0, NT) // 32) + g
-        _store_rows(c[0], rows, 2 * t, y_ptr, ws_ptr, s_ptr, g_ptr, b_ptr, pid_k, M, N, FMT,
+        cols = m0 + 2 * t
+        _store_rows(c[0], rows, cols, y_ptr, ws_ptr, s_ptr, g_ptr, b_ptr, pid_k, M, N, FMT,
                     HAS_SCALE, HAS_BIAS, PARTIAL)
-        _store_rows(c[1], rows, 2 * t + 1, y_ptr, ws_ptr, s_ptr, g_ptr, b_ptr, pid_k, M, N, FMT,
+        _store_rows(c[1], rows, cols + 1, y_ptr, ws_ptr, s_ptr, g_ptr, b_ptr, pid_k, M, N, FMT,
                     HAS_SCALE, HAS_BIAS, PARTIAL)
-        _store_rows(c[2], rows + 8, 2 * t, y_ptr, ws_ptr, s_ptr, g_ptr, b_ptr, pid_k, M, N, FMT,
+        _store_rows(c[2], rows + 8, cols, y_ptr, ws_ptr, s_ptr, g_ptr, b_ptr, pid_k, M, N, FMT,
                     HAS_SCALE, HAS_BIAS, PARTIAL)
-        _store_rows(c[3], rows + 8, 2 * t + 1, y_ptr, ws_ptr, s_ptr, g_ptr, b_ptr, pid_k, M, N,
+        _store_rows(c[3], rows + 8, cols + 1, y_ptr, ws_ptr, s_ptr, g_ptr, b_ptr, pid_k, M, N,
                     FMT, HAS_SCALE, HAS_BIAS, PARTIAL)
     else:
         # column 2t + s is chunk 2 (t % (C/2)) + s of x row t // (C/2): one s (or none) agrees
@@ -184,7 +186,7 @@ def _store_runs(c, row0, y_ptr, ws_ptr, s_ptr, g_ptr, b_ptr, pid_k, M, N, FMT: t
         low = tl.sum(tl.sum(tl.reshape(low, (WARPS, MP, C, MP, C // 2)), axis=4), axis=2)
         rows = (row0 + WARP_ROWS * tl.arange(0, WARPS)[:, None, None]
                 + tl.arange(0, MP)[None, :, None])
-        cols = tl.arange(0, MP)[None, None, :]
+        cols = m0 + tl.arange(0, MP)[None, None, :]
         _store_rows(top, rows, cols, y_ptr, ws_ptr, s_ptr, g_ptr, b_ptr, pid_k, M, N, FMT,
                     HAS_SCALE, HAS_BIAS, PARTIAL)
         _store_rows(low, rows + MP, cols, y_ptr, ws_ptr, s_ptr, g_ptr, b_ptr, pid_k, M, N, FMT,
@@ -199,7 +201,8 @@ def mma_gemv_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr,
                     HAS_SCALE: tl.constexpr = False,
                     AHEAD: tl.constexpr = 0, DIAG: tl.constexpr = 0, RUNS: tl.constexpr = 0,
                     TILES: tl.constexpr = 2, NAN: tl.constexpr = True,
-                    DEPTH: tl.constexpr = 1, ZERO: tl.constexpr = True):
+                    DEPTH: tl.constexpr = 1, ZERO: tl.constexpr = True,
+                    GROUPS: tl.constexpr = 1):
     """Program (pid_n, pid_k) over bytes [pid_k * KB_SPLIT, +KB_SPLIT) of its rows.
     RUNS = 0 (the tile mapping): rows pid_n * 32 .. +32, two 16-row tiles; warp w takes the
     64-byte steps w, w + WARPS, ...; the warps' sums are added at the end.
@@ -220,6 +223,9 @@ def mma_gemv_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr,
     ZERO = 0 (`mma_zero_fill`): every program's K range is whole loop steps (DEPTH of them a
     pass) and x covers the padded rows, so no tile reads a register a switched-off load left
     (only rows past N, whose sums are never stored): the loads skip zeroing them.
+    GROUPS > 1: M up to GROUPS * 8 (tiles) or GROUPS * MP (runs): x's rows in groups of that
+    many, program pid_n * GROUPS + j taking group j of rows pid_n's block, so the groups of one
+    block are neighbours in launch order and all but the first read its weights from L2.
     Needs num_warps == WARPS, K % 8 == 0 and a 16-byte aligned x (the launcher checks)."""
     NT: tl.constexpr = 32 * WARPS
     FP8: tl.constexpr = FMT == "e5m2" or FMT == "e4m3"
@@ -229,7 +235,8 @@ def mma_gemv_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr,
     PROG_ROWS: tl.constexpr = WARP_ROWS * WARPS if RUNS > 0 else ROWS
     RS: tl.constexpr = MP if RUNS > 0 else 8  # row step between a thread's rows
     tl.static_assert(RUNS > 0 or TILES == 2, "the tile mapping has two tiles a warp")
-    pid_n = tl.program_id(0)
+    pid_n = tl.program_id(0) // GROUPS
+    m0 = (tl.program_id(0) % GROUPS) * (MP if RUNS > 0 else 8)  # this group's first x row
     pid_k = tl.program_id(1)
     tid = tl.arange(0, NT)
     lane = tid % 32
@@ -239,16 +246,16 @@ def mma_gemv_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr,
     kb_hi = tl.minimum(kb_lo + KB_SPLIT, RB)
     _pdl_start(PDL)
     if RUNS > 0:
-        xr = g // C  # B column g: x row g // C, chunk g % C
-        row = pid_n * PROG_ROWS + WARP_ROWS * (tid // 32) + xr
-        in_m = xr < M
-        x_row = x_ptr + tl.minimum(xr, M - 1).to(tl.int64) * K
+        xl = g // C  # B column g: the group's x row g // C, chunk g % C
+        row = pid_n * PROG_ROWS + WARP_ROWS * (tid // 32) + xl
+        in_m = m0 + xl < M
+        x_row = x_ptr + tl.minimum(m0 + xl, M - 1).to(tl.int64) * K
         off = kb_lo + STEP_BYTES * (g % C) + 16 * t
         stride = STEP_BYTES * C
     else:
         row = pid_n * ROWS + g  # rows row, row + 8 (tile 0), row + 16, row + 24 (tile 1)
-        in_m = g < M
-        x_row = x_ptr + tl.minimum(g, M - 1).to(tl.int64) * K
+        in_m = m0 + g < M
+        x_row = x_ptr + tl.minimum(m0 + g, M - 1).to(tl.int64) * K
         off = kb_lo + STEP_BYTES * (tid // 32) + 16 * t
         stride = STEP_BYTES * WARPS
     zero = tl.zeros((NT,), tl.float32)
@@ -314,18 +321,18 @@ def mma_gemv_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr,
     _pdl_exit(PDL)
     if RUNS > 0:
         row0 = pid_n * PROG_ROWS
-        _store_runs(a, row0, y_ptr, ws_ptr, s_ptr, g_ptr, b_ptr, pid_k, M, N, FMT, HAS_SCALE,
+        _store_runs(a, row0, m0, y_ptr, ws_ptr, s_ptr, g_ptr, b_ptr, pid_k, M, N, FMT, HAS_SCALE,
                     HAS_BIAS, PARTIAL, WARPS, MP, WARP_ROWS)
-        _store_runs(b, row0 + 2 * MP, y_ptr, ws_ptr, s_ptr, g_ptr, b_ptr, pid_k, M, N, FMT,
+        _store_runs(b, row0 + 2 * MP, m0, y_ptr, ws_ptr, s_ptr, g_ptr, b_ptr, pid_k, M, N, FMT,
                     HAS_SCALE, HAS_BIAS, PARTIAL, WARPS, MP, WARP_ROWS)
         if TILES == 4:
-            _store_runs(c, row0 + 4 * MP, y_ptr, ws_ptr, s_ptr, g_ptr, b_ptr, pid_k, M, N, FMT,
+            _store_runs(c, row0 + 4 * MP, m0, y_ptr, ws_ptr, s_ptr, g_ptr, b_ptr, pid_k, M, N, FMT,
                         HAS_SCALE, HAS_BIAS, PARTIAL, WARPS, MP, WARP_ROWS)
-            _store_runs(d, row0 + 6 * MP, y_ptr, ws_ptr, s_ptr, g_ptr, b_ptr, pid_k, M, N, FMT,
+            _store_runs(d, row0 + 6 * MP, m0, y_ptr, ws_ptr, s_ptr, g_ptr, b_ptr, pid_k, M, N, FMT,
                         HAS_SCALE, HAS_BIAS, PARTIAL, WARPS, MP, WARP_ROWS)
     else:
         # lane (g, t) holds rows g, g+8 of each tile for columns 2t, 2t+1: add the warps' sums
-        _store_tile(a[0], a[1], a[2], a[3], pid_n * ROWS, y_ptr, ws_ptr, s_ptr, g_ptr, b_ptr,
+        _store_tile(a[0], a[1], a[2], a[3], pid_n * ROWS, m0, y_ptr, ws_ptr, s_ptr, g_ptr, b_ptr,
                     pid_k, M, N, FMT, HAS_SCALE, HAS_BIAS, PARTIAL, WARPS)
-        _store_tile(b[0], b[1], b[2], b[3], pid_n * ROWS + 16, y_ptr, ws_ptr, s_ptr, g_ptr,
+        _store_tile(b[0], b[1], b[2], b[3], pid_n * ROWS + 16, m0, y_ptr, ws_ptr, s_ptr, g_ptr,
                     b_ptr, pid_k, M, N, FMT, HAS_SCALE, HAS_BIAS, PARTIAL, WARPS)

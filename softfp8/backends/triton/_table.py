@@ -262,6 +262,10 @@ def launch_config(n: int, k: int, m: int, fmt: Format, info: DeviceInfo,
 
 
 MMA_MAX_M = 8  # one mma's 8 columns
+MMA_GROUPS_MAX_M = 16
+"""Kernel.MMA_GEMV takes M up to this as groups of block_m = 8 x rows, one group a program
+(its GROUPS): the groups of a block of weight rows run side by side and all but the first
+read the weights from L2."""
 
 
 MMA_FORMATS = frozenset(Format)
@@ -269,9 +273,10 @@ MMA_FORMATS = frozenset(Format)
 
 
 def mma_gemv_runs(k: int, m: int, fmt: Format, info: DeviceInfo, x_dtype: torch.dtype) -> bool:
-    """Kernel.MMA_GEMV's domain: fp16 x, M <= 8, K a multiple of 8 (16-byte x rows), NVIDIA
-    sm_80+ (mma.m16n8k16 and cvt.f16x2.f32), not the interpreter (inline PTX)."""
-    return (fmt in MMA_FORMATS and x_dtype == torch.float16 and m <= MMA_MAX_M and k % 8 == 0
+    """Kernel.MMA_GEMV's domain: fp16 x, M <= 16 (MMA_GROUPS_MAX_M), K a multiple of 8 (16-byte
+    x rows), NVIDIA sm_80+ (mma.m16n8k16 and cvt.f16x2.f32), not the interpreter (inline PTX)."""
+    return (fmt in MMA_FORMATS and x_dtype == torch.float16 and m <= MMA_GROUPS_MAX_M
+            and k % 8 == 0
             and info.capability is not None and info.capability >= (8, 0)
             and not info.interpreter)
 
@@ -294,8 +299,8 @@ M = 2..4 heads were not measured again since."""
 
 def uses_mma_gemv(n: int, k: int, m: int, fmt: Format, info: DeviceInfo,
                   x_dtype: torch.dtype) -> bool:
-    """Whether launch_config picks Kernel.MMA_GEMV: within its domain, FP4 at M <= 8 and the
-    8-bit formats at M <= 4 (M <= 8 for small weights), where it was measured faster than the
+    """Whether launch_config picks Kernel.MMA_GEMV: within its domain, FP4 at M <= 16 and the
+    8-bit formats at M <= 4 (M <= 16 for small weights; M = 9..16 in two groups of x rows), where it was measured faster than the
     FMA/dot kernels on the H200 (BENCHMARKS.md, campaign steps `mma8`, `runs2`-`runs4`,
     `pipe2`-`pipe4`, `smallm8`). 8-bit M = 3..4 joined once each thread held two steps in
     registers (depth 2; `pipe3` sweep, M = 4: every llama3-8b shape but E4M3's 4096 x 14336
@@ -402,14 +407,15 @@ def mma_config(n: int, k: int, m: int, fmt: Format, info: DeviceInfo) -> LaunchC
     fp8 = fmt in (Format.E5M2, Format.E4M3)
     depth = 2 if fp8 else 1
     if m == 1 or fp8:
-        block_m = 1 << (m - 1).bit_length()
+        block_m = min(MMA_MAX_M, 1 << (m - 1).bit_length())
         warps, ahead = (2 if m == 1 and not (fp8 and n >= 16384) else 4), 0
         rows = mma_rows(block_m, warps)
     else:
         block_m, rows, ahead = MMA_MAX_M, MMA_TILE_ROWS, 2
         warps = 8 if -(-n // MMA_TILE_ROWS) < 256 else 4
+    groups = -(-m // block_m)  # M = 9..16: two groups of 8 x rows, a program each
     # two buffers hold twice the bytes a warp: half the resident warps fill the GPU (M = 1)
-    split = mma_split(-(-n // rows), warps, info, 12 // depth if m == 1 else 12)
+    split = mma_split(-(-n // rows) * groups, warps, info, 12 // depth if m == 1 else 12)
     row_bytes = k * (8 if fp8 else 4) // 8
     if m == 1 and row_bytes > 4096:
         split = min(8, max(split, -(-row_bytes // (3584 * depth))))
