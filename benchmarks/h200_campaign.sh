@@ -634,4 +634,15 @@ groups9)
   for v in prev cur; do echo "== $v"; grep -B2 -A10 "over all shapes" "$OUT/smallm-$v.txt" | tail -14; done
   pack groups9
   ;;
+groups9b)
+  # after groups9: the table with M = 9..16 on the MMA GEMV for FP4 only (NVFP4 heads M <= 12);
+  # the small-m bench on it and the GPU tests of the Triton backend other than the MMA GEMV's
+  export SOFTFP8_FP8_DECODE=integer
+  mkdir -p "$OUT/r"
+  run smallm 150 python3 -m softfp8.bench small-m --preset llama3-8b --backends triton --m 1,2,4,8,12,16 --out "$OUT/r/smallm.json"
+  grep -A30 "over all shapes" "$OUT/smallm.txt" | tail -30
+  run gputests 330 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_triton.py -k "not mma"
+  tail -2 "$OUT/gputests.txt"
+  pack groups9b
+  ;;
 esac

@@ -69,7 +69,7 @@ def test_matches_reference(kernel, fmt, e2m1, dtype, n, k, m, with_bias):
     info = device_info(torch.device(DEVICE))
     cfg = launch_config(n, k, m, fmt, info, dtype)
     if triton_backend.uses_mma_gemv(n, k, m, fmt, info, dtype):
-        kernel = Kernel.MMA_GEMV  # FP4 with fp16 x at M <= 8 on sm_80+ (its own tests below)
+        kernel = Kernel.MMA_GEMV  # FP4 with fp16 x at M <= 16 on sm_80+ (its own tests below)
     assert cfg.kernel is kernel, "the launch table routes this M elsewhere: update the sampling"
     y = triton_backend.matmul(x, packed, bias, e2m1=e2m1)
     assert y.dtype == dtype and y.shape == (m, n)
@@ -254,11 +254,10 @@ def test_launch_table_is_deterministic_and_splits_small_n():
     big = launch_config(128256, 4096, 1, Format.E5M2, h200, bf16)
     assert big.kernel is Kernel.SMALL_M and big.split_k == 1  # measured: the dot kernel wins
     assert launch_config(128256, 4096, 1, Format.E5M2, h200, torch.float32).kernel is Kernel.GEMV
-    # M = 5..16: the MMA GEMV up to MMA_FP8_M8_MAX_CODES 8-bit codes, the dot kernel above
+    # M = 5..8: the MMA GEMV up to MMA_FP8_M8_MAX_CODES 8-bit codes, the dot kernel above
     assert launch_config(4096, 4096, 8, Format.E5M2, h200).kernel is Kernel.MMA_GEMV
     assert launch_config(4096, 14336, 8, Format.E5M2, h200).kernel is Kernel.SMALL_M
-    assert launch_config(4096, 14336, 16, Format.E5M2, h200).kernel is Kernel.SMALL_M
-    assert launch_config(4096, 4096, 16, Format.E5M2, h200, bf16).kernel is Kernel.SMALL_M
+    assert launch_config(4096, 4096, 16, Format.E5M2, h200).kernel is Kernel.SMALL_M
     assert launch_config(4096, 4096, 256, Format.E5M2, h200).kernel is Kernel.TILED
     deq = launch_config(4096, 4096, 2048, Format.E5M2, h200)  # measured: dequant + cuBLAS wins
     assert deq.kernel is Kernel.DEQUANT
@@ -310,10 +309,12 @@ def test_mma_gemv_domain():
     assert launch_config(6144, 4096, 8, Format.E4M3, h200).kernel is Kernel.MMA_GEMV
     assert launch_config(6144, 4097 + 7, 8, Format.E4M3, h200).kernel is Kernel.SMALL_M
     assert launch_config(28672, 4096, 5, Format.E5M2, h200).kernel is Kernel.SMALL_M
-    for m in (9, 16):  # small weights: two groups of the runs laid out for 8 x rows
-        cfg = launch_config(4096, 4096, m, Format.E5M2, h200)
-        assert (cfg.kernel, cfg.block_m, cfg.depth) == (Kernel.MMA_GEMV, 8, 2)
-        assert launch_config(28672, 4096, m, Format.E4M3, h200).kernel is Kernel.SMALL_M
+    for m in (9, 16):  # measured slower on the MMA GEMV's groups than the dot kernel
+        assert launch_config(4096, 4096, m, Format.E5M2, h200).kernel is Kernel.SMALL_M
+    # FP4 vocabulary heads: MXFP4 up to M = 16, NVFP4 up to MMA_NVFP4_HEAD_MAX_M
+    assert launch_config(128256, 4096, 16, Format.MXFP4, h200).kernel is Kernel.MMA_GEMV
+    assert launch_config(128256, 4096, 12, Format.NVFP4, h200).kernel is Kernel.MMA_GEMV
+    assert launch_config(128256, 4096, 13, Format.NVFP4, h200).kernel is Kernel.SMALL_M
     # M = 1: 2 warps, K split until ~12 warps an SM or <= 3.5 KB of a row a program; 8-bit
     # M <= 4 in two register buffers (depth 2); M = 1 then ~6 warps an SM, <= 7 KB
     assert launch_config(4096, 11008, 1, Format.E4M3, h200).split_k == 2

@@ -287,6 +287,11 @@ x rows, two steps in registers), larger ones the dot kernel: `pipe3` sweep on th
 E5M2 / E4M3 us, MMA_GEMV against the dot kernel: 4096 x 4096 9.3 / 10.3 against 10.0 / 11.0,
 6144 x 4096 11.1 / 12.6 against 11.6 / 13.1; 4096 x 14336 23.0 / 25.9 against 21.7 / 22.6."""
 
+MMA_NVFP4_HEAD_MAX_M = 12
+"""NVFP4 vocabulary heads (from MMA_FP8_MAX_N rows) take the MMA GEMV up to this M, the dot
+kernel above: `groups9`, 128256 x 4096, M = 12: MMA GEMV 0.208 against 0.236 ms; M = 16: 0.215
+against 0.194 (M = 13..15 not measured)."""
+
 MMA_FP8_MAX_N = 65536
 """8-bit rows (a vocabulary head) from which M = 2..4 runs the dot kernel, not MMA_GEMV: there
 `softfp8-bench small-m` (the issue's instrument) and `sweep_gemv.py` disagree. On the H200
@@ -299,8 +304,9 @@ M = 2..4 heads were not measured again since."""
 
 def uses_mma_gemv(n: int, k: int, m: int, fmt: Format, info: DeviceInfo,
                   x_dtype: torch.dtype) -> bool:
-    """Whether launch_config picks Kernel.MMA_GEMV: within its domain, FP4 at M <= 16 and the
-    8-bit formats at M <= 4 (M <= 16 for small weights; M = 9..16 in two groups of x rows), where it was measured faster than the
+    """Whether launch_config picks Kernel.MMA_GEMV: within its domain, FP4 at M <= 16 (M = 9..16
+    in two groups of 8 x rows; NVFP4 vocabulary heads M <= 12) and the 8-bit formats at M <= 4
+    (M <= 8 for small weights), where it was measured faster than the
     FMA/dot kernels on the H200 (BENCHMARKS.md, campaign steps `mma8`, `runs2`-`runs4`,
     `pipe2`-`pipe4`, `smallm8`). 8-bit M = 3..4 joined once each thread held two steps in
     registers (depth 2; `pipe3` sweep, M = 4: every llama3-8b shape but E4M3's 4096 x 14336
@@ -309,11 +315,16 @@ def uses_mma_gemv(n: int, k: int, m: int, fmt: Format, info: DeviceInfo,
     (MMA_FP8_MAX_N). At M = 5..8 the runs are 64 bytes long and lose to the dot kernel on the
     large shapes (E4M3 28672 x 4096 41.1 against 37.6 us), not on the small ones
     (MMA_FP8_M8_MAX_CODES). Not for 8-bit codes under SOFTFP8_FP8_DECODE=hardware: its decode
-    is the integer one."""
+    is the integer one. M = 9..16 (`groups9`, against the dot kernel, llama3-8b shapes, fp16
+    speed-up): FP4 1.04-1.40x against 0.49-1.26x on every shape but NVFP4's vocabulary head at
+    M = 16 (1.24 against 1.37x); 8-bit qkv and o 1.25-1.40x against 1.30-1.47x, so the 8-bit
+    formats keep the dot kernel there."""
     small = n * k <= MMA_FP8_M8_MAX_CODES
     if fmt in (Format.E5M2, Format.E4M3) and (
-            (m > 4 and not small) or (m > 1 and n >= MMA_FP8_MAX_N)
+            (m > 4 and not small) or m > MMA_MAX_M or (m > 1 and n >= MMA_FP8_MAX_N)
             or fp8_decode_wanted() == "hardware"):
+        return False
+    if fmt is Format.NVFP4 and m > MMA_NVFP4_HEAD_MAX_M and n >= MMA_FP8_MAX_N:
         return False
     return mma_gemv_runs(k, m, fmt, info, x_dtype)
 
@@ -382,8 +393,8 @@ def mma_config(n: int, k: int, m: int, fmt: Format, info: DeviceInfo) -> LaunchC
       26.4 us, E4M3 27.8 against 29.6; token E5M2 1.897 -> 1.794 ms. An L2 prefetch beyond
       the registers (num_stages 2 / 4) was slower in 93 of 116 pairs and never a shape's best;
       FP4 (125 registers at depth 1) gained nothing from depth 2 (`pipe2`/`pipe3` sweeps).
-    - FP4 at M = 2..8: the 32-row tiles (block_m = 8), warps along K, 2-step L2 prefetch; 8
-      warps below 256 programs, 4 above.
+    - FP4 at M = 2..16: the 32-row tiles (block_m = 8; M = 9..16 in two groups of 8 x rows,
+      a program each), warps along K, 2-step L2 prefetch; 8 warps below 256 programs, 4 above.
     Programs split K until about 12 warps per SM are resident (M = 1 at depth 2: 6, twice the
     bytes a warp); at M = 1, rows over 4 KB also until each program takes at most 3.5 KB of a
     row (depth 2: 7 KB; 4096 x 11008 E5M2: 14.3 us split 2 against 15.1 split 4).
