@@ -10,7 +10,8 @@ Strategy by M (rows of activations):
 
 x is converted to float32 once per call (and zero-padded to the packed K, so the kernels never
 need a tail); y comes back in x's dtype. Threads: min(numba's and torch's current setting),
-set for the call and restored after. Numba, and the kernels, load on the first call only.
+set for the call where it differs and restored after. Numba, and the kernels, load on the
+first call only.
 """
 from __future__ import annotations
 
