@@ -645,4 +645,18 @@ groups9b)
   tail -2 "$OUT/gputests.txt"
   pack groups9b
   ;;
+m16sweep)
+  # 8-bit M = 16 runs the dot kernel with settings never swept at 16 (o and qkv at 0.68-0.77 of
+  # M = 1): sweep its settings on the llama3-8b shapes (the small ones first), then the bench
+  # with the table and with the sweep's winners (SOFTFP8_TRITON_TABLE)
+  export SOFTFP8_FP8_DECODE=integer
+  mkdir -p "$OUT/r"
+  run sweep16 340 python3 benchmarks/sweep_gemv.py --ms 16 --formats e5m2,e4m3 --kernels small_m --budget 300 --shapes "4096,4096;6144,4096;4096,14336;28672,4096;128256,4096" --out "$OUT/r/sweep16.json"
+  grep -E "table:|BEST:|M=16" "$OUT/sweep16.txt"
+  b="python3 -m softfp8.bench small-m --preset llama3-8b --backends triton --formats e5m2,e4m3 --m 1,16"
+  run smallm-table 90 $b --out "$OUT/r/smallm-table.json"
+  SOFTFP8_TRITON_TABLE="$OUT/r/sweep16.json" run smallm-sweep 90 $b --out "$OUT/r/smallm-sweep.json"
+  for v in table sweep; do echo "== $v"; grep -A8 "over all shapes" "$OUT/smallm-$v.txt" | tail -5; done
+  pack m16sweep
+  ;;
 esac
