@@ -659,4 +659,19 @@ m16sweep)
   for v in table sweep; do echo "== $v"; grep -A8 "over all shapes" "$OUT/smallm-$v.txt" | tail -5; done
   pack m16sweep
   ;;
+m16b)
+  # the dot kernel unsplit at M = 9..16 from SMALL_M_UNSPLIT_PER_SM row blocks an SM, against
+  # the commit before (variants/prev), interleaved; the Triton GPU tests of the dot kernel
+  export SOFTFP8_FP8_DECODE=integer
+  mkdir -p "$OUT/r"
+  b="python3 -m softfp8.bench small-m --preset llama3-8b --backends triton --formats e5m2,e4m3 --m 1,12,16"
+  for v in prev cur prev2 cur2; do
+    case $v in cur*) d=$PWD ;; *) d=$PWD/variants/prev ;; esac
+    in_variant "$d" "smallm-$v" 90 $b --out "$OUT/r/smallm-$v.json"
+  done
+  for v in prev cur prev2 cur2; do echo "== $v"; grep -A7 "over all shapes" "$OUT/smallm-$v.txt" | tail -4; grep -E "^gate_up .* (12|16) +e" "$OUT/smallm-$v.txt" | cut -c1-100; done
+  run gputests 200 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_triton.py -k "not mma"
+  tail -1 "$OUT/gputests.txt"
+  pack m16b
+  ;;
 esac
