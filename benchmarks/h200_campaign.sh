@@ -674,4 +674,18 @@ m16b)
   tail -1 "$OUT/gputests.txt"
   pack m16b
   ;;
+sweep9)
+  # 8-bit at M = 8 on the dot kernel (large weights): split or not, as at M = 16 (m16sweep);
+  # 8-bit M = 1 on gate_up and the head: the MMA GEMV's warps, tiles and splits on this
+  # commit's kernels; then the shapes bench for the >= 100 MB GEMVs
+  export SOFTFP8_FP8_DECODE=integer
+  mkdir -p "$OUT/r"
+  run sweep8 120 python3 benchmarks/sweep_gemv.py --ms 5,8 --formats e5m2,e4m3 --kernels small_m --budget 100 --shapes "28672,4096;4096,14336" --out "$OUT/r/sweep8.json"
+  grep -E "table:|BEST:|M=" "$OUT/sweep8.txt"
+  run sweep1 200 python3 benchmarks/sweep_gemv.py --ms 1 --formats e5m2,e4m3 --kernels mma_gemv --mma-pipes 1:0,2:0 --mma-warps 2,4,8 --budget 180 --shapes "28672,4096;128256,4096" --out "$OUT/r/sweep1.json"
+  grep -E "table:|BEST:|M=" "$OUT/sweep1.txt"
+  run shapes 120 python3 -m softfp8.bench shapes --preset llama3-8b --backends triton --formats e5m2,e4m3 --out "$OUT/r/shapes.json"
+  grep -E "^(gate_up|lm_head)" "$OUT/shapes.txt" | cut -c1-110
+  pack sweep9
+  ;;
 esac
