@@ -258,9 +258,10 @@ def test_launch_table_is_deterministic_and_splits_small_n():
     assert launch_config(4096, 4096, 8, Format.E5M2, h200).kernel is Kernel.MMA_GEMV
     assert launch_config(4096, 14336, 8, Format.E5M2, h200).kernel is Kernel.SMALL_M
     assert launch_config(4096, 4096, 16, Format.E5M2, h200).kernel is Kernel.SMALL_M
-    # M = 9..16 on the dot kernel: no K split from SMALL_M_UNSPLIT_PER_SM row blocks an SM
+    # M = 5..16 on the dot kernel: no K split from SMALL_M_UNSPLIT_PER_SM row blocks an SM
     assert launch_config(28672, 4096, 16, Format.E5M2, h200).split_k == 1
-    assert launch_config(28672, 4096, 8, Format.E5M2, h200).split_k == 2  # M <= 8 unchanged
+    assert launch_config(28672, 4096, 5, Format.E5M2, h200).split_k == 1
+    assert launch_config(28672, 4096, 4, Format.E5M2, h200, bf16).split_k == 2  # M <= 4 as was
     assert launch_config(4096, 4096, 12, Format.E4M3, h200).split_k == 9
     assert launch_config(4096, 4096, 256, Format.E5M2, h200).kernel is Kernel.TILED
     deq = launch_config(4096, 4096, 2048, Format.E5M2, h200)  # measured: dequant + cuBLAS wins

@@ -185,13 +185,14 @@ def _table_from_sweep(path: str) -> dict:
 
 
 SMALL_M_UNSPLIT_PER_SM = 2
-"""The dot kernel at M = 9..16 splits K only while its row blocks number fewer than this many
+"""The dot kernel at M = 5..16 splits K only while its row blocks number fewer than this many
 per SM (below that, up to four): `m16sweep` on the H200, 8-bit, M = 16, 64 x 256 tiles:
 28672 x 4096 (3.4 blocks an SM) unsplit 33.9 / 34.7 us (E5M2 / E4M3) against 37.4 / 37.9
 split 2, and in the bench with the sweep's winners (128 x 256, unsplit) gate_up 3251 -> 3622
 GB/s; 6144 x 4096 and 4096 x 4096 (0.7 and 0.5 an SM) split 6 and 9 11.7-11.8 / 10.0 us
-against 13.3-13.4 / 12.5 unsplit. M = 2..8 not measured again (an older sweep had 28672 x 4096
-split 2 ahead by 2-8% there)."""
+against 13.3-13.4 / 12.5 unsplit. `sweep9`, 28672 x 4096 at M = 5 and 8: unsplit 33.1-34.2 us
+against 34.7-37.8 split 2 (an older sweep, `runs2`, had split 2 ahead by 2-8% at M = 2..8 on
+the kernels of then). M = 2..4 not measured again."""
 
 
 def launch_config(n: int, k: int, m: int, fmt: Format, info: DeviceInfo,
@@ -266,7 +267,7 @@ def launch_config(n: int, k: int, m: int, fmt: Format, info: DeviceInfo,
     # programs per SM (measured: 64 x 256 tiles split 6-9 ways beat no split by 5-30%)
     wide = info.interpreter or (cfg.kernel is Kernel.SMALL_M and m > 1)
     want = 4 * info.sm_count if wide else info.sm_count
-    if (cfg.kernel is Kernel.SMALL_M and m > MMA_MAX_M and not info.interpreter
+    if (cfg.kernel is Kernel.SMALL_M and m > 4 and not info.interpreter
             and programs >= SMALL_M_UNSPLIT_PER_SM * info.sm_count):
         want = programs  # enough row blocks: no split (m16sweep)
     split = 1 if programs >= want else min(16, steps, -(-want // programs))
