@@ -26,6 +26,7 @@ import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
 import softfp8  # noqa: E402
+from softfp8.backends import _facts  # noqa: E402
 from softfp8.backends import triton as tb  # noqa: E402
 from softfp8.backends.triton import _kernels  # noqa: E402
 from softfp8.backends.triton._decode import e2m1_to_f32, e4m3_to_f32, e5m2_to_f32, e8m0_to_f32  # noqa: E402,E501
@@ -179,7 +180,7 @@ def main() -> None:
             lib = bench(lambda: tb.matmul(x, packed))
 
             def cold():
-                tb._FACTS.pop(packed.words, None)  # as on a weight's first call
+                _facts._FACTS.pop(packed.words, None)  # as on a weight's first call
                 return tb.matmul(x, packed)
             first = bench(cold)
             spec = packed.spec
