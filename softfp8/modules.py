@@ -144,10 +144,11 @@ class Linear(nn.Module):
 
     def _validated(self, w, s, g) -> PackedWeight:
         """`packed`, kept while every buffer is the same tensor with the same shape, dtype and
-        device (`.data =` changes those without a new tensor): validating costs 6 us a call,
-        this check ~1.5. In-place writes of values need no new check (they can't break the
-        layout), load_state_dict checks what it copies in."""
-        stamp = tuple(None if t is None else (t.shape, t.dtype, t.device) for t in (w, s, g))
+        device (`.data =` changes those without a new tensor) and the format and features are
+        unchanged: validating costs 6 us a call, this check ~1.5. In-place writes of values need
+        no new check (they can't break the layout); load_state_dict checks what it copies in."""
+        stamp = (self.fmt, self.out_features, self.in_features) + tuple(
+            None if t is None else (t.shape, t.dtype, t.device) for t in (w, s, g))
         kept = self.__dict__.get("_packed_kept")
         if (kept is not None and kept[0].words is w and kept[0].scales is s
                 and kept[0].global_scale is g and kept[1] == stamp):

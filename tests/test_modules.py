@@ -177,6 +177,10 @@ def test_forward_sees_replaced_and_rewritten_buffers():
     q.words = other.words.clone()  # new buffer tensors
     q.scales = other.scales.clone()
     assert torch.equal(q(x), other(x)) and not torch.equal(q(x), first * 2)
+    q.in_features = 60  # the module's own fields are part of what was validated
+    with pytest.raises(ValueError, match="x: expected a last dimension of 60"):
+        q(x)
+    q.in_features = 64
     q.words.data = torch.zeros(8, 8, dtype=torch.int32)  # same tensor, a shape the layout can't have
     with pytest.raises(ValueError, match="words"):
         q(x)
