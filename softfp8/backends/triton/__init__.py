@@ -135,8 +135,8 @@ def _launch(x: torch.Tensor, packed: PackedWeight, bias: torch.Tensor | None, cf
         if not mma_gemv_runs(k, m, packed.fmt, info, x.dtype):
             raise ValueError(f"cfg: Kernel.MMA_GEMV takes fp16 x with M <= {MMA_GROUPS_MAX_M} "
                              f"and K a multiple of 8 on an NVIDIA GPU of compute capability 8.0 "
-                             f"or newer (inline PTX: not the interpreter); got {x.dtype}, M={m}, K={k} "
-                             f"on {x.device}")
+                             f"or newer (inline PTX: not the interpreter); got {x.dtype}, "
+                             f"M={m}, K={k} on {x.device}")
         if x.data_ptr() % 16:
             x = x.clone()  # the kernel reads x 16 bytes at a time
             args = (x,) + args[1:]

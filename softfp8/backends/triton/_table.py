@@ -212,7 +212,8 @@ def launch_config(n: int, k: int, m: int, fmt: Format, info: DeviceInfo,
       DEQUANT_MIN_SLAB_ROWS rows (0.84-0.92x fp16 cuBLAS at M = 2048 on llama3-8b's shapes as
       CUDA graphs, against 0.33-0.63x for the tiled kernel).
     - Small M (2..16): one 16-row x block against a 64 x 256 weight tile, K split until there
-      are four programs per SM (6-9 ways at N = 4096-6144).
+      are four programs per SM (6-9 ways at N = 4096-6144); at M = 5..16 not at all from
+      SMALL_M_UNSPLIT_PER_SM row blocks an SM.
     The M = 17..511 tiles and the dtypes other than fp16 are reasoned, not measured (and every
     GPU but the H200 is):
     - fp32 activations with
