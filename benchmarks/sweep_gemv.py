@@ -181,8 +181,8 @@ def main(argv=None):
                 # and format ran 2-4 us slow (m16sweep, sweep9: the same setting timed again later
                 # in the grid was that much faster), which made the table's setting look worse
                 try:
-                    graph_time([lambda p_=p_: tb.run(x, p_, None, default, hw_fp8=hw,
-                                                     e2m1=tb.E2M1Decode(args.e2m1)) for p_ in ps])
+                    graph_time([lambda p_=p_: tb.run(x, p_, None, default, hw_fp8=hw, e2m1=e2m1)
+                                for p_ in ps])
                 except Exception as e:  # the candidates' loop reports what fails
                     print(f"  {fmt} warm-up with the table's setting failed: {type(e).__name__}")
                 pipes = [tuple(map(int, v.split(":"))) for v in args.mma_pipes.split(",")]

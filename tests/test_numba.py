@@ -191,12 +191,12 @@ def test_threads_follow_torch_and_are_restored():
     before_numba, before_torch = numba.get_num_threads(), torch.get_num_threads()
     try:
         torch.set_num_threads(1)
-        assert numba_cpu._threads() == 1
+        assert numba_cpu._threads(numba.get_num_threads()) == 1
         y1 = run(x, packed)
     finally:
         torch.set_num_threads(before_torch)
     assert numba.get_num_threads() == before_numba
-    assert numba_cpu._threads() == min(before_numba, before_torch)
+    assert numba_cpu._threads(numba.get_num_threads()) == min(before_numba, before_torch)
     assert torch.equal(y1, run(x, packed))  # rows are independent: same bits on any thread count
 
 

@@ -60,8 +60,10 @@ def _numba():
     return numba, _numba_kernels
 
 
-def _threads() -> int:
-    return max(1, min(_numba()[0].get_num_threads(), torch.get_num_threads()))
+def _threads(numba_threads: int) -> int:
+    """Threads for a call: the fewer of numba's (`numba_threads`, its current setting) and
+    torch's."""
+    return max(1, min(numba_threads, torch.get_num_threads()))
 
 
 def _chunk(rows: int, threads: int) -> int:
@@ -81,7 +83,7 @@ def matmul(x: torch.Tensor, packed: PackedWeight, bias: torch.Tensor | None = No
     inject = E2M1Decode(e2m1) is E2M1Decode.INJECT
     numba = _numba()[0]
     previous = numba.get_num_threads()
-    threads = max(1, min(previous, torch.get_num_threads()))
+    threads = _threads(previous)
     x = x.detach()  # the kernels read numpy views
     if threads == previous:  # the usual case: no setting to change and restore
         y = _matmul_f32(x, packed, inject, threads)

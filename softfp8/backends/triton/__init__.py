@@ -1,5 +1,5 @@
 """The Triton backend: packed weights decoded in registers inside GEMV, small-M and tiled kernels
-(with fp16 x on NVIDIA sm_80+, FP4 at M <= 8 and 8-bit at M <= 4, small weights M <= 8: a
+(with fp16 x on NVIDIA sm_80+, FP4 at M <= 16 and 8-bit at M <= 4, small weights M <= 8: a
 warp-level mma.sync GEMV with its decode in PTX, `_mma`); from M = 512 (FP4: 256), bounded
 slabs decoded for cuBLAS (`_dequant`).
 
