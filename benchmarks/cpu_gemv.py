@@ -132,7 +132,8 @@ def main() -> None:
 
     print(f"# {time.strftime('%Y-%m-%d %H:%M')}  {platform.processor() or platform.machine()}  "
           f"torch {torch.__version__}  numba {numba.__version__}  threads numba "
-          f"{numba.get_num_threads()} torch {torch.get_num_threads()} -> {numba_cpu._threads(numba.get_num_threads())}  "
+          f"{numba.get_num_threads()} torch {torch.get_num_threads()} -> "
+          f"{numba_cpu._threads(numba.get_num_threads())}  "
           f"loadavg {os.getloadavg()[0]:.2f}  vector scaling {vector_scaling():.2f}x  "
           f"FP4 kernel {fp4_kernel()}")
     rows = []
