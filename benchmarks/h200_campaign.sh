@@ -11,6 +11,16 @@ run() { local name=$1 secs=$2; shift 2; echo "=== $name"; timeout "$secs" "$@" >
 # in_variant DIR NAME SECS CMD..: `run` from DIR, whose softfp8 python then imports (the working
 # directory comes first on sys.path; a PYTHONPATH entry does not beat it: see fp4dec)
 in_variant() { local d=$1; shift; echo "$1: $(cd "$d" && python3 -c 'import softfp8; print(softfp8.__file__)')"; (cd "$d" && run "$@"); }
+# ab_bench NAME SECS CMD..: a softfp8-bench CMD from variants/prev (the commit before, a `git
+# archive`) and from here, interleaved twice: NAME-prev, NAME-cur, NAME-prev2, NAME-cur2, each
+# with --out $OUT/r/NAME-<variant>.json
+ab_bench() {
+  local name=$1 secs=$2 v d; shift 2
+  for v in prev cur prev2 cur2; do
+    case $v in cur*) d=$PWD ;; *) d=$PWD/variants/prev ;; esac
+    in_variant "$d" "$name-$v" "$secs" "$@" --out "$OUT/r/$name-$v.json"
+  done
+}
 # pack STEP: $OUT/r (and the logs) into $OUT/STEP.tgz, printing the token/shape rows last
 pack() {
   cp "$OUT"/*.txt "$OUT/r/"
@@ -664,11 +674,7 @@ m16b)
   # the commit before (variants/prev), interleaved; the Triton GPU tests of the dot kernel
   export SOFTFP8_FP8_DECODE=integer
   mkdir -p "$OUT/r"
-  b="python3 -m softfp8.bench small-m --preset llama3-8b --backends triton --formats e5m2,e4m3 --m 1,12,16"
-  for v in prev cur prev2 cur2; do
-    case $v in cur*) d=$PWD ;; *) d=$PWD/variants/prev ;; esac
-    in_variant "$d" "smallm-$v" 90 $b --out "$OUT/r/smallm-$v.json"
-  done
+  ab_bench smallm 90 python3 -m softfp8.bench small-m --preset llama3-8b --backends triton --formats e5m2,e4m3 --m 1,12,16
   for v in prev cur prev2 cur2; do echo "== $v"; grep -A7 "over all shapes" "$OUT/smallm-$v.txt" | tail -4; grep -E "^gate_up .* (12|16) +e" "$OUT/smallm-$v.txt" | cut -c1-100; done
   run gputests 200 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_triton.py -k "not mma"
   tail -1 "$OUT/gputests.txt"
@@ -695,11 +701,7 @@ s9final)
   # (benchmarks/fp8_m1_warps2_table.json) against the table's 4: token and shapes, interleaved
   export SOFTFP8_FP8_DECODE=integer
   mkdir -p "$OUT/r"
-  b="python3 -m softfp8.bench small-m --preset llama3-8b --backends triton --formats e5m2,e4m3 --m 1,5,8"
-  for v in prev cur prev2 cur2; do
-    case $v in cur*) d=$PWD ;; *) d=$PWD/variants/prev ;; esac
-    in_variant "$d" "smallm-$v" 45 $b --out "$OUT/r/smallm-$v.json"
-  done
+  ab_bench smallm 45 python3 -m softfp8.bench small-m --preset llama3-8b --backends triton --formats e5m2,e4m3 --m 1,5,8
   for v in prev cur prev2 cur2; do echo "== $v"; grep -E "^(gate_up|down|lm_head) .* [58] +e" "$OUT/smallm-$v.txt" | cut -c1-100; done
   t="python3 -m softfp8.bench token --preset llama2-7b --backends triton --formats e5m2,e4m3"
   s="python3 -m softfp8.bench shapes --preset llama3-8b --backends triton --formats e5m2,e4m3"
