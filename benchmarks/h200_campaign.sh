@@ -655,6 +655,18 @@ groups9b)
   tail -2 "$OUT/gputests.txt"
   pack groups9b
   ;;
+wide10)
+  # M = 9..16 on the MMA GEMV in one program that decodes each step's weights once for both
+  # halves of x's rows (WIDE, block_m 16) against the table (FP4: two groups that each decode;
+  # 8-bit: the dot kernel); the MMA GEMV's GPU tests first
+  export SOFTFP8_FP8_DECODE=integer
+  mkdir -p "$OUT/r"
+  run mmatests 200 python3 -m pytest -q -x -m gpu -p no:cacheprovider tests/test_triton.py -k "mma"
+  tail -2 "$OUT/mmatests.txt"
+  run sweepwide 340 python3 benchmarks/sweep_gemv.py --ms 12,16 --kernels mma_gemv --budget 320 --shapes "6144,4096;4096,4096;28672,4096;4096,14336;128256,4096" --out "$OUT/r/sweepwide.json"
+  grep -E "x4096 M=|x14336 M=|table:|BEST:" "$OUT/sweepwide.txt" | cut -c1-110
+  pack wide10
+  ;;
 m16sweep)
   # 8-bit M = 16 runs the dot kernel with settings never swept at 16 (o and qkv at 0.68-0.77 of
   # M = 1): sweep its settings on the llama3-8b shapes (the small ones first), then the bench

@@ -85,12 +85,12 @@ def candidates(fmt, n, k, m, info, dtype, kernels, mma_pipes=((1, 0),), mma_warp
             for bn, bk, nw, st in ((64, 256, 4, 4), (64, 256, 4, 5), (64, 512, 4, 3),
                                    (128, 256, 8, 4), (128, 128, 4, 4)):
                 out.append(tb.LaunchConfig(tb.Kernel.SMALL_M, 16, bn, bk, 1, nw, st))
-    if m <= tb.MMA_MAX_M and "mma_gemv" in kernels and tb.mma_gemv_runs(
+    if m <= tb.MMA_GROUPS_MAX_M and "mma_gemv" in kernels and tb.mma_gemv_runs(
             k, m, softfp8.Format(fmt), info, dtype):
         # the run mapping laid out for the next power of two >= M, 2 or 4 tiles a warp, splits
         # for ~12 (M = 1: and ~24) resident warps an SM and none; M > 1 also the 32-row tiles (block_m 8)
-        mp = 1 << (m - 1).bit_length()
-        for nw in mma_warps or ((2, 4, 8) if m == 1 else (4, 8)):
+        mp = min(tb.MMA_MAX_M, 1 << (m - 1).bit_length())
+        for nw in mma_warps or ((2, 4, 8) if m == 1 else (4, 8)) if m <= tb.MMA_MAX_M else ():
             for tiles in tb.MMA_RUN_TILES:
                 rows = tb.mma_rows(mp, nw, tiles)
                 for per_sm in (12, 24) if m == 1 else (12,):
@@ -105,6 +105,18 @@ def candidates(fmt, n, k, m, info, dtype, kernels, mma_pipes=((1, 0),), mma_warp
                 for s in (1, 2, 4):
                     out.append(tb.LaunchConfig(tb.Kernel.MMA_GEMV, tb.MMA_MAX_M, tb.MMA_TILE_ROWS,
                                                128, s, nw, 2))
+        if m > tb.MMA_MAX_M:  # one program for all 16 x rows, the weights decoded once (WIDE)
+            for nw in (4, 8):
+                for s in (1, 2, 4):
+                    out.append(tb.LaunchConfig(tb.Kernel.MMA_GEMV, tb.MMA_WIDE_M,
+                                               tb.MMA_TILE_ROWS, 128, s, nw, 2))
+            for nw in (2, 4):  # the runs laid out for 8 rows, 2 tiles, one or two buffers
+                rows = tb.mma_rows(tb.MMA_MAX_M, nw, 2)
+                split = tb.mma_split(-(-n // rows), nw, info)
+                for s in sorted({1, split}):
+                    for depth in (1, 2):
+                        out.append(tb.LaunchConfig(tb.Kernel.MMA_GEMV, tb.MMA_WIDE_M, rows, 128,
+                                                   s, nw, 0, depth))
     if m > 16:
         bk = 32 if mx else 64
         if "dequant" in kernels:  # slab rows; block_k = codes per dequant program
@@ -213,12 +225,12 @@ def main(argv=None):
                         if best is None or row["us"] < best["us"]:
                             best = row
                         if c == default:
-                            print(f"  {fmt} table: {c.kernel.value} {c.block_n}x{c.block_k} "
+                            print(f"  {fmt} table: {c.kernel.value} m{c.block_m} {c.block_n}x{c.block_k} "
                                   f"w{c.num_warps} st{c.num_stages} d{c.depth} s{c.split_k}: {t*1000:.1f} us "
                                   f"{row['gbps']:.0f} GB/s x{t16/t:.2f}", flush=True)
                 if best:
                     best_rows.append(best)
-                    print(f"  {fmt} BEST:  {best['kernel']} {best['block_n']}x{best['block_k']} "
+                    print(f"  {fmt} BEST:  {best['kernel']} m{best['block_m']} {best['block_n']}x{best['block_k']} "
                           f"w{best['num_warps']} st{best['num_stages']} d{best['depth']} s{best['split_k']}: "
                           f"{best['us']:.1f} us {best['gbps']:.0f} GB/s x{best['vs_fp16']:.2f}",
                           flush=True)

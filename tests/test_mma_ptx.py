@@ -22,23 +22,29 @@ def _x_words(xs: np.ndarray) -> list[int]:
     return [int(v) for v in xs.astype(np.float16).view(np.uint32)]
 
 
-def _run_tile(fmt, wg, wh, sg, sh, xw, nan=True):
+def _run_tile(fmt, wg, wh, sg, sh, xw, nan=True, xw1=None):
     """One tile step. wg/wh[lane]: 4 words of rows g / g+8; sg/sh[lane]: scale bits; xw[lane]:
-    the lane's 16 x words. Returns D as 16 x 8 float64 from the lanes' c0..c3."""
-    if fmt in FP4:
-        xp = [xw[lane][:16] for lane in range(32)]  # x's own pairs meet the codes' (FP4_PAIRS)
-        tile = P._tile_asm(fmt)
+    the lane's 16 x words (xw1: x row g + 8's, the wide tile). Returns D as 16 x 8 float64 from
+    the lanes' c0..c3 (16 x 16 with xw1: columns 8..15 from the second accumulator)."""
+    wide = xw1 is not None
+    xs = [xw] + ([xw1] if wide else [])
+    if fmt in FP4:  # x's own pairs meet the codes' (FP4_PAIRS)
+        xp = [sum((x[lane][:16] for x in xs), []) for lane in range(32)]
+        tile = P._tile_asm(fmt, wide)
     else:
-        xp = [xw[lane][:8] + [0] * 8 for lane in range(32)]
-        tile = P._fp8_tile_asm(fmt, nan)
-    ops = [[0] * 4 + wg[lane] + wh[lane] + [sg[lane], sh[lane]] + xp[lane] + [0] * 4
+        xp = [sum((x[lane][:8] + [0] * 8 for x in xs), []) for lane in range(32)]
+        tile = P._fp8_tile_asm(fmt, nan, wide)
+    n_out = 8 if wide else 4
+    ops = [[0] * n_out + wg[lane] + wh[lane] + [sg[lane], sh[lane]] + xp[lane] + [0] * n_out
            for lane in range(32)]
     out = Warp(tile).run(ops)
-    D = np.zeros((16, 8))
+    D = np.zeros((16, 16 if wide else 8))
     for lane in range(32):
         g, t = lane // 4, lane % 4
-        c = np.array(out[lane][:4], np.uint32).view(np.float32)
-        D[g, 2 * t], D[g, 2 * t + 1], D[g + 8, 2 * t], D[g + 8, 2 * t + 1] = c
+        for a in range(len(xs)):
+            c = np.array(out[lane][4 * a:4 * a + 4], np.uint32).view(np.float32)
+            col = 8 * a + 2 * t
+            D[g, col], D[g, col + 1], D[g + 8, col], D[g + 8, col + 1] = c
     return D
 
 
@@ -52,13 +58,14 @@ def _codes_fp4(rows):
     return out
 
 
-def _fp4_case(fmt, scales_fn, codes=None):
+def _fp4_case(fmt, scales_fn, codes=None, wide=False):
     """The tile mapping: lane (g, t) holds bytes 16t..16t+15 of rows g and g+8 and x row g's
-    matching 32 values. Returns the emulated D and the float64 reference."""
+    matching 32 values (wide: and x row g + 8's, 16 x rows). Returns the emulated D and the float64 reference."""
     if codes is None:
         codes = _codes_fp4(16)  # 16 rows x 64 bytes = 128 codes each
-    x = (1 + RNG.integers(0, 16, (8, 128)) / 16).astype(np.float16)  # distinct, exact steps
-    x *= np.where(RNG.random((8, 128)) < 0.5, -1, 1).astype(np.float16)
+    rows = 16 if wide else 8
+    x = (1 + RNG.integers(0, 16, (rows, 128)) / 16).astype(np.float16)  # distinct, exact steps
+    x *= np.where(RNG.random((rows, 128)) < 0.5, -1, 1).astype(np.float16)
     sc = scales_fn()  # NVFP4: 16 rows x 8 E4M3 codes (per 8 bytes); MXFP4: 16 x 4 E8M0
     w = decode_e2m1_to_f32(torch.from_numpy(np.stack([codes & 0xF, codes >> 4], -1)
                                             .reshape(16, 128).astype(np.int64))).double().numpy()
@@ -69,7 +76,7 @@ def _fp4_case(fmt, scales_fn, codes=None):
         s = decode_e8m0(torch.from_numpy(sc.astype(np.int64))).double().numpy()
         w = w * np.repeat(s, 32, axis=1)
     ref = w @ x.astype(np.float64).T
-    wg, wh, sg, sh, xw = [], [], [], [], []
+    wg, wh, sg, sh, xw, xw1 = [], [], [], [], [], []
     for lane in range(32):
         g, t = lane // 4, lane % 4
         chunk = slice(16 * t, 16 * t + 16)
@@ -82,7 +89,9 @@ def _fp4_case(fmt, scales_fn, codes=None):
             sg.append(int(sc[g, t]))
             sh.append(int(sc[g + 8, t]))
         xw.append(_x_words(x[g, 32 * t:32 * t + 32]))
-    D = _run_tile(fmt, wg, wh, sg, sh, xw)
+        if wide:
+            xw1.append(_x_words(x[g + 8, 32 * t:32 * t + 32]))
+    D = _run_tile(fmt, wg, wh, sg, sh, xw, xw1=xw1 if wide else None)
     return D * (256.0 if fmt == "nvfp4" else 1.0), ref
 
 
@@ -100,30 +109,34 @@ def test_prmt_and_table_bytes():
     assert prmt(0x000000F0, 0, 0x0008) & 0xFF == 0xFF  # sign-replicate of byte 0 (msb set)
 
 
+@pytest.mark.parametrize("wide", [False, True])
 @pytest.mark.parametrize("fmt", FP4)
-def test_fp4_tile_matches_reference(fmt):
+def test_fp4_tile_matches_reference(fmt, wide):
     if fmt == "nvfp4":
         scales = lambda: RNG.integers(0x20, 0x58, (16, 8))  # noqa: E731  E4M3 2^-4 .. 2^4
     else:
         scales = lambda: RNG.integers(110, 134, (16, 4))  # noqa: E731  within 2^23 of each other
-    D, ref = _fp4_case(fmt, scales)
+    D, ref = _fp4_case(fmt, scales, wide=wide)
+    assert D.shape == ref.shape == (16, 16 if wide else 8)
     assert _rel(D, ref) < 1e-6
 
 
-def test_nvfp4_nan_scale_and_subnormal_scales():
+@pytest.mark.parametrize("wide", [False, True])
+def test_nvfp4_nan_scale_and_subnormal_scales(wide):
     def scales():
         sc = RNG.integers(0x01, 0x08, (16, 8))  # E4M3 subnormal scales: 2^-9 .. 7 * 2^-9
         sc[3, 5] = 0x7F  # NaN
         sc[11, 0] = 0xFF  # NaN, negative
         return sc
-    D, ref = _fp4_case("nvfp4", scales)
+    D, ref = _fp4_case("nvfp4", scales, wide=wide)
     nan = np.isnan(ref)
-    assert nan[3].all() and nan[11].all() and nan.sum() == 16
+    assert nan[3].all() and nan[11].all() and nan.sum() == 2 * ref.shape[1]
     assert (np.isnan(D) == nan).all()
     assert _rel(D[~nan], ref[~nan]) < 1e-6
 
 
-def test_mxfp4_zero_blocks_and_nan():
+@pytest.mark.parametrize("wide", [False, True])
+def test_mxfp4_zero_blocks_and_nan(wide):
     def scales():
         sc = RNG.integers(100, 124, (16, 4))
         sc[:, 0] = 250  # far above the others: would flush them, but the codes there are 0
@@ -131,35 +144,40 @@ def test_mxfp4_zero_blocks_and_nan():
         return sc
     codes = _codes_fp4(16)
     codes[:, :16] = 0  # lane t = 0's block: all zero codes under the large scale
-    D, ref = _fp4_case("mxfp4", scales, codes)
+    D, ref = _fp4_case("mxfp4", scales, codes, wide=wide)
     nan = np.isnan(ref)
-    assert nan[6].all() and nan.sum() == 8
+    assert nan[6].all() and nan.sum() == ref.shape[1]
     assert (np.isnan(D) == nan).all()
     assert _rel(D[~nan], ref[~nan]) < 1e-6
 
 
+@pytest.mark.parametrize("wide", [False, True])
 @pytest.mark.parametrize("fmt, nan", [("e5m2", True), ("e4m3", True), ("e4m3", False)])
-def test_fp8_tile_every_code(fmt, nan):
+def test_fp8_tile_every_code(fmt, nan, wide):
     """16 rows x 64 codes: all 256 codes appear (NaN/inf codes go to rows checked apart).
     nan=False: the E4M3 tile without its NaN fix, for codes known to hold none: every finite
-    code the same."""
+    code the same. wide: 16 x rows, the second 8 through the second accumulator."""
     decode = decode_e5m2_to_f32 if fmt == "e5m2" else decode_e4m3_to_f32
     allv = decode(torch.arange(256)).double().numpy()
     finite = np.flatnonzero(np.isfinite(allv))
     codes = np.empty((16, 64), np.uint8)
     pool = RNG.permutation(np.concatenate([finite, RNG.choice(finite, 16 * 64 - len(finite))]))
     codes[:] = pool.reshape(16, 64)
-    x = (1 + RNG.integers(0, 16, (8, 64)) / 16).astype(np.float16)
+    x = (1 + RNG.integers(0, 16, (16 if wide else 8, 64)) / 16).astype(np.float16)
     w = allv[codes]
     ref = w @ x.astype(np.float64).T
-    wg, wh, xw = [], [], []
+    wg, wh, xw, xw1 = [], [], [], []
     for lane in range(32):
         g, t = lane // 4, lane % 4
         chunk = slice(16 * t, 16 * t + 16)
         wg.append([int(v) for v in codes[g, chunk].view(np.uint32)])
         wh.append([int(v) for v in codes[g + 8, chunk].view(np.uint32)])
         xw.append(_x_words(x[g, chunk]) + [0] * 8)
-    D = _run_tile(fmt, wg, wh, [0] * 32, [0] * 32, xw, nan)
+        if wide:
+            xw1.append(_x_words(x[g + 8, chunk]) + [0] * 8)
+    xw1 = xw1 if wide else None
+    D = _run_tile(fmt, wg, wh, [0] * 32, [0] * 32, xw, nan, xw1)
+    assert D.shape == ref.shape
     D *= 256.0 if fmt == "e4m3" else 1.0  # E4M3 decodes as value * 2^-8
     assert _rel(D, ref) < 1e-6
     if not nan:
@@ -173,7 +191,7 @@ def test_fp8_tile_every_code(fmt, nan):
               for lane in range(32)]
         wh = [[int(v) for v in c[lane // 4 + 8, 16 * (lane % 4):16 * (lane % 4) + 16]
                .view(np.uint32)] for lane in range(32)]
-        D = _run_tile(fmt, wg, wh, [0] * 32, [0] * 32, xw)
+        D = _run_tile(fmt, wg, wh, [0] * 32, [0] * 32, xw, xw1=xw1)
         got, want = D[5], allv[code] * x[:, 17].astype(np.float64)
         assert (np.isnan(got) == np.isnan(want)).all() and (
             np.isinf(got) == np.isinf(want)).all(), (fmt, code)

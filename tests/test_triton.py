@@ -573,6 +573,12 @@ def test_mma_zero_fill_only_where_a_tile_reads_past_the_k_range():
     assert not fill(2048, 2048, 0, tiles, 2048, 2048)
     assert fill(2080, 2080, 0, tiles, 2080, 2080)
     assert not fill(2048, 1024, 2, mma(2, 16, num_warps=2), 2048, 2048)  # 256-byte steps
+    # WIDE (block_m 16): laid out as block_m 8, the tiles or the runs with two tiles a warp
+    layout = triton_backend.mma_layout
+    assert layout(mma(16, 32, num_warps=4)) == (0, 2)
+    assert layout(mma(16, triton_backend.mma_rows(8, 4, 2), num_warps=4)) == (8, 2)
+    with pytest.raises(ValueError, match="block_m=16 with block_n=32"):
+        layout(mma(16, triton_backend.mma_rows(8, 4, 4), num_warps=4))  # 4 tiles: not wide
 
 
 def test_depth_is_only_the_mma_gemv_setting():
@@ -613,6 +619,14 @@ def test_gpu_mma_gemv_matches_reference(fmt, n, k, m, split):
     # two register buffers (depth 2), with and without the L2 prefetch beyond them
     cfgs += [LaunchConfig(Kernel.MMA_GEMV, mp, triton_backend.mma_rows(mp, w, 2), 128, split, w, a,
                           depth=2) for w, a in ((2, 0), (4, 4))]
+    # WIDE (block_m 16): one program decodes once for x rows 0..7 and 8..15 (the tiles, the
+    # runs for 8 rows with one and two buffers)
+    wide = triton_backend.MMA_WIDE_M
+    cfgs += [LaunchConfig(Kernel.MMA_GEMV, wide, 32, 128, split, 4, 2),
+             LaunchConfig(Kernel.MMA_GEMV, wide, triton_backend.mma_rows(8, 4, 2), 128, split, 4,
+                          0),
+             LaunchConfig(Kernel.MMA_GEMV, wide, triton_backend.mma_rows(8, 2, 2), 128, split, 2,
+                          0, depth=2)]
     for cfg in cfgs:
         y = run(x, packed, bias, cfg)
         assert y.dtype == torch.float16 and y.shape == (m, n)

@@ -92,6 +92,9 @@ def variants(backend: str, arch):
             # M = 9..16: the tiles in two groups of 8 x rows
             yield (f"mma_gemv-r0t2-groups-{fmt}-fp16", _mma.mma_gemv_kernel, dict(c, GROUPS=2),
                    "fp16", 4, 1)
+            # ... or in one program that decodes once for both (WIDE)
+            yield (f"mma_gemv-r0t2-wide-{fmt}-fp16", _mma.mma_gemv_kernel, dict(c, WIDE=True),
+                   "fp16", 4, 1)
             c = dict(c, RUNS=1, TILES=2, AHEAD=0, ZERO=False)
             yield f"mma_gemv-r1t2-keep-{fmt}-fp16", _mma.mma_gemv_kernel, c, "fp16", 4, 1
         if fmt in FP8 and not hw and cap is not None and cap >= (8, 0):
@@ -112,6 +115,9 @@ def variants(backend: str, arch):
             # M = 9..16 on small weights: the runs for 8 x rows in two groups
             yield (f"mma_gemv-r8t2d2-groups-{fmt}-fp16", _mma.mma_gemv_kernel,
                    dict(c, RUNS=8, TILES=2, PARTIAL=True, NAN=True, DEPTH=2, GROUPS=2), "fp16",
+                   4, 1)
+            yield (f"mma_gemv-r8t2d2-wide-{fmt}-fp16", _mma.mma_gemv_kernel,
+                   dict(c, RUNS=8, TILES=2, PARTIAL=True, NAN=True, DEPTH=2, WIDE=True), "fp16",
                    4, 1)
             c = dict(c, RUNS=1, TILES=2, PARTIAL=False, NAN=True, DEPTH=2, ZERO=False)
             yield f"mma_gemv-r1t2d2-keep-{fmt}-fp16", _mma.mma_gemv_kernel, c, "fp16", 4, 1

@@ -25,7 +25,7 @@ from ...linear import check_linear_args
 from .._facts import codes_nan_free, known_fact, remember_fact  # noqa: F401 - re-exported
 from ._table import (DEQUANT_MIN_M, DEQUANT_MIN_M_FP4, DEQUANT_MIN_SLAB_ROWS,
                      DEQUANT_SLAB_BYTES, FP8_DECODE_ENV, MMA_FORMATS, MMA_GROUPS_MAX_M,
-                     MMA_MAX_M, MMA_RUN_TILES, MMA_RUNS, MMA_TILE_ROWS, PDL_ENV,
+                     MMA_MAX_M, MMA_RUN_TILES, MMA_RUNS, MMA_TILE_ROWS, MMA_WIDE_M, PDL_ENV,
                      PDL_PREFETCH_ENV, TABLE_ENV,
                      DeviceInfo, Kernel, LaunchConfig, device_info, dot_upcast, launch_config,
                      mma_config, mma_gemv_runs, mma_layout, mma_rows, mma_split, mma_zero_fill,
@@ -40,7 +40,7 @@ __all__ = ["NEEDS", "INTERPRET", "matmul", "run", "split_bytes", "codes_nan_free
            "uses_ptx_decode", "dot_upcast", "pdl_auto", "pdl_settings", "DEQUANT_MIN_M",
            "DEQUANT_MIN_M_FP4", "DEQUANT_MIN_SLAB_ROWS", "DEQUANT_SLAB_BYTES", "MMA_MAX_M",
            "MMA_GROUPS_MAX_M", "MMA_FORMATS",
-           "MMA_RUNS", "MMA_RUN_TILES", "MMA_TILE_ROWS",
+           "MMA_RUNS", "MMA_RUN_TILES", "MMA_TILE_ROWS", "MMA_WIDE_M",
            "FP8_DECODE_ENV", "PDL_ENV", "PDL_PREFETCH_ENV", "TABLE_ENV"]
 
 INTERPRET = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
@@ -145,6 +145,7 @@ def _launch(x: torch.Tensor, packed: PackedWeight, bias: torch.Tensor | None, cf
             raise ValueError(f"cfg: Kernel.MMA_GEMV with block_m={cfg.block_m} takes M <= "
                              f"{cfg.block_m} (block_m={MMA_MAX_M}: M <= {MMA_GROUPS_MAX_M}, in "
                              f"groups of {MMA_MAX_M} x rows); got M={m}")
+        wide = cfg.block_m == MMA_WIDE_M
         groups = -(-m // cfg.block_m)
         if cfg.depth not in (1, 2) or (cfg.depth == 2 and (runs == 0 or tiles != 2)):
             raise ValueError(f"cfg: Kernel.MMA_GEMV takes depth 1, or 2 on the run mapping with "
@@ -154,7 +155,7 @@ def _launch(x: torch.Tensor, packed: PackedWeight, bias: torch.Tensor | None, cf
                               WARPS=cfg.num_warps, PARTIAL=split > 1, num_warps=cfg.num_warps,
                               num_stages=1, PDL=pdl, PREFETCH=prefetch, AHEAD=cfg.num_stages,
                               RUNS=runs, TILES=tiles, HAS_SCALE=has_scale, NAN=nan,
-                              DEPTH=cfg.depth, GROUPS=groups,
+                              DEPTH=cfg.depth, GROUPS=groups, WIDE=wide,
                               ZERO=mma_zero_fill(rb, per_split, runs, cfg, k, packed.padded_k),
                               **launch)
     elif cfg.kernel is Kernel.GEMV:

@@ -46,7 +46,7 @@ import triton.language as tl
 
 from ._kernels import _pdl_exit, _pdl_start, _pdl_wait, _pdl_wait_after
 from ._mma_loads import _prefetch_rows, _rows_step, _x_step
-from ._mma_ptx import _fp8_tile_asm, _probe_tile_asm, _tile_asm
+from ._mma_ptx import _fp8_tile_asm, _probe_tile_asm, _tile_asm, tile_constraints
 from ._table import MMA_STEP_BYTES, MMA_TILE_ROWS
 
 ROWS = tl.constexpr(MMA_TILE_ROWS)  # two 16-row tiles a warp: rows g, g+8, g+16, g+24 a thread
@@ -60,7 +60,13 @@ _TILE_PROBE_LOADS = tl.constexpr(_probe_tile_asm(False))
 _TILE_E5M2 = tl.constexpr(_fp8_tile_asm("e5m2"))
 _TILE_E4M3 = tl.constexpr(_fp8_tile_asm("e4m3"))
 _TILE_E4M3_FINITE = tl.constexpr(_fp8_tile_asm("e4m3", nan=False))
-_TILE_CONS = tl.constexpr("=f,=f,=f,=f," + "r," * 26 + "f,f,f,f")
+_TILE_CONS = tl.constexpr(tile_constraints())
+_WIDE_NV = tl.constexpr(_tile_asm("nvfp4", wide=True))
+_WIDE_MX = tl.constexpr(_tile_asm("mxfp4", wide=True))
+_WIDE_E5M2 = tl.constexpr(_fp8_tile_asm("e5m2", wide=True))
+_WIDE_E4M3 = tl.constexpr(_fp8_tile_asm("e4m3", wide=True))
+_WIDE_E4M3_FINITE = tl.constexpr(_fp8_tile_asm("e4m3", nan=False, wide=True))
+_WIDE_CONS = tl.constexpr(tile_constraints(wide=True))
 
 
 @triton.jit
@@ -94,6 +100,52 @@ def _tile(rg, rh, xw, acc, FMT: tl.constexpr, DIAG: tl.constexpr = 0, NAN: tl.co
         out = tl.inline_asm_elementwise(_TILE_E4M3, _TILE_CONS, args, (tl.float32,) * 4,
                                         is_pure=True, pack=1)
     return out
+
+
+@triton.jit
+def _tile_wide(rg, rh, xw, xv, acc, acv, FMT: tl.constexpr, NAN: tl.constexpr = True):
+    """`_tile` for 16 x rows (WIDE): the weights decoded once, each A fragment fed to two mma,
+    x rows g (xw, into acc) and g + 8 (xv, into acv); returns the 8 sums (acc's 4, acv's 4)."""
+    args = [rg[0], rg[1], rg[2], rg[3], rh[0], rh[1], rh[2], rh[3], rg[4], rh[4],
+            xw[0], xw[1], xw[2], xw[3], xw[4], xw[5], xw[6], xw[7],
+            xw[8], xw[9], xw[10], xw[11], xw[12], xw[13], xw[14], xw[15],
+            xv[0], xv[1], xv[2], xv[3], xv[4], xv[5], xv[6], xv[7],
+            xv[8], xv[9], xv[10], xv[11], xv[12], xv[13], xv[14], xv[15],
+            acc[0], acc[1], acc[2], acc[3], acv[0], acv[1], acv[2], acv[3]]
+    if FMT == "nvfp4":
+        out = tl.inline_asm_elementwise(_WIDE_NV, _WIDE_CONS, args, (tl.float32,) * 8,
+                                        is_pure=True, pack=1)
+    elif FMT == "mxfp4":
+        out = tl.inline_asm_elementwise(_WIDE_MX, _WIDE_CONS, args, (tl.float32,) * 8,
+                                        is_pure=True, pack=1)
+    elif FMT == "e5m2":
+        out = tl.inline_asm_elementwise(_WIDE_E5M2, _WIDE_CONS, args, (tl.float32,) * 8,
+                                        is_pure=True, pack=1)
+    elif not NAN:
+        out = tl.inline_asm_elementwise(_WIDE_E4M3_FINITE, _WIDE_CONS, args, (tl.float32,) * 8,
+                                        is_pure=True, pack=1)
+    else:
+        out = tl.inline_asm_elementwise(_WIDE_E4M3, _WIDE_CONS, args, (tl.float32,) * 8,
+                                        is_pure=True, pack=1)
+    return out
+
+
+@triton.jit
+def _tiles(ra, rb, rc, rd, xw, xv, a, b, av, bv, FMT: tl.constexpr, DIAG: tl.constexpr,
+           NAN: tl.constexpr, WIDE: tl.constexpr):
+    """One loop step of a thread's two tiles (rows ra/rb, rc/rd): a, b += x rows g's sums;
+    WIDE: av, bv += x rows g + 8's, from the same decoded weights (`_tile_wide`)."""
+    if WIDE:
+        u = _tile_wide(ra, rb, xw, xv, a, av, FMT, NAN)
+        v = _tile_wide(rc, rd, xw, xv, b, bv, FMT, NAN)
+        a = (u[0], u[1], u[2], u[3])
+        av = (u[4], u[5], u[6], u[7])
+        b = (v[0], v[1], v[2], v[3])
+        bv = (v[4], v[5], v[6], v[7])
+    else:
+        a = _tile(ra, rb, xw, a, FMT, DIAG, NAN)
+        b = _tile(rc, rd, xw, b, FMT, DIAG, NAN)
+    return a, b, av, bv
 
 
 @triton.jit
@@ -202,7 +254,7 @@ def mma_gemv_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr,
                     AHEAD: tl.constexpr = 0, DIAG: tl.constexpr = 0, RUNS: tl.constexpr = 0,
                     TILES: tl.constexpr = 2, NAN: tl.constexpr = True,
                     DEPTH: tl.constexpr = 1, ZERO: tl.constexpr = True,
-                    GROUPS: tl.constexpr = 1):
+                    GROUPS: tl.constexpr = 1, WIDE: tl.constexpr = False):
     """Program (pid_n, pid_k) over bytes [pid_k * KB_SPLIT, +KB_SPLIT) of its rows.
     RUNS = 0 (the tile mapping): rows pid_n * 32 .. +32, two 16-row tiles; warp w takes the
     64-byte steps w, w + WARPS, ...; the warps' sums are added at the end.
@@ -226,6 +278,9 @@ def mma_gemv_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr,
     GROUPS > 1: M up to GROUPS * 8 (tiles) or GROUPS * MP (runs): x's rows in groups of that
     many, program pid_n * GROUPS + j taking group j of rows pid_n's block, so the groups of one
     block are neighbours in launch order and all but the first read its weights from L2.
+    WIDE (the tile mapping or RUNS = 8, two tiles a warp, one group): M up to 16 in one
+    program, each step's weights decoded once for both halves of x's rows (B's columns 0..7 are
+    x rows 0..7, a second mma's 8..15), against GROUPS' two programs that each decode them.
     Needs num_warps == WARPS, K % 8 == 0 and a 16-byte aligned x (the launcher checks)."""
     NT: tl.constexpr = 32 * WARPS
     FP8: tl.constexpr = FMT == "e5m2" or FMT == "e4m3"
@@ -235,6 +290,8 @@ def mma_gemv_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr,
     PROG_ROWS: tl.constexpr = WARP_ROWS * WARPS if RUNS > 0 else ROWS
     RS: tl.constexpr = MP if RUNS > 0 else 8  # row step between a thread's rows
     tl.static_assert(RUNS > 0 or TILES == 2, "the tile mapping has two tiles a warp")
+    tl.static_assert(not WIDE or ((RUNS == 0 or RUNS == 8) and TILES == 2 and GROUPS == 1
+                                  and DIAG == 0), "WIDE: 8 x rows a tile, 2 tiles, one group")
     pid_n = tl.program_id(0) // GROUPS
     m0 = (tl.program_id(0) % GROUPS) * (MP if RUNS > 0 else 8)  # this group's first x row
     pid_k = tl.program_id(1)
@@ -250,12 +307,16 @@ def mma_gemv_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr,
         row = pid_n * PROG_ROWS + WARP_ROWS * (tid // 32) + xl
         in_m = m0 + xl < M
         x_row = x_ptr + tl.minimum(m0 + xl, M - 1).to(tl.int64) * K
+        in_v = m0 + 8 + xl < M  # WIDE: x row xl + 8, B's columns 8..15
+        x_wide = x_ptr + tl.minimum(m0 + 8 + xl, M - 1).to(tl.int64) * K
         off = kb_lo + STEP_BYTES * (g % C) + 16 * t
         stride = STEP_BYTES * C
     else:
         row = pid_n * ROWS + g  # rows row, row + 8 (tile 0), row + 16, row + 24 (tile 1)
         in_m = m0 + g < M
         x_row = x_ptr + tl.minimum(m0 + g, M - 1).to(tl.int64) * K
+        in_v = m0 + 8 + g < M
+        x_wide = x_ptr + tl.minimum(m0 + 8 + g, M - 1).to(tl.int64) * K
         off = kb_lo + STEP_BYTES * (tid // 32) + 16 * t
         stride = STEP_BYTES * WARPS
     zero = tl.zeros((NT,), tl.float32)
@@ -263,6 +324,8 @@ def mma_gemv_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr,
     b = a
     c = a
     d = a
+    av = a  # WIDE: the sums of x rows 8..15
+    bv = a
     if DEPTH == 2:
         # two register buffers: each refills right after its own step's arithmetic, so the
         # other buffer's step runs while it arrives (with one buffer ptxas issued the next
@@ -276,21 +339,28 @@ def mma_gemv_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr,
                           pid_n * PROG_ROWS, N, RB, kb_lo, kb_hi, PROG_ROWS, PDL, PREFETCH)
         xw = _x_step(x_row, off, kb_hi, K, in_m, FP8, ZERO)
         qx = _x_step(x_row, off + stride, kb_hi, K, in_m, FP8, ZERO)
+        xv = xw
+        qv = qx
+        if WIDE:
+            xv = _x_step(x_wide, off, kb_hi, K, in_v, FP8, ZERO)
+            qv = _x_step(x_wide, off + stride, kb_hi, K, in_v, FP8, ZERO)
         for _ in range(kb_lo, kb_hi, 2 * stride):
             if AHEAD > 0:
                 _prefetch_rows(w_ptr, row, N, RB, off + AHEAD * stride, kb_hi, RS)
-            a = _tile(r0, r1, xw, a, FMT, DIAG, NAN)
-            b = _tile(r2, r3, xw, b, FMT, DIAG, NAN)
+            a, b, av, bv = _tiles(r0, r1, r2, r3, xw, xv, a, b, av, bv, FMT, DIAG, NAN, WIDE)
             r0, r1, r2, r3 = _rows_step(w_ptr, s_ptr, row, N, RB, SB, off + 2 * stride, kb_hi,
                                         FMT, RS, ZERO)
             xw = _x_step(x_row, off + 2 * stride, kb_hi, K, in_m, FP8, ZERO)
+            if WIDE:
+                xv = _x_step(x_wide, off + 2 * stride, kb_hi, K, in_v, FP8, ZERO)
             if AHEAD > 0:
                 _prefetch_rows(w_ptr, row, N, RB, off + (AHEAD + 1) * stride, kb_hi, RS)
-            a = _tile(q0, q1, qx, a, FMT, DIAG, NAN)
-            b = _tile(q2, q3, qx, b, FMT, DIAG, NAN)
+            a, b, av, bv = _tiles(q0, q1, q2, q3, qx, qv, a, b, av, bv, FMT, DIAG, NAN, WIDE)
             q0, q1, q2, q3 = _rows_step(w_ptr, s_ptr, row, N, RB, SB, off + 3 * stride, kb_hi,
                                         FMT, RS, ZERO)
             qx = _x_step(x_row, off + 3 * stride, kb_hi, K, in_m, FP8, ZERO)
+            if WIDE:
+                qv = _x_step(x_wide, off + 3 * stride, kb_hi, K, in_v, FP8, ZERO)
             off += 2 * stride
     else:
         r0, r1, r2, r3 = _rows_step(w_ptr, s_ptr, row, N, RB, SB, off, kb_hi, FMT, RS, ZERO)
@@ -300,6 +370,9 @@ def mma_gemv_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr,
         _pdl_wait_weights(r0[0] | r1[0] | r2[0] | r3[0], w_ptr, pid_n * PROG_ROWS, N, RB, kb_lo,
                           kb_hi, PROG_ROWS, PDL, PREFETCH)
         xw = _x_step(x_row, off, kb_hi, K, in_m, FP8, ZERO)
+        xv = xw
+        if WIDE:
+            xv = _x_step(x_wide, off, kb_hi, K, in_v, FP8, ZERO)
         for _ in range(kb_lo, kb_hi, stride):
             off += stride
             # the next step's loads come before this step's arithmetic in the PTX; ptxas moves
@@ -309,15 +382,19 @@ def mma_gemv_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr,
                 n4, n5, n6, n7 = _rows_step(w_ptr, s_ptr, row + 4 * RS, N, RB, SB, off, kb_hi, FMT,
                                             RS, ZERO)
             nx = _x_step(x_row, off, kb_hi, K, in_m, FP8, ZERO)
+            nv = nx
+            if WIDE:
+                nv = _x_step(x_wide, off, kb_hi, K, in_v, FP8, ZERO)
             if AHEAD > 0:
                 _prefetch_rows(w_ptr, row, N, RB, off + AHEAD * stride, kb_hi, RS)
-            a = _tile(r0, r1, xw, a, FMT, DIAG, NAN)
-            b = _tile(r2, r3, xw, b, FMT, DIAG, NAN)
+            a, b, av, bv = _tiles(r0, r1, r2, r3, xw, xv, a, b, av, bv, FMT, DIAG, NAN, WIDE)
             if TILES == 4:
                 c = _tile(r4, r5, xw, c, FMT, DIAG, NAN)
                 d = _tile(r6, r7, xw, d, FMT, DIAG, NAN)
                 r4, r5, r6, r7 = n4, n5, n6, n7
             r0, r1, r2, r3, xw = n0, n1, n2, n3, nx
+            if WIDE:
+                xv = nv
     _pdl_exit(PDL)
     if RUNS > 0:
         row0 = pid_n * PROG_ROWS
@@ -325,6 +402,11 @@ def mma_gemv_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr,
                     HAS_BIAS, PARTIAL, WARPS, MP, WARP_ROWS)
         _store_runs(b, row0 + 2 * MP, m0, y_ptr, ws_ptr, s_ptr, g_ptr, b_ptr, pid_k, M, N, FMT,
                     HAS_SCALE, HAS_BIAS, PARTIAL, WARPS, MP, WARP_ROWS)
+        if WIDE:
+            _store_runs(av, row0, m0 + 8, y_ptr, ws_ptr, s_ptr, g_ptr, b_ptr, pid_k, M, N, FMT,
+                        HAS_SCALE, HAS_BIAS, PARTIAL, WARPS, MP, WARP_ROWS)
+            _store_runs(bv, row0 + 2 * MP, m0 + 8, y_ptr, ws_ptr, s_ptr, g_ptr, b_ptr, pid_k, M,
+                        N, FMT, HAS_SCALE, HAS_BIAS, PARTIAL, WARPS, MP, WARP_ROWS)
         if TILES == 4:
             _store_runs(c, row0 + 4 * MP, m0, y_ptr, ws_ptr, s_ptr, g_ptr, b_ptr, pid_k, M, N, FMT,
                         HAS_SCALE, HAS_BIAS, PARTIAL, WARPS, MP, WARP_ROWS)
@@ -336,3 +418,9 @@ def mma_gemv_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr,
                     pid_k, M, N, FMT, HAS_SCALE, HAS_BIAS, PARTIAL, WARPS)
         _store_tile(b[0], b[1], b[2], b[3], pid_n * ROWS + 16, m0, y_ptr, ws_ptr, s_ptr, g_ptr,
                     b_ptr, pid_k, M, N, FMT, HAS_SCALE, HAS_BIAS, PARTIAL, WARPS)
+        if WIDE:
+            _store_tile(av[0], av[1], av[2], av[3], pid_n * ROWS, m0 + 8, y_ptr, ws_ptr, s_ptr,
+                        g_ptr, b_ptr, pid_k, M, N, FMT, HAS_SCALE, HAS_BIAS, PARTIAL, WARPS)
+            _store_tile(bv[0], bv[1], bv[2], bv[3], pid_n * ROWS + 16, m0 + 8, y_ptr, ws_ptr,
+                        s_ptr, g_ptr, b_ptr, pid_k, M, N, FMT, HAS_SCALE, HAS_BIAS, PARTIAL,
+                        WARPS)

@@ -71,48 +71,86 @@ def e4m3_word_div256_asm(nan: bool = True) -> str:
     return "{\n" + "\n".join(body) + "\n}"
 
 
-def _fp8_tile_asm(fmt: str, nan: bool = True) -> str:
-    """The 8-bit tile step, same operands as `_tile_asm` ($12/$13 unused; $14..$21 are x's words
-    as they lie): a word of codes c..c+3 is two fp16 pairs (c, c+1), (c+2, c+3) -- one `prmt`
-    each (E5M2 is fp16's high byte; E4M3 `_e4m3_pair_div256`: a `prmt`, a shift, a mask and
-    the NaN fix, value * 2^-8) -- which meet x's own pairs, so x needs no re-pairing.
+class _Operands:
+    """The tile step's operand numbers: outputs first (one accumulator of 4 fp32, two when
+    `wide`), then row g's 4 words, row g+8's, their scale bytes, x's 16 words (`wide`: then the
+    16 words of x row g + 8, B's columns 8..15 in a second mma), the accumulator(s) in. `wide`:
+    one decode of the weights serves 16 x rows, each decoded A fragment feeding two mma."""
+
+    def __init__(self, wide: bool):
+        self.n_acc = 2 if wide else 1
+        n_out = 4 * self.n_acc
+        i = n_out
+        self.out = [[f"${4 * a + r}" for r in range(4)] for a in range(self.n_acc)]
+        self.rg = [f"${i + j}" for j in range(4)]
+        self.rh = [f"${i + 4 + j}" for j in range(4)]
+        self.sg, self.sh = f"${i + 8}", f"${i + 9}"
+        i += 10
+        self.x = [[f"${i + 16 * a + j}" for j in range(16)] for a in range(self.n_acc)]
+        i += 16 * self.n_acc
+        self.acc_in = [[f"${i + 4 * a + r}" for r in range(4)] for a in range(self.n_acc)]
+        self.constraints = ",".join(["=f"] * n_out + ["r"] * (10 + 16 * self.n_acc)
+                                    + ["f"] * n_out)
+
+
+def tile_constraints(wide: bool = False) -> str:
+    """The inline-asm constraint string of `_tile_asm` / `_fp8_tile_asm` (`_Operands`)."""
+    return _Operands(wide).constraints
+
+
+def _acc_setup(o: _Operands, zero: bool) -> list:
+    """Declare the accumulator(s) acc<a>_<r>, set from the inputs (or zero)."""
+    regs = ", ".join(f"acc{a}_{r}" for a in range(o.n_acc) for r in range(4))
+    return [f".reg .f32 {regs};"] + [
+        f"mov.f32 acc{a}_{r}, {'0f00000000' if zero else o.acc_in[a][r]};"
+        for a in range(o.n_acc) for r in range(4)]
+
+
+def _fp8_tile_asm(fmt: str, nan: bool = True, wide: bool = False) -> str:
+    """The 8-bit tile step, operands as `_tile_asm` (`_Operands`; the scale bytes unused, x's
+    first 8 words as they lie): a word of codes c..c+3 is two fp16 pairs (c, c+1), (c+2, c+3) --
+    one `prmt` each (E5M2 is fp16's high byte; E4M3 `_e4m3_pair_div256`: a `prmt`, a shift, a
+    mask and the NaN fix, value * 2^-8) -- which meet x's own pairs, so x needs no re-pairing.
     nan=False: E4M3 without the NaN fix (codes known to hold no NaN)."""
-    body = [".reg .b32 h, r, q, c, z;", ".reg .b32 g<2>, k<2>;", ".reg .f32 acc<4>;"]
-    body += _E4M3_CONSTS + [f"mov.f32 acc{i}, ${30 + i};" for i in range(4)]
+    o = _Operands(wide)
+    body = [".reg .b32 h, r, q, c, z;", ".reg .b32 g<2>, k<2>;"] + _E4M3_CONSTS
+    body += _acc_setup(o, zero=False)
 
     def pair(word: str, dst: str, half: int) -> list:
         if fmt == "e5m2":  # codes 2 * half, 2 * half + 1 as the fp16 high bytes
             return [f"prmt.b32 {dst}, {word}, 0, {('0x1404', '0x3424')[half]};"]
         return _e4m3_pair_div256(word, half, dst, nan)
     for j in range(4):
-        body += pair(f"${4 + j}", "g0", 0) + pair(f"${4 + j}", "g1", 1)
-        body += pair(f"${8 + j}", "k0", 0) + pair(f"${8 + j}", "k1", 1)
-        body.append(_mma("acc", ("g0", "k0", "g1", "k1"), (f"${14 + 2 * j}", f"${15 + 2 * j}")))
-    body += [f"mov.f32 ${i}, acc{i};" for i in range(4)]
+        body += pair(o.rg[j], "g0", 0) + pair(o.rg[j], "g1", 1)
+        body += pair(o.rh[j], "k0", 0) + pair(o.rh[j], "k1", 1)
+        for a in range(o.n_acc):
+            body.append(_mma(f"acc{a}_", ("g0", "k0", "g1", "k1"),
+                             (o.x[a][2 * j], o.x[a][2 * j + 1])))
+    body += [f"mov.f32 {o.out[a][r]}, acc{a}_{r};" for a in range(o.n_acc) for r in range(4)]
     return "{\n" + "\n".join(body) + "\n}"
 
 
-def _tile_asm(fmt: str) -> str:
-    """One 16-row tile, one loop step. Operands: $0..$3 the fp32 accumulator out; in: $4..$7 row
-    g's words, $8..$11 row g+8's, $12/$13 their scale bytes, $14..$29 x's 16 words as they lie,
-    $30..$33 the accumulator in."""
+def _tile_asm(fmt: str, wide: bool = False) -> str:
+    """One 16-row FP4 tile, one loop step (operands: `_Operands`): rows g's and g+8's words and
+    scale bytes, x's 16 words as they lie (`wide`: and x row g + 8's), the accumulator(s)."""
+    o = _Operands(wide)
     body = [".reg .b32 t0, t1, sl, sh, ml, mh, u, h, r, q, sg01, sg23, sh01, sh23;",
-            ".reg .b32 g<4>, k<4>;", ".reg .f32 acc<4>;",
+            ".reg .b32 g<4>, k<4>;",
             "mov.b32 t0, 0x3E3C3800;", "mov.b32 t1, 0x46444240;"]
     if fmt == "nvfp4":
         body += [".reg .b32 c, z;"] + _E4M3_CONSTS
-        for src, lo, hi in (("$12", "sg01", "sg23"), ("$13", "sh01", "sh23")):
+        for src, lo, hi in ((o.sg, "sg01", "sg23"), (o.sh, "sh01", "sh23")):
             # the two block scales of this lane's 16 bytes, then each spread over both halves
             body += _e4m3_pair_div256(src, 0, "r")
             body += [f"prmt.b32 {lo}, r, 0, 0x1010;", f"prmt.b32 {hi}, r, 0, 0x3232;"]
-        body += [f"mov.f32 acc{i}, ${30 + i};" for i in range(4)]
+        body += _acc_setup(o, zero=False)
     else:
         body += [".reg .b32 e, o, bits;", ".reg .pred nz;", ".reg .f32 f<2>;"]
-        for src, words, lo, hi, big in (("$12", (4, 5, 6, 7), "sg01", "sg23", "bg"),
-                                         ("$13", (8, 9, 10, 11), "sh01", "sh23", "bh")):
+        for src, words, lo, hi, big in ((o.sg, o.rg, "sg01", "sg23", "bg"),
+                                         (o.sh, o.rh, "sh01", "sh23", "bh")):
             body += [f".reg .b32 {big};",
-                     f"or.b32 o, ${words[0]}, ${words[1]};",
-                     f"or.b32 o, o, ${words[2]};", f"or.b32 o, o, ${words[3]};",
+                     f"or.b32 o, {words[0]}, {words[1]};",
+                     f"or.b32 o, o, {words[2]};", f"or.b32 o, o, {words[3]};",
                      "setp.ne.b32 nz, o, 0;", f"setp.eq.or.b32 nz, {src}, 255, nz;",
                      f"selp.b32 e, {src}, 0, nz;",  # blocks of zeros don't set E
                      "shfl.sync.bfly.b32 o, e, 1, 0x1f, 0xffffffff;", "max.u32 e, e, o;",
@@ -124,17 +162,18 @@ def _tile_asm(fmt: str) -> str:
                      "shl.b32 bits, bits, 23;",
                      "mov.b32 f0, bits;", f"cvt.rn.f16x2.f32 {lo}, f0, f0;",
                      f"mov.b32 {hi}, {lo};"]
-        body += [f"mov.f32 acc{i}, 0f00000000;" for i in range(4)]
+        body += _acc_setup(o, zero=True)
     for j in range(4):
         sg, sh_ = ("sg01", "sh01") if j < 2 else ("sg23", "sh23")
-        body.append(_decode_word(f"${4 + j}", "g", sg))
-        body.append(_decode_word(f"${8 + j}", "k", sh_))
+        body.append(_decode_word(o.rg[j], "g", sg))
+        body.append(_decode_word(o.rh[j], "k", sh_))
         for ii in range(2):
-            a = (f"g{2 * ii}", f"k{2 * ii}", f"g{2 * ii + 1}", f"k{2 * ii + 1}")
-            b = (f"${14 + 4 * j + 2 * ii}", f"${15 + 4 * j + 2 * ii}")
-            body.append(_mma("acc", a, b))
+            frag = (f"g{2 * ii}", f"k{2 * ii}", f"g{2 * ii + 1}", f"k{2 * ii + 1}")
+            for a in range(o.n_acc):
+                body.append(_mma(f"acc{a}_", frag, (o.x[a][4 * j + 2 * ii],
+                                                    o.x[a][4 * j + 2 * ii + 1])))
     if fmt == "nvfp4":
-        body += [f"mov.f32 ${i}, acc{i};" for i in range(4)]
+        body += [f"mov.f32 {o.out[a][r]}, acc{a}_{r};" for a in range(o.n_acc) for r in range(4)]
     else:
         # out = in + tile * 2^(E - 127) per row (E8M0: 0 is 2^-127, 255 NaN)
         for big, regs in (("bg", (0, 1)), ("bh", (2, 3))):
@@ -142,7 +181,8 @@ def _tile_asm(fmt: str) -> str:
                      f"setp.eq.b32 nz, {big}, 0;", "selp.b32 bits, 0x00400000, bits, nz;",
                      f"setp.eq.b32 nz, {big}, 255;", "selp.b32 bits, 0x7FC00000, bits, nz;",
                      "mov.b32 f1, bits;"]
-            body += [f"fma.rn.f32 ${i}, acc{i}, f1, ${30 + i};" for i in regs]
+            body += [f"fma.rn.f32 {o.out[a][r]}, acc{a}_{r}, f1, {o.acc_in[a][r]};"
+                     for a in range(o.n_acc) for r in regs]
     return "{\n" + "\n".join(body) + "\n}"
 
 

@@ -362,19 +362,28 @@ def mma_rows(block_m: int, num_warps: int, tiles: int = 2) -> int:
     return 2 * block_m * tiles * num_warps
 
 
+MMA_WIDE_M = 2 * MMA_MAX_M
+"""block_m of a Kernel.MMA_GEMV launch that takes M up to 16 in one program (the kernel's
+WIDE): each step's weights decoded once and fed to two mma, x rows 0..7 and 8..15; laid out
+as block_m = 8 (the tile mapping, or the runs for 8 rows with two tiles a warp)."""
+
+
 def mma_layout(cfg: LaunchConfig) -> tuple[int, int]:
     """(RUNS, TILES) of `_mma.mma_gemv_kernel` for a Kernel.MMA_GEMV LaunchConfig:
-    block_m = 8, block_n = MMA_TILE_ROWS and more than one warp is the tile mapping (RUNS = 0,
-    the warps split K); otherwise the run mapping laid out for block_m x rows, with
-    block_n = mma_rows(block_m, num_warps, tiles)."""
-    if cfg.block_m == MMA_MAX_M and cfg.block_n == MMA_TILE_ROWS and cfg.num_warps > 1:
+    block_m = 8 (or MMA_WIDE_M), block_n = MMA_TILE_ROWS and more than one warp is the tile
+    mapping (RUNS = 0, the warps split K); otherwise the run mapping laid out for block_m x
+    rows (MMA_WIDE_M: 8, two tiles), with block_n = mma_rows(block_m, num_warps, tiles)."""
+    wide = cfg.block_m == MMA_WIDE_M
+    block_m = MMA_MAX_M if wide else cfg.block_m
+    if block_m == MMA_MAX_M and cfg.block_n == MMA_TILE_ROWS and cfg.num_warps > 1:
         return 0, 2
-    for tiles in MMA_RUN_TILES:
-        if cfg.block_m in MMA_RUNS and cfg.block_n == mma_rows(cfg.block_m, cfg.num_warps, tiles):
-            return cfg.block_m, tiles
+    for tiles in (2,) if wide else MMA_RUN_TILES:
+        if block_m in MMA_RUNS and cfg.block_n == mma_rows(block_m, cfg.num_warps, tiles):
+            return block_m, tiles
     raise ValueError(f"cfg: Kernel.MMA_GEMV takes block_m in {MMA_RUNS} with block_n = 2 * "
                      f"block_m * num_warps * (2 or 4), or block_m={MMA_MAX_M} with block_n="
-                     f"{MMA_TILE_ROWS}; got {cfg}")
+                     f"{MMA_TILE_ROWS}, or block_m={MMA_WIDE_M} with block_n={MMA_TILE_ROWS} "
+                     f"or 32 * num_warps; got {cfg}")
 
 
 def mma_zero_fill(row_bytes: int, per_split: int, runs: int, cfg: LaunchConfig, k: int,
