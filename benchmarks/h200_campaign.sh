@@ -667,6 +667,18 @@ wide10)
   grep -E "x4096 M=|x14336 M=|table:|BEST:" "$OUT/sweepwide.txt" | cut -c1-110
   pack wide10
   ;;
+wide10b)
+  # after wide10: the table with M = 9..16 wide (FP4, E5M2 small weights); the MMA GEMV's GPU
+  # tests (every config of the wide kernel), the small-m bench, the token (M = 1 unchanged?)
+  export SOFTFP8_FP8_DECODE=integer
+  mkdir -p "$OUT/r"
+  run mmatests 290 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_triton.py -k "mma"
+  tail -2 "$OUT/mmatests.txt"
+  run smallm 170 python3 -m softfp8.bench small-m --preset llama3-8b --backends triton --m 1,2,4,8,12,16 --out "$OUT/r/smallm.json"
+  grep -A30 "over all shapes" "$OUT/smallm.txt" | tail -30
+  run token 60 python3 -m softfp8.bench token --preset llama2-7b --backends triton --out "$OUT/r/token.json"
+  pack wide10b
+  ;;
 m16sweep)
   # 8-bit M = 16 runs the dot kernel with settings never swept at 16 (o and qkv at 0.68-0.77 of
   # M = 1): sweep its settings on the llama3-8b shapes (the small ones first), then the bench

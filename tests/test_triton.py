@@ -257,7 +257,7 @@ def test_launch_table_is_deterministic_and_splits_small_n():
     # M = 5..8: the MMA GEMV up to MMA_FP8_M8_MAX_CODES 8-bit codes, the dot kernel above
     assert launch_config(4096, 4096, 8, Format.E5M2, h200).kernel is Kernel.MMA_GEMV
     assert launch_config(4096, 14336, 8, Format.E5M2, h200).kernel is Kernel.SMALL_M
-    assert launch_config(4096, 4096, 16, Format.E5M2, h200).kernel is Kernel.SMALL_M
+    assert launch_config(4096, 4096, 16, Format.E4M3, h200).kernel is Kernel.SMALL_M
     # M = 5..16 on the dot kernel: no K split from SMALL_M_UNSPLIT_PER_SM row blocks an SM
     assert launch_config(28672, 4096, 16, Format.E5M2, h200).split_k == 1
     assert launch_config(28672, 4096, 5, Format.E5M2, h200).split_k == 1
@@ -294,9 +294,13 @@ def test_mma_gemv_domain():
         assert (cfg.kernel, cfg.block_m, cfg.block_n, cfg.num_warps, cfg.split_k) == (
             Kernel.MMA_GEMV, 1, 8, 2, 2)
         assert launch_config(22016, 4096, 1, fmt, h200).split_k == 1
-        for m in (2, 8, 9, 16):  # M > 8: two groups of 8 x rows
+        for m in (2, 8):  # the 32-row tiles
             cfg = launch_config(4096, 4096, m, fmt, h200)
             assert cfg.kernel is Kernel.MMA_GEMV and cfg.block_n == 32 and cfg.block_m == 8
+        for m in (9, 16):  # one program for all 16 x rows (WIDE), laid out as the runs for 8
+            cfg = launch_config(4096, 4096, m, fmt, h200)
+            assert cfg.kernel is Kernel.MMA_GEMV and cfg.block_m == triton_backend.MMA_WIDE_M
+            assert triton_backend.mma_layout(cfg) == (8, 2) and cfg.depth == 1
         assert launch_config(4096, 4096, 17, fmt, h200).kernel is Kernel.TILED
         assert launch_config(4096, 4096, 1, fmt, h200, torch.bfloat16).kernel is Kernel.GEMV
         assert launch_config(4096, 4096, 1, fmt, h200, torch.float32).kernel is Kernel.GEMV
@@ -314,12 +318,15 @@ def test_mma_gemv_domain():
     assert launch_config(6144, 4096, 8, Format.E4M3, h200).kernel is Kernel.MMA_GEMV
     assert launch_config(6144, 4097 + 7, 8, Format.E4M3, h200).kernel is Kernel.SMALL_M
     assert launch_config(28672, 4096, 5, Format.E5M2, h200).kernel is Kernel.SMALL_M
-    for m in (9, 16):  # measured slower on the MMA GEMV's groups than the dot kernel
-        assert launch_config(4096, 4096, m, Format.E5M2, h200).kernel is Kernel.SMALL_M
-    # FP4 vocabulary heads: MXFP4 up to M = 16, NVFP4 up to MMA_NVFP4_HEAD_MAX_M
-    assert launch_config(128256, 4096, 16, Format.MXFP4, h200).kernel is Kernel.MMA_GEMV
-    assert launch_config(128256, 4096, 12, Format.NVFP4, h200).kernel is Kernel.MMA_GEMV
-    assert launch_config(128256, 4096, 13, Format.NVFP4, h200).kernel is Kernel.SMALL_M
+    for m in (9, 16):  # M > 8: E5M2 small weights wide (two buffers), E4M3 the dot kernel
+        cfg = launch_config(4096, 4096, m, Format.E5M2, h200)
+        assert (cfg.kernel, cfg.block_m, cfg.depth) == (
+            Kernel.MMA_GEMV, triton_backend.MMA_WIDE_M, 2)
+        assert launch_config(4096, 4096, m, Format.E4M3, h200).kernel is Kernel.SMALL_M
+        assert launch_config(4096, 14336, m, Format.E5M2, h200).kernel is Kernel.SMALL_M
+    # FP4 vocabulary heads: up to M = 16
+    for fmt in (Format.NVFP4, Format.MXFP4):
+        assert launch_config(128256, 4096, 16, fmt, h200).kernel is Kernel.MMA_GEMV
     # M = 1: 2 warps, K split until ~12 warps an SM or <= 3.5 KB of a row a program; 8-bit
     # M <= 4 in two register buffers (depth 2); M = 1 then ~6 warps an SM, <= 7 KB
     assert launch_config(4096, 11008, 1, Format.E4M3, h200).split_k == 2

@@ -302,11 +302,6 @@ x rows, two steps in registers), larger ones the dot kernel: `pipe3` sweep on th
 E5M2 / E4M3 us, MMA_GEMV against the dot kernel: 4096 x 4096 9.3 / 10.3 against 10.0 / 11.0,
 6144 x 4096 11.1 / 12.6 against 11.6 / 13.1; 4096 x 14336 23.0 / 25.9 against 21.7 / 22.6."""
 
-MMA_NVFP4_HEAD_MAX_M = 12
-"""NVFP4 vocabulary heads (from MMA_FP8_MAX_N rows) take the MMA GEMV up to this M, the dot
-kernel above: `groups9`, 128256 x 4096, M = 12: MMA GEMV 0.208 against 0.236 ms; M = 16: 0.215
-against 0.194 (M = 13..15 not measured)."""
-
 MMA_FP8_MAX_N = 65536
 """8-bit rows (a vocabulary head) from which M = 2..4 runs the dot kernel, not MMA_GEMV: there
 `softfp8-bench small-m` (the issue's instrument) and `sweep_gemv.py` disagree. On the H200
@@ -320,26 +315,29 @@ M = 2..4 heads were not measured again since."""
 def uses_mma_gemv(n: int, k: int, m: int, fmt: Format, info: DeviceInfo,
                   x_dtype: torch.dtype) -> bool:
     """Whether launch_config picks Kernel.MMA_GEMV: within its domain, FP4 at M <= 16 (M = 9..16
-    in two groups of 8 x rows; NVFP4 vocabulary heads M <= 12) and the 8-bit formats at M <= 4
-    (M <= 8 for small weights), where it was measured faster than the
-    FMA/dot kernels on the H200 (BENCHMARKS.md, campaign steps `mma8`, `runs2`-`runs4`,
-    `pipe2`-`pipe4`, `smallm8`). 8-bit M = 3..4 joined once each thread held two steps in
+    in one program a row block, the weights decoded once for both halves of x's rows: WIDE)
+    and the 8-bit formats at M <= 4 (M <= 8 for small weights; E5M2 small weights also at
+    M = 9..16, wide), where it was measured faster than the FMA/dot kernels on the H200
+    (BENCHMARKS.md, campaign steps `mma8`, `runs2`-`runs4`, `pipe2`-`pipe4`, `smallm8`,
+    `wide10`). 8-bit M = 3..4 joined once each thread held two steps in
     registers (depth 2; `pipe3` sweep, M = 4: every llama3-8b shape but E4M3's 4096 x 14336
     (22.9 against 22.4 us) faster than the dot kernel; in the bench qkv, o, down and gate_up
     2-15% faster); vocabulary heads only at M = 1
     (MMA_FP8_MAX_N). At M = 5..8 the runs are 64 bytes long and lose to the dot kernel on the
     large shapes (E4M3 28672 x 4096 41.1 against 37.6 us), not on the small ones
     (MMA_FP8_M8_MAX_CODES). Not for 8-bit codes under SOFTFP8_FP8_DECODE=hardware: its decode
-    is the integer one. M = 9..16 (`groups9`, against the dot kernel, llama3-8b shapes, fp16
-    speed-up): FP4 1.04-1.40x against 0.49-1.26x on every shape but NVFP4's vocabulary head at
-    M = 16 (1.24 against 1.37x); 8-bit qkv and o 1.25-1.40x against 1.30-1.47x, so the 8-bit
-    formats keep the dot kernel there."""
+    is the integer one. M = 9..16 (`wide10` sweep, llama3-8b shapes, us at M = 12 / 16): FP4
+    wide against the two groups (or NVFP4's head on the dot kernel at 16) 135 / 154 against
+    202 / 483 on the head, 42.5 / 48.0 against 50.0 / 52.5 on gate_up (NVFP4), 12.3 / 12.5
+    against 15.5 / 15.9 on qkv; E5M2 wide against the dot kernel 11.3 / 11.4 against 11.5 /
+    12.1 on qkv, 9.6 / 9.6 against 10.2 / 10.2 on o, but 23.2 against 21.3 on down and
+    143 against 141 on the head; E4M3 12.6 / 12.5 against 12.4 / 12.1 on qkv (the dot kernel
+    stays)."""
     small = n * k <= MMA_FP8_M8_MAX_CODES
     if fmt in (Format.E5M2, Format.E4M3) and (
-            (m > 4 and not small) or m > MMA_MAX_M or (m > 1 and n >= MMA_FP8_MAX_N)
+            (m > 4 and not small) or (m > MMA_MAX_M and fmt is not Format.E5M2)
+            or (m > 1 and n >= MMA_FP8_MAX_N)
             or fp8_decode_wanted() == "hardware"):
-        return False
-    if fmt is Format.NVFP4 and m > MMA_NVFP4_HEAD_MAX_M and n >= MMA_FP8_MAX_N:
         return False
     return mma_gemv_runs(k, m, fmt, info, x_dtype)
 
@@ -417,8 +415,13 @@ def mma_config(n: int, k: int, m: int, fmt: Format, info: DeviceInfo) -> LaunchC
       26.4 us, E4M3 27.8 against 29.6; token E5M2 1.897 -> 1.794 ms. An L2 prefetch beyond
       the registers (num_stages 2 / 4) was slower in 93 of 116 pairs and never a shape's best;
       FP4 (125 registers at depth 1) gained nothing from depth 2 (`pipe2`/`pipe3` sweeps).
-    - FP4 at M = 2..16: the 32-row tiles (block_m = 8; M = 9..16 in two groups of 8 x rows,
-      a program each), warps along K, 2-step L2 prefetch; 8 warps below 256 programs, 4 above.
+    - FP4 at M = 2..8: the 32-row tiles (block_m = 8), warps along K, 2-step L2 prefetch;
+      8 warps below 256 programs, 4 above.
+    - M = 9..16 (FP4, E5M2 small weights): block_m = MMA_WIDE_M, the runs for 8 x rows with
+      both halves of x in one program (WIDE), 4 warps, the format's depth, no L2 prefetch
+      (`wide10` sweep, llama3-8b shapes at M = 12 and 16: 4 warps within 3% of 2 warps or
+      faster on 29 of 30 shape/format/M, up to 11% faster, 4% slower once; the 32-row tiles
+      wide up to 30% slower on gate_up and the head, within 0-4% on qkv, o and down).
     Programs split K until about 12 warps per SM are resident (M = 1 at depth 2: 6, twice the
     bytes a warp); at M = 1, rows over 4 KB also until each program takes at most 3.5 KB of a
     row (depth 2: 7 KB; 4096 x 11008 E5M2: 14.3 us split 2 against 15.1 split 4).
@@ -441,14 +444,17 @@ def mma_config(n: int, k: int, m: int, fmt: Format, info: DeviceInfo) -> LaunchC
     BENCHMARKS.md's log."""
     fp8 = fmt in (Format.E5M2, Format.E4M3)
     depth = 2 if fp8 else 1
-    if m == 1 or fp8:
+    if m > MMA_MAX_M:  # WIDE: the runs for 8 x rows, one program for all 16, 4 warps
+        block_m, warps, ahead = MMA_WIDE_M, 4, 0
+        rows = mma_rows(MMA_MAX_M, warps)
+    elif m == 1 or fp8:
         block_m = min(MMA_MAX_M, 1 << (m - 1).bit_length())
         warps, ahead = (2 if m == 1 and not (fp8 and n >= 16384) else 4), 0
         rows = mma_rows(block_m, warps)
     else:
         block_m, rows, ahead = MMA_MAX_M, MMA_TILE_ROWS, 2
         warps = 8 if -(-n // MMA_TILE_ROWS) < 256 else 4
-    groups = -(-m // block_m)  # M = 9..16: two groups of 8 x rows, a program each
+    groups = -(-m // block_m)  # block_m = 8 at M = 9..16 (explicit configs): two groups
     # two buffers hold twice the bytes a warp: half the resident warps fill the GPU (M = 1)
     split = mma_split(-(-n // rows) * groups, warps, info, 12 // depth if m == 1 else 12)
     row_bytes = k * (8 if fp8 else 4) // 8
