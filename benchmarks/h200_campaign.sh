@@ -679,6 +679,25 @@ wide10b)
   run token 60 python3 -m softfp8.bench token --preset llama2-7b --backends triton --out "$OUT/r/token.json"
   pack wide10b
   ;;
+fp4m10)
+  # FP4 at M = 2..8 runs the 32-row tiles; wide10 found the runs faster than the tiles at
+  # M = 12..16 on gate_up and the head: sweep the runs (laid out for 2, 4, 8 rows) against them
+  mkdir -p "$OUT/r"
+  run sweepfp4m 230 python3 benchmarks/sweep_gemv.py --ms 2,4,8 --formats nvfp4,mxfp4 --kernels mma_gemv --budget 210 --shapes "6144,4096;4096,4096;28672,4096;4096,14336;128256,4096" --out "$OUT/r/sweepfp4m.json"
+  grep -E "x4096 M=|x14336 M=|table:|BEST:" "$OUT/sweepfp4m.txt" | cut -c1-110
+  pack fp4m10
+  ;;
+fp4m10b)
+  # after fp4m10: FP4 M = 2..4 on the runs too; the small-m bench on the table, then the GPU
+  # tests of the Triton backend other than the MMA GEMV's (auto dispatch at every M)
+  export SOFTFP8_FP8_DECODE=integer
+  mkdir -p "$OUT/r"
+  run smallm 170 python3 -m softfp8.bench small-m --preset llama3-8b --backends triton --m 1,2,4,8,12,16 --out "$OUT/r/smallm.json"
+  grep -A30 "over all shapes" "$OUT/smallm.txt" | tail -30
+  run gputests 330 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_triton.py -k "not mma"
+  tail -2 "$OUT/gputests.txt"
+  pack fp4m10b
+  ;;
 m16sweep)
   # 8-bit M = 16 runs the dot kernel with settings never swept at 16 (o and qkv at 0.68-0.77 of
   # M = 1): sweep its settings on the llama3-8b shapes (the small ones first), then the bench

@@ -406,8 +406,8 @@ def mma_split(programs: int, warps: int, info: DeviceInfo, per_sm: int = 12) -> 
 def mma_config(n: int, k: int, m: int, fmt: Format, info: DeviceInfo) -> LaunchConfig:
     """Kernel.MMA_GEMV. block_k = 128 codes; num_stages = how many steps ahead each warp
     prefetches its weights to L2 (0: none); depth = steps of weights held in registers.
-    - The run mapping (`_mma`) for M = 1 at every format and for the 8-bit formats at M <= 4
-      (M <= 8 up to MMA_FP8_M8_MAX_CODES):
+    - The run mapping (`_mma`) for M <= 4 at every format and for the 8-bit formats at M <= 8
+      (M = 5..8 up to MMA_FP8_M8_MAX_CODES):
       block_m = the next power of two >= M, 2 tiles a warp; M = 1 in 2 warps (8-bit from 16384
       rows: 4), else 4. The 8-bit formats hold two steps (depth 2): with one, ptxas issues the
       next step's loads after this step's mma (SASS, sm_90), so a warp had one step in flight;
@@ -415,8 +415,12 @@ def mma_config(n: int, k: int, m: int, fmt: Format, info: DeviceInfo) -> LaunchC
       26.4 us, E4M3 27.8 against 29.6; token E5M2 1.897 -> 1.794 ms. An L2 prefetch beyond
       the registers (num_stages 2 / 4) was slower in 93 of 116 pairs and never a shape's best;
       FP4 (125 registers at depth 1) gained nothing from depth 2 (`pipe2`/`pipe3` sweeps).
-    - FP4 at M = 2..8: the 32-row tiles (block_m = 8), warps along K, 2-step L2 prefetch;
-      8 warps below 256 programs, 4 above.
+    - FP4 at M = 2..4: the runs too, 4 warps (`fp4m10` sweep, llama3-8b shapes, sums over the
+      five: NVFP4 M = 2 163 against 185 us on the tiles, M = 4 170 against 191; MXFP4 175
+      against 182, 185.0 against 184.7; the vocabulary head 12% (NVFP4) faster, gate_up 19%).
+    - FP4 at M = 5..8: the 32-row tiles (block_m = 8), warps along K, 2-step L2 prefetch;
+      8 warps below 256 programs, 4 above (`fp4m10`, M = 8: the runs 12-16% slower on the
+      head, mixed elsewhere).
     - M = 9..16 (FP4, E5M2 small weights): block_m = MMA_WIDE_M, the runs for 8 x rows with
       both halves of x in one program (WIDE), 4 warps, the format's depth, no L2 prefetch
       (`wide10` sweep, llama3-8b shapes at M = 12 and 16: 4 warps within 3% of 2 warps or
@@ -447,7 +451,7 @@ def mma_config(n: int, k: int, m: int, fmt: Format, info: DeviceInfo) -> LaunchC
     if m > MMA_MAX_M:  # WIDE: the runs for 8 x rows, one program for all 16, 4 warps
         block_m, warps, ahead = MMA_WIDE_M, 4, 0
         rows = mma_rows(MMA_MAX_M, warps)
-    elif m == 1 or fp8:
+    elif m <= 4 or fp8:
         block_m = min(MMA_MAX_M, 1 << (m - 1).bit_length())
         warps, ahead = (2 if m == 1 and not (fp8 and n >= 16384) else 4), 0
         rows = mma_rows(block_m, warps)
