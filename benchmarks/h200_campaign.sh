@@ -698,6 +698,15 @@ fp4m10b)
   tail -2 "$OUT/gputests.txt"
   pack fp4m10b
   ;;
+s10final)
+  # after fp4m10b: MXFP4 M = 3..4 back on the tiles but for vocabulary heads (_fp4_runs);
+  # the small-m bench on the final table
+  export SOFTFP8_FP8_DECODE=integer
+  mkdir -p "$OUT/r"
+  run smallm 170 python3 -m softfp8.bench small-m --preset llama3-8b --backends triton --m 1,2,4,8,12,16 --out "$OUT/r/smallm.json"
+  grep -A30 "over all shapes" "$OUT/smallm.txt" | tail -30
+  pack s10final
+  ;;
 m16sweep)
   # 8-bit M = 16 runs the dot kernel with settings never swept at 16 (o and qkv at 0.68-0.77 of
   # M = 1): sweep its settings on the llama3-8b shapes (the small ones first), then the bench

@@ -294,12 +294,16 @@ def test_mma_gemv_domain():
         assert (cfg.kernel, cfg.block_m, cfg.block_n, cfg.num_warps, cfg.split_k) == (
             Kernel.MMA_GEMV, 1, 8, 2, 2)
         assert launch_config(22016, 4096, 1, fmt, h200).split_k == 1
-        for m in (2, 4):  # the runs laid out for M rows, 4 warps
-            cfg = launch_config(4096, 4096, m, fmt, h200)
+        # M = 2 (NVFP4 also 3..4, MXFP4 3..4 on vocabulary heads): the runs, 4 warps
+        runs = [(4096, 2), (128256, 4)] + ([(4096, 4)] if fmt is Format.NVFP4 else [])
+        for n, m in runs:
+            cfg = launch_config(n, 4096, m, fmt, h200)
             assert (cfg.kernel, cfg.block_m, cfg.num_warps) == (Kernel.MMA_GEMV, m, 4)
             assert triton_backend.mma_layout(cfg) == (m, 2)
-        cfg = launch_config(4096, 4096, 8, fmt, h200)  # the 32-row tiles
-        assert cfg.kernel is Kernel.MMA_GEMV and cfg.block_n == 32 and cfg.block_m == 8
+        tiles = [(4096, 8)] + ([(4096, 4)] if fmt is Format.MXFP4 else [])
+        for n, m in tiles:  # the 32-row tiles
+            cfg = launch_config(n, 4096, m, fmt, h200)
+            assert cfg.kernel is Kernel.MMA_GEMV and cfg.block_n == 32 and cfg.block_m == 8
         for m in (9, 16):  # one program for all 16 x rows (WIDE), laid out as the runs for 8
             cfg = launch_config(4096, 4096, m, fmt, h200)
             assert cfg.kernel is Kernel.MMA_GEMV and cfg.block_m == triton_backend.MMA_WIDE_M

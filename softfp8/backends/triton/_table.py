@@ -403,11 +403,24 @@ def mma_split(programs: int, warps: int, info: DeviceInfo, per_sm: int = 12) -> 
     return max(1, min(8, -(-per_sm * info.sm_count // (programs * warps))))
 
 
+def _fp4_runs(n: int, m: int, fmt: Format) -> bool:
+    """FP4 at M = 2..4 on the run mapping (laid out for 2 or 4 x rows), not the 32-row tiles:
+    M = 2, NVFP4 at M = 3..4, MXFP4 at 3..4 on vocabulary heads (MMA_FP8_MAX_N rows). Measured
+    on the H200 (`fp4m10` sweep and `fp4m10b` small-m bench, llama3-8b shapes, us, tiles ->
+    runs, bench): M = 2 faster on all five shapes (NVFP4 gate_up 29.6 -> 24.8, head 113 ->
+    98; MXFP4 2-9%); M = 4 NVFP4 qkv 12.6 -> 10.8, gate_up 31.1 -> 27.5, head 117 -> 100, o
+    8.5 -> 9.4 (a layer's four: 70.3 -> 65.5); MXFP4 M = 4 head 120 -> 109 but o 8.3 -> 9.9,
+    gate_up 28.6 -> 30.5, down 18.0 -> 19.5 (a layer's four 66.7 -> 71.3; the sweep agrees)."""
+    if fmt not in (Format.NVFP4, Format.MXFP4) or not 2 <= m <= 4:
+        return False
+    return m == 2 or fmt is Format.NVFP4 or n >= MMA_FP8_MAX_N
+
+
 def mma_config(n: int, k: int, m: int, fmt: Format, info: DeviceInfo) -> LaunchConfig:
     """Kernel.MMA_GEMV. block_k = 128 codes; num_stages = how many steps ahead each warp
     prefetches its weights to L2 (0: none); depth = steps of weights held in registers.
-    - The run mapping (`_mma`) for M <= 4 at every format and for the 8-bit formats at M <= 8
-      (M = 5..8 up to MMA_FP8_M8_MAX_CODES):
+    - The run mapping (`_mma`) for M = 1 at every format, FP4 at M = 2..4 where `_fp4_runs`,
+      and the 8-bit formats at M <= 8 (M = 5..8 up to MMA_FP8_M8_MAX_CODES):
       block_m = the next power of two >= M, 2 tiles a warp; M = 1 in 2 warps (8-bit from 16384
       rows: 4), else 4. The 8-bit formats hold two steps (depth 2): with one, ptxas issues the
       next step's loads after this step's mma (SASS, sm_90), so a warp had one step in flight;
@@ -415,12 +428,11 @@ def mma_config(n: int, k: int, m: int, fmt: Format, info: DeviceInfo) -> LaunchC
       26.4 us, E4M3 27.8 against 29.6; token E5M2 1.897 -> 1.794 ms. An L2 prefetch beyond
       the registers (num_stages 2 / 4) was slower in 93 of 116 pairs and never a shape's best;
       FP4 (125 registers at depth 1) gained nothing from depth 2 (`pipe2`/`pipe3` sweeps).
-    - FP4 at M = 2..4: the runs too, 4 warps (`fp4m10` sweep, llama3-8b shapes, sums over the
-      five: NVFP4 M = 2 163 against 185 us on the tiles, M = 4 170 against 191; MXFP4 175
-      against 182, 185.0 against 184.7; the vocabulary head 12% (NVFP4) faster, gate_up 19%).
-    - FP4 at M = 5..8: the 32-row tiles (block_m = 8), warps along K, 2-step L2 prefetch;
-      8 warps below 256 programs, 4 above (`fp4m10`, M = 8: the runs 12-16% slower on the
-      head, mixed elsewhere).
+    - FP4 at M = 2 (NVFP4 also 3..4, MXFP4 3..4 on vocabulary heads): the runs too, 4 warps
+      (`_fp4_runs`).
+    - FP4 otherwise at M = 2..8: the 32-row tiles (block_m = 8), warps along K, 2-step L2
+      prefetch; 8 warps below 256 programs, 4 above (`fp4m10`, M = 8: the runs 12-16% slower on
+      the head, mixed elsewhere).
     - M = 9..16 (FP4, E5M2 small weights): block_m = MMA_WIDE_M, the runs for 8 x rows with
       both halves of x in one program (WIDE), 4 warps, the format's depth, no L2 prefetch
       (`wide10` sweep, llama3-8b shapes at M = 12 and 16: 4 warps within 3% of 2 warps or
@@ -451,7 +463,7 @@ def mma_config(n: int, k: int, m: int, fmt: Format, info: DeviceInfo) -> LaunchC
     if m > MMA_MAX_M:  # WIDE: the runs for 8 x rows, one program for all 16, 4 warps
         block_m, warps, ahead = MMA_WIDE_M, 4, 0
         rows = mma_rows(MMA_MAX_M, warps)
-    elif m <= 4 or fp8:
+    elif m == 1 or fp8 or _fp4_runs(n, m, fmt):
         block_m = min(MMA_MAX_M, 1 << (m - 1).bit_length())
         warps, ahead = (2 if m == 1 and not (fp8 and n >= 16384) else 4), 0
         rows = mma_rows(block_m, warps)
