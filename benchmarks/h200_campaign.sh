@@ -707,6 +707,15 @@ s10final)
   grep -A30 "over all shapes" "$OUT/smallm.txt" | tail -30
   pack s10final
   ;;
+host10)
+  # the eager call's host time by the fastest of interleaved rounds (gpu_host_overhead.py's
+  # new method), twice in a row: does it hold still where the means over 2000 calls moved 2x?
+  mkdir -p "$OUT/r"
+  run host-a 150 python3 benchmarks/gpu_host_overhead.py
+  run host-b 150 python3 benchmarks/gpu_host_overhead.py
+  paste <(grep " us$" "$OUT/host-a.txt") <(grep " us$" "$OUT/host-b.txt" | awk '{print $NF-1, $NF}')
+  pack host10
+  ;;
 m16sweep)
   # 8-bit M = 16 runs the dot kernel with settings never swept at 16 (o and qkv at 0.68-0.77 of
   # M = 1): sweep its settings on the llama3-8b shapes (the small ones first), then the bench
