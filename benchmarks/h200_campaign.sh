@@ -713,7 +713,7 @@ host10)
   mkdir -p "$OUT/r"
   run host-a 150 python3 benchmarks/gpu_host_overhead.py
   run host-b 150 python3 benchmarks/gpu_host_overhead.py
-  paste <(grep " us$" "$OUT/host-a.txt") <(grep " us$" "$OUT/host-b.txt" | awk '{print $NF-1, $NF}')
+  paste <(grep " us$" "$OUT/host-a.txt") <(grep " us$" "$OUT/host-b.txt" | awk '{print $(NF-1)}')
   pack host10
   ;;
 m16sweep)
