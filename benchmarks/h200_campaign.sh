@@ -716,6 +716,20 @@ host10)
   paste <(grep " us$" "$OUT/host-a.txt") <(grep " us$" "$OUT/host-b.txt" | awk '{print $(NF-1)}')
   pack host10
   ;;
+host10b)
+  # the eager call's host time: module-level constexprs as `Const` (Triton compares every global
+  # a kernel uses on each launch) and matmul's settings cached (`_plan`) against the commit
+  # before (variants/prev: softfp8 and benchmarks), interleaved twice; then the Triton GPU tests
+  mkdir -p "$OUT/r"
+  for v in prev cur prev2 cur2; do
+    case $v in cur*) d=$PWD ;; *) d=$PWD/variants/prev ;; esac
+    in_variant "$d" "host-$v" 150 python3 benchmarks/gpu_host_overhead.py
+  done
+  for v in prev cur prev2 cur2; do echo "== $v"; grep " us$" "$OUT/host-$v.txt"; done
+  run gputests 330 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_triton.py -k "not mma_gemv_matches"
+  tail -2 "$OUT/gputests.txt"
+  pack host10b
+  ;;
 m16sweep)
   # 8-bit M = 16 runs the dot kernel with settings never swept at 16 (o and qkv at 0.68-0.77 of
   # M = 1): sweep its settings on the llama3-8b shapes (the small ones first), then the bench

@@ -11,6 +11,7 @@ bias alternates. Split-K and every code of every format are covered by their own
 """
 import functools
 import itertools
+import os
 import random
 
 import pytest
@@ -593,6 +594,43 @@ def test_mma_zero_fill_only_where_a_tile_reads_past_the_k_range():
     assert layout(mma(16, triton_backend.mma_rows(8, 4, 2), num_warps=4)) == (8, 2)
     with pytest.raises(ValueError, match="block_m=16 with block_n=32"):
         layout(mma(16, triton_backend.mma_rows(8, 4, 4), num_warps=4))  # 4 tiles: not wide
+
+
+def test_const_globals_compare_by_identity_then_by_value():
+    """`_const.Const`: what JITFunction.run compares on each launch (a global against its deep
+    copy) is unchanged at once; other values still compare as constexprs do."""
+    import copy
+
+    import triton.language as tl
+
+    from softfp8.backends.triton._const import Const
+    from softfp8.backends.triton._mma import _TILE_NV
+
+    assert isinstance(_TILE_NV, Const)
+    assert not (_TILE_NV != copy.deepcopy(_TILE_NV))
+    assert Const("a") != tl.constexpr("b") and Const(3) != tl.constexpr(4)
+    assert not (Const(3) != tl.constexpr(3)) and not (Const("ab") != tl.constexpr("a" + "b"))
+
+
+def test_plan_follows_the_settings_environment(monkeypatch):
+    """matmul caches its launch settings by shape, device, dtype and the values of the settings'
+    environment variables: a changed variable gives the settings launch_config etc. give then."""
+    h200 = triton_backend.DeviceInfo(sm_count=132, capability=(9, 0), interpreter=False)
+    args = (4096, 4096, 1, Format.E5M2, h200, torch.float16)
+    seen = []
+    for wanted in ("auto", "integer", "auto"):
+        monkeypatch.setenv(triton_backend.FP8_DECODE_ENV, wanted)
+        env = tuple(os.environ.get(v) for v in triton_backend._PLAN_ENV)
+        plan = triton_backend._plan(*args, env)
+        assert plan == (launch_config(*args), triton_backend.uses_hardware_fp8(Format.E5M2, h200),
+                        triton_backend.pdl_settings(h200, Format.E5M2))
+        seen.append(plan)
+    assert seen[0][1] and not seen[1][1] and seen[2] == seen[0]  # hardware E5M2 decode, then not
+    monkeypatch.setenv(triton_backend.PDL_ENV, "bogus")
+    env = tuple(os.environ.get(v) for v in triton_backend._PLAN_ENV)
+    for _ in range(2):  # a bad setting raises on every call (errors are not cached)
+        with pytest.raises(ValueError):
+            triton_backend._plan(*args, env)
 
 
 def test_depth_is_only_the_mma_gemv_setting():

@@ -15,6 +15,7 @@ Auto dispatch never picks the interpreter (dispatch.AUTO_DEVICE_TYPES).
 """
 from __future__ import annotations
 
+import functools
 import os
 
 import torch
@@ -73,13 +74,30 @@ def _check(x: torch.Tensor, packed: PackedWeight, bias: torch.Tensor | None,
     return E2M1Decode.SELECT if e2m1 is E2M1Decode.AUTO else e2m1
 
 
+_PLAN_ENV = (TABLE_ENV, FP8_DECODE_ENV, PDL_ENV, PDL_PREFETCH_ENV)
+"""The environment variables that `_table`'s settings read (`_plan`'s key holds their values)."""
+
+
+@functools.lru_cache(maxsize=4096)
+def _plan(n: int, k: int, m: int, fmt: Format, info: DeviceInfo, dtype: torch.dtype,
+          env: tuple) -> tuple[LaunchConfig, bool, tuple[int, int]]:
+    """matmul's settings: (LaunchConfig, the hardware FP8 decode, (PDL mode, PDL prefetch)). A
+    function of the shape, the device, x's dtype and the values `env` of _PLAN_ENV (a table
+    file's contents are cached by its path already), so cached: the rules cost ~10 us of an
+    eager call's host time. Errors (a bad setting) are not cached: they raise on every call."""
+    return (launch_config(n, k, m, fmt, info, dtype), uses_hardware_fp8(fmt, info),
+            pdl_settings(info, fmt))
+
+
 def matmul(x: torch.Tensor, packed: PackedWeight, bias: torch.Tensor | None = None, *,
            e2m1: E2M1Decode | str = E2M1Decode.SELECT) -> torch.Tensor:
     """y = x @ W.T + bias for x [M, K]; y [M, N] in x's dtype, float32 accumulation."""
     e2m1 = _check(x, packed, bias, e2m1)
     info = device_info(x.device)
-    cfg = launch_config(*packed.shape, x.shape[0], packed.fmt, info, x.dtype)
-    return _launch(x, packed, bias, cfg, e2m1, uses_hardware_fp8(packed.fmt, info))
+    n, k = packed.shape
+    env = tuple(os.environ.get(v) for v in _PLAN_ENV)
+    cfg, hw, pdl = _plan(n, k, x.shape[0], packed.fmt, info, x.dtype, env)
+    return _launch(x, packed, bias, cfg, e2m1, hw, pdl)
 
 
 def run(x: torch.Tensor, packed: PackedWeight, bias: torch.Tensor | None, cfg: LaunchConfig, *,
@@ -92,8 +110,9 @@ def run(x: torch.Tensor, packed: PackedWeight, bias: torch.Tensor | None, cfg: L
 
 
 def _launch(x: torch.Tensor, packed: PackedWeight, bias: torch.Tensor | None, cfg: LaunchConfig,
-            e2m1: E2M1Decode, hw_fp8: bool) -> torch.Tensor:
-    """The launch itself, on arguments `_check` has passed (matmul and run each check once)."""
+            e2m1: E2M1Decode, hw_fp8: bool, pdl: tuple[int, int] | None = None) -> torch.Tensor:
+    """The launch itself, on arguments `_check` has passed (matmul and run each check once).
+    pdl: `pdl_settings` for this device and format, where the caller has them."""
     from . import _kernels as K_
 
     x = x.contiguous()
@@ -121,13 +140,9 @@ def _launch(x: torch.Tensor, packed: PackedWeight, bias: torch.Tensor | None, cf
     ws = torch.empty((split, m, n), dtype=torch.float32, device=x.device) if split > 1 else y
     info = device_info(x.device)
     asm = uses_ptx_decode(info, hw_fp8)
-    pdl, prefetch = pdl_settings(info, packed.fmt)
+    pdl, prefetch = pdl if pdl is not None else pdl_settings(info, packed.fmt)
     launch = dict(launch_pdl=True) if pdl else {}  # pdl: a mode, 0 = off
     nan = not (asm and codes_nan_free(packed))  # only the PTX decode has a NaN-free variant
-    common = dict(FMT=packed.fmt.value, HAS_SCALE=has_scale, HAS_BIAS=bias is not None,
-                  INJECT=e2m1 is E2M1Decode.INJECT, HW=hw_fp8, ASM=asm, BLOCK_M=cfg.block_m,
-                  BLOCK_N=cfg.block_n, PARTIAL=split > 1, num_warps=cfg.num_warps,
-                  num_stages=cfg.num_stages, PDL=pdl, PREFETCH=prefetch, NAN=nan, **launch)
     args = (x, w, s, g, b, y, ws, m, n, k, rb, sb, per_split)
     if cfg.kernel is Kernel.MMA_GEMV:
         from ._mma import mma_gemv_kernel
@@ -158,18 +173,24 @@ def _launch(x: torch.Tensor, packed: PackedWeight, bias: torch.Tensor | None, cf
                               DEPTH=cfg.depth, GROUPS=groups, WIDE=wide,
                               ZERO=mma_zero_fill(rb, per_split, runs, cfg, k, packed.padded_k),
                               **launch)
-    elif cfg.kernel is Kernel.GEMV:
-        if cfg.block_m < m:
-            raise ValueError(f"cfg: a GEMV launch with block_m={cfg.block_m} can't cover M={m}")
-        grid = (-(-n // cfg.block_n), split)
-        K_.gemv_kernel[grid](*args, BLOCK_KB=cfg.block_k * spec.bits // 8, **common)
     else:
-        if packed.fmt is Format.MXFP4 and cfg.block_k != 32:
-            raise ValueError("cfg: the tl.dot kernels step one MXFP4 block (block_k=32)")
-        grid = (-(-n // cfg.block_n), -(-m // cfg.block_m), split)
-        precision = "ieee"  # fp32: exact FMAs (1e-5); fp16/bf16 operands ignore it
-        K_.dot_kernel[grid](*args, BLOCK_K=cfg.block_k, PRECISION=precision,
-                            UPCAST=dot_upcast(x), **common)
+        common = dict(FMT=packed.fmt.value, HAS_SCALE=has_scale, HAS_BIAS=bias is not None,
+                      INJECT=e2m1 is E2M1Decode.INJECT, HW=hw_fp8, ASM=asm, BLOCK_M=cfg.block_m,
+                      BLOCK_N=cfg.block_n, PARTIAL=split > 1, num_warps=cfg.num_warps,
+                      num_stages=cfg.num_stages, PDL=pdl, PREFETCH=prefetch, NAN=nan, **launch)
+        if cfg.kernel is Kernel.GEMV:
+            if cfg.block_m < m:
+                raise ValueError(f"cfg: a GEMV launch with block_m={cfg.block_m} can't cover "
+                                 f"M={m}")
+            grid = (-(-n // cfg.block_n), split)
+            K_.gemv_kernel[grid](*args, BLOCK_KB=cfg.block_k * spec.bits // 8, **common)
+        else:
+            if packed.fmt is Format.MXFP4 and cfg.block_k != 32:
+                raise ValueError("cfg: the tl.dot kernels step one MXFP4 block (block_k=32)")
+            grid = (-(-n // cfg.block_n), -(-m // cfg.block_m), split)
+            precision = "ieee"  # fp32: exact FMAs (1e-5); fp16/bf16 operands ignore it
+            K_.dot_kernel[grid](*args, BLOCK_K=cfg.block_k, PRECISION=precision,
+                                UPCAST=dot_upcast(x), **common)
     if split > 1:
         block = 256
         K_.splitk_reduce_kernel[(-(-n // block), m)](

@@ -9,11 +9,12 @@ a bitcast to Triton's float8 types and one `.to()`, the same bits as the softwar
 import triton
 import triton.language as tl
 
+from ._const import Const
 from ._mma_ptx import e4m3_word_div256_asm
 
-_F32_QNAN = tl.constexpr(0x7FC00000)
-_TWO_POW_126 = tl.constexpr(8.507059173023462e37) # 2^126: undoes the injection's shift
-_TWO_POW_M9 = tl.constexpr(0.001953125) # 2^-9: E4M3 subnormal step (2^(1 - 7 - 3))
+_F32_QNAN = Const(0x7FC00000)
+_TWO_POW_126 = Const(8.507059173023462e37) # 2^126: undoes the injection's shift
+_TWO_POW_M9 = Const(0.001953125) # 2^-9: E4M3 subnormal step (2^(1 - 7 - 3))
 
 
 @triton.jit
@@ -122,8 +123,8 @@ def e5m2_to_f16_ptx(code):
 
 
 # one E4M3 pair decode for this module and the mma tiles: `_mma_ptx._e4m3_pair_div256`
-_E4M3_DIV256_PTX = tl.constexpr(e4m3_word_div256_asm(nan=True))
-_E4M3_DIV256_FINITE_PTX = tl.constexpr(e4m3_word_div256_asm(nan=False))
+_E4M3_DIV256_PTX = Const(e4m3_word_div256_asm(nan=True))
+_E4M3_DIV256_FINITE_PTX = Const(e4m3_word_div256_asm(nan=False))
 
 
 @triton.jit

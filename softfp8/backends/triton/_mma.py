@@ -45,29 +45,30 @@ Scales, in fp16 on each pair before the mma (the mma then sums exact products in
 import triton
 import triton.language as tl
 
+from ._const import Const
 from ._kernels import _pdl_exit, _pdl_start, _pdl_wait, _pdl_wait_after
 from ._mma_loads import _prefetch_rows, _rows_step, _x_step
 from ._mma_ptx import _fp8_tile_asm, _probe_tile_asm, _tile_asm, tile_constraints
 from ._table import MMA_STEP_BYTES, MMA_TILE_ROWS
 
-ROWS = tl.constexpr(MMA_TILE_ROWS)  # two 16-row tiles a warp: rows g, g+8, g+16, g+24 a thread
-STEP_BYTES = tl.constexpr(MMA_STEP_BYTES)  # a warp's bytes of each row a loop step
+ROWS = Const(MMA_TILE_ROWS)  # two 16-row tiles a warp: rows g, g+8, g+16, g+24 a thread
+STEP_BYTES = Const(MMA_STEP_BYTES)  # a warp's bytes of each row a loop step
 
 
-_TILE_NV = tl.constexpr(_tile_asm("nvfp4"))
-_TILE_MX = tl.constexpr(_tile_asm("mxfp4"))
-_TILE_PROBE_MMA = tl.constexpr(_probe_tile_asm(True))
-_TILE_PROBE_LOADS = tl.constexpr(_probe_tile_asm(False))
-_TILE_E5M2 = tl.constexpr(_fp8_tile_asm("e5m2"))
-_TILE_E4M3 = tl.constexpr(_fp8_tile_asm("e4m3"))
-_TILE_E4M3_FINITE = tl.constexpr(_fp8_tile_asm("e4m3", nan=False))
-_TILE_CONS = tl.constexpr(tile_constraints())
-_WIDE_NV = tl.constexpr(_tile_asm("nvfp4", wide=True))
-_WIDE_MX = tl.constexpr(_tile_asm("mxfp4", wide=True))
-_WIDE_E5M2 = tl.constexpr(_fp8_tile_asm("e5m2", wide=True))
-_WIDE_E4M3 = tl.constexpr(_fp8_tile_asm("e4m3", wide=True))
-_WIDE_E4M3_FINITE = tl.constexpr(_fp8_tile_asm("e4m3", nan=False, wide=True))
-_WIDE_CONS = tl.constexpr(tile_constraints(wide=True))
+_TILE_NV = Const(_tile_asm("nvfp4"))
+_TILE_MX = Const(_tile_asm("mxfp4"))
+_TILE_PROBE_MMA = Const(_probe_tile_asm(True))
+_TILE_PROBE_LOADS = Const(_probe_tile_asm(False))
+_TILE_E5M2 = Const(_fp8_tile_asm("e5m2"))
+_TILE_E4M3 = Const(_fp8_tile_asm("e4m3"))
+_TILE_E4M3_FINITE = Const(_fp8_tile_asm("e4m3", nan=False))
+_TILE_CONS = Const(tile_constraints())
+_WIDE_NV = Const(_tile_asm("nvfp4", wide=True))
+_WIDE_MX = Const(_tile_asm("mxfp4", wide=True))
+_WIDE_E5M2 = Const(_fp8_tile_asm("e5m2", wide=True))
+_WIDE_E4M3 = Const(_fp8_tile_asm("e4m3", wide=True))
+_WIDE_E4M3_FINITE = Const(_fp8_tile_asm("e4m3", nan=False, wide=True))
+_WIDE_CONS = Const(tile_constraints(wide=True))
 
 
 @triton.jit

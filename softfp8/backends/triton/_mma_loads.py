@@ -6,24 +6,25 @@ predicate switches off with zeros, or leave it as it was.
 import triton
 import triton.language as tl
 
+from ._const import Const
 from ._mma_ptx import _load_row_asm, _load_row_fp8_asm, _load_x_asm
 
-_PREFETCH = tl.constexpr("""{
+_PREFETCH = Const("""{
     .reg .pred p;
     setp.ne.b32 p, $2, 0;
     @p prefetch.global.L2 [$1];
     mov.b32 $0, 0;
     }""")
-_ROW_NV = tl.constexpr(_load_row_asm("nvfp4"))
-_ROW_MX = tl.constexpr(_load_row_asm("mxfp4"))
-_ROW_FP8 = tl.constexpr(_load_row_fp8_asm())
-_ROW_NV_KEEP = tl.constexpr(_load_row_asm("nvfp4", zero=False))
-_ROW_MX_KEEP = tl.constexpr(_load_row_asm("mxfp4", zero=False))
-_ROW_FP8_KEEP = tl.constexpr(_load_row_fp8_asm(zero=False))
-_LOAD_X = tl.constexpr(_load_x_asm())
-_LOAD_X_KEEP = tl.constexpr(_load_x_asm(zero=False))
-_ROW_CONS = tl.constexpr("=r,=r,=r,=r,=r,l,l,r")
-_LOAD_X_CONS = tl.constexpr("=r," * 16 + "l,r")
+_ROW_NV = Const(_load_row_asm("nvfp4"))
+_ROW_MX = Const(_load_row_asm("mxfp4"))
+_ROW_FP8 = Const(_load_row_fp8_asm())
+_ROW_NV_KEEP = Const(_load_row_asm("nvfp4", zero=False))
+_ROW_MX_KEEP = Const(_load_row_asm("mxfp4", zero=False))
+_ROW_FP8_KEEP = Const(_load_row_fp8_asm(zero=False))
+_LOAD_X = Const(_load_x_asm())
+_LOAD_X_KEEP = Const(_load_x_asm(zero=False))
+_ROW_CONS = Const("=r,=r,=r,=r,=r,l,l,r")
+_LOAD_X_CONS = Const("=r," * 16 + "l,r")
 
 
 @triton.jit
