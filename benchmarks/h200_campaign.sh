@@ -730,6 +730,15 @@ host10b)
   tail -2 "$OUT/gputests.txt"
   pack host10b
   ;;
+e2e10)
+  # generate() end to end, eager and static cache + CUDA graphs (torch.compile reduce-overhead),
+  # an 8-layer 7B-shaped Llama (the 32-layer compile of a softfp8 model never finished inside a
+  # step's limit), fp16 against E5M2 and NVFP4 (software FP8 decode)
+  export SOFTFP8_FP8_DECODE=integer
+  mkdir -p "$OUT/r"
+  run e2e 420 python3 benchmarks/gpu_e2e_generate.py --variants fp16,e5m2,nvfp4 --modes eager,static-compile --layers 8 --short 8 --long 40 --repeats 2 --json "$OUT/r/e2e.json"
+  pack e2e10
+  ;;
 m16sweep)
   # 8-bit M = 16 runs the dot kernel with settings never swept at 16 (o and qkv at 0.68-0.77 of
   # M = 1): sweep its settings on the llama3-8b shapes (the small ones first), then the bench
