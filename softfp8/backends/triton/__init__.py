@@ -1,6 +1,6 @@
 """The Triton backend: packed weights decoded in registers inside GEMV, small-M and tiled kernels
-(with fp16 x on NVIDIA sm_80+, FP4 at M <= 16 and 8-bit at M <= 4, small weights M <= 8: a
-warp-level mma.sync GEMV with its decode in PTX, `_mma`); from M = 512 (FP4: 256), bounded
+(with fp16 x on NVIDIA sm_80+, FP4 at M <= 16 and 8-bit at M <= 4, small weights M <= 8 (E5M2
+16): a warp-level mma.sync GEMV with its decode in PTX, `_mma`); from M = 512 (FP4: 256), bounded
 slabs decoded for cuBLAS (`_dequant`).
 
 Public names (the backend protocol): NEEDS and matmul(x, packed, bias, *, e2m1). This module
