@@ -248,11 +248,11 @@ def gemv_mxfp4(words, scales, xs, xp, y, chunk, group):
 
 
 def x_steps(x, block):
-    """x [Kp] float32 (torch) -> (xs, xp) numpy: xs[s, j, lane] = x[8 (16 s + lane) + j], the
+    """x [Kp] float32 (numpy, or torch) -> (xs, xp) numpy: xs[s, j, lane] = x[8 (16 s + lane) + j], the
     element code j of word 16 s + lane meets, for the whole steps of 16 words (one contiguous
     512-byte slab per step), and the planes xp[j, b] = x[block * b + j] the select path of the
     remaining blocks reads. In numpy (torch's copies start its thread pool: ~0.1 ms a call)."""
-    xn = x.numpy()
+    xn = x if isinstance(x, np.ndarray) else x.numpy()
     steps = xn.shape[0] // (8 * LANES)
     xs = np.ascontiguousarray(xn[:steps * LANES * 8].reshape(steps, LANES, 8).transpose(0, 2, 1))
     xp = np.ascontiguousarray(xn.reshape(-1, block).T)

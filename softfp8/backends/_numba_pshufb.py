@@ -227,15 +227,23 @@ def gemv_mxfp4(words, scales, xs, xp, y, chunk):
 
 
 def x_steps(x, block):
-    """x [Kp] float32 (torch) -> (xs, xp) numpy: xs[s, v, l] = x[64 s + order[v, l]] for the whole
-    steps of 32 bytes (`_step_order`), and the planes xp[j, b] = x[block * b + j] the select path
-    of the remaining blocks reads. In numpy: torch's gather and copies cost ~0.1 ms a call on
-    2 cores (they start its thread pool), the GEMV at 11008 x 4096 ~1.6 ms."""
-    xn = x.numpy()
+    """x [Kp] float32 (numpy, or torch) -> (xs, xp) numpy: xs[s, v, l] = x[64 s + order[v, l]]
+    for the whole steps of 32 bytes (`_step_order`), and the planes xp[j, b] = x[block * b + j]
+    the select path of the remaining blocks reads (none when the steps cover K: then an empty
+    [block, 0] array of the same type, which the kernels never index). In numpy: torch's
+    gather and copies cost ~0.1 ms a call on 2 cores (they start its thread pool), the GEMV at
+    11008 x 4096 ~1.6 ms; right after a GEMV even the planes' copy costs ~4 us."""
+    xn = x if isinstance(x, np.ndarray) else x.numpy()
     steps = xn.shape[0] // 64
     xs = xn[_gather_index(steps)].reshape(steps, 8, 8)
-    xp = np.ascontiguousarray(xn.reshape(-1, block).T)
-    return xs, xp
+    if 64 * steps == xn.shape[0]:
+        return xs, _no_planes(block)
+    return xs, np.ascontiguousarray(xn.reshape(-1, block).T)
+
+
+@functools.lru_cache(maxsize=8)
+def _no_planes(block: int) -> np.ndarray:
+    return np.zeros((block, 0), np.float32)
 
 
 @functools.lru_cache(maxsize=64)
