@@ -752,6 +752,18 @@ e2e10b)
   for v in default pdloff pdlearly; do echo "== $v"; grep -E "^(fp16|e5m2) " "$OUT/e2e-$v.txt"; done
   pack e2e10b
   ;;
+e2eprof)
+  # (prepared in the tenth session, not yet run) why compiled E5M2 generate() is no faster than
+  # fp16 (e2e10): one compiled generate() of 16 tokens under torch.profiler per variant, kernels
+  # ranked by device time a token
+  export SOFTFP8_FP8_DECODE=integer
+  mkdir -p "$OUT/r"
+  for v in fp16 e5m2 nvfp4; do
+    run "prof-$v" 150 python3 benchmarks/gpu_e2e_profile.py --variant $v --layers 8 --tokens 16
+  done
+  for v in fp16 e5m2 nvfp4; do echo "== $v"; grep -A14 "^# " "$OUT/prof-$v.txt" | head -18; done
+  pack e2eprof
+  ;;
 m16sweep)
   # 8-bit M = 16 runs the dot kernel with settings never swept at 16 (o and qkv at 0.68-0.77 of
   # M = 1): sweep its settings on the llama3-8b shapes (the small ones first), then the bench
