@@ -278,13 +278,13 @@ def select(fmt: Format | str, m: int, device: torch.device | str, *,
     `backend`/`e2m1` auto defer to SOFTFP8_BACKEND/SOFTFP8_E2M1_DECODE; `activation_quant`
     None defers to SOFTFP8_ACTIVATION_QUANT (default allow). `report` defaults to `probe()`.
     An explicit backend that can't run raises BackendUnavailable naming what is missing."""
-    if type(m) is int and type(device) is torch.device and (device.type == "cpu"
-                                                            or device.index is not None):
+    if type(m) is int and m >= 1 and type(device) is torch.device and (
+            device.type == "cpu" or device.index is not None):
         # an eager layer call's arguments: look the cache up before checking them (a key with
-        # a bad m or device was never stored); m > 16 misses here, its key holds m_bucket(m)
+        # a bad device was never stored; m is a positive int, so m_bucket can't raise)
         if report is None:
             report = probe()
-        hit = _cached(_key(fmt, m, device, backend, e2m1, activation_quant, report))
+        hit = _cached(_key(fmt, m_bucket(m), device, backend, e2m1, activation_quant, report))
         if hit is not None:
             return hit
     device = _check_select_args(m, device)
