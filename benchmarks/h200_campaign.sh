@@ -21,6 +21,19 @@ ab_bench() {
     in_variant "$d" "$name-$v" "$secs" "$@" --out "$OUT/r/$name-$v.json"
   done
 }
+# smallm_all SECS: softfp8-bench small-m on the llama3-8b shapes at M = 1..16 into $OUT/r, the
+# summary over all shapes printed
+smallm_all() {
+  run smallm "$1" python3 -m softfp8.bench small-m --preset llama3-8b --backends triton --m 1,2,4,8,12,16 --out "$OUT/r/smallm.json"
+  grep -A30 "over all shapes" "$OUT/smallm.txt" | tail -30
+}
+# sweep_l3 NAME SECS ARGS..: sweep_gemv.py ARGS on the five llama3-8b shapes into $OUT/r/NAME.json,
+# its shape, table and best lines printed
+sweep_l3() {
+  local name=$1 secs=$2; shift 2
+  run "$name" "$secs" python3 benchmarks/sweep_gemv.py "$@" --shapes "6144,4096;4096,4096;28672,4096;4096,14336;128256,4096" --out "$OUT/r/$name.json"
+  grep -E "x4096 M=|x14336 M=|table:|BEST:" "$OUT/$name.txt" | cut -c1-110
+}
 # pack STEP: $OUT/r (and the logs) into $OUT/STEP.tgz, printing the token/shape rows last
 pack() {
   cp "$OUT"/*.txt "$OUT/r/"
@@ -649,8 +662,7 @@ groups9b)
   # the small-m bench on it and the GPU tests of the Triton backend other than the MMA GEMV's
   export SOFTFP8_FP8_DECODE=integer
   mkdir -p "$OUT/r"
-  run smallm 150 python3 -m softfp8.bench small-m --preset llama3-8b --backends triton --m 1,2,4,8,12,16 --out "$OUT/r/smallm.json"
-  grep -A30 "over all shapes" "$OUT/smallm.txt" | tail -30
+  smallm_all 150
   run gputests 330 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_triton.py -k "not mma"
   tail -2 "$OUT/gputests.txt"
   pack groups9b
@@ -663,8 +675,7 @@ wide10)
   mkdir -p "$OUT/r"
   run mmatests 200 python3 -m pytest -q -x -m gpu -p no:cacheprovider tests/test_triton.py -k "mma"
   tail -2 "$OUT/mmatests.txt"
-  run sweepwide 340 python3 benchmarks/sweep_gemv.py --ms 12,16 --kernels mma_gemv --budget 320 --shapes "6144,4096;4096,4096;28672,4096;4096,14336;128256,4096" --out "$OUT/r/sweepwide.json"
-  grep -E "x4096 M=|x14336 M=|table:|BEST:" "$OUT/sweepwide.txt" | cut -c1-110
+  sweep_l3 sweepwide 340 --ms 12,16 --kernels mma_gemv --budget 320
   pack wide10
   ;;
 wide10b)
@@ -674,8 +685,7 @@ wide10b)
   mkdir -p "$OUT/r"
   run mmatests 290 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_triton.py -k "mma"
   tail -2 "$OUT/mmatests.txt"
-  run smallm 170 python3 -m softfp8.bench small-m --preset llama3-8b --backends triton --m 1,2,4,8,12,16 --out "$OUT/r/smallm.json"
-  grep -A30 "over all shapes" "$OUT/smallm.txt" | tail -30
+  smallm_all 170
   run token 60 python3 -m softfp8.bench token --preset llama2-7b --backends triton --out "$OUT/r/token.json"
   pack wide10b
   ;;
@@ -683,8 +693,7 @@ fp4m10)
   # FP4 at M = 2..8 runs the 32-row tiles; wide10 found the runs faster than the tiles at
   # M = 12..16 on gate_up and the head: sweep the runs (laid out for 2, 4, 8 rows) against them
   mkdir -p "$OUT/r"
-  run sweepfp4m 230 python3 benchmarks/sweep_gemv.py --ms 2,4,8 --formats nvfp4,mxfp4 --kernels mma_gemv --budget 210 --shapes "6144,4096;4096,4096;28672,4096;4096,14336;128256,4096" --out "$OUT/r/sweepfp4m.json"
-  grep -E "x4096 M=|x14336 M=|table:|BEST:" "$OUT/sweepfp4m.txt" | cut -c1-110
+  sweep_l3 sweepfp4m 230 --ms 2,4,8 --formats nvfp4,mxfp4 --kernels mma_gemv --budget 210
   pack fp4m10
   ;;
 fp4m10b)
@@ -692,8 +701,7 @@ fp4m10b)
   # tests of the Triton backend other than the MMA GEMV's (auto dispatch at every M)
   export SOFTFP8_FP8_DECODE=integer
   mkdir -p "$OUT/r"
-  run smallm 170 python3 -m softfp8.bench small-m --preset llama3-8b --backends triton --m 1,2,4,8,12,16 --out "$OUT/r/smallm.json"
-  grep -A30 "over all shapes" "$OUT/smallm.txt" | tail -30
+  smallm_all 170
   run gputests 330 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_triton.py -k "not mma"
   tail -2 "$OUT/gputests.txt"
   pack fp4m10b
@@ -703,8 +711,7 @@ s10final)
   # the small-m bench on the final table
   export SOFTFP8_FP8_DECODE=integer
   mkdir -p "$OUT/r"
-  run smallm 170 python3 -m softfp8.bench small-m --preset llama3-8b --backends triton --m 1,2,4,8,12,16 --out "$OUT/r/smallm.json"
-  grep -A30 "over all shapes" "$OUT/smallm.txt" | tail -30
+  smallm_all 170
   pack s10final
   ;;
 host10)
