@@ -57,7 +57,7 @@ def main(argv=None) -> int:
     per_kernel = defaultdict(lambda: [0, 0.0])  # name -> [calls, device us]
     for e in prof.events():
         us = e.device_time_total if cuda else e.cpu_time_total
-        if cuda and us <= 0 or (cuda and e.device_type.name != "CUDA"):
+        if cuda and (us <= 0 or e.device_type.name != "CUDA"):  # GPU: kernels only
             continue
         per_kernel[e.name][0] += 1
         per_kernel[e.name][1] += us
