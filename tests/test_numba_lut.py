@@ -132,17 +132,19 @@ def test_avx2_step_order_is_a_permutation_with_block_aligned_lane_groups():
 
 
 
-def test_avx2_x_steps_planes_only_for_a_tail():
-    """`_numba_pshufb.x_steps`: the select path's planes only where whole steps leave blocks over
-    (else an empty array of the kernels' type); numpy and torch x alike."""
+@pytest.mark.parametrize("mod, step", [(P, 64), (L, 128)], ids=["avx2", "avx512"])
+def test_x_steps_planes_only_for_a_tail(mod, step):
+    """x_steps (pure numpy, any CPU): the select path's planes only where whole steps leave
+    blocks over (else an empty array of the kernels' type); numpy and torch x alike."""
     for k, tail in ((512, False), (528, True)):
         x = np.arange(k, dtype=np.float32)
-        xs, xp = P.x_steps(x, 16)
-        assert xs.shape == (k // 64, 8, 8) and xs.dtype == np.float32
-        assert sorted(xs.reshape(-1).tolist()) == list(range(64 * (k // 64)))
+        xs, xp = mod.x_steps(x, 16)
+        assert xs.shape[0] == k // step and xs.size == step * (k // step)
+        assert xs.dtype == np.float32
+        assert sorted(xs.reshape(-1).tolist()) == list(range(step * (k // step)))
         assert xp.shape == ((16, k // 16) if tail else (16, 0)) and xp.dtype == np.float32
         assert xp.flags["C_CONTIGUOUS"]
         if tail:
             assert (xp == x.reshape(-1, 16).T).all()
-        xs_t, xp_t = P.x_steps(torch.from_numpy(x), 16)
+        xs_t, xp_t = mod.x_steps(torch.from_numpy(x), 16)
         assert np.array_equal(xs_t, xs) and np.array_equal(xp_t, xp)

@@ -248,12 +248,26 @@ def gemv_mxfp4(words, scales, xs, xp, y, chunk, group):
 
 
 def x_steps(x, block):
-    """x [Kp] float32 (numpy, or torch) -> (xs, xp) numpy: xs[s, j, lane] = x[8 (16 s + lane) + j], the
-    element code j of word 16 s + lane meets, for the whole steps of 16 words (one contiguous
-    512-byte slab per step), and the planes xp[j, b] = x[block * b + j] the select path of the
-    remaining blocks reads. In numpy (torch's copies start its thread pool: ~0.1 ms a call)."""
+    """x [Kp] float32 (numpy, or torch) -> (xs, xp) numpy: xs[s, j, lane] = x[8 (16 s + lane) +
+    j], the element code j of word 16 s + lane meets, for the whole steps of 16 words (one
+    contiguous 512-byte slab per step), and `select_planes` for the remaining blocks. In numpy
+    (torch's copies start its thread pool: ~0.1 ms a call)."""
     xn = x if isinstance(x, np.ndarray) else x.numpy()
     steps = xn.shape[0] // (8 * LANES)
     xs = np.ascontiguousarray(xn[:steps * LANES * 8].reshape(steps, LANES, 8).transpose(0, 2, 1))
-    xp = np.ascontiguousarray(xn.reshape(-1, block).T)
-    return xs, xp
+    return xs, select_planes(xn, block, 8 * LANES)
+
+
+def select_planes(xn, block, step_codes):
+    """The planes xp[j, b] = xn[block * b + j] that the row kernels' select path reads for the
+    blocks past their whole steps of `step_codes` codes (this module's and _numba_pshufb's);
+    when the steps cover xn, an empty [block, 0] array of the same type, which no kernel indexes
+    (right after a GEMV the planes' copy costs ~4 us)."""
+    if xn.shape[0] % step_codes == 0:
+        return _no_planes(block)
+    return np.ascontiguousarray(xn.reshape(-1, block).T)
+
+
+@functools.lru_cache(maxsize=8)
+def _no_planes(block: int) -> np.ndarray:
+    return np.zeros((block, 0), np.float32)

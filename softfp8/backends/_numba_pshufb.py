@@ -32,7 +32,7 @@ from numba.extending import intrinsic
 
 from ._numba_decode import _JIT, e4m3_i32_div256, e8m0_i32
 from ._numba_kernels import _mx_select, _nv_select
-from ._numba_lut import numba_targets, rows_operands, rows_sig, rows_totals
+from ._numba_lut import numba_targets, rows_operands, rows_sig, rows_totals, select_planes
 
 STEP_BYTES = 32
 STEP_WORDS = STEP_BYTES // 4
@@ -228,22 +228,13 @@ def gemv_mxfp4(words, scales, xs, xp, y, chunk):
 
 def x_steps(x, block):
     """x [Kp] float32 (numpy, or torch) -> (xs, xp) numpy: xs[s, v, l] = x[64 s + order[v, l]]
-    for the whole steps of 32 bytes (`_step_order`), and the planes xp[j, b] = x[block * b + j]
-    the select path of the remaining blocks reads (none when the steps cover K: then an empty
-    [block, 0] array of the same type, which the kernels never index). In numpy: torch's
-    gather and copies cost ~0.1 ms a call on 2 cores (they start its thread pool), the GEMV at
-    11008 x 4096 ~1.6 ms; right after a GEMV even the planes' copy costs ~4 us."""
+    for the whole steps of 32 bytes (`_step_order`), and `_numba_lut.select_planes` for the
+    remaining blocks. In numpy: torch's gather and copies cost ~0.1 ms a call on 2 cores (they
+    start its thread pool), the GEMV at 11008 x 4096 ~1.6 ms."""
     xn = x if isinstance(x, np.ndarray) else x.numpy()
     steps = xn.shape[0] // 64
     xs = xn[_gather_index(steps)].reshape(steps, 8, 8)
-    if 64 * steps == xn.shape[0]:
-        return xs, _no_planes(block)
-    return xs, np.ascontiguousarray(xn.reshape(-1, block).T)
-
-
-@functools.lru_cache(maxsize=8)
-def _no_planes(block: int) -> np.ndarray:
-    return np.zeros((block, 0), np.float32)
+    return xs, select_planes(xn, block, 64)
 
 
 @functools.lru_cache(maxsize=64)
