@@ -62,16 +62,30 @@ def main(argv=None) -> int:
         per_kernel[e.name][0] += 1
         per_kernel[e.name][1] += us
     total = sum(v[1] for v in per_kernel.values())
+    # Host side: the runtime calls that launch work (one cudaGraphLaunch a step when the
+    # decode step replays as a CUDA graph; hundreds of kernel launches when it does not) and
+    # the CPU ops with the most self time (generate()'s own Python shows as the gaps).
+    launches = defaultdict(int)
+    for e in prof.events():
+        if e.name in ("cudaGraphLaunch", "cudaLaunchKernel", "cuLaunchKernel", "cuLaunchKernelEx",
+                      "cudaLaunchKernelExC", "cudaMemcpyAsync", "cudaStreamSynchronize",
+                      "cudaDeviceSynchronize"):
+            launches[e.name] += 1
     print(f"# {args.variant}, {args.layers if not args.tiny else 2} layers, {args.tokens} new "
           f"tokens in {seconds * 1e3:.1f} ms ({seconds * 1e3 / args.tokens:.2f} ms a token, "
           f"prefill included); torch {torch.__version__}, "
           f"{torch.cuda.get_device_name() if cuda else 'cpu'}")
     print(f"# {'device' if cuda else 'cpu'} time of all events {total / 1e3:.2f} ms "
           f"({total / 1e3 / args.tokens:.3f} ms a token)")
+    print("# runtime calls a token: " + ", ".join(
+        f"{k} {v / args.tokens:.1f}" for k, v in sorted(launches.items())))
     print(f"{'us/token':>9} {'calls/tok':>9} {'share':>6}  kernel")
     for name, (calls, us) in sorted(per_kernel.items(), key=lambda kv: -kv[1][1])[:args.top]:
         print(f"{us / args.tokens:9.1f} {calls / args.tokens:9.1f} {us / max(total, 1e-9):6.1%}  "
               f"{name[:args.width]}")
+    print("# CPU ops by self time")
+    print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=args.top,
+                                    max_name_column_width=args.width))
     return 0
 
 

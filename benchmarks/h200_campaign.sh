@@ -766,9 +766,13 @@ e2eprof)
   export SOFTFP8_FP8_DECODE=integer
   mkdir -p "$OUT/r"
   for v in fp16 e5m2 nvfp4; do
-    run "prof-$v" 150 python3 benchmarks/gpu_e2e_profile.py --variant $v --layers 8 --tokens 16
+    # perf_hints: inductor says when it skips CUDA graphs, and why
+    TORCH_LOGS=perf_hints run "prof-$v" 150 python3 benchmarks/gpu_e2e_profile.py --variant $v --layers 8 --tokens 16
   done
-  for v in fp16 e5m2 nvfp4; do echo "== $v"; grep -A14 "^# " "$OUT/prof-$v.txt" | head -18; done
+  for v in fp16 e5m2 nvfp4; do
+    echo "== $v"; grep -ciE "skipping cudagraphs" "$OUT/prof-$v.txt"
+    grep -A16 "^# $v" "$OUT/prof-$v.txt" | head -20
+  done
   pack e2eprof
   ;;
 m16sweep)
