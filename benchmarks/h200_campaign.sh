@@ -759,6 +759,17 @@ e2e10b)
   for v in default pdloff pdlearly; do echo "== $v"; grep -E "^(fp16|e5m2) " "$OUT/e2e-$v.txt"; done
   pack e2e10b
   ;;
+hf11)
+  # transformers' own Llama (separate q, k, v, gate and up): its whole decode step replayed as a
+  # CUDA graph at 32 layers (gpu_e2e_step.py, every variant resident, interleaved rounds), and
+  # the token and shapes benches on those linears (llama2-7b-hf)
+  export SOFTFP8_FP8_DECODE=integer
+  mkdir -p "$OUT/r"
+  run step 300 python3 benchmarks/gpu_e2e_step.py --json "$OUT/r/step.json"
+  run token-hf 90 python3 -m softfp8.bench token --preset llama2-7b-hf --backends triton --out "$OUT/r/token-hf.json"
+  run shapes-hf 150 python3 -m softfp8.bench shapes --preset llama2-7b-hf --backends triton --out "$OUT/r/shapes-hf.json"
+  pack hf11
+  ;;
 e2eprof)
   # (prepared in the tenth session, not yet run) why compiled E5M2 generate() is no faster than
   # fp16 (e2e10): one compiled generate() of 16 tokens under torch.profiler per variant, kernels

@@ -72,6 +72,14 @@ def test_presets_have_the_fused_shapes():
     assert len(PRESETS["llama2-7b"].token_linears()) == 32 * 4 == 128
     assert len(PRESETS["llama3-8b"].token_linears()) == 129
     assert len(PRESETS["llama3-8b"].token_linears(head=False)) == 128
+    for name in ("llama2-7b", "llama3-8b"):  # the -hf split holds the same weights a layer
+        fused, split = PRESETS[name], PRESETS[name + "-hf"]
+        assert sum(s.n * s.k for s in fused.layer_shapes) == \
+            sum(s.n * s.k for s in split.layer_shapes)
+        assert fused.layers == split.layers
+    assert [s.label for s in PRESETS["llama3-8b-hf"].shapes()] == [
+        "q/o 4096x4096", "k/v 1024x4096", "gate/up 14336x4096", "down 4096x14336",
+        "lm_head 128256x4096"]
     assert parse_shape("4096,11008") == Shape("custom", 4096, 11008)
     with pytest.raises(ValueError, match="shape"):
         parse_shape("4096")
@@ -278,3 +286,20 @@ def test_shapes_cuda_uses_graphs(tmp_path):
     _check_rows(r["rows"])
     assert all("cuda graph" in x["method"] for x in r["rows"])
     assert r["settings"]["l2"] > 0
+
+
+@pytest.mark.parametrize("name, config", [
+    ("llama2-7b-hf", dict(intermediate_size=11008, num_key_value_heads=32, vocab_size=32000)),
+    ("llama3-8b-hf", dict(intermediate_size=14336, num_key_value_heads=8, vocab_size=128256)),
+])
+def test_hf_presets_are_transformers_linears(name, config):
+    """The -hf presets list the Linear shapes transformers' Llama holds, in its order."""
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.LlamaConfig(hidden_size=4096, num_attention_heads=32, num_hidden_layers=1,
+                                   tie_word_embeddings=False, **config)
+    with torch.device("meta"):
+        model = transformers.LlamaForCausalLM(cfg)
+    linears = [(m.out_features, m.in_features) for m in model.modules()
+               if isinstance(m, torch.nn.Linear)]
+    p = PRESETS[name]
+    assert linears == [(s.n, s.k) for s in p.layer_shapes] + [(p.head.n, p.head.k)]

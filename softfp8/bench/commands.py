@@ -155,7 +155,8 @@ def token_cmd(s, shapes, linears, formats, backends, mbytes):
     mem = memory(s, mbytes)
     read_bw = mem.read_bandwidth
     coef = coefficient(shapes, s, read_bw)
-    bases = {sh: random_weight(sh, s) for sh in shapes}
+    # keyed by N x K: `shapes` holds each once, `linears` repeats them under their own names
+    bases = {(sh.n, sh.k): random_weight(sh, s) for sh in shapes}
     xs = {}
     rows, skipped = [], []
 
@@ -180,7 +181,7 @@ def token_cmd(s, shapes, linears, formats, backends, mbytes):
         for sh in shapes:
             xs[(sh.k, act)] = random_x(1, sh.k, act, s)
     half = {sh: w.half() for sh, w in bases.items()}
-    weights = [half[sh].clone() for sh in linears]
+    weights = [half[sh.n, sh.k].clone() for sh in linears]
     nbytes = sum(bytes_moved(w.nbytes, 1, sh.n, sh.k, 2) for sh, w in zip(linears, weights))
     rows.append(run(FP16, {"kind": "torch"}, weights, torch.float16,
                     torch.nn.functional.linear, nbytes))
@@ -188,7 +189,7 @@ def token_cmd(s, shapes, linears, formats, backends, mbytes):
     act_bytes = torch.empty((), dtype=s.act_dtype).element_size()
     for fmt in formats:
         packed = {sh: make_packed(w, fmt, s.tile_rows) for sh, w in bases.items()}
-        weights = [clone_packed(packed[sh]) for sh in linears]
+        weights = [clone_packed(packed[sh.n, sh.k]) for sh in linears]
         nbytes = sum(bytes_moved(p.nbytes, 1, sh.n, sh.k, act_bytes)
                      for sh, p in zip(linears, weights))
         chosen, skip = runnable_backends(fmt, 1, s.device, backends)

@@ -1,7 +1,8 @@
 """Model presets: the fused linear shapes of one decoder layer, the layer count, the lm_head.
 
 Shapes are (N, K) = (out_features, in_features) in the fused layouts inference engines use:
-qkv (q, k and v projections stacked), o, gate_up (gate and up stacked), down.
+qkv (q, k and v projections stacked), o, gate_up (gate and up stacked), down; the `-hf` presets
+keep transformers' separate q, k, v, gate and up projections.
 """
 from __future__ import annotations
 
@@ -36,8 +37,12 @@ class Preset:
     head: Shape | None = None
 
     def shapes(self) -> tuple[Shape, ...]:
-        """Each distinct linear once (what `shapes`, `small-m` and `prefill` time)."""
-        return self.layer_shapes + ((self.head,) if self.head is not None else ())
+        """Each distinct linear once (what `shapes`, `small-m` and `prefill` time); linears of
+        one N x K share a row named by all of them ("q/k/v/o")."""
+        names: dict[tuple[int, int], list[str]] = {}
+        for s in self.layer_shapes + ((self.head,) if self.head is not None else ()):
+            names.setdefault((s.n, s.k), []).append(s.name)
+        return tuple(Shape("/".join(v), n, k) for (n, k), v in names.items())
 
     def token_linears(self, *, head: bool = True) -> tuple[Shape, ...]:
         """Every linear one token runs through, in order (what `token` replays)."""
@@ -50,6 +55,13 @@ def _layer(qkv: int, o: int, gate_up: int, down: tuple[int, int]) -> tuple[Shape
             Shape("down", *down))
 
 
+def _hf_layer(hidden: int, kv: int, inter: int) -> tuple[Shape, ...]:
+    """transformers' own modules: q, k, v, gate and up each a Linear of its own."""
+    return (Shape("q", hidden, hidden), Shape("k", kv, hidden), Shape("v", kv, hidden),
+            Shape("o", hidden, hidden), Shape("gate", inter, hidden), Shape("up", inter, hidden),
+            Shape("down", hidden, inter))
+
+
 # hidden 4096; llama2-7b: 32 q/kv heads (qkv = 3 x 4096), intermediate 11008 (gate_up = 2 x 11008).
 # llama3-8b and mistral-7b: 8 kv heads of 128 (qkv = 4096 + 2 x 1024), intermediate 14336.
 PRESETS: dict[str, Preset] = {
@@ -58,6 +70,11 @@ PRESETS: dict[str, Preset] = {
                         head=Shape("lm_head", 128256, 4096)),
     "mistral-7b": Preset("mistral-7b", 32, _layer(6144, 4096, 28672, (4096, 14336)),
                          head=Shape("lm_head", 32000, 4096)),
+    # the same models as transformers' LlamaForCausalLM holds them (what quantize_model converts)
+    "llama2-7b-hf": Preset("llama2-7b-hf", 32, _hf_layer(4096, 4096, 11008),
+                           head=Shape("lm_head", 32000, 4096)),
+    "llama3-8b-hf": Preset("llama3-8b-hf", 32, _hf_layer(4096, 1024, 14336),
+                           head=Shape("lm_head", 128256, 4096)),
 }
 
 
