@@ -770,6 +770,20 @@ hf11)
   run shapes-hf 150 python3 -m softfp8.bench shapes --preset llama2-7b-hf --backends triton --out "$OUT/r/shapes-hf.json"
   pack hf11
   ;;
+graph11)
+  # hf11's step found E4M3's graph replay off its eager step by 0.3% (E5M2, fp16 bit-equal):
+  # a chain of linears as one graph against eager under each PDL mode (tests/test_gpu_graphs.py),
+  # the 8-layer step with E4M3 under each mode, then the 32-layer step without E4M3
+  export SOFTFP8_FP8_DECODE=integer
+  mkdir -p "$OUT/r"
+  run graphtests 200 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_gpu_graphs.py
+  grep -E "passed|failed|differ" "$OUT/graphtests.txt" | head -20
+  for p in off late early; do
+    SOFTFP8_PDL=$p run step-e4m3-$p 120 python3 benchmarks/gpu_e2e_step.py --variants fp16,e4m3 --layers 8 --rounds 3 --json "$OUT/r/step-e4m3-$p.json"
+  done
+  run step 240 python3 benchmarks/gpu_e2e_step.py --variants fp16,e5m2,nvfp4,mxfp4 --json "$OUT/r/step.json"
+  pack graph11
+  ;;
 e2eprof)
   # (prepared in the tenth session, not yet run) why compiled E5M2 generate() is no faster than
   # fp16 (e2e10): one compiled generate() of 16 tokens under torch.profiler per variant, kernels
