@@ -43,6 +43,9 @@ def parse_args(argv=None):
     p.add_argument("--rounds", type=int, default=15)
     p.add_argument("--replays", type=int, default=20, help="graph replays a timed round")
     p.add_argument("--device", default="cuda")
+    p.add_argument("--compile", action="store_true",
+                   help="torch.compile the forward (inductor fuses the norms, rotary and "
+                        "attention glue) before the capture")
     p.add_argument("--tiny", action="store_true", help="a 2-layer model (tests of this script)")
     p.add_argument("--json", default="", help="receipt path")
     return p.parse_args(argv)
@@ -69,6 +72,7 @@ class Step:
         self.token = torch.full((1, 1), 123, device=dev, dtype=torch.long)
         self.position = torch.full((1,), args.prompt, device=dev, dtype=torch.long)
         self.graph = None
+        self.forward = torch.compile(model, fullgraph=True) if args.compile else model
 
     def counters(self) -> list:
         """The cache's write counters where it keeps them (see __init__), else []."""
@@ -81,7 +85,7 @@ class Step:
         if self.budget < 0:  # past the static buffer's end index_copy_ would fault the device
             raise RuntimeError("Step: more steps than the cache was sized for")
         with self.torch.no_grad():
-            return self.model(self.token, past_key_values=self.cache,
+            return self.forward(self.token, past_key_values=self.cache,
                               cache_position=self.position, position_ids=self.position[None],
                               use_cache=True).logits
 
@@ -144,7 +148,8 @@ def main(argv=None) -> int:
               "versions": versions(torch), "command": " ".join([sys.executable, *sys.argv]),
               "SOFTFP8_BACKEND": args.backend,
               "model": "tiny llama" if args.tiny else f"llama-7b shapes, {args.layers} layers, fp16",
-              "method": f"one decode step (batch 1, {args.prompt} tokens cached) as a CUDA graph; "
+              "method": f"one decode step (batch 1, {args.prompt} tokens cached"
+                        f"{', torch.compile' if args.compile else ''}) as a CUDA graph; "
                         f"median of {args.rounds} interleaved rounds of {args.replays} replays"}
     for key, value in header.items():
         print(f"# {key}: {value}", flush=True)
@@ -164,7 +169,12 @@ def main(argv=None) -> int:
             c.copy_(v)
         replayed = step.run().float()
         err = ((replayed - eager).norm() / eager.norm()).item()
-        if not (err < 1e-3):  # the graph must compute the eager step (NaN fails too)
+        # The graph must compute the eager step (NaN fails too). Not to the bit: cuBLAS and
+        # attention may pick other algorithms under capture, and 32 layers of random weights
+        # magnify a last-bit difference (fp16 itself: 2.0e-3 at 32 layers, `graph11`; the
+        # softfp8 kernels alone give the eager bits, tests/test_gpu_graphs.py). A wrong graph
+        # (another cache slot: 0.147 on the 2-layer CPU model) is far off.
+        if not (err < 0.02):
             raise SystemExit(f"{variant}: graph logits differ from eager by {err:.3g}")
         steps[variant] = step
         info[variant] = {"weight_bytes": weights, "graph_vs_eager": err}

@@ -784,6 +784,15 @@ graph11)
   run step 240 python3 benchmarks/gpu_e2e_step.py --variants fp16,e5m2,nvfp4,mxfp4 --json "$OUT/r/step.json"
   pack graph11
   ;;
+step11)
+  # transformers' Llama decode step as one CUDA graph: 32 layers as eager modules, then 8 layers
+  # through torch.compile (inductor fuses the glue between the linears), every variant
+  export SOFTFP8_FP8_DECODE=integer
+  mkdir -p "$OUT/r"
+  run step32 240 python3 benchmarks/gpu_e2e_step.py --json "$OUT/r/step32.json"
+  run step8c 320 python3 benchmarks/gpu_e2e_step.py --layers 8 --compile --json "$OUT/r/step8c.json"
+  pack step11
+  ;;
 e2eprof)
   # (prepared in the tenth session, not yet run) why compiled E5M2 generate() is no faster than
   # fp16 (e2e10): one compiled generate() of 16 tokens under torch.profiler per variant, kernels
