@@ -46,6 +46,9 @@ def parse_args(argv=None):
     p.add_argument("--compile", action="store_true",
                    help="torch.compile the forward (inductor fuses the norms, rotary and "
                         "attention glue) before the capture")
+    p.add_argument("--profile", type=int, default=0, metavar="TOP",
+                   help="after timing, each variant's kernels under torch.profiler (10 replays): "
+                        "the TOP by device time a step")
     p.add_argument("--tiny", action="store_true", help="a 2-layer model (tests of this script)")
     p.add_argument("--json", default="", help="receipt path")
     return p.parse_args(argv)
@@ -59,7 +62,7 @@ class Step:
         # Newer transformers' StaticCache writes at its own counter (a device tensor that each
         # forward, replays included, advances), so the cache holds every step this script runs;
         # attention reads the whole static buffer either way, as generate()'s does.
-        self.budget = args.rounds * args.replays + 16
+        self.budget = args.rounds * args.replays + 32  # + warm-up, capture, check, profile
         cache = transformers.StaticCache(config=model.config,
                                          max_cache_len=args.prompt + self.budget)
         dev = args.device
@@ -126,6 +129,34 @@ def time_round(step, replays, torch, cuda) -> float:
     for _ in range(replays):
         step.run()
     return (time.perf_counter() - t0) / replays
+
+
+def profile_kernels(variant, step, top, torch, cuda, replays=10) -> None:
+    """Kernels of `replays` steps by device time a step (CPU: ops by CPU time). Under PDL a
+    kernel's time can include its wait on the one before, so the sum may pass the step."""
+    from collections import defaultdict
+
+    from torch.profiler import ProfilerActivity, profile
+
+    acts = [ProfilerActivity.CUDA] if cuda else [ProfilerActivity.CPU]
+    with profile(activities=acts) as prof:
+        for _ in range(replays):
+            step.run()
+        if cuda:
+            torch.cuda.synchronize()
+    per = defaultdict(lambda: [0, 0.0])
+    for e in prof.events():
+        us = e.device_time_total if cuda else e.cpu_time_total
+        if cuda and (us <= 0 or e.device_type.name != "CUDA"):
+            continue
+        per[e.name][0] += 1
+        per[e.name][1] += us
+    total = sum(v[1] for v in per.values())
+    calls = sum(v[0] for v in per.values())
+    print(f"## {variant}: {calls / replays:.0f} kernels a step, {total / replays / 1e3:.3f} ms of "
+          f"kernel time a step")
+    for name, (n, us) in sorted(per.items(), key=lambda kv: -kv[1][1])[:top]:
+        print(f"{us / replays:9.1f} us {n / replays:6.1f}x  {name[:100]}")
 
 
 def main(argv=None) -> int:
@@ -198,6 +229,9 @@ def main(argv=None) -> int:
         print(f"{v:8s} {med * 1e3:8.3f} {min(times[v]) * 1e3:7.3f} {max(times[v]) * 1e3:7.3f} "
               f"{speed} {info[v]['weight_bytes'] / 1e9:10.2f} "
               f"{info[v]['weight_bytes'] / med / 1e9:7.0f}", flush=True)
+    if args.profile:
+        for v in variants:
+            profile_kernels(v, steps[v], args.profile, torch, cuda)
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps({**header, "rows": rows}, indent=1))

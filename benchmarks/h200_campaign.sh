@@ -793,6 +793,14 @@ step11)
   run step8c 320 python3 benchmarks/gpu_e2e_step.py --layers 8 --compile --json "$OUT/r/step8c.json"
   pack step11
   ;;
+stepprof)
+  # step8c's compiled 8-layer step: E5M2 and NVFP4 spend 8-12 us a layer more than fp16 outside
+  # their linears' bench times; which kernels
+  export SOFTFP8_FP8_DECODE=integer
+  mkdir -p "$OUT/r"
+  run step8cp 300 python3 benchmarks/gpu_e2e_step.py --layers 8 --compile --variants fp16,e5m2,nvfp4 --rounds 5 --profile 16 --json "$OUT/r/step8cp.json"
+  pack stepprof
+  ;;
 e2eprof)
   # (prepared in the tenth session, not yet run) why compiled E5M2 generate() is no faster than
   # fp16 (e2e10): one compiled generate() of 16 tokens under torch.profiler per variant, kernels
