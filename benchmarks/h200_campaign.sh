@@ -801,6 +801,14 @@ stepprof)
   run step8cp 300 python3 benchmarks/gpu_e2e_step.py --layers 8 --compile --variants fp16,e5m2,nvfp4 --rounds 5 --profile 16 --json "$OUT/r/step8cp.json"
   pack stepprof
   ;;
+step32c)
+  # the compiled step at the model's real depth: 32 layers, every variant (step8c: ~15 s of
+  # compile a variant at 8 layers)
+  export SOFTFP8_FP8_DECODE=integer
+  mkdir -p "$OUT/r"
+  run step32c 540 python3 benchmarks/gpu_e2e_step.py --compile --rounds 11 --json "$OUT/r/step32c.json"
+  pack step32c
+  ;;
 e2eprof)
   # (prepared in the tenth session, not yet run) why compiled E5M2 generate() is no faster than
   # fp16 (e2e10): one compiled generate() of 16 tokens under torch.profiler per variant, kernels
