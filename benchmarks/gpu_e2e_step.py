@@ -49,6 +49,9 @@ def parse_args(argv=None):
     p.add_argument("--profile", type=int, default=0, metavar="TOP",
                    help="after timing, each variant's kernels under torch.profiler (10 replays): "
                         "the TOP by device time a step")
+    p.add_argument("--pdl-modes", default="",
+                   help="comma list of SOFTFP8_PDL modes (off, late, early): each format's step "
+                        "captured once per mode, same model, same process (default: as set)")
     p.add_argument("--tiny", action="store_true", help="a 2-layer model (tests of this script)")
     p.add_argument("--json", default="", help="receipt path")
     return p.parse_args(argv)
@@ -57,8 +60,8 @@ def parse_args(argv=None):
 class Step:
     """A model with a prefilled static cache and its next-token forward as a callable."""
 
-    def __init__(self, model, args, torch, transformers):
-        self.model, self.torch = model, torch
+    def __init__(self, model, forward, args, torch, transformers):
+        self.model, self.forward, self.torch = model, forward, torch
         # Newer transformers' StaticCache writes at its own counter (a device tensor that each
         # forward, replays included, advances), so the cache holds every step this script runs;
         # attention reads the whole static buffer either way, as generate()'s does.
@@ -75,7 +78,6 @@ class Step:
         self.token = torch.full((1, 1), 123, device=dev, dtype=torch.long)
         self.position = torch.full((1,), args.prompt, device=dev, dtype=torch.long)
         self.graph = None
-        self.forward = torch.compile(model, fullgraph=True) if args.compile else model
 
     def counters(self) -> list:
         """The cache's write counters where it keeps them (see __init__), else []."""
@@ -129,6 +131,26 @@ def time_round(step, replays, torch, cuda) -> float:
     for _ in range(replays):
         step.run()
     return (time.perf_counter() - t0) / replays
+
+
+def check_and_capture(step, cuda) -> float:
+    """Capture the step (CUDA) and return its logits' relative distance from an eager step."""
+    if cuda:
+        step.capture()
+    saved = [c.clone() for c in step.counters()]
+    eager = step.eager().float()
+    for c, v in zip(step.counters(), saved):  # the same cache slot again, same values
+        c.copy_(v)
+    replayed = step.run().float()
+    err = ((replayed - eager).norm() / eager.norm()).item()
+    # The graph must compute the eager step (NaN fails too). Not to the bit: cuBLAS and
+    # attention may pick other algorithms under capture, and 32 layers of random weights
+    # magnify a last-bit difference (fp16 itself: 2.0e-3 at 32 layers, `graph11`; the softfp8
+    # kernels alone give the eager bits, tests/test_gpu_graphs.py). A wrong graph (another
+    # cache slot: 0.147 on the 2-layer CPU model) is far off.
+    if not (err < 0.02):
+        raise SystemExit(f"graph logits differ from eager by {err:.3g}")
+    return err
 
 
 def profile_kernels(variant, step, top, torch, cuda, replays=10) -> None:
@@ -185,38 +207,31 @@ def main(argv=None) -> int:
     for key, value in header.items():
         print(f"# {key}: {value}", flush=True)
     steps, info = {}, {}
+    modes = [m.strip() for m in args.pdl_modes.split(",") if m.strip()]
     for variant in variants:
         model = build_model(args, torch, transformers)
         weights = model_bytes(model)
         if variant != "fp16":
             weights = softfp8.quantize_model(model, variant, progress=False,
                                              backend=args.backend).bytes_after
-        step = Step(model, args, torch, transformers)
-        if cuda:
-            step.capture()
-        saved = [c.clone() for c in step.counters()]
-        eager = step.eager().float()
-        for c, v in zip(step.counters(), saved):  # the same cache slot again, same values
-            c.copy_(v)
-        replayed = step.run().float()
-        err = ((replayed - eager).norm() / eager.norm()).item()
-        # The graph must compute the eager step (NaN fails too). Not to the bit: cuBLAS and
-        # attention may pick other algorithms under capture, and 32 layers of random weights
-        # magnify a last-bit difference (fp16 itself: 2.0e-3 at 32 layers, `graph11`; the
-        # softfp8 kernels alone give the eager bits, tests/test_gpu_graphs.py). A wrong graph
-        # (another cache slot: 0.147 on the 2-layer CPU model) is far off.
-        if not (err < 0.02):
-            raise SystemExit(f"{variant}: graph logits differ from eager by {err:.3g}")
-        steps[variant] = step
-        info[variant] = {"weight_bytes": weights, "graph_vs_eager": err}
-        print(f"# {variant}: built, {weights / 1e9:.2f} GB of weights, graph vs eager {err:.1e}",
-              flush=True)
+        forward = torch.compile(model, fullgraph=True) if args.compile else model
+        for mode in (modes if modes and variant != "fp16" else [None]):
+            label = variant if mode is None else f"{variant}/pdl={mode}"
+            if mode is not None:  # read when the step's kernels are launched, i.e. captured
+                os.environ["SOFTFP8_PDL"] = mode
+            step = Step(model, forward, args, torch, transformers)
+            err = check_and_capture(step, cuda)
+            steps[label] = step
+            info[label] = {"weight_bytes": weights, "graph_vs_eager": err, "pdl": mode}
+            print(f"# {label}: built, {weights / 1e9:.2f} GB of weights, graph vs eager "
+                  f"{err:.1e}", flush=True)
+    variants = list(steps)
     times = {v: [] for v in variants}
     for _ in range(args.rounds):
         for v in variants:
             times[v].append(time_round(steps[v], args.replays, torch, cuda))
     base = statistics.median(times["fp16"]) if "fp16" in times else None
-    print(f"{'variant':8s} {'ms/step':>8s} {'min':>7s} {'max':>7s} {'x fp16':>7s} "
+    print(f"{'variant':15s} {'ms/step':>8s} {'min':>7s} {'max':>7s} {'x fp16':>7s} "
           f"{'weights GB':>10s} {'GB/s':>7s}")
     rows = []
     for v in variants:
@@ -226,7 +241,7 @@ def main(argv=None) -> int:
                **info[v]}
         rows.append(row)
         speed = f"{base / med:7.2f}" if base else f"{'-':>7s}"
-        print(f"{v:8s} {med * 1e3:8.3f} {min(times[v]) * 1e3:7.3f} {max(times[v]) * 1e3:7.3f} "
+        print(f"{v:15s} {med * 1e3:8.3f} {min(times[v]) * 1e3:7.3f} {max(times[v]) * 1e3:7.3f} "
               f"{speed} {info[v]['weight_bytes'] / 1e9:10.2f} "
               f"{info[v]['weight_bytes'] / med / 1e9:7.0f}", flush=True)
     if args.profile:

@@ -809,6 +809,15 @@ step32c)
   run step32c 540 python3 benchmarks/gpu_e2e_step.py --compile --rounds 11 --json "$OUT/r/step32c.json"
   pack step32c
   ;;
+pdlstep)
+  # step32c: outside their linears' token time the formats' compiled step spends ~0.25 ms more
+  # than fp16's. Each softfp8 kernel there follows an inductor kernel; is it the PDL launch?
+  # Each format's step captured under off, late and early from one compiled model
+  export SOFTFP8_FP8_DECODE=integer
+  mkdir -p "$OUT/r"
+  run pdlstep 500 python3 benchmarks/gpu_e2e_step.py --compile --variants fp16,e5m2,nvfp4 --pdl-modes off,late,early --rounds 11 --json "$OUT/r/pdlstep.json"
+  pack pdlstep
+  ;;
 e2eprof)
   # (prepared in the tenth session, not yet run) why compiled E5M2 generate() is no faster than
   # fp16 (e2e10): one compiled generate() of 16 tokens under torch.profiler per variant, kernels
