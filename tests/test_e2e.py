@@ -175,3 +175,53 @@ def test_gpu_e2e_script_smoke_on_cpu(tmp_path, monkeypatch, capsys):
     assert rows[0]["logits_rel_err"] == 0 and 0 < rows[1]["logits_rel_err"] < 0.1
     assert all(r["tok_s"] > 0 for r in rows) and rows[1]["weight_bytes"] < rows[0]["weight_bytes"]
     assert "# versions:" in capsys.readouterr().out
+
+
+def _load_step_script():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "gpu_e2e_step", REPO / "benchmarks" / "gpu_e2e_step.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    return script
+
+
+def test_gpu_e2e_step_smoke_on_cpu(tmp_path, monkeypatch):
+    # The decode-step script's own logic on a tiny model: eager steps stand in for the graph
+    # (CPU), one row per variant and PDL mode, the receipt.
+    import json
+
+    monkeypatch.setenv("SOFTFP8_BACKEND", "torch")  # main() sets both; restored after
+    monkeypatch.setenv("SOFTFP8_PDL", "auto")
+    script = _load_step_script()
+    receipt = tmp_path / "step.json"
+    assert script.main(["--tiny", "--device", "cpu", "--backend", "torch", "--variants",
+                        "fp16,e4m3", "--pdl-modes", "off,late", "--prompt", "4", "--rounds", "2",
+                        "--replays", "2", "--json", str(receipt)]) == 0
+    rows = json.loads(receipt.read_text())["rows"]
+    assert [r["variant"] for r in rows] == ["fp16", "e4m3/pdl=off", "e4m3/pdl=late"]
+    assert all(r["graph_vs_eager"] == 0 and r["ms_per_step"] > 0 for r in rows)
+    assert rows[1]["weight_bytes"] < rows[0]["weight_bytes"]
+
+
+def test_gpu_e2e_step_check_catches_a_wrong_step(monkeypatch):
+    # Without the cache's write counter put back, the checked step attends to one more token
+    # than the eager one: the check must refuse it.
+    import argparse
+
+    import torch
+    import transformers
+
+    monkeypatch.setenv("SOFTFP8_BACKEND", "torch")
+    script = _load_step_script()
+    from gpu_e2e_generate import build_model
+
+    args = argparse.Namespace(tiny=True, layers=2, device="cpu", prompt=4, rounds=1, replays=1)
+    model = build_model(args, torch, transformers)
+    step = script.Step(model, model, args, torch, transformers)
+    if not step.counters():
+        pytest.skip("this transformers writes the cache at cache_position: nothing to put back")
+    monkeypatch.setattr(script.Step, "counters", lambda self: [])
+    with pytest.raises(SystemExit, match="graph logits differ from eager"):
+        script.check_and_capture(step, cuda=False)
