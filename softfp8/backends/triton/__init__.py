@@ -5,7 +5,8 @@ slabs decoded for cuBLAS (`_dequant`).
 
 Public names (the backend protocol): NEEDS and matmul(x, packed, bias, *, e2m1). This module
 checks arguments, takes the launch settings from `_table` (which kernel and tiles, the FP8
-decode, programmatic dependent launch; re-exported here) and launches the kernels of `_kernels`
+decode, programmatic dependent launch), `_mma_table` (Kernel.MMA_GEMV's) and `_device` (the
+types they share), all re-exported here, and launches the kernels of `_kernels`
 (decoders in `_decode`), `_mma` and `_dequant`. Triton itself is imported only when a kernel is
 launched, so NEEDS can explain a missing package instead of failing to import.
 
@@ -24,17 +25,17 @@ from ...dispatch import E2M1Decode, Needs
 from ...formats import Format, PackedWeight, ScaleKind
 from ...linear import check_linear_args
 from .._facts import codes_nan_free, known_fact, remember_fact  # noqa: F401 - re-exported
+from ._device import (FP8_DECODE_ENV, DeviceInfo, Kernel, LaunchConfig, device_info,
+                      uses_hardware_fp8)
+from ._mma_table import (MMA_FORMATS, MMA_GROUPS_MAX_M, MMA_MAX_M, MMA_RUN_TILES, MMA_RUNS,
+                         MMA_TILE_ROWS, MMA_WIDE_M, mma_config, mma_gemv_runs, mma_layout,
+                         mma_rows, mma_split, mma_zero_fill, uses_mma_gemv)
 from ._table import (DEQUANT_MIN_M, DEQUANT_MIN_M_FP4, DEQUANT_MIN_SLAB_ROWS,
-                     DEQUANT_SLAB_BYTES, FP8_DECODE_ENV, MMA_FORMATS, MMA_GROUPS_MAX_M,
-                     MMA_MAX_M, MMA_RUN_TILES, MMA_RUNS, MMA_TILE_ROWS, MMA_WIDE_M, PDL_ENV,
-                     PDL_PREFETCH_ENV, TABLE_ENV,
-                     DeviceInfo, Kernel, LaunchConfig, device_info, dot_upcast, launch_config,
-                     mma_config, mma_gemv_runs, mma_layout, mma_rows, mma_split, mma_zero_fill,
-                     pdl_auto, pdl_settings, tiled_config,
-                     uses_hardware_fp8, uses_mma_gemv, uses_ptx_decode)
+                     DEQUANT_SLAB_BYTES, PDL_ENV, PDL_PREFETCH_ENV, TABLE_ENV, dot_upcast,
+                     launch_config, pdl_auto, pdl_settings, tiled_config, uses_ptx_decode)
 
 __all__ = ["NEEDS", "INTERPRET", "matmul", "run", "split_bytes", "codes_nan_free",
-           "known_fact", "remember_fact",  # the backend; the launch settings (_table):
+           "known_fact", "remember_fact",  # the backend; the launch settings:
            "Kernel", "LaunchConfig", "DeviceInfo", "device_info", "launch_config", "tiled_config",
            "mma_config", "mma_gemv_runs", "mma_layout", "mma_rows", "mma_split", "mma_zero_fill",
            "uses_mma_gemv", "uses_hardware_fp8",
@@ -75,7 +76,7 @@ def _check(x: torch.Tensor, packed: PackedWeight, bias: torch.Tensor | None,
 
 
 _PLAN_ENV = (TABLE_ENV, FP8_DECODE_ENV, PDL_ENV, PDL_PREFETCH_ENV)
-"""The environment variables that `_table`'s settings read (`_plan`'s key holds their values)."""
+"""The environment variables the launch settings read (`_plan`'s key holds their values)."""
 
 
 @functools.lru_cache(maxsize=4096)

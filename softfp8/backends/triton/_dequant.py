@@ -12,7 +12,8 @@ import torch
 
 from ...dispatch import E2M1Decode
 from . import codes_nan_free, known_fact, remember_fact
-from ._table import device_info, dot_upcast, tiled_config, uses_ptx_decode
+from ._device import device_info
+from ._table import dot_upcast, tiled_config, uses_ptx_decode
 
 # Rows whose largest |value| lies outside these float32 bounds are not held exactly by a slab
 # of that dtype (overflow above, precision lost to subnormals below): the exact pass redoes them.

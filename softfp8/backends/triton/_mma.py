@@ -49,7 +49,7 @@ from ._const import Const
 from ._kernels import _pdl_exit, _pdl_start, _pdl_wait, _pdl_wait_after
 from ._mma_loads import _prefetch_rows, _rows_step, _x_step
 from ._mma_ptx import _fp8_tile_asm, _probe_tile_asm, _tile_asm, tile_constraints
-from ._table import MMA_STEP_BYTES, MMA_TILE_ROWS
+from ._mma_table import MMA_STEP_BYTES, MMA_TILE_ROWS
 
 ROWS = Const(MMA_TILE_ROWS)  # two 16-row tiles a warp: rows g, g+8, g+16, g+24 a thread
 STEP_BYTES = Const(MMA_STEP_BYTES)  # a warp's bytes of each row a loop step

@@ -1,6 +1,6 @@
 """Kernel.MMA_GEMV's loads (`_mma`): one thread's 16 bytes of a row (and their scale bytes) and
 the x values they meet, one loop step at a time, as inline PTX (`_mma_ptx`'s load blocks), and
-the L2 prefetch of a later step. ZERO (`_table.mma_zero_fill`) picks the blocks that fill what a
+the L2 prefetch of a later step. ZERO (`_mma_table.mma_zero_fill`) picks the blocks that fill what a
 predicate switches off with zeros, or leave it as it was.
 """
 import triton

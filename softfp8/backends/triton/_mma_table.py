@@ -1,0 +1,212 @@
+"""Kernel.MMA_GEMV's launch settings: its domain, when `launch_config` picks it, its run and
+tile mappings and their tiles, K-split and zero fill -- every rule with what it was measured
+on. Pure Python: nothing here imports Triton."""
+from __future__ import annotations
+
+import torch
+
+from ...formats import Format
+from ._device import DeviceInfo, Kernel, LaunchConfig, fp8_decode_wanted
+
+
+MMA_MAX_M = 8  # one mma's 8 columns
+MMA_GROUPS_MAX_M = 16
+"""Kernel.MMA_GEMV takes M up to this as groups of block_m = 8 x rows, one group a program
+(its GROUPS): the groups of a block of weight rows run side by side and all but the first
+read the weights from L2."""
+
+
+MMA_FORMATS = frozenset(Format)
+"""What Kernel.MMA_GEMV can run (tests and sweeps reach every format with `run`)."""
+
+
+def mma_gemv_runs(k: int, m: int, fmt: Format, info: DeviceInfo, x_dtype: torch.dtype) -> bool:
+    """Kernel.MMA_GEMV's domain: fp16 x, M <= 16 (MMA_GROUPS_MAX_M), K a multiple of 8 (16-byte
+    x rows), NVIDIA sm_80+ (mma.m16n8k16 and cvt.f16x2.f32), not the interpreter (inline PTX)."""
+    return (fmt in MMA_FORMATS and x_dtype == torch.float16 and m <= MMA_GROUPS_MAX_M
+            and k % 8 == 0
+            and info.capability is not None and info.capability >= (8, 0)
+            and not info.interpreter)
+
+
+MMA_FP8_M8_MAX_CODES = 6144 * 4096
+"""8-bit weights of at most this many codes run M = 5..8 on Kernel.MMA_GEMV (runs laid out for 8
+x rows, two steps in registers), larger ones the dot kernel: `pipe3` sweep on the H200, M = 8,
+E5M2 / E4M3 us, MMA_GEMV against the dot kernel: 4096 x 4096 9.3 / 10.3 against 10.0 / 11.0,
+6144 x 4096 11.1 / 12.6 against 11.6 / 13.1; 4096 x 14336 23.0 / 25.9 against 21.7 / 22.6."""
+
+MMA_FP8_MAX_N = 65536
+"""8-bit rows (a vocabulary head) from which M = 2..4 runs the dot kernel, not MMA_GEMV: there
+`softfp8-bench small-m` (the issue's instrument) and `sweep_gemv.py` disagree. On the H200
+(`pipe3`/`pipe4`, 128256 x 4096) the sweep has MMA_GEMV at 119-122 us and the dot kernel at
+138-139 (M = 1 and 4), the bench MMA_GEMV at 135-148 us and the dot kernel at 124-131 (M = 2..8).
+Much of that was the bench's 3-pass warm-up (BENCHMARKS.md, seventh session: with 50 ms the
+head at M = 1 takes 118 us for E5M2, 122 for E4M3 on MMA_GEMV, 125 on the dot kernel);
+M = 2..4 heads were not measured again since."""
+
+
+def uses_mma_gemv(n: int, k: int, m: int, fmt: Format, info: DeviceInfo,
+                  x_dtype: torch.dtype) -> bool:
+    """Whether launch_config picks Kernel.MMA_GEMV: within its domain, FP4 at M <= 16 (M = 9..16
+    in one program a row block, the weights decoded once for both halves of x's rows: WIDE)
+    and the 8-bit formats at M <= 4 (M <= 8 for small weights; E5M2 small weights also at
+    M = 9..16, wide), where it was measured faster than the FMA/dot kernels on the H200
+    (BENCHMARKS.md, campaign steps `mma8`, `runs2`-`runs4`, `pipe2`-`pipe4`, `smallm8`,
+    `wide10`). 8-bit M = 3..4 joined once each thread held two steps in
+    registers (depth 2; `pipe3` sweep, M = 4: every llama3-8b shape but E4M3's 4096 x 14336
+    (22.9 against 22.4 us) faster than the dot kernel; in the bench qkv, o, down and gate_up
+    2-15% faster); vocabulary heads only at M = 1
+    (MMA_FP8_MAX_N). At M = 5..8 the runs are 64 bytes long and lose to the dot kernel on the
+    large shapes (E4M3 28672 x 4096 41.1 against 37.6 us), not on the small ones
+    (MMA_FP8_M8_MAX_CODES). Not for 8-bit codes under SOFTFP8_FP8_DECODE=hardware: its decode
+    is the integer one. M = 9..16 (`wide10` sweep, llama3-8b shapes, us at M = 12 / 16): FP4
+    wide against the two groups (or NVFP4's head on the dot kernel at 16) 135 / 154 against
+    202 / 483 on the head, 42.5 / 48.0 against 50.0 / 52.5 on gate_up (NVFP4), 12.3 / 12.5
+    against 15.5 / 15.9 on qkv; E5M2 wide against the dot kernel 11.3 / 11.4 against 11.5 /
+    12.1 on qkv, 9.6 / 9.6 against 10.2 / 10.2 on o, but 23.2 against 21.3 on down and
+    143 against 141 on the head; E4M3 12.6 / 12.5 against 12.4 / 12.1 on qkv (the dot kernel
+    stays)."""
+    small = n * k <= MMA_FP8_M8_MAX_CODES
+    if fmt in (Format.E5M2, Format.E4M3) and (
+            (m > 4 and not small) or (m > MMA_MAX_M and fmt is not Format.E5M2)
+            or (m > 1 and n >= MMA_FP8_MAX_N)
+            or fp8_decode_wanted() == "hardware"):
+        return False
+    return mma_gemv_runs(k, m, fmt, info, x_dtype)
+
+
+MMA_STEP_BYTES = 64
+"""Bytes of each row one warp of Kernel.MMA_GEMV consumes a loop step (16 per thread t of a
+quad); the run mapping's step is MMA_MAX_M // RUNS such chunks of a row."""
+
+MMA_TILE_ROWS = 32
+"""Rows of one Kernel.MMA_GEMV program in the tile mapping: two 16-row mma tiles, warps split K."""
+MMA_RUNS = (1, 2, 4, 8)
+"""block_m of Kernel.MMA_GEMV's run mapping: the x rows it is laid out for (`_mma`)."""
+MMA_RUN_TILES = (2, 4)
+"""16-row mma tiles a warp of the run mapping holds."""
+
+
+def mma_rows(block_m: int, num_warps: int, tiles: int = 2) -> int:
+    """Rows of one Kernel.MMA_GEMV program in the run mapping: each warp its own
+    2 * block_m * tiles rows (block_n of its LaunchConfig)."""
+    return 2 * block_m * tiles * num_warps
+
+
+MMA_WIDE_M = 2 * MMA_MAX_M
+"""block_m of a Kernel.MMA_GEMV launch that takes M up to 16 in one program (the kernel's
+WIDE): each step's weights decoded once and fed to two mma, x rows 0..7 and 8..15; laid out
+as block_m = 8 (the tile mapping, or the runs for 8 rows with two tiles a warp)."""
+
+
+def mma_layout(cfg: LaunchConfig) -> tuple[int, int]:
+    """(RUNS, TILES) of `_mma.mma_gemv_kernel` for a Kernel.MMA_GEMV LaunchConfig:
+    block_m = 8 (or MMA_WIDE_M), block_n = MMA_TILE_ROWS and more than one warp is the tile
+    mapping (RUNS = 0, the warps split K); otherwise the run mapping laid out for block_m x
+    rows (MMA_WIDE_M: 8, two tiles), with block_n = mma_rows(block_m, num_warps, tiles)."""
+    wide = cfg.block_m == MMA_WIDE_M
+    block_m = MMA_MAX_M if wide else cfg.block_m
+    if block_m == MMA_MAX_M and cfg.block_n == MMA_TILE_ROWS and cfg.num_warps > 1:
+        return 0, 2
+    for tiles in (2,) if wide else MMA_RUN_TILES:
+        if block_m in MMA_RUNS and cfg.block_n == mma_rows(block_m, cfg.num_warps, tiles):
+            return block_m, tiles
+    raise ValueError(f"cfg: Kernel.MMA_GEMV takes block_m in {MMA_RUNS} with block_n = 2 * "
+                     f"block_m * num_warps * (2 or 4), or block_m={MMA_MAX_M} with block_n="
+                     f"{MMA_TILE_ROWS}, or block_m={MMA_WIDE_M} with block_n={MMA_TILE_ROWS} "
+                     f"or 32 * num_warps; got {cfg}")
+
+
+def mma_zero_fill(row_bytes: int, per_split: int, runs: int, cfg: LaunchConfig, k: int,
+                  padded_k: int) -> bool:
+    """Whether Kernel.MMA_GEMV's switched-off loads must leave zeros (its ZERO): a program's K
+    range (per_split bytes; the last one what is left of row_bytes) that ends inside a pass of
+    `cfg.depth` loop steps makes a tile read them, and so does x past K when the rows are padded
+    (k < padded_k: the padding's zero codes times whatever the registers held, NaN included). A
+    loop step is MMA_STEP_BYTES a warp of each row in the tile mapping (runs = 0; warps split K),
+    MMA_MAX_M / runs of them in the run mapping."""
+    step = MMA_STEP_BYTES * (cfg.num_warps if runs == 0 else MMA_MAX_M // runs)
+    whole = step * cfg.depth
+    return k != padded_k or row_bytes % whole != 0 or per_split % whole != 0
+
+
+def mma_split(programs: int, warps: int, info: DeviceInfo, per_sm: int = 12) -> int:
+    """Kernel.MMA_GEMV's K-split: programs of `warps` warps split K until about `per_sm` warps
+    per SM are resident (1 to 8 ways)."""
+    return max(1, min(8, -(-per_sm * info.sm_count // (programs * warps))))
+
+
+def _fp4_runs(n: int, m: int, fmt: Format) -> bool:
+    """FP4 at M = 2..4 on the run mapping (laid out for 2 or 4 x rows), not the 32-row tiles:
+    M = 2, NVFP4 at M = 3..4, MXFP4 at 3..4 on vocabulary heads (MMA_FP8_MAX_N rows). Measured
+    on the H200 (`fp4m10` sweep and `fp4m10b` small-m bench, llama3-8b shapes, us, tiles ->
+    runs, bench): M = 2 faster on all five shapes (NVFP4 gate_up 29.6 -> 24.8, head 113 ->
+    98; MXFP4 2-9%); M = 4 NVFP4 qkv 12.6 -> 10.8, gate_up 31.1 -> 27.5, head 117 -> 100, o
+    8.5 -> 9.4 (a layer's four: 70.3 -> 65.5); MXFP4 M = 4 head 120 -> 109 but o 8.3 -> 9.9,
+    gate_up 28.6 -> 30.5, down 18.0 -> 19.5 (a layer's four 66.7 -> 71.3; the sweep agrees)."""
+    if fmt not in (Format.NVFP4, Format.MXFP4) or not 2 <= m <= 4:
+        return False
+    return m == 2 or fmt is Format.NVFP4 or n >= MMA_FP8_MAX_N
+
+
+def mma_config(n: int, k: int, m: int, fmt: Format, info: DeviceInfo) -> LaunchConfig:
+    """Kernel.MMA_GEMV. block_k = 128 codes; num_stages = how many steps ahead each warp
+    prefetches its weights to L2 (0: none); depth = steps of weights held in registers.
+    - The run mapping (`_mma`) for M = 1 at every format, FP4 at M = 2..4 where `_fp4_runs`,
+      and the 8-bit formats at M <= 8 (M = 5..8 up to MMA_FP8_M8_MAX_CODES):
+      block_m = the next power of two >= M, 2 tiles a warp; M = 1 in 2 warps (8-bit from 16384
+      rows: 4), else 4. The 8-bit formats hold two steps (depth 2): with one, ptxas issues the
+      next step's loads after this step's mma (SASS, sm_90), so a warp had one step in flight;
+      `pipe1` sweep, M = 1, best per shape against depth 1: 22016 x 4096 E5M2 24.0 against
+      26.4 us, E4M3 27.8 against 29.6; token E5M2 1.897 -> 1.794 ms. An L2 prefetch beyond
+      the registers (num_stages 2 / 4) was slower in 93 of 116 pairs and never a shape's best;
+      FP4 (125 registers at depth 1) gained nothing from depth 2 (`pipe2`/`pipe3` sweeps).
+    - FP4 at M = 2 (NVFP4 also 3..4, MXFP4 3..4 on vocabulary heads): the runs too, 4 warps
+      (`_fp4_runs`).
+    - FP4 otherwise at M = 2..8: the 32-row tiles (block_m = 8), warps along K, 2-step L2
+      prefetch; 8 warps below 256 programs, 4 above (`fp4m10`, M = 8: the runs 12-16% slower on
+      the head, mixed elsewhere).
+    - M = 9..16 (FP4, E5M2 small weights): block_m = MMA_WIDE_M, the runs for 8 x rows with
+      both halves of x in one program (WIDE), 4 warps, the format's depth, no L2 prefetch
+      (`wide10` sweep, llama3-8b shapes at M = 12 and 16: 4 warps within 3% of 2 warps or
+      faster on 29 of 30 shape/format/M, up to 11% faster, 4% slower once; the 32-row tiles
+      wide up to 30% slower on gate_up and the head, within 0-4% on qkv, o and down).
+    Programs split K until about 12 warps per SM are resident (M = 1 at depth 2: 6, twice the
+    bytes a warp); at M = 1, rows over 4 KB also until each program takes at most 3.5 KB of a
+    row (depth 2: 7 KB; 4096 x 11008 E5M2: 14.3 us split 2 against 15.1 split 4).
+    Measured on the H200 (2026-11-29, sweep_gemv.py --kernels mma_gemv, integer FP8 decode;
+    BENCHMARKS.md, campaign steps `runs1` on the llama2-7b shapes and `runs2` on llama3-8b's):
+    - M = 1: 2 warps fastest or within 3% on 10 of 11 shapes in `runs1`/`runs2` (22016 x 4096
+      E5M2: 26.3 us against 30.4 with 4 warps; the exception is 32000 x 4096 8-bit, 8% behind
+      8 warps); `runs4` (another machine) found 4 warps 0-10% faster on 28672-128256 rows.
+      Which is faster moves between machines; the token is the same within 1% either way;
+      4 tiles a warp (twice the bytes in flight a thread) was slower everywhere but one shape;
+      K-splits of 2-4 at 4096 rows (E4M3 4096 x 11008: 17.5 us split 4, 24.3 unsplit); rows of
+      4 KB or less unsplit where the rows fill the GPU (12288 x 4096 E5M2: 14.7 us against
+      16.4 split 2; `runs3` split them and its token lost 3%).
+    - M = 2: the runs laid out for 2 rows beat the dot kernel on all five llama3-8b shapes
+      (E4M3 28672 x 4096: 36.6 us against 42.4) and the 32-row tiles (45.8).
+    - M = 4, E4M3 (`runs2`, before the dot kernel's NaN-free decode): the runs beat the dot
+      kernel on 4 of 5 shapes; after it (`runs3`, `runs4`) the dot kernel was faster, until the
+      runs held two steps (`pipe3`: `uses_mma_gemv` has 8-bit M = 3..4 on the runs again).
+    The earlier M = 1 rule (4 warps, `mma8`/`long1`) and the FP4 tiles' settings are in
+    BENCHMARKS.md's log."""
+    fp8 = fmt in (Format.E5M2, Format.E4M3)
+    depth = 2 if fp8 else 1
+    if m > MMA_MAX_M:  # WIDE: the runs for 8 x rows, one program for all 16, 4 warps
+        block_m, warps, ahead = MMA_WIDE_M, 4, 0
+        rows = mma_rows(MMA_MAX_M, warps)
+    elif m == 1 or fp8 or _fp4_runs(n, m, fmt):
+        block_m = min(MMA_MAX_M, 1 << (m - 1).bit_length())
+        warps, ahead = (2 if m == 1 and not (fp8 and n >= 16384) else 4), 0
+        rows = mma_rows(block_m, warps)
+    else:
+        block_m, rows, ahead = MMA_MAX_M, MMA_TILE_ROWS, 2
+        warps = 8 if -(-n // MMA_TILE_ROWS) < 256 else 4
+    groups = -(-m // block_m)  # block_m = 8 at M = 9..16 (explicit configs): two groups
+    # two buffers hold twice the bytes a warp: half the resident warps fill the GPU (M = 1)
+    split = mma_split(-(-n // rows) * groups, warps, info, 12 // depth if m == 1 else 12)
+    row_bytes = k * (8 if fp8 else 4) // 8
+    if m == 1 and row_bytes > 4096:
+        split = min(8, max(split, -(-row_bytes // (3584 * depth))))
+    return LaunchConfig(Kernel.MMA_GEMV, block_m, rows, 128, split, warps, ahead, depth)
