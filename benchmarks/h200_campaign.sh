@@ -818,6 +818,17 @@ pdlstep)
   run pdlstep 500 python3 benchmarks/gpu_e2e_step.py --compile --variants fp16,e5m2,nvfp4 --pdl-modes off,late,early --rounds 11 --json "$OUT/r/pdlstep.json"
   pack pdlstep
   ;;
+final11)
+  # the eleventh session's code on the GPU: the whole GPU suite (the launch settings split out
+  # of _table into _device and _mma_table; the graph tests), then the token bench on the
+  # llama3-8b layout transformers holds (separate q, k, v, gate, up; GQA k/v 1024 x 4096)
+  export SOFTFP8_FP8_DECODE=integer
+  mkdir -p "$OUT/r"
+  run gputests 280 python3 -m pytest -q -m gpu -p no:cacheprovider tests/
+  tail -3 "$OUT/gputests.txt"
+  run token-l3hf 90 python3 -m softfp8.bench token --preset llama3-8b-hf --backends triton --out "$OUT/r/token-l3hf.json"
+  pack final11
+  ;;
 e2eprof)
   # (prepared in the tenth session, not yet run) why compiled E5M2 generate() is no faster than
   # fp16 (e2e10): one compiled generate() of 16 tokens under torch.profiler per variant, kernels
