@@ -28,6 +28,7 @@ import json
 import os
 import statistics
 import sys
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -126,7 +127,6 @@ def time_round(step, replays, torch, cuda) -> float:
         end.record()
         end.synchronize()
         return start.elapsed_time(end) / 1e3 / replays
-    import time
     t0 = time.perf_counter()
     for _ in range(replays):
         step.run()
