@@ -303,3 +303,27 @@ def test_hf_presets_are_transformers_linears(name, config):
                if isinstance(m, torch.nn.Linear)]
     p = PRESETS[name]
     assert linears == [(s.n, s.k) for s in p.layer_shapes] + [(p.head.n, p.head.k)]
+
+
+def test_token_cpu_on_a_preset_whose_linears_share_shapes(tmp_path, monkeypatch):
+    # transformers' layouts repeat one N x K under several names (q, k, v): each distinct shape
+    # is one weight to rotate, each linear its own copy (a dict keyed by the named Shape raised
+    # KeyError here before)
+    from softfp8.bench.presets import Preset
+
+    tiny = Preset("tiny-hf", 2, (Shape("q", 48, 64), Shape("k", 48, 64), Shape("up", 96, 64),
+                                 Shape("down", 64, 96)), head=Shape("lm_head", 80, 64))
+    monkeypatch.setitem(PRESETS, "tiny-hf", tiny)
+    assert [s.label for s in tiny.shapes()] == ["q/k 48x64", "up 96x64", "down 64x96",
+                                                "lm_head 80x64"]
+    out = tmp_path / "receipt.json"
+    assert main(["token", "--preset", "tiny-hf", "--formats", "e5m2", "--device", "cpu",
+                 "--rotate", "0.001", "--mbytes", "4", "--reps", "2", "--warmup", "1",
+                 "--out", str(out)]) == 0
+    r = json.loads(out.read_text())
+    assert r["token_linears"] == 2 * 4 + 1
+    rows = {x["impl"]: x for x in r["rows"]}
+    n_k = [(48, 64), (48, 64), (96, 64), (64, 96)] * 2 + [(80, 64)]
+    fp16_bytes = sum(model.bytes_moved(2 * n * k, 1, n, k, 2) for n, k in n_k)
+    assert rows["torch float16 F.linear"]["bytes"] == fp16_bytes
+    assert all(x["ms"] > 0 for x in rows.values())
