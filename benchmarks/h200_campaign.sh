@@ -830,6 +830,23 @@ final11)
   run token-l3hf 90 python3 -m softfp8.bench token --preset llama3-8b-hf --backends triton --out "$OUT/r/token-l3hf.json"
   pack final11
   ;;
+hfsweep)
+  # (prepared in the eleventh session, not yet run) transformers' own shapes at M = 1: the
+  # 4096 x 4096 q/k/v/o run at 31-56% of read (`hf11`), and 1024 x 4096 (llama3 k/v) and
+  # 11008 / 14336 x 4096 were never swept; sweep them, then the token bench on both -hf presets
+  # with the table and with the sweep's winners (SOFTFP8_TRITON_TABLE), interleaved
+  export SOFTFP8_FP8_DECODE=integer
+  mkdir -p "$OUT/r"
+  run sweephf 260 python3 benchmarks/sweep_gemv.py --ms 1 --formats e5m2,e4m3,nvfp4,mxfp4 --kernels mma_gemv --mma-pipes 1:0,2:0 --mma-warps 1,2,4 --budget 230 --shapes "4096,4096;1024,4096;11008,4096;14336,4096" --out "$OUT/r/sweephf.json"
+  grep -E "table:|BEST:" "$OUT/sweephf.txt" | head -40
+  for v in table sweep table2 sweep2; do
+    case $v in sweep*) t="$OUT/r/sweephf.json" ;; *) t="" ;; esac
+    for p in llama2-7b-hf llama3-8b-hf; do
+      SOFTFP8_TRITON_TABLE=$t run "token-$p-$v" 60 python3 -m softfp8.bench token --preset $p --backends triton --out "$OUT/r/token-$p-$v.json"
+    done
+  done
+  pack hfsweep
+  ;;
 e2eprof)
   # (prepared in the tenth session, not yet run) why compiled E5M2 generate() is no faster than
   # fp16 (e2e10): one compiled generate() of 16 tokens under torch.profiler per variant, kernels
