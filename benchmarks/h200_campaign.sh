@@ -847,6 +847,18 @@ hfsweep)
   done
   pack hfsweep
   ;;
+gen32|gen32b)
+  # (prepared in the eleventh session, not yet run) issue 8's last item: transformers'
+  # generate() with static cache + torch.compile ("reduce-overhead": CUDA graphs) on the full
+  # 32-layer 7B-shaped Llama, every format; compiling takes ~45 s a variant at 32 layers
+  # (`step32c`), so two calls: gen32 fp16,e5m2,e4m3; gen32b fp16,nvfp4,mxfp4 (fp16 in each:
+  # the same-process baseline)
+  export SOFTFP8_FP8_DECODE=integer
+  mkdir -p "$OUT/r"
+  vs=fp16,e5m2,e4m3; [ "$step" = gen32b ] && vs=fp16,nvfp4,mxfp4
+  run "$step" 560 python3 benchmarks/gpu_e2e_generate.py --variants $vs --modes static-compile --layers 32 --short 8 --long 40 --repeats 2 --json "$OUT/r/$step.json"
+  pack "$step"
+  ;;
 e2eprof)
   # (prepared in the tenth session, not yet run) why compiled E5M2 generate() is no faster than
   # fp16 (e2e10): one compiled generate() of 16 tokens under torch.profiler per variant, kernels
