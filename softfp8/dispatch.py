@@ -29,6 +29,7 @@ from types import ModuleType
 
 import torch
 
+from ._env import raw_reader
 from .capability import CapabilityReport, DeviceReport, probe
 from .formats import Format
 
@@ -311,10 +312,15 @@ def select(fmt: Format | str, m: int, device: torch.device | str, *,
 
 
 def _key(fmt, m, device, backend, e2m1, activation_quant, report) -> tuple:
-    """select()'s cache key: its arguments, the environment it defers to, the report's id."""
-    env = os.environ
-    return (fmt, m, device, backend, e2m1, activation_quant, env.get(BACKEND_ENV),
-            env.get(E2M1_DECODE_ENV), env.get(ACTIVATION_QUANT_ENV), id(report))
+    """select()'s cache key: its arguments, the environment it defers to (as os.environ stores
+    it: `_env`), the report's id."""
+    return (fmt, m, device, backend, e2m1, activation_quant, _RAW_BACKEND(), _RAW_E2M1(),
+            _RAW_ACTIVATION_QUANT(), id(report))
+
+
+_RAW_BACKEND = raw_reader(BACKEND_ENV)
+_RAW_E2M1 = raw_reader(E2M1_DECODE_ENV)
+_RAW_ACTIVATION_QUANT = raw_reader(ACTIVATION_QUANT_ENV)
 
 
 def _cached(key: tuple) -> Choice | None:

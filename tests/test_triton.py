@@ -11,7 +11,6 @@ bias alternates. Split-K and every code of every format are covered by their own
 """
 import functools
 import itertools
-import os
 import random
 
 import pytest
@@ -620,14 +619,14 @@ def test_plan_follows_the_settings_environment(monkeypatch):
     seen = []
     for wanted in ("auto", "integer", "auto"):
         monkeypatch.setenv(triton_backend.FP8_DECODE_ENV, wanted)
-        env = tuple(os.environ.get(v) for v in triton_backend._PLAN_ENV)
+        env = tuple(read() for read in triton_backend._PLAN_ENV_READERS)  # as matmul keys it
         plan = triton_backend._plan(*args, env)
         assert plan == (launch_config(*args), triton_backend.uses_hardware_fp8(Format.E5M2, h200),
                         triton_backend.pdl_settings(h200, Format.E5M2))
         seen.append(plan)
     assert seen[0][1] and not seen[1][1] and seen[2] == seen[0]  # hardware E5M2 decode, then not
     monkeypatch.setenv(triton_backend.PDL_ENV, "bogus")
-    env = tuple(os.environ.get(v) for v in triton_backend._PLAN_ENV)
+    env = tuple(read() for read in triton_backend._PLAN_ENV_READERS)
     for _ in range(2):  # a bad setting raises on every call (errors are not cached)
         with pytest.raises(ValueError):
             triton_backend._plan(*args, env)

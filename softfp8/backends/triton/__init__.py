@@ -21,6 +21,7 @@ import os
 
 import torch
 
+from ..._env import raw_reader
 from ...dispatch import E2M1Decode, Needs
 from ...formats import Format, PackedWeight, ScaleKind
 from ...linear import check_linear_args
@@ -77,6 +78,7 @@ def _check(x: torch.Tensor, packed: PackedWeight, bias: torch.Tensor | None,
 
 _PLAN_ENV = (TABLE_ENV, FP8_DECODE_ENV, PDL_ENV, PDL_PREFETCH_ENV)
 """The environment variables the launch settings read (`_plan`'s key holds their values)."""
+_PLAN_ENV_READERS = tuple(raw_reader(v) for v in _PLAN_ENV)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -96,7 +98,7 @@ def matmul(x: torch.Tensor, packed: PackedWeight, bias: torch.Tensor | None = No
     e2m1 = _check(x, packed, bias, e2m1)
     info = device_info(x.device)
     n, k = packed.shape
-    env = tuple(os.environ.get(v) for v in _PLAN_ENV)
+    env = tuple(read() for read in _PLAN_ENV_READERS)  # as os.environ stores them (`_env`)
     cfg, hw, pdl = _plan(n, k, x.shape[0], packed.fmt, info, x.dtype, env)
     return _launch(x, packed, bias, cfg, e2m1, hw, pdl)
 
