@@ -24,6 +24,7 @@ import importlib
 import importlib.util
 import operator
 import os
+import sys
 from dataclasses import dataclass
 from types import ModuleType
 
@@ -180,6 +181,12 @@ _MISSING = {"float8": "no float8 tensors", "scaled_mm": "no native FP8 matmul",
 
 def load(backend: Backend | str) -> ModuleType:
     """The module that implements `backend` (imported on first use)."""
+    if type(backend) is Backend and backend is not Backend.AUTO:
+        # each eager layer call passes select()'s Backend: an imported module is in sys.modules
+        # (what import_module returns first too, after ~1 us of its own machinery)
+        module = sys.modules.get(_MODULES[backend])
+        if module is not None:
+            return module
     backend = Backend.parse(backend, arg="backend")
     if backend is Backend.AUTO:
         raise ValueError("backend='auto' names no module; call select() first")
