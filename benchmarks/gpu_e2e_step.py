@@ -17,7 +17,8 @@ Method. Each variant's model is built from the same seed on the device, converte
 softfp8.quantize_model (backend forced, SOFTFP8_BACKEND=triton by default: the software-decode
 path), given a StaticCache, prefilled with the prompt, and its next-token step captured. The
 graph's logits are checked against an eager forward of the same step (the cache's write counter
-put back between the two, so both write the same slot with the same values). All variants stay resident; timing rounds interleave them
+put back between the two, so both write the same slot with the same values); a variant that
+fails is reported and left out, the others timed (exit status 1). All variants stay resident; timing rounds interleave them
 (--rounds, each --replays graph replays between two CUDA events) and the median round counts.
 """
 from __future__ import annotations
@@ -133,6 +134,10 @@ def time_round(step, replays, torch, cuda) -> float:
     return (time.perf_counter() - t0) / replays
 
 
+class StepMismatch(ValueError):
+    """A captured step whose logits are not the eager step's."""
+
+
 def check_and_capture(step, cuda) -> float:
     """Capture the step (CUDA) and return its logits' relative distance from an eager step."""
     if cuda:
@@ -149,7 +154,7 @@ def check_and_capture(step, cuda) -> float:
     # kernels alone give the eager bits, tests/test_gpu_graphs.py). A wrong graph (another
     # cache slot: 0.147 on the 2-layer CPU model) is far off.
     if not (err < 0.02):
-        raise SystemExit(f"graph logits differ from eager by {err:.3g}")
+        raise StepMismatch(f"graph logits differ from eager by {err:.3g}")
     return err
 
 
@@ -206,7 +211,7 @@ def main(argv=None) -> int:
                         f"median of {args.rounds} interleaved rounds of {args.replays} replays"}
     for key, value in header.items():
         print(f"# {key}: {value}", flush=True)
-    steps, info = {}, {}
+    steps, info, failed = {}, {}, {}
     modes = [m.strip() for m in args.pdl_modes.split(",") if m.strip()]
     for variant in variants:
         model = build_model(args, torch, transformers)
@@ -219,8 +224,13 @@ def main(argv=None) -> int:
             label = variant if mode is None else f"{variant}/pdl={mode}"
             if mode is not None:  # read when the step's kernels are launched, i.e. captured
                 os.environ["SOFTFP8_PDL"] = mode
-            step = Step(model, forward, args, torch, transformers)
-            err = check_and_capture(step, cuda)
+            try:
+                step = Step(model, forward, args, torch, transformers)
+                err = check_and_capture(step, cuda)
+            except Exception as exc:  # one variant's failure must not lose the others' rows
+                failed[label] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+                print(f"# {label}: FAILED: {failed[label]}", flush=True)
+                continue
             steps[label] = step
             info[label] = {"weight_bytes": weights, "graph_vs_eager": err, "pdl": mode}
             print(f"# {label}: built, {weights / 1e9:.2f} GB of weights, graph vs eager "
@@ -230,7 +240,7 @@ def main(argv=None) -> int:
     for _ in range(args.rounds):
         for v in variants:
             times[v].append(time_round(steps[v], args.replays, torch, cuda))
-    base = statistics.median(times["fp16"]) if "fp16" in times else None
+    base = statistics.median(times["fp16"]) if "fp16" in times and times["fp16"] else None
     print(f"{'variant':15s} {'ms/step':>8s} {'min':>7s} {'max':>7s} {'x fp16':>7s} "
           f"{'weights GB':>10s} {'GB/s':>7s}")
     rows = []
@@ -247,11 +257,14 @@ def main(argv=None) -> int:
     if args.profile:
         for v in variants:
             profile_kernels(v, steps[v], args.profile, torch, cuda)
+    for label, why in failed.items():
+        print(f"{label:15s} FAILED: {why}")
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps({**header, "rows": rows}, indent=1))
+        Path(args.json).write_text(json.dumps({**header, "rows": rows, "failed": failed},
+                                              indent=1))
         print(f"# receipt: {args.json}")
-    return 0
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

@@ -223,5 +223,28 @@ def test_gpu_e2e_step_check_catches_a_wrong_step(monkeypatch):
     if not step.counters():
         pytest.skip("this transformers writes the cache at cache_position: nothing to put back")
     monkeypatch.setattr(script.Step, "counters", lambda self: [])
-    with pytest.raises(SystemExit, match="graph logits differ from eager"):
+    with pytest.raises(script.StepMismatch, match="graph logits differ from eager"):
         script.check_and_capture(step, cuda=False)
+
+
+def test_gpu_e2e_step_keeps_the_other_rows_when_a_variant_fails(tmp_path, monkeypatch):
+    import json
+
+    monkeypatch.setenv("SOFTFP8_BACKEND", "torch")
+    script = _load_step_script()
+    real, calls = script.check_and_capture, []
+
+    def second_fails(step, cuda):
+        calls.append(1)
+        if len(calls) == 2:
+            raise script.StepMismatch("graph logits differ from eager by 0.5")
+        return real(step, cuda)
+
+    monkeypatch.setattr(script, "check_and_capture", second_fails)
+    receipt = tmp_path / "step.json"
+    assert script.main(["--tiny", "--device", "cpu", "--backend", "torch", "--variants",
+                        "fp16,e5m2,nvfp4", "--prompt", "4", "--rounds", "1", "--replays", "1",
+                        "--json", str(receipt)]) == 1
+    r = json.loads(receipt.read_text())
+    assert [row["variant"] for row in r["rows"]] == ["fp16", "nvfp4"]
+    assert list(r["failed"]) == ["e5m2"] and "differ" in r["failed"]["e5m2"]
