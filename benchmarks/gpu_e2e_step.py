@@ -18,8 +18,9 @@ softfp8.quantize_model (backend forced, SOFTFP8_BACKEND=triton by default: the s
 path), given a StaticCache, prefilled with the prompt, and its next-token step captured. The
 graph's logits are checked against an eager forward of the same step (the cache's write counter
 put back between the two, so both write the same slot with the same values); a variant that
-fails is reported and left out, the others timed (exit status 1). All variants stay resident; timing rounds interleave them
-(--rounds, each --replays graph replays between two CUDA events) and the median round counts.
+fails is reported and left out, the others timed (exit status 1). All variants stay resident;
+timing rounds interleave them (--rounds, each --replays graph replays between two CUDA events)
+and the median round counts.
 """
 from __future__ import annotations
 
