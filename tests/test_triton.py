@@ -555,6 +555,27 @@ def test_codes_nan_free_checks_once_and_again_after_an_in_place_write():
     assert not triton_backend.codes_nan_free(softfp8.quantize(torch.ones(8, 64), Format.E5M2))
 
 
+def test_facts_are_dropped_with_their_weight_and_never_lent_to_a_reused_id():
+    import gc
+    import weakref
+
+    from softfp8.backends import _facts
+
+    packed = softfp8.quantize(torch.randn(8, 64), Format.E4M3)
+    _facts.remember_fact(packed, "test fact", 1)
+    key = id(packed.words)
+    assert _facts.known_fact(packed, "test fact") == (1,) and key in _facts._FACTS
+    del packed
+    gc.collect()
+    assert key not in _facts._FACTS  # the words tensor went, and its entry with it
+    other = softfp8.quantize(torch.randn(8, 64), Format.E4M3)
+    # an entry at this id whose tensor is gone (an id reused after a free): not other's fact
+    _facts._FACTS[id(other.words)] = (weakref.ref(torch.zeros(1)), {"test fact": ((), 2)})
+    assert _facts.known_fact(other, "test fact") is None
+    _facts.remember_fact(other, "test fact", 3)  # replaces the stale entry
+    assert _facts.known_fact(other, "test fact") == (3,)
+
+
 def test_mma_layout_reads_the_mapping_from_the_launch_config():
     mma = functools.partial(LaunchConfig, Kernel.MMA_GEMV, block_k=128)
     assert triton_backend.mma_layout(mma(8, 32, num_warps=4)) == (0, 2)  # 32-row tiles
