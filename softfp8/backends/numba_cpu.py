@@ -95,7 +95,7 @@ def matmul(x: torch.Tensor, packed: PackedWeight, bias: torch.Tensor | None = No
             numba.set_num_threads(previous)
     if bias is not None:
         y += bias.to(torch.float32)
-    return y.to(x.dtype)
+    return y if x.dtype == torch.float32 else y.to(x.dtype)  # .to of the same dtype: ~1.4 us
 
 
 def _padded_x(x: torch.Tensor, kp: int) -> torch.Tensor:
