@@ -859,6 +859,21 @@ gen32|gen32b)
   run "$step" 560 python3 benchmarks/gpu_e2e_generate.py --variants $vs --modes static-compile --layers 32 --short 8 --long 40 --repeats 2 --json "$OUT/r/$step.json"
   pack "$step"
   ;;
+host11)
+  # (prepared in the eleventh session, not yet run) the eleventh session's eager changes on the
+  # GPU host (SOFTFP8_* reads through `_env`, `dispatch.load` from sys.modules, the facts dict)
+  # against 69abccb; first: git archive 69abccb | tar -x -C variants/prev (not committed);
+  # then the 24 MMA reference cases `final11` did not reach
+  mkdir -p "$OUT/r"
+  for v in prev cur prev2 cur2; do
+    case $v in cur*) d=$PWD ;; *) d=$PWD/variants/prev ;; esac
+    in_variant "$d" "host-$v" 150 python3 benchmarks/gpu_host_overhead.py
+  done
+  for v in prev cur prev2 cur2; do echo "== $v"; grep " us$" "$OUT/host-$v.txt"; done
+  run mmaref 300 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_triton.py -k "mma_gemv_matches or depth_two or block_scales_apart"
+  tail -2 "$OUT/mmaref.txt"
+  pack host11
+  ;;
 e2eprof)
   # (prepared in the tenth session, not yet run) why compiled E5M2 generate() is no faster than
   # fp16 (e2e10): one compiled generate() of 16 tokens under torch.profiler per variant, kernels
