@@ -11,15 +11,27 @@ run() { local name=$1 secs=$2; shift 2; echo "=== $name"; timeout "$secs" "$@" >
 # in_variant DIR NAME SECS CMD..: `run` from DIR, whose softfp8 python then imports (the working
 # directory comes first on sys.path; a PYTHONPATH entry does not beat it: see fp4dec)
 in_variant() { local d=$1; shift; echo "$1: $(cd "$d" && python3 -c 'import softfp8; print(softfp8.__file__)')"; (cd "$d" && run "$@"); }
-# ab_bench NAME SECS CMD..: a softfp8-bench CMD from variants/prev (the commit before, a `git
-# archive`) and from here, interleaved twice: NAME-prev, NAME-cur, NAME-prev2, NAME-cur2, each
-# with --out $OUT/r/NAME-<variant>.json
-ab_bench() {
+# ab_each NAME SECS CMD..: CMD from variants/prev (the commit before, a `git archive`) and from
+# here, interleaved twice: NAME-prev, NAME-cur, NAME-prev2, NAME-cur2; @V@ in CMD becomes the
+# variant's name
+ab_each() {
   local name=$1 secs=$2 v d; shift 2
   for v in prev cur prev2 cur2; do
     case $v in cur*) d=$PWD ;; *) d=$PWD/variants/prev ;; esac
-    in_variant "$d" "$name-$v" "$secs" "$@" --out "$OUT/r/$name-$v.json"
+    in_variant "$d" "$name-$v" "$secs" "${@//@V@/$v}"
   done
+}
+# ab_bench NAME SECS CMD..: a softfp8-bench CMD as ab_each, each with --out $OUT/r/NAME-<variant>.json
+ab_bench() {
+  local name=$1 secs=$2; shift 2
+  ab_each "$name" "$secs" "$@" --out "$OUT/r/$name-@V@.json"
+}
+# host_ab: benchmarks/gpu_host_overhead.py as ab_each (host-prev .. host-cur2), its per-call
+# rows printed after
+host_ab() {
+  local v
+  ab_each host 150 python3 benchmarks/gpu_host_overhead.py
+  for v in prev cur prev2 cur2; do echo "== $v"; grep " us$" "$OUT/host-$v.txt"; done
 }
 # smallm_all SECS: softfp8-bench small-m on the llama3-8b shapes at M = 1..16 into $OUT/r, the
 # summary over all shapes printed
@@ -728,11 +740,7 @@ host10b)
   # a kernel uses on each launch) and matmul's settings cached (`_plan`) against the commit
   # before (variants/prev: softfp8 and benchmarks), interleaved twice; then the Triton GPU tests
   mkdir -p "$OUT/r"
-  for v in prev cur prev2 cur2; do
-    case $v in cur*) d=$PWD ;; *) d=$PWD/variants/prev ;; esac
-    in_variant "$d" "host-$v" 150 python3 benchmarks/gpu_host_overhead.py
-  done
-  for v in prev cur prev2 cur2; do echo "== $v"; grep " us$" "$OUT/host-$v.txt"; done
+  host_ab
   run gputests 330 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_triton.py -k "not mma_gemv_matches"
   tail -2 "$OUT/gputests.txt"
   pack host10b
@@ -865,11 +873,7 @@ host11)
   # against 69abccb; first: git archive 69abccb | tar -x -C variants/prev (not committed);
   # then the 24 MMA reference cases `final11` did not reach
   mkdir -p "$OUT/r"
-  for v in prev cur prev2 cur2; do
-    case $v in cur*) d=$PWD ;; *) d=$PWD/variants/prev ;; esac
-    in_variant "$d" "host-$v" 150 python3 benchmarks/gpu_host_overhead.py
-  done
-  for v in prev cur prev2 cur2; do echo "== $v"; grep " us$" "$OUT/host-$v.txt"; done
+  host_ab
   run mmaref 300 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_triton.py -k "mma_gemv_matches or depth_two or block_scales_apart"
   tail -2 "$OUT/mmaref.txt"
   pack host11
