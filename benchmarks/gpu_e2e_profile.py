@@ -22,6 +22,19 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 
+def kernel_times(prof, cuda: bool) -> dict:
+    """name -> [calls, us] over a torch.profiler run: the GPU's kernels by device time, or on a
+    CPU every op by CPU time (also gpu_e2e_step.py's)."""
+    per_kernel = defaultdict(lambda: [0, 0.0])
+    for e in prof.events():
+        us = e.device_time_total if cuda else e.cpu_time_total
+        if cuda and (us <= 0 or e.device_type.name != "CUDA"):  # GPU: kernels only
+            continue
+        per_kernel[e.name][0] += 1
+        per_kernel[e.name][1] += us
+    return per_kernel
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--variant", default="e5m2", help="fp16 or a softfp8 format")
@@ -54,13 +67,7 @@ def main(argv=None) -> int:
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
     with profile(activities=activities) as prof:
         seconds = generate_seconds(model, ids, args.tokens, kwargs, torch, args.device)
-    per_kernel = defaultdict(lambda: [0, 0.0])  # name -> [calls, device us]
-    for e in prof.events():
-        us = e.device_time_total if cuda else e.cpu_time_total
-        if cuda and (us <= 0 or e.device_type.name != "CUDA"):  # GPU: kernels only
-            continue
-        per_kernel[e.name][0] += 1
-        per_kernel[e.name][1] += us
+    per_kernel = kernel_times(prof, cuda)
     total = sum(v[1] for v in per_kernel.values())
     # Host side: the runtime calls that launch work (one cudaGraphLaunch a step when the
     # decode step replays as a CUDA graph; hundreds of kernel launches when it does not) and

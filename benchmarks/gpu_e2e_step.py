@@ -64,7 +64,7 @@ class Step:
     """A model with a prefilled static cache and its next-token forward as a callable."""
 
     def __init__(self, model, forward, args, torch, transformers):
-        self.model, self.forward, self.torch = model, forward, torch
+        self.forward, self.torch = forward, torch
         # Newer transformers' StaticCache writes at its own counter (a device tensor that each
         # forward, replays included, advances), so the cache holds every step this script runs;
         # attention reads the whole static buffer either way, as generate()'s does.
@@ -88,10 +88,15 @@ class Step:
         return [c for c in (getattr(layer, "cumulative_length", None) for layer in layers)
                 if isinstance(c, self.torch.Tensor)]
 
-    def eager(self):
+    def _spend(self) -> None:
+        """Count one step against the cache's size: past the static buffer's end the cache's
+        index_copy_ would fault the device."""
         self.budget -= 1
-        if self.budget < 0:  # past the static buffer's end index_copy_ would fault the device
+        if self.budget < 0:
             raise RuntimeError("Step: more steps than the cache was sized for")
+
+    def eager(self):
+        self._spend()
         with self.torch.no_grad():
             return self.forward(self.token, past_key_values=self.cache,
                               cache_position=self.position, position_ids=self.position[None],
@@ -112,9 +117,7 @@ class Step:
     def run(self):
         if self.graph is None:
             return self.eager()
-        self.budget -= 1
-        if self.budget < 0:
-            raise RuntimeError("Step: more steps than the cache was sized for")
+        self._spend()
         self.graph.replay()
         return self.logits
 
@@ -162,9 +165,9 @@ def check_and_capture(step, cuda) -> float:
 def profile_kernels(variant, step, top, torch, cuda, replays=10) -> None:
     """Kernels of `replays` steps by device time a step (CPU: ops by CPU time). Under PDL a
     kernel's time can include its wait on the one before, so the sum may pass the step."""
-    from collections import defaultdict
-
     from torch.profiler import ProfilerActivity, profile
+
+    from gpu_e2e_profile import kernel_times
 
     acts = [ProfilerActivity.CUDA] if cuda else [ProfilerActivity.CPU]
     with profile(activities=acts) as prof:
@@ -172,13 +175,7 @@ def profile_kernels(variant, step, top, torch, cuda, replays=10) -> None:
             step.run()
         if cuda:
             torch.cuda.synchronize()
-    per = defaultdict(lambda: [0, 0.0])
-    for e in prof.events():
-        us = e.device_time_total if cuda else e.cpu_time_total
-        if cuda and (us <= 0 or e.device_type.name != "CUDA"):
-            continue
-        per[e.name][0] += 1
-        per[e.name][1] += us
+    per = kernel_times(prof, cuda)
     total = sum(v[1] for v in per.values())
     calls = sum(v[0] for v in per.values())
     print(f"## {variant}: {calls / replays:.0f} kernels a step, {total / replays / 1e3:.3f} ms of "
