@@ -156,16 +156,22 @@ def test_make_figures_reads_bench_receipts():
     assert len(files) == 1
 
 
+def _load_script(name: str):
+    """benchmarks/<name>.py as a module (the GPU scripts' logic, run here on a tiny model)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, REPO / "benchmarks" / f"{name}.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    return script
+
+
 def test_gpu_e2e_script_smoke_on_cpu(tmp_path, monkeypatch, capsys):
     # The H200 script's own logic (build, convert, time, receipt) on a tiny model, eager only.
-    import importlib.util
     import json
 
     monkeypatch.setenv("SOFTFP8_BACKEND", "torch")  # restored after; main() sets it too
-    spec = importlib.util.spec_from_file_location(
-        "gpu_e2e_generate", REPO / "benchmarks" / "gpu_e2e_generate.py")
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
+    script = _load_script("gpu_e2e_generate")
     receipt = tmp_path / "e2e.json"
     assert script.main(["--tiny", "--device", "cpu", "--backend", "torch", "--variants",
                         "fp16,e4m3", "--modes", "eager", "--short", "1", "--long", "17",
@@ -177,16 +183,6 @@ def test_gpu_e2e_script_smoke_on_cpu(tmp_path, monkeypatch, capsys):
     assert "# versions:" in capsys.readouterr().out
 
 
-def _load_step_script():
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location(
-        "gpu_e2e_step", REPO / "benchmarks" / "gpu_e2e_step.py")
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
-    return script
-
-
 def test_gpu_e2e_step_smoke_on_cpu(tmp_path, monkeypatch):
     # The decode-step script's own logic on a tiny model: eager steps stand in for the graph
     # (CPU), one row per variant and PDL mode, the receipt.
@@ -194,7 +190,7 @@ def test_gpu_e2e_step_smoke_on_cpu(tmp_path, monkeypatch):
 
     monkeypatch.setenv("SOFTFP8_BACKEND", "torch")  # main() sets both; restored after
     monkeypatch.setenv("SOFTFP8_PDL", "auto")
-    script = _load_step_script()
+    script = _load_script("gpu_e2e_step")
     receipt = tmp_path / "step.json"
     assert script.main(["--tiny", "--device", "cpu", "--backend", "torch", "--variants",
                         "fp16,e4m3", "--pdl-modes", "off,late", "--prompt", "4", "--rounds", "2",
@@ -214,11 +210,9 @@ def test_gpu_e2e_step_check_catches_a_wrong_step(monkeypatch):
     import transformers
 
     monkeypatch.setenv("SOFTFP8_BACKEND", "torch")
-    script = _load_step_script()
-    from gpu_e2e_generate import build_model
-
+    script = _load_script("gpu_e2e_step")
     args = argparse.Namespace(tiny=True, layers=2, device="cpu", prompt=4, rounds=1, replays=1)
-    model = build_model(args, torch, transformers)
+    model = script.build_model(args, torch, transformers)
     step = script.Step(model, model, args, torch, transformers)
     if not step.counters():
         pytest.skip("this transformers writes the cache at cache_position: nothing to put back")
@@ -231,7 +225,7 @@ def test_gpu_e2e_step_keeps_the_other_rows_when_a_variant_fails(tmp_path, monkey
     import json
 
     monkeypatch.setenv("SOFTFP8_BACKEND", "torch")
-    script = _load_step_script()
+    script = _load_script("gpu_e2e_step")
     real, calls = script.check_and_capture, []
 
     def second_fails(step, cuda):
