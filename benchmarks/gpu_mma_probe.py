@@ -33,7 +33,7 @@ def launch(x, p, y, cfg, diag):
     g = p.global_scale if p.global_scale is not None else w
     runs, tiles = tb.mma_layout(cfg)
     mma_gemv_kernel[(-(-n // cfg.block_n), split)](
-        x, w, s, g, w, y, ws, 1, n, k, rb, sb, per_split, FMT=p.fmt.value, HAS_BIAS=False,
+        x, w, s, g, w, y, ws, w, 1, n, k, rb, sb, per_split, FMT=p.fmt.value, HAS_BIAS=False,
         WARPS=cfg.num_warps, PARTIAL=split > 1, num_warps=cfg.num_warps, num_stages=1,
         AHEAD=cfg.num_stages, DIAG=diag, RUNS=runs, TILES=tiles)
 

@@ -953,4 +953,23 @@ s9final)
   for v in w4 w2 w4b w2b; do echo "== $v"; grep -E "^(torch float16|e5m2|e4m3) " "$OUT/token-$v.txt" | cut -c1-90; grep -sE "^(gate_up|lm_head) .*(e5m2|e4m3)" "$OUT/shapes-$v.txt" | cut -c1-100; done
   pack s9final
   ;;
+splitk12)
+  # split-K reduced by each tile's last program (`_splitk`, twelfth session): its GPU tests (the
+  # reduce kernel's bits for every format and MMA mapping, graphs with and without counters made
+  # before capture), test_triton (the MMA reference cases final11 did not reach) and the graph
+  # tests; then the token bench on transformers' llama2 layout (NVFP4 splits q/k/v/o and down)
+  # and the fused one, with SOFTFP8_SPLITK_REDUCE=kernel / last interleaved twice
+  export SOFTFP8_FP8_DECODE=integer
+  mkdir -p "$OUT/r"
+  run gputests 300 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_splitk.py tests/test_triton.py tests/test_gpu_graphs.py
+  for v in kernel last kernel2 last2; do
+    for p in llama2-7b-hf llama2-7b; do
+      SOFTFP8_SPLITK_REDUCE=${v%2} run "token-$p-$v" 60 python3 -m softfp8.bench token --preset $p --backends triton --out "$OUT/r/token-$p-$v.json"
+    done
+  done
+  for v in kernel last kernel2 last2; do
+    for p in llama2-7b-hf llama2-7b; do echo "== $p $v"; grep -E "^(torch float16|e5m2|e4m3|nvfp4|mxfp4) " "$OUT/token-$p-$v.txt" | cut -c1-90; done
+  done
+  pack splitk12
+  ;;
 esac

@@ -143,6 +143,8 @@ def source(fn, constexprs, xd):
     # a constexpr parameter left out takes its default (as a launch does), not a runtime i32:
     # otherwise every branch on it is compiled, e.g. the MMA GEMV's DIAG probes
     constexprs = dict(constexprs)
+    if constexprs.get("PARTIAL"):  # split launches reduce in their last program, as launched
+        constexprs.setdefault("LAST", True)
     for prm in fn.params:
         if (prm.is_constexpr and prm.name not in constexprs
                 and prm.default is not inspect.Parameter.empty):
@@ -153,7 +155,7 @@ def source(fn, constexprs, xd):
             sig[name] = "constexpr"
         elif name in ("x_ptr", "y_ptr", "out_ptr"):
             sig[name] = PTR[xd]
-        elif name == "info_ptr" or (name == "ws_ptr" and constexprs.get("FIX")):
+        elif name in ("info_ptr", "cnt_ptr") or (name == "ws_ptr" and constexprs.get("FIX")):
             sig[name] = "*i32"
         elif name in ("w_ptr", "s_ptr"):
             sig[name] = "*u8" if name == "w_ptr" or constexprs["FMT"] not in FP8 else "*fp32"

@@ -31,6 +31,7 @@ from ._device import (FP8_DECODE_ENV, DeviceInfo, Kernel, LaunchConfig, device_i
 from ._mma_table import (MMA_FORMATS, MMA_GROUPS_MAX_M, MMA_MAX_M, MMA_RUN_TILES, MMA_RUNS,
                          MMA_TILE_ROWS, MMA_WIDE_M, mma_config, mma_gemv_runs, mma_layout,
                          mma_rows, mma_split, mma_zero_fill, uses_mma_gemv)
+from ._splitk import SPLITK_REDUCE_ENV, counters, last_program_reduces
 from ._table import (DEQUANT_MIN_M, DEQUANT_MIN_M_FP4, DEQUANT_MIN_SLAB_ROWS,
                      DEQUANT_SLAB_BYTES, PDL_ENV, PDL_PREFETCH_ENV, TABLE_ENV, dot_upcast,
                      launch_config, pdl_auto, pdl_settings, tiled_config, uses_ptx_decode)
@@ -44,7 +45,7 @@ __all__ = ["NEEDS", "INTERPRET", "matmul", "run", "split_bytes", "codes_nan_free
            "DEQUANT_MIN_M_FP4", "DEQUANT_MIN_SLAB_ROWS", "DEQUANT_SLAB_BYTES", "MMA_MAX_M",
            "MMA_GROUPS_MAX_M", "MMA_FORMATS",
            "MMA_RUNS", "MMA_RUN_TILES", "MMA_TILE_ROWS", "MMA_WIDE_M",
-           "FP8_DECODE_ENV", "PDL_ENV", "PDL_PREFETCH_ENV", "TABLE_ENV"]
+           "FP8_DECODE_ENV", "PDL_ENV", "PDL_PREFETCH_ENV", "TABLE_ENV", "SPLITK_REDUCE_ENV"]
 
 INTERPRET = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
@@ -112,6 +113,14 @@ def run(x: torch.Tensor, packed: PackedWeight, bias: torch.Tensor | None, cfg: L
     return _launch(x, packed, bias, cfg, e2m1, hw_fp8)
 
 
+def _counters(split: int, device: torch.device, tiles: int) -> torch.Tensor | None:
+    """Counters for a split launch whose last programs reduce (`_splitk`), or None: no split, or
+    splitk_reduce_kernel reduces."""
+    if split == 1 or not last_program_reduces():
+        return None
+    return counters(device, tiles)
+
+
 def _launch(x: torch.Tensor, packed: PackedWeight, bias: torch.Tensor | None, cfg: LaunchConfig,
             e2m1: E2M1Decode, hw_fp8: bool, pdl: tuple[int, int] | None = None) -> torch.Tensor:
     """The launch itself, on arguments `_check` has passed (matmul and run each check once).
@@ -146,7 +155,8 @@ def _launch(x: torch.Tensor, packed: PackedWeight, bias: torch.Tensor | None, cf
     pdl, prefetch = pdl if pdl is not None else pdl_settings(info, packed.fmt)
     launch = dict(launch_pdl=True) if pdl else {}  # pdl: a mode, 0 = off
     nan = not (asm and codes_nan_free(packed))  # only the PTX decode has a NaN-free variant
-    args = (x, w, s, g, b, y, ws, m, n, k, rb, sb, per_split)
+    args = (x, w, s, g, b, y, ws)  # then the counters, then (m, n, k, rb, sb, per_split)
+    sizes = (m, n, k, rb, sb, per_split)
     if cfg.kernel is Kernel.MMA_GEMV:
         from ._mma import mma_gemv_kernel
 
@@ -169,7 +179,9 @@ def _launch(x: torch.Tensor, packed: PackedWeight, bias: torch.Tensor | None, cf
             raise ValueError(f"cfg: Kernel.MMA_GEMV takes depth 1, or 2 on the run mapping with "
                              f"2 tiles a warp; got {cfg}")
         grid = (-(-n // cfg.block_n) * groups, split)
-        mma_gemv_kernel[grid](*args, FMT=packed.fmt.value, HAS_BIAS=bias is not None,
+        cnt = _counters(split, x.device, grid[0])
+        mma_gemv_kernel[grid](*args, cnt if cnt is not None else w, *sizes, LAST=cnt is not None,
+                              FMT=packed.fmt.value, HAS_BIAS=bias is not None,
                               WARPS=cfg.num_warps, PARTIAL=split > 1, num_warps=cfg.num_warps,
                               num_stages=1, PDL=pdl, PREFETCH=prefetch, AHEAD=cfg.num_stages,
                               RUNS=runs, TILES=tiles, HAS_SCALE=has_scale, NAN=nan,
@@ -186,15 +198,20 @@ def _launch(x: torch.Tensor, packed: PackedWeight, bias: torch.Tensor | None, cf
                 raise ValueError(f"cfg: a GEMV launch with block_m={cfg.block_m} can't cover "
                                  f"M={m}")
             grid = (-(-n // cfg.block_n), split)
-            K_.gemv_kernel[grid](*args, BLOCK_KB=cfg.block_k * spec.bits // 8, **common)
+            cnt = _counters(split, x.device, grid[0])
+            K_.gemv_kernel[grid](*args, cnt if cnt is not None else w, *sizes,
+                                 LAST=cnt is not None, BLOCK_KB=cfg.block_k * spec.bits // 8,
+                                 **common)
         else:
             if packed.fmt is Format.MXFP4 and cfg.block_k != 32:
                 raise ValueError("cfg: the tl.dot kernels step one MXFP4 block (block_k=32)")
             grid = (-(-n // cfg.block_n), -(-m // cfg.block_m), split)
             precision = "ieee"  # fp32: exact FMAs (1e-5); fp16/bf16 operands ignore it
-            K_.dot_kernel[grid](*args, BLOCK_K=cfg.block_k, PRECISION=precision,
+            cnt = _counters(split, x.device, grid[0] * grid[1])
+            K_.dot_kernel[grid](*args, cnt if cnt is not None else w, *sizes,
+                                LAST=cnt is not None, BLOCK_K=cfg.block_k, PRECISION=precision,
                                 UPCAST=dot_upcast(x), **common)
-    if split > 1:
+    if split > 1 and cnt is None:
         block = 256
         K_.splitk_reduce_kernel[(-(-n // block), m)](
             ws, s, g, b, y, m, n, split, FMT=packed.fmt.value, HAS_SCALE=has_scale,

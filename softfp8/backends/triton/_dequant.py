@@ -128,7 +128,7 @@ def _exact_pass(x, packed, has_bias, e2m1, w, s, g, b, y, info, rb, sb, has_scal
     step = cfg.block_k * packed.spec.bits // 8
     per_split = -(-rb // step) * step
     K_.dot_kernel[(-(-n // cfg.block_n), -(-m // cfg.block_m), 1)](
-        x, w, s, g, b, y, info, m, n, k, rb, sb, per_split,
+        x, w, s, g, b, y, info, w, m, n, k, rb, sb, per_split,
         FMT=packed.fmt.value, HAS_SCALE=has_scale, HAS_BIAS=has_bias,
         INJECT=e2m1 is E2M1Decode.INJECT, HW=False, ASM=uses_ptx_decode(dev, False),
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, PARTIAL=False,

@@ -11,8 +11,9 @@ in `_finish`; block scales multiply once per block (GEMV: partial sums per block
 folds the E4M3 block scale into the half-precision tile, exact since e2m1 * e4m3 has at most 6
 significant bits, MXFP4 scales each block's dot product, since 2^e does not fit an fp16 tile).
 
-Split-K: with PARTIAL the kernels write float32 partial sums to ws[pid_k, M, N] and
-`splitk_reduce_kernel` adds them in a fixed order (deterministic, no atomics), then finishes.
+Split-K: with PARTIAL the kernels write float32 partial sums to ws[pid_k, M, N]; with LAST the
+last program of each tile adds them in a fixed order and finishes (`_reduce_last`, counters
+from `_splitk`), otherwise `splitk_reduce_kernel` does, in the same order (deterministic).
 
 `dequant_kernel` is the one kernel that writes decoded weights: a bounded slab of rows for
 Kernel.DEQUANT's GEMM (large M, see _dequant.py). PDL (sm_90+): `_pdl_enter` / `_pdl_exit`
@@ -66,6 +67,30 @@ def _store(acc, offs_m, offs_n, pid_k, y_ptr, ws_ptr, s_ptr, g_ptr, b_ptr, M, N,
     else:
         out = _finish(acc, offs_n, s_ptr, g_ptr, b_ptr, N, FMT, HAS_SCALE, HAS_BIAS)
         tl.store(y_ptr + m2.to(tl.int64) * N + n2, out.to(y_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _reduce_last(cnt_ptr, tile, offs_m, offs_n, y_ptr, ws_ptr, s_ptr, g_ptr, b_ptr, M, N, SPLIT,
+                 FMT: tl.constexpr, HAS_SCALE: tl.constexpr, HAS_BIAS: tl.constexpr):
+    """Called by every program of a split launch once its parts of y[offs_m, offs_n] are in ws:
+    the tile's last program to count in (cnt_ptr[tile]) adds the SPLIT parts in order s = 0, 1,
+    .. (splitk_reduce_kernel's float32), finishes, stores y and zeroes the counter (`_splitk`).
+    The barrier puts all of this program's ws stores before thread 0's release; the acquire and
+    the result's broadcast (shared memory, a barrier) put the other programs' stores before the
+    reads, which go to L2 (.cg: this SM's L1 may hold none of them, but is not coherent)."""
+    tl.debug_barrier()
+    done = tl.atomic_add(cnt_ptr + tile, 1, sem="acq_rel", scope="gpu")
+    if done == SPLIT - 1:
+        m2 = offs_m[:, None]
+        n2 = offs_n[None, :]
+        mask = (m2 < M) & (n2 < N)
+        acc = tl.zeros((offs_m.shape[0], offs_n.shape[0]), dtype=tl.float32)
+        for s in range(0, SPLIT):
+            acc += tl.load(ws_ptr + (s * M + m2).to(tl.int64) * N + n2, mask=mask, other=0.0,
+                           cache_modifier=".cg")
+        out = _finish(acc, offs_n, s_ptr, g_ptr, b_ptr, N, FMT, HAS_SCALE, HAS_BIAS)
+        tl.store(y_ptr + m2.to(tl.int64) * N + n2, out.to(y_ptr.dtype.element_ty), mask=mask)
+        tl.atomic_xchg(cnt_ptr + tile, 0, sem="relaxed")  # the kernel's end orders it
 
 
 @triton.jit
@@ -147,13 +172,14 @@ def _f16_to(w, xdt: tl.constexpr):
 
 
 @triton.jit
-def gemv_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr,
+def gemv_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr, cnt_ptr,
                 M, N, K, RB, SB, KB_SPLIT,
                 FMT: tl.constexpr, HAS_SCALE: tl.constexpr, HAS_BIAS: tl.constexpr,
                 INJECT: tl.constexpr, HW: tl.constexpr, BLOCK_M: tl.constexpr,
                 BLOCK_N: tl.constexpr, BLOCK_KB: tl.constexpr, PARTIAL: tl.constexpr,
                 ASM: tl.constexpr = False,
-                PDL: tl.constexpr = 0, PREFETCH: tl.constexpr = 0, NAN: tl.constexpr = True):
+                PDL: tl.constexpr = 0, PREFETCH: tl.constexpr = 0, NAN: tl.constexpr = True,
+                LAST: tl.constexpr = False):
     """CUDA-core GEMV for M <= BLOCK_M (1, or a few rows): program (pid_n, pid_k) reads rows
     pid_n*BLOCK_N.. over bytes [pid_k*KB_SPLIT, +KB_SPLIT) once for all M rows of x. The
     accumulator keeps the K axis ([BM, BN, BLOCK_KB] for FP8) so the loop has no cross-thread
@@ -215,17 +241,21 @@ def gemv_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr,
         out = out * 256.0  # e4m3_to_f16_div256 read every code as value * 2^-8
     _store(out, offs_m, offs_n, pid_k, y_ptr, ws_ptr, s_ptr, g_ptr, b_ptr, M, N,
            FMT, HAS_SCALE, HAS_BIAS, PARTIAL)
+    if LAST:
+        _reduce_last(cnt_ptr, pid_n, offs_m, offs_n, y_ptr, ws_ptr, s_ptr, g_ptr, b_ptr, M, N,
+                     tl.num_programs(1), FMT, HAS_SCALE, HAS_BIAS)
 
 
 @triton.jit
-def dot_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr,
+def dot_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr, cnt_ptr,
                M, N, K, RB, SB, KB_SPLIT,
                FMT: tl.constexpr, HAS_SCALE: tl.constexpr, HAS_BIAS: tl.constexpr,
                INJECT: tl.constexpr, HW: tl.constexpr, BLOCK_M: tl.constexpr,
                BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PARTIAL: tl.constexpr,
                PRECISION: tl.constexpr, UPCAST: tl.constexpr, ASM: tl.constexpr = False,
                PDL: tl.constexpr = 0, PREFETCH: tl.constexpr = 0, FIX: tl.constexpr = False,
-               FIX_HI: tl.constexpr = 0, FIX_LO: tl.constexpr = 0, NAN: tl.constexpr = True):
+               FIX_HI: tl.constexpr = 0, FIX_LO: tl.constexpr = 0, NAN: tl.constexpr = True,
+               LAST: tl.constexpr = False):
     """tl.dot kernel: each step decodes a [BLOCK_N, BLOCK_K] weight tile into x's dtype (fp16,
     bf16, or fp32 with PRECISION="ieee") and multiplies it with a [BLOCK_M, BLOCK_K] tile of x.
     Small M: one M block (BLOCK_M = 16), so the weights are read once for all rows; larger M:
@@ -304,6 +334,9 @@ def dot_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr,
         acc = acc * 256.0  # e4m3_to_f16_div256 read every code as value * 2^-8
     _store(acc, offs_m, offs_n, pid_k, y_ptr, ws_ptr, s_ptr, g_ptr, b_ptr, M, N,
            FMT, HAS_SCALE, HAS_BIAS, PARTIAL)
+    if LAST:
+        _reduce_last(cnt_ptr, pid_n * tl.num_programs(1) + pid_m, offs_m, offs_n, y_ptr, ws_ptr,
+                     s_ptr, g_ptr, b_ptr, M, N, tl.num_programs(2), FMT, HAS_SCALE, HAS_BIAS)
 
 
 @triton.jit

@@ -46,7 +46,7 @@ import triton
 import triton.language as tl
 
 from ._const import Const
-from ._kernels import _pdl_exit, _pdl_start, _pdl_wait, _pdl_wait_after
+from ._kernels import _pdl_exit, _pdl_start, _pdl_wait, _pdl_wait_after, _reduce_last
 from ._mma_loads import _prefetch_rows, _rows_step, _x_step
 from ._mma_ptx import _fp8_tile_asm, _probe_tile_asm, _tile_asm, tile_constraints
 from ._mma_table import MMA_STEP_BYTES, MMA_TILE_ROWS
@@ -248,7 +248,7 @@ def _store_runs(c, row0, m0, y_ptr, ws_ptr, s_ptr, g_ptr, b_ptr, pid_k, M, N, FM
 
 
 @triton.jit
-def mma_gemv_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr,
+def mma_gemv_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr, cnt_ptr,
                     M, N, K, RB, SB, KB_SPLIT,
                     FMT: tl.constexpr, HAS_BIAS: tl.constexpr, WARPS: tl.constexpr,
                     PARTIAL: tl.constexpr, PDL: tl.constexpr = 0, PREFETCH: tl.constexpr = 0,
@@ -256,7 +256,8 @@ def mma_gemv_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr,
                     AHEAD: tl.constexpr = 0, DIAG: tl.constexpr = 0, RUNS: tl.constexpr = 0,
                     TILES: tl.constexpr = 2, NAN: tl.constexpr = True,
                     DEPTH: tl.constexpr = 1, ZERO: tl.constexpr = True,
-                    GROUPS: tl.constexpr = 1, WIDE: tl.constexpr = False):
+                    GROUPS: tl.constexpr = 1, WIDE: tl.constexpr = False,
+                    LAST: tl.constexpr = False):
     """Program (pid_n, pid_k) over bytes [pid_k * KB_SPLIT, +KB_SPLIT) of its rows.
     RUNS = 0 (the tile mapping): rows pid_n * 32 .. +32, two 16-row tiles; warp w takes the
     64-byte steps w, w + WARPS, ...; the warps' sums are added at the end.
@@ -283,6 +284,7 @@ def mma_gemv_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr,
     WIDE (the tile mapping or RUNS = 8, two tiles a warp, one group): M up to 16 in one
     program, each step's weights decoded once for both halves of x's rows (B's columns 0..7 are
     x rows 0..7, a second mma's 8..15), against GROUPS' two programs that each decode them.
+    LAST (PARTIAL): the last of a block's K programs adds the parts (`_kernels._reduce_last`).
     Needs num_warps == WARPS, K % 8 == 0 and a 16-byte aligned x (the launcher checks)."""
     NT: tl.constexpr = 32 * WARPS
     FP8: tl.constexpr = FMT == "e5m2" or FMT == "e4m3"
@@ -426,3 +428,8 @@ def mma_gemv_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr,
             _store_tile(bv[0], bv[1], bv[2], bv[3], pid_n * ROWS + 16, m0 + 8, y_ptr, ws_ptr,
                         s_ptr, g_ptr, b_ptr, pid_k, M, N, FMT, HAS_SCALE, HAS_BIAS, PARTIAL,
                         WARPS)
+    if LAST:
+        XR: tl.constexpr = 16 if WIDE else (MP if RUNS > 0 else 8)  # x rows of this program
+        _reduce_last(cnt_ptr, tl.program_id(0), m0 + tl.arange(0, XR),
+                     pid_n * PROG_ROWS + tl.arange(0, PROG_ROWS), y_ptr, ws_ptr, s_ptr, g_ptr,
+                     b_ptr, M, N, tl.num_programs(1), FMT, HAS_SCALE, HAS_BIAS)
