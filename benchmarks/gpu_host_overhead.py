@@ -1,8 +1,9 @@
 """Host time to issue one batch-1 linear (what eager decoding pays per layer, GPU idle or not):
 fp16 F.linear against softfp8.linear and a softfp8.Linear module per format (plain eager: the
 op's implementation called directly, ops.run_linear), the custom op itself, and the Triton
-backend's matmul, with the package check cached (now) and uncached (as before 079437d), then a
-profile of softfp8.linear.
+backend's matmul, with the package check cached (now) and uncached (as before 079437d), NVFP4's
+split launch also with SOFTFP8_SPLITK_REDUCE=kernel (a second launch), then a profile of
+softfp8.linear.
 
     python benchmarks/gpu_host_overhead.py [--calls 2000]
 
@@ -43,14 +44,33 @@ def round_us(fn, calls):
     return dt / calls * 1e6
 
 
+def with_env(fn, **env):
+    """fn, run by fastest_us with the environment variables `env` set (read per call)."""
+    fn.env = env
+    return fn
+
+
+def _in_env(fn, calls):
+    saved = {k: os.environ.get(k) for k in getattr(fn, "env", {})}
+    os.environ.update(getattr(fn, "env", {}))
+    try:
+        return round_us(fn, calls)
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
 def fastest_us(cells, calls, rounds):
     """{label: the fastest round's us a call} over `rounds` interleaved rounds of every cell."""
     for fn in cells.values():  # warm-up: compilation, caches
-        round_us(fn, 20)
+        _in_env(fn, 20)
     best = {label: float("inf") for label in cells}
     for _ in range(rounds):
         for label, fn in cells.items():
-            best[label] = min(best[label], round_us(fn, calls))
+            best[label] = min(best[label], _in_env(fn, calls))
     return best
 
 
@@ -91,6 +111,11 @@ def main() -> None:
             lambda p=p, n=n, k=k: ops.packed_linear(x, p.words, p.scales, p.global_scale,
                                                     p.fmt.value, n, k, None, "auto", "auto"))
         cells[f"{fmt} triton matmul"] = (lambda p=p: tb.matmul(x, p))
+        if fmt == "nvfp4":  # split 2 at 4096 x 4096 on the H200: the reduce kernel's launch
+            cells[f"{fmt} triton matmul, reduce kernel"] = with_env(
+                lambda p=p: tb.matmul(x, p), **{tb.SPLITK_REDUCE_ENV: "kernel"})
+            cells[f"{fmt} softfp8.Linear, reduce kernel"] = with_env(
+                lambda m=module: m(x), **{tb.SPLITK_REDUCE_ENV: "kernel"})
     with torch.no_grad():  # as generate() runs
         best = fastest_us(cells, args.calls, args.rounds)
     for label, us in best.items():

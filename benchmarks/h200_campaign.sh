@@ -972,4 +972,15 @@ splitk12)
   for f in "$OUT"/token-*.txt; do echo "== $f"; grep -E "^(torch float16|e5m2|e4m3|nvfp4|mxfp4) " "$f" | cut -c1-90; done
   pack splitk12
   ;;
+splitk12b)
+  # split-K's last-program reduce now eager-only (splitk12: graphs 0.7-2.7% slower for FP4):
+  # the host time a call with it and with the reduce kernel (NVFP4 4096 x 4096 splits 2), then
+  # the whole GPU suite (splitk12's 250 s ran 71 tests: --durations says where the time goes)
+  mkdir -p "$OUT/r"
+  run host 120 python3 benchmarks/gpu_host_overhead.py
+  grep " us$" "$OUT/host.txt"
+  run gputests 440 python3 -m pytest -q -m gpu -p no:cacheprovider --durations=12 tests/
+  tail -22 "$OUT/gputests.txt"
+  pack splitk12b
+  ;;
 esac
