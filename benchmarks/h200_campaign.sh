@@ -983,4 +983,22 @@ splitk12b)
   tail -22 "$OUT/gputests.txt"
   pack splitk12b
   ;;
+hf12)
+  # the five GPU tests splitk12b's 440 s did not reach (the last MMA reference cases), then
+  # `hfsweep` cut to one call: transformers' q/k/v/o (4096 x 4096), k/v of llama3 (1024 x 4096)
+  # and gate/up (11008 / 14336 x 4096) swept at M = 1, and the llama2-7b-hf token with the table
+  # and with the sweep's winners, interleaved
+  export SOFTFP8_FP8_DECODE=integer
+  mkdir -p "$OUT/r"
+  run gputests 150 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_triton.py -k "37-264-9-2 or depth_two or block_scales_apart"
+  tail -3 "$OUT/gputests.txt"
+  run sweephf 215 python3 benchmarks/sweep_gemv.py --ms 1 --formats e5m2,e4m3,nvfp4,mxfp4 --kernels mma_gemv --mma-pipes 1:0,2:0 --mma-warps 1,2,4 --budget 190 --shapes "4096,4096;1024,4096;11008,4096;14336,4096" --out "$OUT/r/sweephf.json"
+  grep -E "table:|BEST:" "$OUT/sweephf.txt" | head -40
+  for v in table sweep table2 sweep2; do
+    case $v in sweep*) t="$OUT/r/sweephf.json" ;; *) t="" ;; esac
+    SOFTFP8_TRITON_TABLE=$t run "token-hf-$v" 45 python3 -m softfp8.bench token --preset llama2-7b-hf --backends triton --out "$OUT/r/token-hf-$v.json"
+  done
+  for v in table sweep table2 sweep2; do echo "== $v"; grep -E "^(torch float16|e5m2|e4m3|nvfp4|mxfp4) " "$OUT/token-hf-$v.txt" | cut -c1-90; done
+  pack hf12
+  ;;
 esac
