@@ -1001,4 +1001,17 @@ hf12)
   for v in table sweep table2 sweep2; do echo "== $v"; grep -E "^(torch float16|e5m2|e4m3|nvfp4|mxfp4) " "$OUT/token-hf-$v.txt" | cut -c1-90; done
   pack hf12
   ;;
+fp4w1)
+  # FP4 M = 1 on 8192..16383 rows in one-warp programs (MMA_FP4_M1_ONE_WARP_ROWS, from the
+  # hf12 sweep) against the commit before (variants/prev): the MMA reference cases with the
+  # one-warp config first, then the token of three presets (FP4 only), interleaved twice
+  mkdir -p "$OUT/r"
+  run gputests 120 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_triton.py -k "mma_gemv_matches_reference and (4103 or 1000-11008)"
+  tail -3 "$OUT/gputests.txt"
+  for p in llama2-7b-hf llama3-8b-hf llama2-7b; do
+    ab_bench "token-$p" 40 python3 -m softfp8.bench token --preset $p --backends triton --formats nvfp4,mxfp4
+  done
+  for f in "$OUT"/token-*.txt; do echo "== $f"; grep -E "^(torch float16|nvfp4|mxfp4) " "$f" | cut -c1-90; done
+  pack fp4w1
+  ;;
 esac

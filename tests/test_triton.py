@@ -294,6 +294,14 @@ def test_mma_gemv_domain():
         assert (cfg.kernel, cfg.block_m, cfg.block_n, cfg.num_warps, cfg.split_k) == (
             Kernel.MMA_GEMV, 1, 8, 2, 2)
         assert launch_config(22016, 4096, 1, fmt, h200).split_k == 1
+        # M = 1 on 8192..16383 rows (transformers' gate/up): one warp, 4 rows, unsplit
+        for n in (8192, 11008, 14336, 16383):
+            cfg = launch_config(n, 4096, 1, fmt, h200)
+            assert (cfg.block_n, cfg.num_warps, cfg.split_k) == (4, 1, 1), (n, cfg)
+        for n in (8191, 16384):
+            assert launch_config(n, 4096, 1, fmt, h200).num_warps == 2
+        assert launch_config(11008, 4096, 1, Format.E5M2, h200).num_warps == 2  # FP4 only
+        assert launch_config(11008, 4096, 2, fmt, h200).num_warps == 4  # M = 1 only
         # M = 2 (NVFP4 also 3..4, MXFP4 3..4 on vocabulary heads): the runs, 4 warps
         runs = [(4096, 2), (128256, 4)] + ([(4096, 4)] if fmt is Format.NVFP4 else [])
         for n, m in runs:
@@ -687,7 +695,7 @@ def test_gpu_mma_gemv_matches_reference(fmt, n, k, m, split):
     mp = min(8, 1 << (m - 1).bit_length())
     cfgs += [LaunchConfig(Kernel.MMA_GEMV, r, triton_backend.mma_rows(r, w, t), 128, split, w, a)
              for r, w, t, a in ((mp, 4, 2, 2), (mp, 8, 2, 0), (mp, 2, 4, 0), (8, 4, 2, 0),
-                                (8, 1, 4, 0))]
+                                (8, 1, 4, 0), (mp, 1, 2, 0))]
     # two register buffers (depth 2), with and without the L2 prefetch beyond them
     cfgs += [LaunchConfig(Kernel.MMA_GEMV, mp, triton_backend.mma_rows(mp, w, 2), 128, split, w, a,
                           depth=2) for w, a in ((2, 0), (4, 4))]

@@ -136,6 +136,16 @@ def mma_split(programs: int, warps: int, info: DeviceInfo, per_sm: int = 12) -> 
     return max(1, min(8, -(-per_sm * info.sm_count // (programs * warps))))
 
 
+MMA_FP4_M1_ONE_WARP_ROWS = (8192, 16384)
+"""FP4 weights with rows in [lo, hi) run M = 1 in programs of one warp (4 rows), not two: the
+`hf12` sweep on the H200 (2026-12-01, transformers' Llama shapes, us, one warp against the
+table's two): 11008 x 4096 NVFP4 12.2 against 12.7, MXFP4 12.6 against 13.1; 14336 x 4096 NVFP4
+14.3 against 14.8, MXFP4 15.0 against 15.6. Not at 4096 rows (6.7 / 7.0 against 6.5 / 6.6, split
+2 either way), nor from 16384 rows, where 4 warps were found faster on heads (`runs4`); 1024
+rows (llama3's k/v) was faster unsplit in one warp (5.2 against 5.5) but the split rule would
+split it 7 ways: left as it is."""
+
+
 def _fp4_runs(n: int, m: int, fmt: Format) -> bool:
     """FP4 at M = 2..4 on the run mapping (laid out for 2 or 4 x rows), not the 32-row tiles:
     M = 2, NVFP4 at M = 3..4, MXFP4 at 3..4 on vocabulary heads (MMA_FP8_MAX_N rows). Measured
@@ -155,7 +165,7 @@ def mma_config(n: int, k: int, m: int, fmt: Format, info: DeviceInfo) -> LaunchC
     - The run mapping (`_mma`) for M = 1 at every format, FP4 at M = 2..4 where `_fp4_runs`,
       and the 8-bit formats at M <= 8 (M = 5..8 up to MMA_FP8_M8_MAX_CODES):
       block_m = the next power of two >= M, 2 tiles a warp; M = 1 in 2 warps (8-bit from 16384
-      rows: 4), else 4. The 8-bit formats hold two steps (depth 2): with one, ptxas issues the
+      rows: 4; FP4 in MMA_FP4_M1_ONE_WARP_ROWS: 1), else 4. The 8-bit formats hold two steps (depth 2): with one, ptxas issues the
       next step's loads after this step's mma (SASS, sm_90), so a warp had one step in flight;
       `pipe1` sweep, M = 1, best per shape against depth 1: 22016 x 4096 E5M2 24.0 against
       26.4 us, E4M3 27.8 against 29.6; token E5M2 1.897 -> 1.794 ms. An L2 prefetch beyond
@@ -199,6 +209,9 @@ def mma_config(n: int, k: int, m: int, fmt: Format, info: DeviceInfo) -> LaunchC
     elif m == 1 or fp8 or _fp4_runs(n, m, fmt):
         block_m = min(MMA_MAX_M, 1 << (m - 1).bit_length())
         warps, ahead = (2 if m == 1 and not (fp8 and n >= 16384) else 4), 0
+        lo, hi = MMA_FP4_M1_ONE_WARP_ROWS
+        if m == 1 and not fp8 and lo <= n < hi:
+            warps = 1
         rows = mma_rows(block_m, warps)
     else:
         block_m, rows, ahead = MMA_MAX_M, MMA_TILE_ROWS, 2
