@@ -165,8 +165,9 @@ def mma_config(n: int, k: int, m: int, fmt: Format, info: DeviceInfo) -> LaunchC
     - The run mapping (`_mma`) for M = 1 at every format, FP4 at M = 2..4 where `_fp4_runs`,
       and the 8-bit formats at M <= 8 (M = 5..8 up to MMA_FP8_M8_MAX_CODES):
       block_m = the next power of two >= M, 2 tiles a warp; M = 1 in 2 warps (8-bit from 16384
-      rows: 4; FP4 in MMA_FP4_M1_ONE_WARP_ROWS: 1), else 4. The 8-bit formats hold two steps (depth 2): with one, ptxas issues the
-      next step's loads after this step's mma (SASS, sm_90), so a warp had one step in flight;
+      rows: 4; FP4 in MMA_FP4_M1_ONE_WARP_ROWS: 1), else 4. The 8-bit formats hold two steps
+      (depth 2): with one, ptxas issues the next step's loads after this step's mma (SASS,
+      sm_90), so a warp had one step in flight;
       `pipe1` sweep, M = 1, best per shape against depth 1: 22016 x 4096 E5M2 24.0 against
       26.4 us, E4M3 27.8 against 29.6; token E5M2 1.897 -> 1.794 ms. An L2 prefetch beyond
       the registers (num_stages 2 / 4) was slower in 93 of 116 pairs and never a shape's best;

@@ -86,6 +86,8 @@ def counters(device: torch.device, tiles: int) -> torch.Tensor | None:
     pool = _POOLS.get(key)
     if pool is None:
         pool = _POOLS[key] = _Pool(device)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)  # zeroed on this stream; other streams use it too
     stream = _stream(device)
     start = pool.regions.get(stream)
     if start is None:
