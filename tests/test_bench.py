@@ -72,6 +72,8 @@ def test_presets_have_the_fused_shapes():
     assert len(PRESETS["llama2-7b"].token_linears()) == 32 * 4 == 128
     assert len(PRESETS["llama3-8b"].token_linears()) == 129
     assert len(PRESETS["llama3-8b"].token_linears(head=False)) == 128
+    two = PRESETS["llama3-8b"].token_linears(layers=2)  # the bench's --layers 2
+    assert [s.name for s in two] == ["qkv", "o", "gate_up", "down"] * 2 + ["lm_head"]
     for name in ("llama2-7b", "llama3-8b"):  # the -hf split holds the same weights a layer
         fused, split = PRESETS[name], PRESETS[name + "-hf"]
         assert sum(s.n * s.k for s in fused.layer_shapes) == \

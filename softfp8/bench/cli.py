@@ -156,10 +156,8 @@ def main(argv: list[str] | None = None) -> int:
     pre = None if args.shape else preset(args.preset or _DEFAULT_PRESET[args.command])
     shapes = tuple(dict.fromkeys(args.shape)) if args.shape else pre.shapes()
     if pre is not None:
-        layers = args.layers if token and args.layers else pre.layers
-        body = pre.layer_shapes * layers
-        head = pre.head if not (token and args.no_head) and pre.head is not None else None
-        linears = body + ((head,) if head else ())
+        linears = pre.token_linears(head=not (token and args.no_head),
+                                    layers=args.layers if token and args.layers else None)
     else:
         linears = tuple(shapes) * (args.layers if token and args.layers else 1)
     formats = list(dict.fromkeys(args.formats))

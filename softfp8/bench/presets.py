@@ -44,9 +44,10 @@ class Preset:
             names.setdefault((s.n, s.k), []).append(s.name)
         return tuple(Shape("/".join(v), n, k) for (n, k), v in names.items())
 
-    def token_linears(self, *, head: bool = True) -> tuple[Shape, ...]:
-        """Every linear one token runs through, in order (what `token` replays)."""
-        body = self.layer_shapes * self.layers
+    def token_linears(self, *, head: bool = True, layers: int | None = None) -> tuple[Shape, ...]:
+        """Every linear one token runs through, in order (what `token` replays); `layers` of
+        them where given (the bench's --layers), else the model's."""
+        body = self.layer_shapes * (self.layers if layers is None else layers)
         return body + ((self.head,) if head and self.head is not None else ())
 
 
