@@ -1,6 +1,9 @@
 """Split-K reduced by each tile's last program (`_splitk`, `_kernels._reduce_last`) against the
 reduce kernel it replaces: the same bits, counters back at zero, counters never shared by
 launches that could overlap. On CPU the kernels run in Triton's interpreter (conftest.py)."""
+import threading
+import time
+
 import pytest
 import torch
 
@@ -83,6 +86,32 @@ def test_counters_one_region_a_stream_none_under_capture(monkeypatch):
     assert _splitk.counters(dev, 1) is None  # regions used up: the reduce kernel
     stream[0] = 2
     assert _splitk.counters(dev, 3).data_ptr() == b.data_ptr()
+
+
+def test_counters_of_threads_racing_for_regions_never_overlap(monkeypatch):
+    """Streams first seen at once (threads) get one region each, and one pool between them."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    monkeypatch.setattr(_splitk, "_POOLS", {})
+    made = []
+
+    class SlowPool(_splitk._Pool):  # a wide window for a second thread to make a pool too
+        def __init__(self, device):
+            time.sleep(0.05)
+            super().__init__(device)
+            made.append(self)
+
+    monkeypatch.setattr(_splitk, "_Pool", SlowPool)
+    barrier = threading.Barrier(8)
+
+    def first_use(_):
+        barrier.wait()  # all eight ask at once
+        return _splitk.counters(torch.device("cpu"), 100).data_ptr()
+
+    with ThreadPoolExecutor(8) as pool:
+        starts = sorted(pool.map(first_use, range(8)))
+    assert len(made) == 1
+    assert all(b - a >= 4 * _splitk.REGION for a, b in zip(starts, starts[1:])), starts
 
 
 @pytest.mark.gpu

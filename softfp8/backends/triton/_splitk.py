@@ -15,14 +15,15 @@ to 128 at M = 1; a separate reduce under PDL costs less), 8-bit unchanged.
 Counters are zero when a launch starts and only its own programs touch them, so two launches
 that could run at the same time never share one: a region for each (device, stream); launches
 on one stream run in order (under PDL the kernels count after griddepcontrol.wait, when the
-previous kernel has finished). Where a launch has more tiles than a region, the regions are
-used up, the stream is capturing, or SOFTFP8_SPLITK_REDUCE=kernel, the launcher runs
-`splitk_reduce_kernel` as before.
+previous kernel has finished; Triton's interpreter: a region a thread). Where a launch has
+more tiles than a region, the regions are used up, the stream is capturing, or
+SOFTFP8_SPLITK_REDUCE=kernel, the launcher runs `splitk_reduce_kernel` as before.
 """
 from __future__ import annotations
 
 import functools
 import os
+import threading
 
 import torch
 
@@ -65,11 +66,12 @@ class _Pool:
 
 
 _POOLS: dict = {}
+_LOCK = threading.Lock()  # a pool's making and its regions' handing out (threads may race)
 
 
 def _stream(device: torch.device) -> int:
     if device.type != "cuda":
-        return 0  # Triton's interpreter: one program at a time, no streams
+        return threading.get_ident()  # Triton's interpreter: a thread's launches run in order
     return torch.cuda.current_stream(device).cuda_stream
 
 
@@ -83,15 +85,27 @@ def counters(device: torch.device, tiles: int) -> torch.Tensor | None:
     if tiles > REGION or _capturing(device):
         return None
     key = (device.type, device.index)
-    pool = _POOLS.get(key)
-    if pool is None:
-        pool = _POOLS[key] = _Pool(device)
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)  # zeroed on this stream; other streams use it too
     stream = _stream(device)
-    start = pool.regions.get(stream)
+    pool = _POOLS.get(key)
+    start = pool.regions.get(stream) if pool is not None else None
     if start is None:
-        if len(pool.regions) == STREAM_REGIONS:
+        pool, start = _region(key, device, stream)
+        if start is None:
             return None
-        start = pool.regions[stream] = len(pool.regions) * REGION
     return pool.counters[start:start + tiles]
+
+
+def _region(key, device: torch.device, stream: int) -> tuple[_Pool, int | None]:
+    """The pool of `device` (made, zeroed and synchronised the first time) and the start of
+    `stream`'s region in it (None once STREAM_REGIONS streams have one)."""
+    with _LOCK:
+        pool = _POOLS.get(key)
+        if pool is None:
+            pool = _Pool(device)
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)  # zeroed on this stream; others use it too
+            _POOLS[key] = pool
+        start = pool.regions.get(stream)
+        if start is None and len(pool.regions) < STREAM_REGIONS:
+            start = pool.regions[stream] = len(pool.regions) * REGION
+        return pool, start
