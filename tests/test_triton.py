@@ -243,6 +243,33 @@ def test_needs_and_bad_input():
     assert softfp8.dispatch.select("e5m2", 1, "cpu").backend is not softfp8.Backend.TRITON
 
 
+def test_launch_makes_the_gpu_of_x_current(monkeypatch):
+    """Triton launches on the current device: x on another GPU needs its device made current
+    (the launcher checks with not_current_device)."""
+    class OnSecondGpu:
+        is_cuda = True
+        device = torch.device("cuda", 1)
+
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    assert triton_backend.not_current_device(OnSecondGpu())
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 1)
+    assert not triton_backend.not_current_device(OnSecondGpu())
+    assert not triton_backend.not_current_device(torch.zeros(1))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two CUDA GPUs")
+@pytest.mark.parametrize("fmt", list(Format))
+def test_gpu_second_device_while_the_first_is_current(fmt):
+    g = torch.Generator().manual_seed(9)
+    packed = softfp8.quantize(torch.randn(4096, 4096, generator=g), fmt).to("cuda:1")
+    x = torch.randn(1, 4096, generator=g).half().to("cuda:1")
+    with torch.cuda.device(0):
+        y = triton_backend.matmul(x, packed)  # split along K on most GPUs: counters too
+    assert y.device == x.device
+    assert rel_err(y, reference.matmul(x, packed)) <= tolerance(torch.float16)
+
+
 def test_launch_table_is_deterministic_and_splits_small_n():
     h200 = triton_backend.DeviceInfo(sm_count=132, capability=(9, 0), interpreter=False)
     bf16 = torch.bfloat16  # (fp16 at M = 1 goes to Kernel.MMA_GEMV: test_mma_gemv_domain)

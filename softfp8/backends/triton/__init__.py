@@ -113,6 +113,14 @@ def run(x: torch.Tensor, packed: PackedWeight, bias: torch.Tensor | None, cfg: L
     return _launch(x, packed, bias, cfg, e2m1, hw_fp8)
 
 
+def not_current_device(x: torch.Tensor) -> bool:
+    """Whether x lies on another GPU than the current one: Triton launches on the current
+    device and its current stream, so the launcher makes x's device current first (a model
+    spread over GPUs, e.g. transformers' device_map="auto", calls layers on cuda:1 while cuda:0
+    is current)."""
+    return x.is_cuda and x.device.index != torch.cuda.current_device()
+
+
 def _counters(split: int, device: torch.device, tiles: int) -> torch.Tensor | None:
     """Counters for a split launch whose last programs reduce (`_splitk`), or None: no split, or
     splitk_reduce_kernel reduces."""
@@ -127,6 +135,9 @@ def _launch(x: torch.Tensor, packed: PackedWeight, bias: torch.Tensor | None, cf
     pdl: `pdl_settings` for this device and format, where the caller has them."""
     from . import _kernels as K_
 
+    if not_current_device(x):
+        with torch.cuda.device(x.device):
+            return _launch(x, packed, bias, cfg, e2m1, hw_fp8, pdl)
     x = x.contiguous()
     if bias is not None:
         bias = bias.contiguous()  # the kernels index it as bias[n]: a strided view read wrong values
