@@ -28,11 +28,20 @@ import threading
 import torch
 
 from ..._env import raw_reader
+from ...dispatch import _Choice
 
 SPLITK_REDUCE_ENV = "SOFTFP8_SPLITK_REDUCE"
-"""'last' (default): eager split launches reduce in each tile's last program (captured ones
-keep the reduce kernel); 'kernel': splitk_reduce_kernel always."""
-_REDUCE_MODES = ("last", "kernel")
+
+
+class SplitKReduce(_Choice):
+    """SOFTFP8_SPLITK_REDUCE: who adds the parts of a split launch."""
+
+    LAST = "last"
+    """(default) each tile's last program, in eager launches; captured ones keep the kernel."""
+    KERNEL = "kernel"
+    """splitk_reduce_kernel, always."""
+
+
 _read_reduce = raw_reader(SPLITK_REDUCE_ENV)
 
 REGION = 16384
@@ -43,18 +52,14 @@ STREAM_REGIONS = 64
 
 
 @functools.lru_cache(maxsize=8)
-def _parse(raw) -> bool:
-    wanted = os.environ.get(SPLITK_REDUCE_ENV, "last").strip().lower()
-    if wanted not in _REDUCE_MODES:
-        raise ValueError(f"{SPLITK_REDUCE_ENV}={wanted!r} is not valid; expected one of "
-                         f"{_REDUCE_MODES}")
-    return wanted == "last"
+def _parse(raw) -> SplitKReduce:
+    return SplitKReduce.parse(os.environ.get(SPLITK_REDUCE_ENV, "last"), arg=SPLITK_REDUCE_ENV)
 
 
 def last_program_reduces() -> bool:
     """Whether split launches reduce in their last program (SOFTFP8_SPLITK_REDUCE, read each
-    call through `_env`)."""
-    return _parse(_read_reduce())
+    call through `_env`, parsed once a value)."""
+    return _parse(_read_reduce()) is SplitKReduce.LAST
 
 
 class _Pool:
