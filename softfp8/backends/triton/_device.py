@@ -34,7 +34,8 @@ class Kernel(str, enum.Enum):
 @dataclass(frozen=True)
 class LaunchConfig:
     """Launch settings. block_k is in codes (weights along K); split_k programs share one row
-    block's K range and a second kernel sums their partials in a fixed order. depth
+    block's K range and their partials are summed in a fixed order (by each tile's last
+    program in eager launches, else a second kernel: `_splitk`). depth
     (Kernel.MMA_GEMV's run mapping only): loop steps of weights each thread holds in registers,
     1 or 2 (two buffers, each refilled after its own step)."""
 
