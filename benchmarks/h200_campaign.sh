@@ -1014,4 +1014,22 @@ fp4w1)
   for f in "$OUT"/token-*.txt; do echo "== $f"; grep -E "^(torch float16|nvfp4|mxfp4) " "$f" | cut -c1-90; done
   pack fp4w1
   ;;
+noinline13)
+  # split-K's last-program reduce as a called (noinline) function taking scalars (sm_90
+  # cross-compile: FP4 MMA GEMV at M = 1 128 -> 100/121 registers, E4M3's 8-row runs lose their
+  # spill), and counters for captured launches again (SOFTFP8_SPLITK_REDUCE=last): its GPU tests
+  # and the graph tests, then the token of transformers' llama2 layout and the fused one with
+  # the reduce kernel in graphs (eager, the default) and the fused reduce (last), interleaved
+  export SOFTFP8_FP8_DECODE=integer
+  mkdir -p "$OUT/r"
+  run gputests 180 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_splitk.py tests/test_gpu_graphs.py
+  tail -3 "$OUT/gputests.txt"
+  for v in eager last eager2 last2; do
+    for p in llama2-7b-hf llama2-7b; do
+      SOFTFP8_SPLITK_REDUCE=${v%2} run "token-$p-$v" 50 python3 -m softfp8.bench token --preset $p --backends triton --out "$OUT/r/token-$p-$v.json"
+    done
+  done
+  for f in "$OUT"/token-*.txt; do echo "== $f"; grep -E "^(torch float16|e5m2|e4m3|nvfp4|mxfp4) " "$f" | cut -c1-90; done
+  pack noinline13
+  ;;
 esac
