@@ -1019,7 +1019,9 @@ noinline13)
   # cross-compile: FP4 MMA GEMV at M = 1 128 -> 100/121 registers, E4M3's 8-row runs lose their
   # spill), and counters for captured launches again (SOFTFP8_SPLITK_REDUCE=last): its GPU tests
   # and the graph tests, then the token of transformers' llama2 layout and the fused one with
-  # the reduce kernel in graphs (eager, the default) and the fused reduce (last), interleaved
+  # the reduce kernel in graphs (eager, the default) and the fused reduce (last), interleaved.
+  # Ran on f09920a (2026-12-01 22:50 UTC); slower in graphs again, reverted after: SOFTFP8_SPLITK_REDUCE
+  # takes no "eager" since
   export SOFTFP8_FP8_DECODE=integer
   mkdir -p "$OUT/r"
   run gputests 180 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_splitk.py tests/test_gpu_graphs.py

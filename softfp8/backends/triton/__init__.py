@@ -31,7 +31,7 @@ from ._device import (FP8_DECODE_ENV, DeviceInfo, Kernel, LaunchConfig, device_i
 from ._mma_table import (MMA_FORMATS, MMA_GROUPS_MAX_M, MMA_MAX_M, MMA_RUN_TILES, MMA_RUNS,
                          MMA_TILE_ROWS, MMA_WIDE_M, mma_config, mma_gemv_runs, mma_layout,
                          mma_rows, mma_split, mma_zero_fill, uses_mma_gemv)
-from ._splitk import SPLITK_REDUCE_ENV, counters
+from ._splitk import SPLITK_REDUCE_ENV, counters, last_program_reduces
 from ._table import (DEQUANT_MIN_M, DEQUANT_MIN_M_FP4, DEQUANT_MIN_SLAB_ROWS,
                      DEQUANT_SLAB_BYTES, PDL_ENV, PDL_PREFETCH_ENV, TABLE_ENV, dot_upcast,
                      launch_config, pdl_auto, pdl_settings, tiled_config, uses_ptx_decode)
@@ -124,7 +124,9 @@ def not_current_device(x: torch.Tensor) -> bool:
 def _counters(split: int, device: torch.device, tiles: int) -> torch.Tensor | None:
     """Counters for a split launch whose last programs reduce (`_splitk`), or None: no split, or
     splitk_reduce_kernel reduces."""
-    return None if split == 1 else counters(device, tiles)
+    if split == 1 or not last_program_reduces():
+        return None
+    return counters(device, tiles)
 
 
 def _launch(x: torch.Tensor, packed: PackedWeight, bias: torch.Tensor | None, cfg: LaunchConfig,

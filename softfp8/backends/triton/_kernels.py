@@ -69,27 +69,22 @@ def _store(acc, offs_m, offs_n, pid_k, y_ptr, ws_ptr, s_ptr, g_ptr, b_ptr, M, N,
         tl.store(y_ptr + m2.to(tl.int64) * N + n2, out.to(y_ptr.dtype.element_ty), mask=mask)
 
 
-@triton.jit(noinline=True)
-def _reduce_last(cnt_ptr, tile, m0, n0, y_ptr, ws_ptr, s_ptr, g_ptr, b_ptr, M, N, SPLIT,
-                 BM: tl.constexpr, BN: tl.constexpr,
+@triton.jit
+def _reduce_last(cnt_ptr, tile, offs_m, offs_n, y_ptr, ws_ptr, s_ptr, g_ptr, b_ptr, M, N, SPLIT,
                  FMT: tl.constexpr, HAS_SCALE: tl.constexpr, HAS_BIAS: tl.constexpr):
-    """Called by every program of a split launch once its parts of y[m0:m0+BM, n0:n0+BN] are in
-    ws: the tile's last program to count in (cnt_ptr[tile]) adds the SPLIT parts in order s = 0,
-    1, .. (splitk_reduce_kernel's float32), finishes, stores y and zeroes the counter (`_splitk`).
+    """Called by every program of a split launch once its parts of y[offs_m, offs_n] are in ws:
+    the tile's last program to count in (cnt_ptr[tile]) adds the SPLIT parts in order s = 0, 1,
+    .. (splitk_reduce_kernel's float32), finishes, stores y and zeroes the counter (`_splitk`).
     The barrier puts all of this program's ws stores before thread 0's release; the acquire and
     the result's broadcast (shared memory, a barrier) put the other programs' stores before the
-    reads, which go to L2 (.cg: this SM's L1 may hold none of them, but is not coherent).
-    A called function, not inlined (so it takes scalars, not the caller's offset tensors): inlined,
-    its registers counted in the main loop's (sm_90, FP4 MMA GEMV at M = 1: 99 -> 128 inlined,
-    100 called)."""
+    reads, which go to L2 (.cg: this SM's L1 may hold none of them, but is not coherent)."""
     tl.debug_barrier()
     done = tl.atomic_add(cnt_ptr + tile, 1, sem="acq_rel", scope="gpu")
     if done == SPLIT - 1:
-        offs_n = n0 + tl.arange(0, BN)
-        m2 = m0 + tl.arange(0, BM)[:, None]
+        m2 = offs_m[:, None]
         n2 = offs_n[None, :]
         mask = (m2 < M) & (n2 < N)
-        acc = tl.zeros((BM, BN), dtype=tl.float32)
+        acc = tl.zeros((offs_m.shape[0], offs_n.shape[0]), dtype=tl.float32)
         for s in range(0, SPLIT):
             acc += tl.load(ws_ptr + (s * M + m2).to(tl.int64) * N + n2, mask=mask, other=0.0,
                            cache_modifier=".cg")
@@ -247,8 +242,8 @@ def gemv_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr, cnt_ptr,
     _store(out, offs_m, offs_n, pid_k, y_ptr, ws_ptr, s_ptr, g_ptr, b_ptr, M, N,
            FMT, HAS_SCALE, HAS_BIAS, PARTIAL)
     if LAST:
-        _reduce_last(cnt_ptr, pid_n, 0, pid_n * BLOCK_N, y_ptr, ws_ptr, s_ptr, g_ptr, b_ptr, M, N,
-                     tl.num_programs(1), BLOCK_M, BLOCK_N, FMT, HAS_SCALE, HAS_BIAS)
+        _reduce_last(cnt_ptr, pid_n, offs_m, offs_n, y_ptr, ws_ptr, s_ptr, g_ptr, b_ptr, M, N,
+                     tl.num_programs(1), FMT, HAS_SCALE, HAS_BIAS)
 
 
 @triton.jit
@@ -340,9 +335,8 @@ def dot_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr, cnt_ptr,
     _store(acc, offs_m, offs_n, pid_k, y_ptr, ws_ptr, s_ptr, g_ptr, b_ptr, M, N,
            FMT, HAS_SCALE, HAS_BIAS, PARTIAL)
     if LAST:
-        _reduce_last(cnt_ptr, pid_n * tl.num_programs(1) + pid_m, pid_m * BLOCK_M, pid_n * BLOCK_N,
-                     y_ptr, ws_ptr, s_ptr, g_ptr, b_ptr, M, N, tl.num_programs(2), BLOCK_M,
-                     BLOCK_N, FMT, HAS_SCALE, HAS_BIAS)
+        _reduce_last(cnt_ptr, pid_n * tl.num_programs(1) + pid_m, offs_m, offs_n, y_ptr, ws_ptr,
+                     s_ptr, g_ptr, b_ptr, M, N, tl.num_programs(2), FMT, HAS_SCALE, HAS_BIAS)
 
 
 @triton.jit

@@ -430,6 +430,6 @@ def mma_gemv_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr, cnt_ptr,
                         WARPS)
     if LAST:
         XR: tl.constexpr = 16 if WIDE else (MP if RUNS > 0 else 8)  # x rows of this program
-        _reduce_last(cnt_ptr, tl.program_id(0), m0, pid_n * PROG_ROWS, y_ptr, ws_ptr, s_ptr,
-                     g_ptr, b_ptr, M, N, tl.num_programs(1), XR, PROG_ROWS, FMT, HAS_SCALE,
-                     HAS_BIAS)
+        _reduce_last(cnt_ptr, tl.program_id(0), m0 + tl.arange(0, XR),
+                     pid_n * PROG_ROWS + tl.arange(0, PROG_ROWS), y_ptr, ws_ptr, s_ptr, g_ptr,
+                     b_ptr, M, N, tl.num_programs(1), FMT, HAS_SCALE, HAS_BIAS)

@@ -36,10 +36,8 @@ SPLITK_REDUCE_ENV = "SOFTFP8_SPLITK_REDUCE"
 class SplitKReduce(_Choice):
     """SOFTFP8_SPLITK_REDUCE: who adds the parts of a split launch."""
 
-    EAGER = "eager"
-    """(default) each tile's last program in eager launches; captured ones: the kernel."""
     LAST = "last"
-    """each tile's last program, in captured launches too (counters of their own)."""
+    """(default) each tile's last program, in eager launches; captured ones keep the kernel."""
     KERNEL = "kernel"
     """splitk_reduce_kernel, always."""
 
@@ -51,29 +49,25 @@ REGION = 16384
 128256 rows in 32-row tiles: 4008)."""
 STREAM_REGIONS = 64
 """Streams with a region (torch hands out 32 pooled streams a priority, and the default one)."""
-CAPTURE_COUNTERS = 1 << 20
-"""Counters for captured launches (SplitKReduce.LAST), each handed out once: a graph of a
-32-layer model's linears takes ~20k."""
 
 
 @functools.lru_cache(maxsize=8)
 def _parse(raw) -> SplitKReduce:
-    return SplitKReduce.parse(os.environ.get(SPLITK_REDUCE_ENV, "eager"), arg=SPLITK_REDUCE_ENV)
+    return SplitKReduce.parse(os.environ.get(SPLITK_REDUCE_ENV, "last"), arg=SPLITK_REDUCE_ENV)
 
 
-def reduce_setting() -> SplitKReduce:
-    """SOFTFP8_SPLITK_REDUCE, read each call through `_env`, parsed once a value."""
-    return _parse(_read_reduce())
+def last_program_reduces() -> bool:
+    """Whether split launches reduce in their last program (SOFTFP8_SPLITK_REDUCE, read each
+    call through `_env`, parsed once a value)."""
+    return _parse(_read_reduce()) is SplitKReduce.LAST
 
 
 class _Pool:
-    """One device's counters: STREAM_REGIONS regions of REGION, then the capture area."""
+    """One device's counters: STREAM_REGIONS regions of REGION."""
 
     def __init__(self, device: torch.device):
-        self.counters = torch.zeros(STREAM_REGIONS * REGION + CAPTURE_COUNTERS, dtype=torch.int32,
-                                    device=device)
+        self.counters = torch.zeros(STREAM_REGIONS * REGION, dtype=torch.int32, device=device)
         self.regions: dict[int, int] = {}  # stream handle -> region start
-        self.captured = STREAM_REGIONS * REGION  # the capture area's next free counter
 
 
 _POOLS: dict = {}
@@ -93,12 +87,9 @@ def _capturing(device: torch.device) -> bool:
 def counters(device: torch.device, tiles: int) -> torch.Tensor | None:
     """`tiles` zeroed counters no launch that may run beside this one uses, or None (the caller
     then runs splitk_reduce_kernel)."""
-    setting = reduce_setting()
-    if setting is SplitKReduce.KERNEL or tiles > REGION:
+    if tiles > REGION or _capturing(device):
         return None
     key = (device.type, device.index)
-    if _capturing(device):
-        return _captured(key, tiles) if setting is SplitKReduce.LAST else None
     stream = _stream(device)
     pool = _POOLS.get(key)
     start = pool.regions.get(stream) if pool is not None else None
@@ -107,18 +98,6 @@ def counters(device: torch.device, tiles: int) -> torch.Tensor | None:
         if start is None:
             return None
     return pool.counters[start:start + tiles]
-
-
-def _captured(key, tiles: int) -> torch.Tensor | None:
-    """Counters of a captured launch, never handed out again: replays of one graph run in order
-    on their stream, and no other launch, captured or eager, uses them. None where the device
-    has no pool yet (making one now would put its zeroing in the graph) or the area is used up."""
-    with _LOCK:
-        pool = _POOLS.get(key)
-        if pool is None or pool.captured + tiles > pool.counters.numel():
-            return None
-        start, pool.captured = pool.captured, pool.captured + tiles
-        return pool.counters[start:start + tiles]
 
 
 def _region(key, device: torch.device, stream: int) -> tuple[_Pool, int | None]:
