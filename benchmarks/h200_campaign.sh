@@ -1034,4 +1034,22 @@ noinline13)
   for f in "$OUT"/token-*.txt; do echo "== $f"; grep -E "^(torch float16|e5m2|e4m3|nvfp4|mxfp4) " "$f" | cut -c1-90; done
   pack noinline13
   ;;
+hint13)
+  # the weight codes' loads in the MMA GEMV with an L2 prefetch-size hint (SOFTFP8_MMA_LOAD_HINT,
+  # an experiment: the L2 fetches 256 bytes around each 16-byte access; a row's 64 bytes a step
+  # are two 32-byte sectors) and without L1 allocation; per shape (llama3-8b incl. lm_head and
+  # 28672-row gate_up) and the llama2-7b token, the variants interleaved, two rounds; each
+  # variant its own Triton cache (the hint is a global the kernels read)
+  export SOFTFP8_FP8_DECODE=integer
+  mkdir -p "$OUT/r"
+  for r in "" 2; do
+    for v in none l2_256 noalloc_256; do
+      case $v in none) h="" ;; l2_256) h=".L2::256B" ;; noalloc_256) h=".L1::no_allocate.L2::256B" ;; esac
+      SOFTFP8_MMA_LOAD_HINT=$h TRITON_CACHE_DIR=/tmp/tc-$v run "shapes-$v$r" 45 python3 -m softfp8.bench shapes --preset llama3-8b --backends triton --out "$OUT/r/shapes-$v$r.json"
+      SOFTFP8_MMA_LOAD_HINT=$h TRITON_CACHE_DIR=/tmp/tc-$v run "token-$v$r" 50 python3 -m softfp8.bench token --preset llama2-7b --backends triton --out "$OUT/r/token-$v$r.json"
+    done
+  done
+  for f in "$OUT"/token-*.txt; do echo "== $f"; grep -E "^(torch float16|e5m2|e4m3|nvfp4|mxfp4) " "$f" | cut -c1-90; done
+  pack hint13
+  ;;
 esac
