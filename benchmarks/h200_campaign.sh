@@ -1039,7 +1039,8 @@ hint13)
   # an experiment: the L2 fetches 256 bytes around each 16-byte access; a row's 64 bytes a step
   # are two 32-byte sectors) and without L1 allocation; per shape (llama3-8b incl. lm_head and
   # 28672-row gate_up) and the llama2-7b token, the variants interleaved, two rounds; each
-  # variant its own Triton cache (the hint is a global the kernels read)
+  # variant its own Triton cache (the hint is a global the kernels read). Ran on 5db434c
+  # (2026-12-01 23:15 UTC): 8-bit slower with either hint, FP4 the same; the hook reverted after
   export SOFTFP8_FP8_DECODE=integer
   mkdir -p "$OUT/r"
   for r in "" 2; do

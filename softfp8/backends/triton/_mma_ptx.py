@@ -6,11 +6,6 @@ docstring (the E4M3 pair decode also builds `_decode.e4m3_to_f16_div256_ptx`); t
 check them bit for bit are in tests/test_mma_ptx.py (the PTX emulator, CI) and
 tests/test_triton.py on a GPU (`test_gpu_every_*_code_*`, `test_gpu_mma_gemv_*`).
 """
-import os
-
-WEIGHT_LOAD_HINT = os.environ.get("SOFTFP8_MMA_LOAD_HINT", "")
-"""(experiment, noinline13+) qualifiers of the weight codes' loads, e.g. ".L2::256B" (sm_80+:
-the L2 fetches 256 bytes around the access), ".L1::no_allocate"; read once at import."""
 
 
 FP4_PAIRS = ((0, 1), (2, 3), (4, 5), (6, 7))
@@ -222,7 +217,7 @@ def _load_row_fp8_asm(zero: bool = True) -> str:
     .reg .pred p;
     setp.ne.b32 p, $7, 0;
     {fill} mov.b32 $4, 0;
-    @p ld.global.nc{WEIGHT_LOAD_HINT}.v4.u32 {{$0, $1, $2, $3}}, [$5];
+    @p ld.global.nc.v4.u32 {{$0, $1, $2, $3}}, [$5];
     }}"""
 
 
@@ -236,7 +231,7 @@ def _load_row_asm(fmt: str, zero: bool = True) -> str:
     .reg .b16 hs;
     setp.ne.b32 p, $7, 0;
     {fill if zero else ""}
-    @p ld.global.nc{WEIGHT_LOAD_HINT}.v4.u32 {{$0, $1, $2, $3}}, [$5];
+    @p ld.global.nc.v4.u32 {{$0, $1, $2, $3}}, [$5];
     @p ld.global.nc.{kind} hs, [$6];
     cvt.u32.u16 $4, hs;
     }}"""
