@@ -855,15 +855,16 @@ hfsweep)
   done
   pack hfsweep
   ;;
-gen32|gen32b)
+gen32|gen32b|gen32h)
   # (prepared in the eleventh session, not yet run) issue 8's last item: transformers'
   # generate() with static cache + torch.compile ("reduce-overhead": CUDA graphs) on the full
   # 32-layer 7B-shaped Llama, every format; compiling takes ~45 s a variant at 32 layers
   # (`step32c`), so two calls: gen32 fp16,e5m2,e4m3; gen32b fp16,nvfp4,mxfp4 (fp16 in each:
-  # the same-process baseline)
+  # the same-process baseline); gen32h (thirteenth session, one call's device time left):
+  # fp16,e5m2,nvfp4
   export SOFTFP8_FP8_DECODE=integer
   mkdir -p "$OUT/r"
-  vs=fp16,e5m2,e4m3; [ "$step" = gen32b ] && vs=fp16,nvfp4,mxfp4
+  vs=fp16,e5m2,e4m3; [ "$step" = gen32b ] && vs=fp16,nvfp4,mxfp4; [ "$step" = gen32h ] && vs=fp16,e5m2,nvfp4
   run "$step" 560 python3 benchmarks/gpu_e2e_generate.py --variants $vs --modes static-compile --layers 32 --short 8 --long 40 --repeats 2 --json "$OUT/r/$step.json"
   pack "$step"
   ;;
