@@ -1054,4 +1054,19 @@ hint13)
   for f in "$OUT"/token-*.txt; do echo "== $f"; grep -E "^(torch float16|e5m2|e4m3|nvfp4|mxfp4) " "$f" | cut -c1-90; done
   pack hint13
   ;;
+prof32)
+  # gen32h: compiled 32-layer generate() NVFP4 139.8 tok/s against fp16 147.5 and E5M2 198.3,
+  # where the 8-layer run (e2e10) had NVFP4 fastest: one compiled generate() of 16 tokens under
+  # torch.profiler at 32 layers, fp16 and nvfp4, kernels ranked by device time a token
+  export SOFTFP8_FP8_DECODE=integer
+  mkdir -p "$OUT/r"
+  for v in nvfp4 fp16; do
+    TORCH_LOGS=perf_hints run "prof-$v" 220 python3 benchmarks/gpu_e2e_profile.py --variant $v --layers 32 --tokens 16
+  done
+  for v in nvfp4 fp16; do
+    echo "== $v"; grep -ciE "skipping cudagraphs" "$OUT/prof-$v.txt"
+    grep -A16 "^# $v" "$OUT/prof-$v.txt" | head -20
+  done
+  pack prof32
+  ;;
 esac
