@@ -1069,4 +1069,13 @@ prof32)
   done
   pack prof32
   ;;
+gen32r)
+  # gen32h again, NVFP4 first and four timed pairs a row: is NVFP4's 139.8 tok/s (fp16 147.5)
+  # the variant or the order / the noise of two pairs? (prof32: NVFP4's profiled generate()
+  # recorded a CUDA graph again, fp16's did not)
+  export SOFTFP8_FP8_DECODE=integer
+  mkdir -p "$OUT/r"
+  run "$step" 560 python3 benchmarks/gpu_e2e_generate.py --variants nvfp4,fp16,e5m2 --modes static-compile --layers 32 --short 8 --long 40 --repeats 4 --json "$OUT/r/$step.json"
+  pack "$step"
+  ;;
 esac
