@@ -38,10 +38,9 @@ class Linear(nn.Module):
         spec = SPECS[fmt]
         if row_scale is not None and spec.scale_required:
             raise ValueError(f"row_scale: only applies to e5m2; {fmt} always has its own scales")
-        self.fmt = fmt
+        self._op_names = (fmt.value, Backend.parse(backend, arg="backend").value,
+                          E2M1Decode.parse(e2m1, arg="e2m1").value)
         self.in_features, self.out_features = int(in_features), int(out_features)
-        self.backend = Backend.parse(backend, arg="backend")
-        self.e2m1 = E2M1Decode.parse(e2m1, arg="e2m1")
         n, kp = self.out_features, padded_k(self.in_features, fmt)
         self.register_buffer("words", torch.zeros(n, kp // spec.codes_per_word, dtype=torch.int32,
                                                   device=device))
@@ -69,9 +68,9 @@ class Linear(nn.Module):
         n, k = packed.shape
         module = cls.__new__(cls)
         nn.Module.__init__(module)
-        module.fmt, module.in_features, module.out_features = packed.fmt, k, n
-        module.backend = Backend.parse(backend, arg="backend")
-        module.e2m1 = E2M1Decode.parse(e2m1, arg="e2m1")
+        module._op_names = (packed.fmt.value, Backend.parse(backend, arg="backend").value,
+                            E2M1Decode.parse(e2m1, arg="e2m1").value)
+        module.in_features, module.out_features = k, n
         for name in _PACKED_BUFFERS:
             module.register_buffer(name, getattr(packed, name))
         if bias is not None:
@@ -129,6 +128,36 @@ class Linear(nn.Module):
 
     # -- use ------------------------------------------------------------------------------------
 
+    # fmt, backend and e2m1 are kept as their values, one tuple of str that forward hands to the
+    # op. Why: under torch.compile dynamo guards a str by value, but an enum member (one object
+    # shared by every layer) by identity, by value, by its type's MRO, and by a Python "is" guard
+    # against the first layer that holds it: three such guards a layer (672 at 32 layers) made
+    # the guard check of a converted Llama 1.4-1.8x fp32's (benchmarks/cpu_compile_guards.py).
+    @property
+    def fmt(self) -> Format:
+        return Format(self._op_names[0])
+
+    @fmt.setter
+    def fmt(self, value: Format | str) -> None:
+        self._op_names = (Format.parse(value).value,) + self._op_names[1:]
+
+    @property
+    def backend(self) -> Backend:
+        return Backend(self._op_names[1])
+
+    @backend.setter
+    def backend(self, value: Backend | str) -> None:
+        names = self._op_names
+        self._op_names = (names[0], Backend.parse(value, arg="backend").value, names[2])
+
+    @property
+    def e2m1(self) -> E2M1Decode:
+        return E2M1Decode(self._op_names[2])
+
+    @e2m1.setter
+    def e2m1(self, value: E2M1Decode | str) -> None:
+        self._op_names = self._op_names[:2] + (E2M1Decode.parse(value, arg="e2m1").value,)
+
     @property
     def packed(self) -> PackedWeight:
         """The weight as a PackedWeight (a view on this module's buffers; validated)."""
@@ -138,16 +167,19 @@ class Linear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         buffers = self._buffers  # not self.words: nn.Module.__getattr__ costs ~0.5 us a name
         w, s, g = buffers["words"], buffers["scales"], buffers["global_scale"]
-        return run_linear(x, w, s, g, self.fmt.value, self.out_features, self.in_features,
-                          self.bias, self.backend.value, self.e2m1.value,
-                          packed=self._validated(w, s, g))
+        fmt, backend, e2m1 = self._op_names
+        # traced (torch.compile): the op checks the layout; a PackedWeight built here would be
+        # traced too, and its checks and the cache below guarded on every call
+        packed = None if torch.compiler.is_compiling() else self._validated(w, s, g)
+        return run_linear(x, w, s, g, fmt, self.out_features, self.in_features, self.bias,
+                          backend, e2m1, packed=packed)
 
     def _validated(self, w, s, g) -> PackedWeight:
         """`packed`, kept while every buffer is the same tensor with the same shape, dtype and
         device (`.data =` changes those without a new tensor) and the format and features are
         unchanged: validating costs 6 us a call, this check ~1.5. In-place writes of values need
         no new check (they can't break the layout); load_state_dict checks what it copies in."""
-        stamp = (self.fmt, self.out_features, self.in_features) + tuple(
+        stamp = (self._op_names[0], self.out_features, self.in_features) + tuple(
             None if t is None else (t.shape, t.dtype, t.device) for t in (w, s, g))
         kept = self.__dict__.get("_packed_kept")
         if (kept is not None and kept[0].words is w and kept[0].scales is s

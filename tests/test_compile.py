@@ -123,3 +123,66 @@ def test_compile_reduce_overhead_on_gpu():
     for _ in range(3):
         y = compiled(x)
     torch.testing.assert_close(y, model(x), rtol=2e-3, atol=2e-3)
+
+
+def _guards(fn_code) -> str:
+    """The guards dynamo keeps for a compiled frame, as text (a private torch API: skip if gone)."""
+    eval_frame = torch._dynamo.eval_frame
+    if not hasattr(eval_frame, "_debug_get_cache_entry_list"):
+        pytest.skip("this torch has no _debug_get_cache_entry_list")
+    entries = eval_frame._debug_get_cache_entry_list(fn_code)
+    assert len(entries) == 1, "one compiled entry, no recompiles"
+    return str(entries[0].guard_manager)
+
+
+class Stack(nn.Module):
+    """`layers` softfp8.Linear of one format: every layer holds the same format, backend and
+    decoder settings, as a converted model's do."""
+
+    def __init__(self, layers, fmt):
+        super().__init__()
+        torch.manual_seed(0)
+        self.layers = nn.ModuleList(softfp8.Linear.from_linear(nn.Linear(32, 32), fmt,
+                                                               backend="torch")
+                                    for _ in range(layers))
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = layer(x)
+        return x
+
+
+@pytest.mark.parametrize("fmt", [Format.E5M2, Format.NVFP4], ids=str)
+def test_compiled_guards_grow_by_value_checks_per_layer_not_python_ones(fmt):
+    """Dynamo guards a layer's settings by value (C++), not its enum members by identity plus a
+    Python `is` guard against the first layer holding them (three a layer: 672 at 32 layers made
+    a converted Llama's guard check 1.4-1.8x fp32's, BENCHMARKS.md thirteenth session); nor the
+    PackedWeight eager calls build and keep."""
+    counts = []
+    for layers in (2, 6):
+        torch._dynamo.reset()
+        model = Stack(layers, fmt)
+        compiled = torch.compile(model, fullgraph=True, backend="eager")
+        x = torch.randn(1, 32)
+        torch.testing.assert_close(compiled(x), model(x), rtol=0, atol=0)
+        guards = _guards(type(model).forward.__code__)
+        assert "_packed_kept" not in guards and "'packed'" not in guards
+        counts.append(guards.count("LAMBDA_GUARD"))
+    assert counts[0] == counts[1], counts
+
+
+def test_settings_are_enums_outside_and_strings_to_the_op():
+    layer = softfp8.Linear.from_linear(nn.Linear(40, 8), "nvfp4", backend="torch")
+    assert layer.fmt is Format.NVFP4 and layer.backend is Backend.TORCH
+    assert layer.e2m1 is softfp8.E2M1Decode.AUTO
+    layer.backend = "auto"
+    layer.e2m1 = softfp8.E2M1Decode.SELECT
+    assert layer._op_names == ("nvfp4", "auto", "select")
+    with pytest.raises(ValueError, match="backend='gpu' is not valid"):
+        layer.backend = "gpu"
+    with pytest.raises(ValueError, match="e2m1"):
+        layer.e2m1 = "lut"
+    assert layer._op_names == ("nvfp4", "auto", "select")  # a refused value changes nothing
+    x = torch.randn(3, 40)
+    torch.testing.assert_close(layer(x), softfp8.linear(x, layer.packed, layer.bias,
+                                                        e2m1="select"), rtol=0, atol=0)
