@@ -132,7 +132,8 @@ class Linear(nn.Module):
     # op. Why: under torch.compile dynamo guards a str by value, but an enum member (one object
     # shared by every layer) by identity, by value, by its type's MRO, and by a Python "is" guard
     # against the first layer that holds it: three such guards a layer (672 at 32 layers) made
-    # the guard check of a converted Llama 1.4-1.8x fp32's (benchmarks/cpu_compile_guards.py).
+    # the guard check of a converted 32-layer Llama 1.5-1.8x fp32's (E5M2) and 2.5-2.7x
+    # (NVFP4); 1.1-1.3x and 1.6-1.8x with the values (benchmarks/cpu_compile_guards.py).
     @property
     def fmt(self) -> Format:
         return Format(self._op_names[0])
