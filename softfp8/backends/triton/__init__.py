@@ -121,12 +121,13 @@ def not_current_device(x: torch.Tensor) -> bool:
     return x.is_cuda and x.device.index != torch.cuda.current_device()
 
 
-def _counters(split: int, device: torch.device, tiles: int) -> torch.Tensor | None:
-    """Counters for a split launch whose last programs reduce (`_splitk`), or None: no split, or
-    splitk_reduce_kernel reduces."""
-    if split == 1 or not last_program_reduces():
-        return None
-    return counters(device, tiles)
+def _counters(split: int, device: torch.device, tiles: int,
+              unused: torch.Tensor) -> tuple[torch.Tensor, bool]:
+    """(the kernel's cnt_ptr, LAST): counters from `_splitk` and True where a split launch's last
+    programs reduce; else `unused` (any tensor: the kernel never reads it) and False, and
+    splitk_reduce_kernel reduces (or there is no split)."""
+    cnt = None if split == 1 or not last_program_reduces() else counters(device, tiles)
+    return (unused, False) if cnt is None else (cnt, True)
 
 
 def _launch(x: torch.Tensor, packed: PackedWeight, bias: torch.Tensor | None, cfg: LaunchConfig,
@@ -190,13 +191,13 @@ def _launch(x: torch.Tensor, packed: PackedWeight, bias: torch.Tensor | None, cf
             raise ValueError(f"cfg: Kernel.MMA_GEMV takes depth 1, or 2 on the run mapping with "
                              f"2 tiles a warp; got {cfg}")
         grid = (-(-n // cfg.block_n) * groups, split)
-        cnt = _counters(split, x.device, grid[0])
-        mma_gemv_kernel[grid](*args, cnt if cnt is not None else w, *sizes, LAST=cnt is not None,
-                              FMT=packed.fmt.value, HAS_BIAS=bias is not None,
-                              WARPS=cfg.num_warps, PARTIAL=split > 1, num_warps=cfg.num_warps,
-                              num_stages=1, PDL=pdl, PREFETCH=prefetch, AHEAD=cfg.num_stages,
-                              RUNS=runs, TILES=tiles, HAS_SCALE=has_scale, NAN=nan,
-                              DEPTH=cfg.depth, GROUPS=groups, WIDE=wide,
+        cnt, last = _counters(split, x.device, grid[0], w)
+        mma_gemv_kernel[grid](*args, cnt, *sizes, LAST=last, FMT=packed.fmt.value,
+                              HAS_BIAS=bias is not None, WARPS=cfg.num_warps,
+                              PARTIAL=split > 1, num_warps=cfg.num_warps, num_stages=1, PDL=pdl,
+                              PREFETCH=prefetch, AHEAD=cfg.num_stages, RUNS=runs, TILES=tiles,
+                              HAS_SCALE=has_scale, NAN=nan, DEPTH=cfg.depth, GROUPS=groups,
+                              WIDE=wide,
                               ZERO=mma_zero_fill(rb, per_split, runs, cfg, k, packed.padded_k),
                               **launch)
     else:
@@ -209,20 +210,18 @@ def _launch(x: torch.Tensor, packed: PackedWeight, bias: torch.Tensor | None, cf
                 raise ValueError(f"cfg: a GEMV launch with block_m={cfg.block_m} can't cover "
                                  f"M={m}")
             grid = (-(-n // cfg.block_n), split)
-            cnt = _counters(split, x.device, grid[0])
-            K_.gemv_kernel[grid](*args, cnt if cnt is not None else w, *sizes,
-                                 LAST=cnt is not None, BLOCK_KB=cfg.block_k * spec.bits // 8,
-                                 **common)
+            cnt, last = _counters(split, x.device, grid[0], w)
+            K_.gemv_kernel[grid](*args, cnt, *sizes, LAST=last,
+                                 BLOCK_KB=cfg.block_k * spec.bits // 8, **common)
         else:
             if packed.fmt is Format.MXFP4 and cfg.block_k != 32:
                 raise ValueError("cfg: the tl.dot kernels step one MXFP4 block (block_k=32)")
             grid = (-(-n // cfg.block_n), -(-m // cfg.block_m), split)
             precision = "ieee"  # fp32: exact FMAs (1e-5); fp16/bf16 operands ignore it
-            cnt = _counters(split, x.device, grid[0] * grid[1])
-            K_.dot_kernel[grid](*args, cnt if cnt is not None else w, *sizes,
-                                LAST=cnt is not None, BLOCK_K=cfg.block_k, PRECISION=precision,
-                                UPCAST=dot_upcast(x), **common)
-    if split > 1 and cnt is None:
+            cnt, last = _counters(split, x.device, grid[0] * grid[1], w)
+            K_.dot_kernel[grid](*args, cnt, *sizes, LAST=last, BLOCK_K=cfg.block_k,
+                                PRECISION=precision, UPCAST=dot_upcast(x), **common)
+    if split > 1 and not last:
         block = 256
         K_.splitk_reduce_kernel[(-(-n // block), m)](
             ws, s, g, b, y, m, n, split, FMT=packed.fmt.value, HAS_SCALE=has_scale,
