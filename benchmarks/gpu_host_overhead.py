@@ -22,6 +22,7 @@ import os
 import pstats
 import sys
 import time
+from unittest import mock
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
@@ -51,16 +52,8 @@ def with_env(fn, **env):
 
 
 def _in_env(fn, calls):
-    saved = {k: os.environ.get(k) for k in getattr(fn, "env", {})}
-    os.environ.update(getattr(fn, "env", {}))
-    try:
+    with mock.patch.dict(os.environ, getattr(fn, "env", {})):  # restored after, as it was
         return round_us(fn, calls)
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 def fastest_us(cells, calls, rounds):
