@@ -24,6 +24,16 @@ def rel_err(y: torch.Tensor, ref: torch.Tensor) -> float:
     return ((y - ref).norm() / ref.norm()).item()
 
 
+def triton_backend_or_skip():
+    """softfp8's Triton backend, for a test module of its kernels, or the whole module skipped:
+    no Triton here, or no GPU and no interpreter (TRITON_INTERPRET unset, e.g. forced to 0)."""
+    backend = pytest.importorskip("softfp8.backends.triton")
+    pytest.importorskip("triton")
+    if not torch.cuda.is_available() and not backend.INTERPRET:
+        pytest.skip("no GPU and TRITON_INTERPRET is not set", allow_module_level=True)
+    return backend
+
+
 @pytest.fixture
 def flush_denormals():
     """FTZ/DAZ on for the test's duration (x86 with SSE3; skip where torch can't set it)."""

@@ -6,19 +6,17 @@ import time
 
 import pytest
 import torch
+from conftest import triton_backend_or_skip
 
 import softfp8
 from softfp8.formats import Format
 
-triton_backend = pytest.importorskip("softfp8.backends.triton")
-pytest.importorskip("triton")
+triton_backend = triton_backend_or_skip()
 from softfp8.backends.triton import Kernel, LaunchConfig, run  # noqa: E402
 from softfp8.backends.triton import _splitk  # noqa: E402
 
 HAS_GPU = torch.cuda.is_available()
 DEVICE = "cuda" if HAS_GPU else "cpu"
-if not HAS_GPU and not triton_backend.INTERPRET:
-    pytest.skip("no GPU and TRITON_INTERPRET is not set", allow_module_level=True)
 ENV = triton_backend.SPLITK_REDUCE_ENV
 
 

@@ -15,21 +15,18 @@ import random
 
 import pytest
 import torch
-from conftest import rel_err
+from conftest import rel_err, triton_backend_or_skip
 
 import softfp8
 from softfp8.backends import reference
 from softfp8.dispatch import E2M1Decode
 from softfp8.formats import Format, PackedWeight
 
-triton_backend = pytest.importorskip("softfp8.backends.triton")
-pytest.importorskip("triton")
+triton_backend = triton_backend_or_skip()
 from softfp8.backends.triton import Kernel, LaunchConfig, device_info, launch_config, run  # noqa: E402
 
 HAS_GPU = torch.cuda.is_available()
 DEVICE = "cuda" if HAS_GPU else "cpu"
-if not HAS_GPU and not triton_backend.INTERPRET:
-    pytest.skip("no GPU and TRITON_INTERPRET is not set", allow_module_level=True)
 
 DECODES = [(Format.E5M2, E2M1Decode.SELECT), (Format.E4M3, E2M1Decode.SELECT),
            (Format.NVFP4, E2M1Decode.SELECT), (Format.NVFP4, E2M1Decode.INJECT),
