@@ -45,6 +45,9 @@ def parse_args(argv=None):
     p.add_argument("--device", default="cuda")
     p.add_argument("--tiny", action="store_true", help="a 2-layer model (tests of this script)")
     p.add_argument("--json", default="receipts/e2e_generate.json", help="receipt path ('' for none)")
+    p.add_argument("--log-calls", action="store_true",
+                   help="a line on stderr before and after each generate() call (to place "
+                        "TORCH_LOGS output, e.g. CUDA-graph recordings, among the calls)")
     return p.parse_args(argv)
 
 
@@ -70,15 +73,24 @@ def sync(torch, device):
         torch.cuda.synchronize()
 
 
+LOG_CALLS = False
+
+
 def generate_seconds(model, ids, new_tokens, kwargs, torch, device) -> float:
     sync(torch, device)
+    if LOG_CALLS:
+        print(f"## generate({new_tokens} new tokens) start", file=sys.stderr, flush=True)
     t0 = time.perf_counter()
     out = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False,
                          max_new_tokens=new_tokens, min_new_tokens=new_tokens, pad_token_id=0,
                          **kwargs)
     sync(torch, device)
     assert out.shape[1] == ids.shape[1] + new_tokens
-    return time.perf_counter() - t0
+    seconds = time.perf_counter() - t0
+    if LOG_CALLS:
+        print(f"## generate({new_tokens} new tokens) {seconds * 1e3:.1f} ms", file=sys.stderr,
+              flush=True)
+    return seconds
 
 
 def mode_kwargs(mode: str, transformers) -> dict:
@@ -138,7 +150,9 @@ def versions(torch) -> dict:
 
 
 def main(argv=None) -> int:
+    global LOG_CALLS
     args = parse_args(argv)
+    LOG_CALLS = args.log_calls
     os.environ["SOFTFP8_BACKEND"] = args.backend  # before softfp8 reads it; the software path
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's softfp8
     import torch

@@ -1078,4 +1078,19 @@ gen32r)
   run "$step" 560 python3 benchmarks/gpu_e2e_generate.py --variants nvfp4,fp16,e5m2 --modes static-compile --layers 32 --short 8 --long 40 --repeats 4 --json "$OUT/r/$step.json"
   pack "$step"
   ;;
+rerec14)
+  # (fourteenth session) why compiled generate() records CUDA graphs inside timed calls (prof32:
+  # NVFP4 at 32 layers; e2eprof: E5M2 at 8): TORCH_LOGS +cudagraphs (each recording, and a
+  # re-recording's reason) and recompiles, with each generate() call marked (--log-calls);
+  # 8 layers for three variants, then NVFP4 at 32
+  export SOFTFP8_FP8_DECODE=integer
+  mkdir -p "$OUT/r"
+  TORCH_LOGS="+cudagraphs,recompiles" run rerec8 240 python3 benchmarks/gpu_e2e_generate.py --variants nvfp4,e5m2,fp16 --modes static-compile --layers 8 --short 8 --long 24 --repeats 2 --log-calls --json "$OUT/r/rerec8.json"
+  TORCH_LOGS="+cudagraphs,recompiles" run rerec32 300 python3 benchmarks/gpu_e2e_generate.py --variants nvfp4 --modes static-compile --layers 32 --short 8 --long 40 --repeats 2 --log-calls --json "$OUT/r/rerec32.json"
+  for f in rerec8 rerec32; do
+    echo "== $f"
+    grep -E "^## generate|Re-recording|Recording function|Recompiling|^(fp16|e5m2|nvfp4) " "$OUT/$f.txt" | cut -c1-240 | head -100
+  done
+  pack rerec14
+  ;;
 esac
