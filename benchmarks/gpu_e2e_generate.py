@@ -46,8 +46,8 @@ def parse_args(argv=None):
     p.add_argument("--tiny", action="store_true", help="a 2-layer model (tests of this script)")
     p.add_argument("--json", default="receipts/e2e_generate.json", help="receipt path ('' for none)")
     p.add_argument("--log-calls", action="store_true",
-                   help="a line on stderr before and after each generate() call (to place "
-                        "TORCH_LOGS output, e.g. CUDA-graph recordings, among the calls)")
+                   help="lines on stderr around each generate() call, at each CUDA-graph "
+                        "recording, and for each failed replay check with the inputs that moved")
     return p.parse_args(argv)
 
 
@@ -91,6 +91,40 @@ def generate_seconds(model, ids, new_tokens, kwargs, torch, device) -> float:
         print(f"## generate({new_tokens} new tokens) {seconds * 1e3:.1f} ms", file=sys.stderr,
               flush=True)
     return seconds
+
+
+def install_graph_probe(torch) -> None:
+    """Print each CUDA-graph recording of torch's cudagraph trees, and each failed replay check
+    (which forces a new recording) with its status and the inputs whose data pointer moved
+    since the recording. TORCH_LOGS=+cudagraphs computes that reason too, but in torch 2.11
+    it asserts when the graph has partitions (`length mismatch between inputs, recorded_data_ptr,
+    and placeholders`), and the benchmark then loses its compiled row."""
+    from torch._inductor import cudagraph_trees as trees
+
+    check, record = trees.CUDAGraphNode.check_invariants, trees.CUDAGraphTreeManager.record_function
+
+    def probed_check(self, inputs):
+        before = [(t.data_ptr(), tuple(t.shape), str(t.dtype).replace("torch.", ""))
+                  if isinstance(t, torch.Tensor) else None for t in inputs]
+        status, reason = check(self, inputs)
+        if status != trees.CheckInvariantStatus.SUCCESS:
+            recorded = self.static_input_data_ptrs
+            kind = ["static" if i in self.static_input_idxs else "managed"
+                    for i in range(len(before))]
+            moved = [f"[{i}] {shape} {dtype} {kind[i]}"
+                     for i, item in enumerate(before) if item is not None
+                     and i < len(recorded) and recorded[i] is not None
+                     for ptr, shape, dtype in [item] if ptr != recorded[i]]
+            print(f"## replay check failed: {status.name}; {len(moved)} inputs moved: "
+                  f"{'; '.join(moved[:12])}", file=sys.stderr, flush=True)
+        return status, reason
+
+    def probed_record(self, new_inputs, function_id):
+        print(f"## recording a CUDA graph ({len(new_inputs)} inputs)", file=sys.stderr, flush=True)
+        return record(self, new_inputs, function_id)
+
+    trees.CUDAGraphNode.check_invariants = probed_check
+    trees.CUDAGraphTreeManager.record_function = probed_record
 
 
 def mode_kwargs(mode: str, transformers) -> dict:
@@ -158,6 +192,8 @@ def main(argv=None) -> int:
     import torch
     import transformers
 
+    if args.log_calls and args.device.startswith("cuda"):
+        install_graph_probe(torch)
     import softfp8
     from softfp8.modules import model_bytes
 
