@@ -1108,4 +1108,20 @@ rerec14b)
   done
   pack rerec14b
   ;;
+rerec14c)
+  # rerec14b: NVFP4's compiled generate() recorded its decode graph again because half the
+  # layers' static caches moved (per-call split-K workspaces in the caching allocator; E5M2 and
+  # fp16 none). Now eager split launches keep a workspace per stream: the GPU split/graph/
+  # compile tests, then the probe at 8 layers (expect no failed replay check), then fp16 and
+  # NVFP4 compiled generate() at 32 layers without the probe (gen32h/gen32r had re-recordings)
+  export SOFTFP8_FP8_DECODE=integer
+  mkdir -p "$OUT/r"
+  run gputests 150 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_splitk.py tests/test_gpu_graphs.py tests/test_compile.py
+  run gputests2 200 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_triton.py -k "split or mma_gemv_matches"
+  tail -2 "$OUT/gputests.txt" "$OUT/gputests2.txt"
+  run rerec8c 150 python3 benchmarks/gpu_e2e_generate.py --variants nvfp4 --modes static-compile --layers 8 --short 8 --long 24 --repeats 2 --log-calls --json "$OUT/r/rerec8c.json"
+  grep -E "^## |^nvfp4 " "$OUT/rerec8c.txt" | cut -c1-200 | uniq -c | head -40
+  run gen32w 330 python3 benchmarks/gpu_e2e_generate.py --variants nvfp4,fp16 --modes static-compile --layers 32 --short 8 --long 40 --repeats 3 --json "$OUT/r/gen32w.json"
+  pack rerec14c
+  ;;
 esac
