@@ -30,6 +30,7 @@ CUDA-graph trees saw the cache at new addresses and recorded the decode graph ag
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import threading
@@ -71,11 +72,24 @@ def last_program_reduces() -> bool:
     return _parse(_read_reduce()) is SplitKReduce.LAST
 
 
+def _unpooled(device: torch.device):
+    """Context for the buffers this module keeps: made on the device's default stream. Why:
+    torch's CUDA-graph trees run a compiled function's warm-up on a stream of their own whose
+    allocations go to the graph's private pool, and refuse to record while a tensor made there
+    outlives the warm-up (`RuntimeError: Detected 1 tensor(s) in the cudagraph pool not tracked
+    as outputs`: `rerec14c`, the first split launch of a compiled generate() in its warm-up)."""
+    if device.type != "cuda":
+        return contextlib.nullcontext()
+    return torch.cuda.stream(torch.cuda.default_stream(device))
+
+
 class _Pool:
     """One device's counters: STREAM_REGIONS regions of REGION."""
 
     def __init__(self, device: torch.device):
-        self.counters = torch.zeros(STREAM_REGIONS * REGION, dtype=torch.int32, device=device)
+        with _unpooled(device):
+            self.counters = torch.zeros(STREAM_REGIONS * REGION, dtype=torch.int32,
+                                        device=device)
         self.regions: dict[int, int] = {}  # stream handle -> region start
 
 
@@ -142,8 +156,11 @@ def workspace(device: torch.device, numel: int) -> torch.Tensor | None:
         with _LOCK:
             ws = _WORKSPACES.get(key)
             if ws is None or ws.numel() < numel:
-                # the one it replaces is freed to this stream's blocks: launches already queued
-                # on the stream run before any later use of them
-                ws = torch.empty(numel, dtype=torch.float32, device=device)
+                if ws is not None and device.type == "cuda":
+                    # made on the default stream (_unpooled), used on this one: its memory is
+                    # not reused until the launches queued here have run
+                    ws.record_stream(torch.cuda.current_stream(device))
+                with _unpooled(device):
+                    ws = torch.empty(numel, dtype=torch.float32, device=device)
                 _WORKSPACES[key] = ws
     return ws[:numel]
