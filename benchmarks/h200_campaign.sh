@@ -1137,4 +1137,17 @@ rerec14d)
   run gen32w 300 python3 benchmarks/gpu_e2e_generate.py --variants nvfp4,fp16 --modes static-compile --layers 32 --short 8 --long 40 --repeats 3 --json "$OUT/r/gen32w.json"
   pack rerec14d
   ;;
+rerec14e)
+  # rerec14d: the default stream did not escape the warm-up's pool (torch sends every allocation
+  # of the warming thread there); the kept buffers are now made on a thread of their own. The
+  # new GPU test (reduce-overhead with nothing eager first) and the 8-layer probe (device time
+  # left: ~4 minutes)
+  export SOFTFP8_FP8_DECODE=integer
+  mkdir -p "$OUT/r"
+  run gputests 100 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_compile.py tests/test_splitk.py
+  run rerec8e 110 python3 benchmarks/gpu_e2e_generate.py --variants nvfp4 --modes static-compile --layers 8 --short 8 --long 24 --repeats 2 --log-calls --json "$OUT/r/rerec8e.json"
+  tail -2 "$OUT/gputests.txt"
+  grep -E "^## |^nvfp4 " "$OUT/rerec8e.txt" | cut -c1-200 | uniq -c | head -40
+  pack rerec14e
+  ;;
 esac

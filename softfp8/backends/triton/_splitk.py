@@ -30,10 +30,10 @@ CUDA-graph trees saw the cache at new addresses and recorded the decode graph ag
 """
 from __future__ import annotations
 
-import contextlib
 import functools
 import os
 import threading
+from concurrent.futures import ThreadPoolExecutor
 
 import torch
 
@@ -72,24 +72,31 @@ def last_program_reduces() -> bool:
     return _parse(_read_reduce()) is SplitKReduce.LAST
 
 
-def _unpooled(device: torch.device):
-    """Context for the buffers this module keeps: made on the device's default stream. Why:
-    torch's CUDA-graph trees run a compiled function's warm-up on a stream of their own whose
-    allocations go to the graph's private pool, and refuse to record while a tensor made there
-    outlives the warm-up (`RuntimeError: Detected 1 tensor(s) in the cudagraph pool not tracked
-    as outputs`: `rerec14c`, the first split launch of a compiled generate() in its warm-up)."""
+def _made_apart(device: torch.device, make):
+    """make() for the buffers this module keeps, on a thread of its own for a CUDA device. Why:
+    torch's CUDA-graph trees run a compiled function's warm-up with every allocation of the
+    calling thread sent to the graph's private pool, and refuse to record while a tensor made
+    there outlives the warm-up (`RuntimeError: Detected 1 tensor(s) in the cudagraph pool not
+    tracked as outputs`: `rerec14c`, the first split launch of a compiled generate() in its
+    warm-up; `rerec14d`: the device's default stream does not escape it, the thread does)."""
     if device.type != "cuda":
-        return contextlib.nullcontext()
-    return torch.cuda.stream(torch.cuda.default_stream(device))
+        return make()
+
+    def on_device():
+        with torch.cuda.device(device):
+            return make()
+
+    with ThreadPoolExecutor(max_workers=1) as apart:
+        return apart.submit(on_device).result()
 
 
 class _Pool:
     """One device's counters: STREAM_REGIONS regions of REGION."""
 
     def __init__(self, device: torch.device):
-        with _unpooled(device):
-            self.counters = torch.zeros(STREAM_REGIONS * REGION, dtype=torch.int32,
-                                        device=device)
+        # zeroed on that thread's (default) stream; _region synchronises before any use
+        self.counters = _made_apart(device, lambda: torch.zeros(
+            STREAM_REGIONS * REGION, dtype=torch.int32, device=device))
         self.regions: dict[int, int] = {}  # stream handle -> region start
 
 
@@ -157,10 +164,10 @@ def workspace(device: torch.device, numel: int) -> torch.Tensor | None:
             ws = _WORKSPACES.get(key)
             if ws is None or ws.numel() < numel:
                 if ws is not None and device.type == "cuda":
-                    # made on the default stream (_unpooled), used on this one: its memory is
-                    # not reused until the launches queued here have run
+                    # made on another thread's stream (_made_apart), used on this one: its
+                    # memory is not reused until the launches queued here have run
                     ws.record_stream(torch.cuda.current_stream(device))
-                with _unpooled(device):
-                    ws = torch.empty(numel, dtype=torch.float32, device=device)
+                ws = _made_apart(device, lambda: torch.empty(numel, dtype=torch.float32,
+                                                             device=device))
                 _WORKSPACES[key] = ws
     return ws[:numel]
