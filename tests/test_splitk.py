@@ -112,47 +112,6 @@ def test_counters_of_threads_racing_for_regions_never_overlap(monkeypatch):
     assert all(b - a >= 4 * _splitk.REGION for a, b in zip(starts, starts[1:])), starts
 
 
-def test_workspace_one_a_stream_grown_none_under_capture(monkeypatch):
-    monkeypatch.setattr(_splitk, "_WORKSPACES", {})
-    dev = torch.device("cpu")
-    stream, capturing = [1], [True]
-    monkeypatch.setattr(_splitk, "_stream", lambda d: stream[0])
-    monkeypatch.setattr(_splitk, "_capturing", lambda d: capturing[0])
-    assert _splitk.workspace(dev, 64) is None  # a graph allocates its own, in its pool
-    assert not _splitk._WORKSPACES
-    capturing[0] = False
-    a = _splitk.workspace(dev, 64)
-    assert a.shape == (64,) and a.dtype == torch.float32
-    assert _splitk.workspace(dev, 10).data_ptr() == a.data_ptr()  # kept, not allocated again
-    grown = _splitk.workspace(dev, 100)
-    assert grown.shape == (100,)
-    assert _splitk.workspace(dev, 64).data_ptr() == grown.data_ptr()  # the grown one is kept
-    stream[0] = 2
-    assert _splitk.workspace(dev, 8).data_ptr() != grown.data_ptr()  # a stream's own
-    assert _splitk.workspace(dev, _splitk.WORKSPACE_MAX + 1) is None
-
-
-@pytest.mark.parametrize("fmt", [Format.NVFP4, Format.E5M2])
-def test_split_launches_share_the_streams_workspace_and_keep_their_bits(fmt, monkeypatch):
-    """Launches of two shapes, alternately, on one stream's workspace: each the bits of the
-    reduce kernel (which has its own per-call buffer), and no new workspace after the first
-    call of the larger one."""
-    monkeypatch.setattr(_splitk, "_WORKSPACES", {})
-    cfg = LaunchConfig(Kernel.GEMV, 2, 16, 64, split_k=3)
-    big, small = _case(fmt, 37, 300, 2, torch.float32), _case(fmt, 20, 300, 1, torch.float32, 4)
-    monkeypatch.setenv(ENV, "kernel")
-    expect = [run(*big, cfg), run(*small, cfg)]
-    assert not _splitk._WORKSPACES  # the reduce kernel's parts are not kept
-    monkeypatch.setenv(ENV, "last")
-    ptrs = set()
-    for _ in range(2):
-        for case, want in zip((big, small), expect):
-            assert torch.equal(run(*case, cfg), want)
-            (ws,) = _splitk._WORKSPACES.values()
-            ptrs.add(ws.data_ptr())
-    assert len(ptrs) == 1
-
-
 @pytest.mark.gpu
 @pytest.mark.skipif(not HAS_GPU, reason="needs a CUDA GPU")
 @pytest.mark.parametrize("fmt", list(Format))

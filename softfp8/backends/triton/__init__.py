@@ -31,7 +31,7 @@ from ._device import (FP8_DECODE_ENV, DeviceInfo, Kernel, LaunchConfig, device_i
 from ._mma_table import (MMA_FORMATS, MMA_GROUPS_MAX_M, MMA_MAX_M, MMA_RUN_TILES, MMA_RUNS,
                          MMA_TILE_ROWS, MMA_WIDE_M, mma_config, mma_gemv_runs, mma_layout,
                          mma_rows, mma_split, mma_zero_fill, uses_mma_gemv)
-from ._splitk import SPLITK_REDUCE_ENV, counters, last_program_reduces, workspace
+from ._splitk import SPLITK_REDUCE_ENV, counters, last_program_reduces
 from ._table import (DEQUANT_MIN_M, DEQUANT_MIN_M_FP4, DEQUANT_MIN_SLAB_ROWS,
                      DEQUANT_SLAB_BYTES, PDL_ENV, PDL_PREFETCH_ENV, TABLE_ENV, dot_upcast,
                      launch_config, pdl_auto, pdl_settings, tiled_config, uses_ptx_decode)
@@ -121,19 +121,13 @@ def not_current_device(x: torch.Tensor) -> bool:
     return x.is_cuda and x.device.index != torch.cuda.current_device()
 
 
-def _split_buffers(split: int, m: int, n: int, device: torch.device, tiles: int, y: torch.Tensor,
-                   unused: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, bool]:
-    """(ws, the kernel's cnt_ptr, LAST) of a launch of `tiles` tiles: unsplit, y, `unused` (any
-    tensor: the kernel never reads it) and False; where the last programs reduce, the stream's
-    workspace and counters from `_splitk` and True; else a new float32 [split, m, n] for the
-    parts, `unused` and False, and splitk_reduce_kernel reduces."""
-    if split == 1:
-        return y, unused, False
-    cnt = counters(device, tiles) if last_program_reduces() else None
-    ws = workspace(device, split * m * n) if cnt is not None else None
-    if ws is None:
-        ws = torch.empty((split, m, n), dtype=torch.float32, device=device)
-    return (ws, unused, False) if cnt is None else (ws, cnt, True)
+def _counters(split: int, device: torch.device, tiles: int,
+              unused: torch.Tensor) -> tuple[torch.Tensor, bool]:
+    """(the kernel's cnt_ptr, LAST): counters from `_splitk` and True where a split launch's last
+    programs reduce; else `unused` (any tensor: the kernel never reads it) and False, and
+    splitk_reduce_kernel reduces (or there is no split)."""
+    cnt = None if split == 1 or not last_program_reduces() else counters(device, tiles)
+    return (unused, False) if cnt is None else (cnt, True)
 
 
 def _launch(x: torch.Tensor, packed: PackedWeight, bias: torch.Tensor | None, cfg: LaunchConfig,
@@ -167,12 +161,13 @@ def _launch(x: torch.Tensor, packed: PackedWeight, bias: torch.Tensor | None, cf
         from ._dequant import dequant_matmul
 
         return dequant_matmul(x, packed, bias, cfg, e2m1, w, s, g, b, y, rb, sb, has_scale)
+    ws = torch.empty((split, m, n), dtype=torch.float32, device=x.device) if split > 1 else y
     info = device_info(x.device)
     asm = uses_ptx_decode(info, hw_fp8)
     pdl, prefetch = pdl if pdl is not None else pdl_settings(info, packed.fmt)
     launch = dict(launch_pdl=True) if pdl else {}  # pdl: a mode, 0 = off
     nan = not (asm and codes_nan_free(packed))  # only the PTX decode has a NaN-free variant
-    args = (x, w, s, g, b, y)  # then ws and the counters, then (m, n, k, rb, sb, per_split)
+    args = (x, w, s, g, b, y, ws)  # then the counters, then (m, n, k, rb, sb, per_split)
     sizes = (m, n, k, rb, sb, per_split)
     if cfg.kernel is Kernel.MMA_GEMV:
         from ._mma import mma_gemv_kernel
@@ -196,8 +191,8 @@ def _launch(x: torch.Tensor, packed: PackedWeight, bias: torch.Tensor | None, cf
             raise ValueError(f"cfg: Kernel.MMA_GEMV takes depth 1, or 2 on the run mapping with "
                              f"2 tiles a warp; got {cfg}")
         grid = (-(-n // cfg.block_n) * groups, split)
-        ws, cnt, last = _split_buffers(split, m, n, x.device, grid[0], y, w)
-        mma_gemv_kernel[grid](*args, ws, cnt, *sizes, LAST=last, FMT=packed.fmt.value,
+        cnt, last = _counters(split, x.device, grid[0], w)
+        mma_gemv_kernel[grid](*args, cnt, *sizes, LAST=last, FMT=packed.fmt.value,
                               HAS_BIAS=bias is not None, WARPS=cfg.num_warps,
                               PARTIAL=split > 1, num_warps=cfg.num_warps, num_stages=1, PDL=pdl,
                               PREFETCH=prefetch, AHEAD=cfg.num_stages, RUNS=runs, TILES=tiles,
@@ -215,16 +210,16 @@ def _launch(x: torch.Tensor, packed: PackedWeight, bias: torch.Tensor | None, cf
                 raise ValueError(f"cfg: a GEMV launch with block_m={cfg.block_m} can't cover "
                                  f"M={m}")
             grid = (-(-n // cfg.block_n), split)
-            ws, cnt, last = _split_buffers(split, m, n, x.device, grid[0], y, w)
-            K_.gemv_kernel[grid](*args, ws, cnt, *sizes, LAST=last,
+            cnt, last = _counters(split, x.device, grid[0], w)
+            K_.gemv_kernel[grid](*args, cnt, *sizes, LAST=last,
                                  BLOCK_KB=cfg.block_k * spec.bits // 8, **common)
         else:
             if packed.fmt is Format.MXFP4 and cfg.block_k != 32:
                 raise ValueError("cfg: the tl.dot kernels step one MXFP4 block (block_k=32)")
             grid = (-(-n // cfg.block_n), -(-m // cfg.block_m), split)
             precision = "ieee"  # fp32: exact FMAs (1e-5); fp16/bf16 operands ignore it
-            ws, cnt, last = _split_buffers(split, m, n, x.device, grid[0] * grid[1], y, w)
-            K_.dot_kernel[grid](*args, ws, cnt, *sizes, LAST=last, BLOCK_K=cfg.block_k,
+            cnt, last = _counters(split, x.device, grid[0] * grid[1], w)
+            K_.dot_kernel[grid](*args, cnt, *sizes, LAST=last, BLOCK_K=cfg.block_k,
                                 PRECISION=precision, UPCAST=dot_upcast(x), **common)
     if split > 1 and not last:
         block = 256

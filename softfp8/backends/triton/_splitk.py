@@ -20,13 +20,6 @@ on one stream run in order (under PDL the kernels count after griddepcontrol.wai
 previous kernel has finished; Triton's interpreter: a region a thread). Where a launch has
 more tiles than a region, the regions are used up, the stream is capturing, or
 SOFTFP8_SPLITK_REDUCE=kernel, the launcher runs `splitk_reduce_kernel` as before.
-
-The parts of such an eager launch go to a workspace its stream keeps (`workspace`), not to a
-new allocation per call: every part is read back inside the launch that wrote it, and launches
-on one stream run in order. Why: per-call float32 workspaces in the caching allocator moved
-the blocks transformers' static cache is allocated from at the next generate() call, so torch's
-CUDA-graph trees saw the cache at new addresses and recorded the decode graph again
-(`rerec14b`: NVFP4's compiled generate(), half the layers' caches moved; E5M2 unsplit: none).
 """
 from __future__ import annotations
 
@@ -73,12 +66,13 @@ def last_program_reduces() -> bool:
 
 
 def _made_apart(device: torch.device, make):
-    """make() for the buffers this module keeps, on a thread of its own for a CUDA device. Why:
+    """make() for the counters this module keeps, on a thread of its own for a CUDA device. Why:
     torch's CUDA-graph trees run a compiled function's warm-up with every allocation of the
     calling thread sent to the graph's private pool, and refuse to record while a tensor made
-    there outlives the warm-up (`RuntimeError: Detected 1 tensor(s) in the cudagraph pool not
-    tracked as outputs`: `rerec14c`, the first split launch of a compiled generate() in its
-    warm-up; `rerec14d`: the device's default stream does not escape it, the thread does)."""
+    there outlives the warm-up (`RuntimeError: Detected N tensor(s) in the cudagraph pool not
+    tracked as outputs`): a model compiled with mode="reduce-overhead" whose first split launch
+    was in that warm-up failed (`rerec14d`, tests/test_compile.py; the device's default stream
+    does not escape the pool, a thread does: `rerec14e`)."""
     if device.type != "cuda":
         return make()
 
@@ -100,12 +94,7 @@ class _Pool:
         self.regions: dict[int, int] = {}  # stream handle -> region start
 
 
-WORKSPACE_MAX = 1 << 24
-"""Float32 elements of the largest workspace a stream keeps (64 MiB: 16 x rows of a 128256-row
-head split 8 ways); a launch that needs more allocates its own."""
-
 _POOLS: dict = {}
-_WORKSPACES: dict = {}  # (device type, index, stream) -> float32 tensor, grown as needed
 _LOCK = threading.Lock()  # a pool's making and its regions' handing out (threads may race)
 
 
@@ -149,25 +138,3 @@ def _region(key, device: torch.device, stream: int) -> tuple[_Pool, int | None]:
         if start is None and len(pool.regions) < STREAM_REGIONS:
             start = pool.regions[stream] = len(pool.regions) * REGION
         return pool, start
-
-
-def workspace(device: torch.device, numel: int) -> torch.Tensor | None:
-    """`numel` float32 elements for the parts of an eager launch whose last programs reduce
-    (so nothing reads them after it), kept per stream and grown as needed; None under capture
-    (a graph allocates its own, in its pool) or past WORKSPACE_MAX."""
-    if numel > WORKSPACE_MAX or _capturing(device):
-        return None
-    key = (device.type, device.index, _stream(device))
-    ws = _WORKSPACES.get(key)
-    if ws is None or ws.numel() < numel:
-        with _LOCK:
-            ws = _WORKSPACES.get(key)
-            if ws is None or ws.numel() < numel:
-                if ws is not None and device.type == "cuda":
-                    # made on another thread's stream (_made_apart), used on this one: its
-                    # memory is not reused until the launches queued here have run
-                    ws.record_stream(torch.cuda.current_stream(device))
-                ws = _made_apart(device, lambda: torch.empty(numel, dtype=torch.float32,
-                                                             device=device))
-                _WORKSPACES[key] = ws
-    return ws[:numel]
