@@ -11,8 +11,10 @@ its prompt logits kept, then (for a format) converted in place by softfp8.quanti
 the backend forced (SOFTFP8_BACKEND=triton by default: the software-decode path), and its logits
 error against fp16 measured. Decode speed is (T_long - T_short) / (n_long - n_short) of two
 greedy generate() calls that differ only in max_new_tokens, so prefill and per-call overheads
-cancel; each call is timed after two warm-up calls. If compilation fails, the row falls back to
-static cache without compile and then eager, and says so in its "mode" column.
+cancel; timing starts after two warm-up pairs of such calls, or more (up to six) while a pair
+still records a CUDA graph, and the row says how many graphs were recorded in timed calls. If
+compilation fails, the row falls back to static cache without compile and then eager, and says
+so in its "mode" column.
 """
 from __future__ import annotations
 
@@ -93,12 +95,22 @@ def generate_seconds(model, ids, new_tokens, kwargs, torch, device) -> float:
     return seconds
 
 
-def install_graph_probe(torch) -> None:
-    """Print each CUDA-graph recording of torch's cudagraph trees, and each failed replay check
-    (which forces a new recording) with its status and the inputs whose data pointer moved
-    since the recording. TORCH_LOGS=+cudagraphs computes that reason too, but in torch 2.11
-    it asserts when the graph has partitions (`length mismatch between inputs, recorded_data_ptr,
-    and placeholders`), and the benchmark then loses its compiled row."""
+RECORDINGS = [0]
+"""CUDA graphs torch's graph trees have recorded in this process (counted on a GPU)."""
+WARMUP_PAIRS = (2, 6)
+"""Warm-up (short, long) pairs: at least 2, then until a pair records no CUDA graph, at most 6.
+Why: transformers makes a new static cache every generate() call, and where it lands can differ
+from the recorded graph's (NVFP4's third call moved four layers' caches, `rerec14b`), so a
+recording could fall inside a timed call."""
+
+
+def install_graph_hooks(torch, verbose: bool) -> None:
+    """Count each CUDA-graph recording of torch's cudagraph trees (RECORDINGS). verbose: also
+    print it, and each failed replay check (which leads to a new recording unless another
+    recorded graph matches) with its status and the inputs whose data pointer moved since the
+    recording. TORCH_LOGS=+cudagraphs computes that reason too, but in torch 2.11 it asserts
+    when the graph has partitions (`length mismatch between inputs, recorded_data_ptr, and
+    placeholders`), and the benchmark then loses its compiled row."""
     from torch._inductor import cudagraph_trees as trees
 
     check, record = trees.CUDAGraphNode.check_invariants, trees.CUDAGraphTreeManager.record_function
@@ -119,12 +131,16 @@ def install_graph_probe(torch) -> None:
                   f"{'; '.join(moved[:12])}", file=sys.stderr, flush=True)
         return status, reason
 
-    def probed_record(self, new_inputs, function_id):
-        print(f"## recording a CUDA graph ({len(new_inputs)} inputs)", file=sys.stderr, flush=True)
+    def counted_record(self, new_inputs, function_id):
+        RECORDINGS[0] += 1
+        if verbose:
+            print(f"## recording a CUDA graph ({len(new_inputs)} inputs)", file=sys.stderr,
+                  flush=True)
         return record(self, new_inputs, function_id)
 
-    trees.CUDAGraphNode.check_invariants = probed_check
-    trees.CUDAGraphTreeManager.record_function = probed_record
+    trees.CUDAGraphTreeManager.record_function = counted_record
+    if verbose:
+        trees.CUDAGraphNode.check_invariants = probed_check
 
 
 def mode_kwargs(mode: str, transformers) -> dict:
@@ -141,7 +157,8 @@ def mode_kwargs(mode: str, transformers) -> dict:
 
 
 def decode_rate(model, ids, mode, args, torch, transformers):
-    """(tokens/s, ms/token, what actually ran) with fallbacks when compilation fails."""
+    """(tokens/s, ms/token, what actually ran, {warm-up pairs, CUDA graphs recorded in timed
+    calls}) with fallbacks when compilation fails."""
     import statistics
 
     attempts = [mode] + (["static", "eager"] if mode == "static-compile" else [])
@@ -149,28 +166,36 @@ def decode_rate(model, ids, mode, args, torch, transformers):
     for attempt in attempts:
         kwargs = mode_kwargs(attempt, transformers)
         try:
-            for _ in range(2):  # warm-up: compile, capture graphs, autotune
+            pairs = 0  # warm-up: compile, capture graphs, autotune (WARMUP_PAIRS)
+            while True:
+                before = RECORDINGS[0]
                 generate_seconds(model, ids, args.short, kwargs, torch, args.device)
                 generate_seconds(model, ids, args.long, kwargs, torch, args.device)
+                pairs += 1
+                if pairs >= WARMUP_PAIRS[1] or (pairs >= WARMUP_PAIRS[0]
+                                                 and RECORDINGS[0] == before):
+                    break
+            before = RECORDINGS[0]
             per_token = []
             for _ in range(args.repeats):
                 t_short = generate_seconds(model, ids, args.short, kwargs, torch, args.device)
                 t_long = generate_seconds(model, ids, args.long, kwargs, torch, args.device)
                 per_token.append((t_long - t_short) / (args.long - args.short))
             s = statistics.median(per_token)
+            warm = {"warmup_pairs": pairs, "graphs_recorded_timed": RECORDINGS[0] - before}
             if s <= 0:  # the longer call was not slower: noise, not a speed
                 return float("nan"), float("nan"), "; ".join(
-                    [*notes, f"{attempt}: T_long <= T_short (timing noise), no rate"])
+                    [*notes, f"{attempt}: T_long <= T_short (timing noise), no rate"]), warm
             compiled = getattr(model, "_compiled_call", None) is not None
             ran = attempt + ("" if attempt != "static-compile" or compiled
                              else " (transformers did not compile)")
-            return 1.0 / s, s * 1e3, "; ".join([*notes, ran])
+            return 1.0 / s, s * 1e3, "; ".join([*notes, ran]), warm
         except Exception as err:  # keep going: a failed compile must not lose the table
             notes.append(f"{attempt} failed: {type(err).__name__}: {str(err).splitlines()[0][:120]}"
                          if str(err) else f"{attempt} failed: {type(err).__name__}")
             traceback.print_exc(limit=3)
             torch._dynamo.reset()
-    return float("nan"), float("nan"), "; ".join(notes)
+    return float("nan"), float("nan"), "; ".join(notes), {}
 
 
 def versions(torch) -> dict:
@@ -192,8 +217,8 @@ def main(argv=None) -> int:
     import torch
     import transformers
 
-    if args.log_calls and args.device.startswith("cuda"):
-        install_graph_probe(torch)
+    if args.device.startswith("cuda"):
+        install_graph_hooks(torch, verbose=args.log_calls)
     import softfp8
     from softfp8.modules import model_bytes
 
@@ -238,15 +263,18 @@ def main(argv=None) -> int:
             torch._dynamo.reset()
             if args.device.startswith("cuda"):
                 torch.cuda.reset_peak_memory_stats()
-            tok_s, ms, ran = decode_rate(model, ids, mode, args, torch, transformers)
+            tok_s, ms, ran, warm = decode_rate(model, ids, mode, args, torch, transformers)
             peak = torch.cuda.max_memory_allocated() / 1e9 if args.device.startswith("cuda") \
                 else float("nan")
             row = {"variant": variant, "mode": mode, "ran": ran, "tok_s": tok_s, "ms_per_token": ms,
                    "weight_bytes": weights, "peak_gb": peak, "logits_rel_err": err,
-                   "backend": backend}
+                   "backend": backend, **warm}
             rows.append(row)
+            graphs = (f"; warm-up {warm['warmup_pairs']} pairs, "
+                      f"{warm['graphs_recorded_timed']} graphs recorded in timed calls"
+                      if warm and args.device.startswith("cuda") else "")
             print(f"{variant:8s} {mode:16s} {tok_s:8.1f} {ms:8.2f} {weights / 1e9:10.2f} "
-                  f"{peak:8.1f} {err:10.2%}  {backend}; {ran}", flush=True)
+                  f"{peak:8.1f} {err:10.2%}  {backend}; {ran}{graphs}", flush=True)
         del model, ref
         gc.collect()
         if args.device.startswith("cuda"):

@@ -1150,4 +1150,16 @@ rerec14e)
   grep -E "^## |^nvfp4 " "$OUT/rerec8e.txt" | cut -c1-200 | uniq -c | head -40
   pack rerec14e
   ;;
+gen32x)
+  # (prepared in the fourteenth session, not yet run) the 32-layer compiled generate() with the
+  # warm-up that goes on while a pair of calls records a CUDA graph, and the count of graphs
+  # recorded in timed calls in each row (gen32h/gen32r swung with such recordings); also the
+  # first GPU run of split-K's counters made apart without the reverted workspace
+  export SOFTFP8_FP8_DECODE=integer
+  mkdir -p "$OUT/r"
+  run gputests 100 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_compile.py tests/test_splitk.py
+  tail -1 "$OUT/gputests.txt"
+  run "$step" 480 python3 benchmarks/gpu_e2e_generate.py --variants nvfp4,fp16,e5m2 --modes static-compile --layers 32 --short 8 --long 40 --repeats 3 --json "$OUT/r/$step.json"
+  pack "$step"
+  ;;
 esac

@@ -183,6 +183,39 @@ def test_gpu_e2e_script_smoke_on_cpu(tmp_path, monkeypatch, capsys):
     assert "# versions:" in capsys.readouterr().out
 
 
+def test_gpu_e2e_generate_warms_up_until_a_pair_records_no_graph(monkeypatch):
+    """The warm-up goes on while a (short, long) pair still records a CUDA graph (counted by
+    the hook on torch's graph trees), at least 2 pairs and at most 6, and the row says how many
+    graphs the timed calls recorded."""
+    from types import SimpleNamespace
+
+    from torch._inductor import cudagraph_trees as trees
+
+    script = _load_script("gpu_e2e_generate")
+    recorded = []
+    monkeypatch.setattr(trees.CUDAGraphTreeManager, "record_function",
+                        lambda self, inputs, fid: recorded.append(fid) or "out")
+    script.install_graph_hooks(torch, verbose=False)
+    assert trees.CUDAGraphTreeManager.record_function(None, [], 7) == "out"
+    assert recorded == [7] and script.RECORDINGS == [1]
+
+    def calls_recording(pairs):  # generate() calls of which the first `pairs` pairs record
+        calls = iter(range(100))
+
+        def generate_seconds(model, ids, new_tokens, kwargs, torch_, device):
+            if next(calls) < 2 * pairs:
+                script.RECORDINGS[0] += 1
+            return 0.001 * new_tokens
+        return generate_seconds
+
+    args = SimpleNamespace(short=1, long=3, repeats=2, device="cpu")
+    for recording_pairs, warmup, timed in [(0, 2, 0), (3, 4, 0), (9, 6, 4)]:
+        monkeypatch.setattr(script, "generate_seconds", calls_recording(recording_pairs))
+        tok_s, ms, ran, warm = script.decode_rate(None, None, "eager", args, torch, None)
+        assert ran == "eager" and ms == pytest.approx(1.0)
+        assert warm == {"warmup_pairs": warmup, "graphs_recorded_timed": timed}, recording_pairs
+
+
 def test_gpu_e2e_step_smoke_on_cpu(tmp_path, monkeypatch):
     # The decode-step script's own logic on a tiny model: eager steps stand in for the graph
     # (CPU), one row per variant and PDL mode, the receipt.
