@@ -159,6 +159,18 @@ class Linear(nn.Module):
     def e2m1(self, value: E2M1Decode | str) -> None:
         self._op_names = self._op_names[:2] + (E2M1Decode.parse(value, arg="e2m1").value,)
 
+    def __setstate__(self, state: dict) -> None:
+        # A whole-module pickle (torch.save(model)) from before the settings became `_op_names`
+        # (9ba3ca6) holds them as attributes: hidden behind the properties, and no `_op_names`
+        # for forward. Taken over here, parsed like the setters.
+        if "_op_names" not in state and "fmt" in state:
+            state = dict(state)
+            state["_op_names"] = (
+                Format.parse(state.pop("fmt")).value,
+                Backend.parse(state.pop("backend", Backend.AUTO), arg="backend").value,
+                E2M1Decode.parse(state.pop("e2m1", E2M1Decode.AUTO), arg="e2m1").value)
+        super().__setstate__(state)
+
     @property
     def packed(self) -> PackedWeight:
         """The weight as a PackedWeight (a view on this module's buffers; validated)."""

@@ -284,3 +284,32 @@ def test_quantize_model_frees_each_original_weight_as_it_goes():
 def test_quantize_model_progress_bar_can_be_shown(capsys):
     softfp8.quantize_model(Tiny(), "e5m2", progress=True)
     assert "softfp8 e5m2" in capsys.readouterr().err
+
+
+def test_whole_module_pickles_round_trip_and_old_ones_load():
+    """torch.save of a module pickles its __dict__: the settings travel as `_op_names`; a pickle
+    made before that held `fmt`, `backend` and `e2m1` as attributes and still loads."""
+    import io
+    import pickle
+
+    from softfp8.dispatch import Backend, E2M1Decode
+
+    layer = softfp8.Linear.from_linear(nn.Linear(64, 24), "nvfp4", backend="torch", e2m1="select")
+    x = torch.randn(3, 64)
+    buf = io.BytesIO()
+    torch.save(layer, buf)
+    buf.seek(0)
+    again = torch.load(buf, weights_only=False)
+    assert again._op_names == layer._op_names and torch.equal(again(x), layer(x))
+    old = dict(layer.__dict__)
+    del old["_op_names"]
+    old.update(fmt=Format.NVFP4, backend=Backend.TORCH, e2m1=E2M1Decode.SELECT)
+    restored = pickle.loads(pickle.dumps(old))  # what unpickling hands __setstate__
+    loaded = softfp8.Linear.__new__(softfp8.Linear)
+    loaded.__setstate__(restored)
+    assert (loaded.fmt, loaded.backend, loaded.e2m1) == (Format.NVFP4, Backend.TORCH,
+                                                          E2M1Decode.SELECT)
+    assert "fmt" not in loaded.__dict__ and torch.equal(loaded(x), layer(x))
+    bad = dict(old, fmt="fp7")
+    with pytest.raises(ValueError, match="fp7"):
+        softfp8.Linear.__new__(softfp8.Linear).__setstate__(bad)
