@@ -48,8 +48,12 @@ def parse_args(argv=None):
     p.add_argument("--tiny", action="store_true", help="a 2-layer model (tests of this script)")
     p.add_argument("--json", default="receipts/e2e_generate.json", help="receipt path ('' for none)")
     p.add_argument("--log-calls", action="store_true",
-                   help="lines on stderr around each generate() call, at each CUDA-graph "
-                        "recording, and for each failed replay check with the inputs that moved")
+                   help="lines on stderr around each generate() call (with the static caches "
+                        "still alive at its start), at each CUDA-graph recording, and for each "
+                        "failed replay check with the inputs that moved")
+    p.add_argument("--gc-each-call", action="store_true",
+                   help="gc.collect() before each generate() call (is a cache left for the "
+                        "cyclic collector what moves the next one?)")
     return p.parse_args(argv)
 
 
@@ -76,12 +80,18 @@ def sync(torch, device):
 
 
 LOG_CALLS = False
+GC_EACH_CALL = False
+CACHES: list = []  # weak references to every transformers StaticCache made (--log-calls)
 
 
 def generate_seconds(model, ids, new_tokens, kwargs, torch, device) -> float:
+    if GC_EACH_CALL:
+        gc.collect()
     sync(torch, device)
     if LOG_CALLS:
-        print(f"## generate({new_tokens} new tokens) start", file=sys.stderr, flush=True)
+        alive = sum(ref() is not None for ref in CACHES)
+        print(f"## generate({new_tokens} new tokens) start; static caches alive: {alive} of "
+              f"{len(CACHES)} made", file=sys.stderr, flush=True)
     t0 = time.perf_counter()
     out = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False,
                          max_new_tokens=new_tokens, min_new_tokens=new_tokens, pad_token_id=0,
@@ -141,6 +151,24 @@ def install_graph_hooks(torch, verbose: bool) -> None:
     trees.CUDAGraphTreeManager.record_function = counted_record
     if verbose:
         trees.CUDAGraphNode.check_invariants = probed_check
+        track_static_caches()
+
+
+def track_static_caches() -> None:
+    """Keep a weak reference to every transformers StaticCache made (CACHES): generate() makes
+    one a call, and one still alive when the next call's prefill allocates its own (a
+    reference cycle left for the cyclic collector, say) changes where the new one lands."""
+    import weakref
+
+    from transformers import cache_utils
+
+    init = cache_utils.StaticCache.__init__
+
+    def tracked_init(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        CACHES.append(weakref.ref(self))
+
+    cache_utils.StaticCache.__init__ = tracked_init
 
 
 def mode_kwargs(mode: str, transformers) -> dict:
@@ -209,9 +237,9 @@ def versions(torch) -> dict:
 
 
 def main(argv=None) -> int:
-    global LOG_CALLS
+    global LOG_CALLS, GC_EACH_CALL
     args = parse_args(argv)
-    LOG_CALLS = args.log_calls
+    LOG_CALLS, GC_EACH_CALL = args.log_calls, args.gc_each_call
     os.environ["SOFTFP8_BACKEND"] = args.backend  # before softfp8 reads it; the software path
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's softfp8
     import torch
@@ -219,6 +247,8 @@ def main(argv=None) -> int:
 
     if args.device.startswith("cuda"):
         install_graph_hooks(torch, verbose=args.log_calls)
+    elif args.log_calls:
+        track_static_caches()
     import softfp8
     from softfp8.modules import model_bytes
 

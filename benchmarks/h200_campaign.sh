@@ -1162,4 +1162,18 @@ gen32x)
   run "$step" 480 python3 benchmarks/gpu_e2e_generate.py --variants nvfp4,fp16,e5m2 --modes static-compile --layers 32 --short 8 --long 40 --repeats 3 --json "$OUT/r/$step.json"
   pack "$step"
   ;;
+rerec15)
+  # (prepared in the fourteenth session, not yet run) what moves NVFP4's static caches at the
+  # third compiled generate() (rerec14b/rerec14e): --log-calls now also says how many static
+  # caches are still alive when a call starts; then the same with gc.collect() before each call
+  export SOFTFP8_FP8_DECODE=integer
+  mkdir -p "$OUT/r"
+  run rerec15a 150 python3 benchmarks/gpu_e2e_generate.py --variants nvfp4,e5m2 --modes static-compile --layers 8 --short 8 --long 24 --repeats 2 --log-calls --json "$OUT/r/rerec15a.json"
+  run rerec15b 150 python3 benchmarks/gpu_e2e_generate.py --variants nvfp4 --modes static-compile --layers 8 --short 8 --long 24 --repeats 2 --log-calls --gc-each-call --json "$OUT/r/rerec15b.json"
+  for f in rerec15a rerec15b; do
+    echo "== $f"
+    grep -E "^## |^(e5m2|nvfp4) " "$OUT/$f.txt" | cut -c1-160 | uniq -c | head -50
+  done
+  pack rerec15
+  ;;
 esac

@@ -216,6 +216,21 @@ def test_gpu_e2e_generate_warms_up_until_a_pair_records_no_graph(monkeypatch):
         assert warm == {"warmup_pairs": warmup, "graphs_recorded_timed": timed}, recording_pairs
 
 
+def test_gpu_e2e_generate_log_calls_counts_the_static_caches(monkeypatch, capsys):
+    """--log-calls on a CPU: each call's start line says how many of transformers' static caches
+    (one made a call) are still alive; --gc-each-call runs the collector first."""
+    from transformers import cache_utils
+
+    monkeypatch.setattr(cache_utils.StaticCache, "__init__", cache_utils.StaticCache.__init__)
+    script = _load_script("gpu_e2e_generate")
+    assert script.main(["--tiny", "--device", "cpu", "--backend", "torch", "--variants", "e5m2",
+                        "--modes", "static", "--short", "1", "--long", "2", "--repeats", "1",
+                        "--json", "", "--log-calls", "--gc-each-call"]) == 0
+    starts = [line for line in capsys.readouterr().err.splitlines() if line.endswith(" made")]
+    assert len(starts) == 6  # 2 warm-up pairs and 1 timed pair
+    assert starts[0].endswith("alive: 0 of 0 made") and starts[-1].endswith("alive: 0 of 5 made")
+
+
 def test_gpu_e2e_step_smoke_on_cpu(tmp_path, monkeypatch):
     # The decode-step script's own logic on a tiny model: eager steps stand in for the graph
     # (CPU), one row per variant and PDL mode, the receipt.
