@@ -222,6 +222,7 @@ def test_gpu_e2e_generate_log_calls_counts_the_static_caches(monkeypatch, capsys
     from transformers import cache_utils
 
     monkeypatch.setattr(cache_utils.StaticCache, "__init__", cache_utils.StaticCache.__init__)
+    monkeypatch.setenv("SOFTFP8_BACKEND", "torch")  # restored after; main() sets it too
     script = _load_script("gpu_e2e_generate")
     assert script.main(["--tiny", "--device", "cpu", "--backend", "torch", "--variants", "e5m2",
                         "--modes", "static", "--short", "1", "--long", "2", "--repeats", "1",
