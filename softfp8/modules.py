@@ -22,6 +22,14 @@ from .quantize import quantize
 _PACKED_BUFFERS = ("words", "scales", "global_scale")
 
 
+def _op_names(fmt: Format | str, backend: Backend | str,
+              e2m1: E2M1Decode | str) -> tuple[str, str, str]:
+    """Linear's settings as forward hands them to the op (`Linear._op_names`): each one parsed
+    (a bad value raises, naming it) and kept as its value."""
+    return (Format.parse(fmt).value, Backend.parse(backend, arg="backend").value,
+            E2M1Decode.parse(e2m1, arg="e2m1").value)
+
+
 class Linear(nn.Module):
     """y = x @ W.T + b with W stored packed (`fmt`); a drop-in for `nn.Linear` at inference.
 
@@ -38,8 +46,7 @@ class Linear(nn.Module):
         spec = SPECS[fmt]
         if row_scale is not None and spec.scale_required:
             raise ValueError(f"row_scale: only applies to e5m2; {fmt} always has its own scales")
-        self._op_names = (fmt.value, Backend.parse(backend, arg="backend").value,
-                          E2M1Decode.parse(e2m1, arg="e2m1").value)
+        self._op_names = _op_names(fmt, backend, e2m1)
         self.in_features, self.out_features = int(in_features), int(out_features)
         n, kp = self.out_features, padded_k(self.in_features, fmt)
         self.register_buffer("words", torch.zeros(n, kp // spec.codes_per_word, dtype=torch.int32,
@@ -68,8 +75,7 @@ class Linear(nn.Module):
         n, k = packed.shape
         module = cls.__new__(cls)
         nn.Module.__init__(module)
-        module._op_names = (packed.fmt.value, Backend.parse(backend, arg="backend").value,
-                            E2M1Decode.parse(e2m1, arg="e2m1").value)
+        module._op_names = _op_names(packed.fmt, backend, e2m1)
         module.in_features, module.out_features = k, n
         for name in _PACKED_BUFFERS:
             module.register_buffer(name, getattr(packed, name))
@@ -162,13 +168,11 @@ class Linear(nn.Module):
     def __setstate__(self, state: dict) -> None:
         # A whole-module pickle (torch.save(model)) from before the settings became `_op_names`
         # (9ba3ca6) holds them as attributes: hidden behind the properties, and no `_op_names`
-        # for forward. Taken over here, parsed like the setters.
+        # for forward. Taken over here, parsed as the constructors parse them.
         if "_op_names" not in state and "fmt" in state:
             state = dict(state)
-            state["_op_names"] = (
-                Format.parse(state.pop("fmt")).value,
-                Backend.parse(state.pop("backend", Backend.AUTO), arg="backend").value,
-                E2M1Decode.parse(state.pop("e2m1", E2M1Decode.AUTO), arg="e2m1").value)
+            state["_op_names"] = _op_names(state.pop("fmt"), state.pop("backend", Backend.AUTO),
+                                           state.pop("e2m1", E2M1Decode.AUTO))
         super().__setstate__(state)
 
     @property
