@@ -1,4 +1,5 @@
-"""Where Kernel.MMA_GEMV's time goes (H200 diagnostics): the production kernel against the same
+"""Where Kernel.MMA_GEMV's time goes (H200 diagnostics): the production kernel (FP4: with the
+table decode, "kernel", and by exponent injection, "inject") against the same
 loop with the decode removed (DIAG=1: the raw words go to the mma) and with the mma removed too
 (DIAG=2: the words are xor-ed, so only the loads remain). DIAG variants give wrong results by
 design; timing only. CUDA graphs over enough weight copies that HBM, not L2, is read.
@@ -22,7 +23,7 @@ from softfp8.backends.triton._mma import mma_gemv_kernel  # noqa: E402
 from sweep_gemv import graph_time  # noqa: E402
 
 
-def launch(x, p, y, cfg, diag):
+def launch(x, p, y, cfg, diag, inject=False):
     w = p.words.view(torch.uint8)
     n, k = p.shape
     rb = w.shape[1]
@@ -35,7 +36,7 @@ def launch(x, p, y, cfg, diag):
     mma_gemv_kernel[(-(-n // cfg.block_n), split)](
         x, w, s, g, w, y, ws, w, 1, n, k, rb, sb, per_split, FMT=p.fmt.value, HAS_BIAS=False,
         WARPS=cfg.num_warps, PARTIAL=split > 1, num_warps=cfg.num_warps, num_stages=1,
-        AHEAD=cfg.num_stages, DIAG=diag, RUNS=runs, TILES=tiles)
+        AHEAD=cfg.num_stages, DIAG=diag, RUNS=runs, TILES=tiles, INJECT=inject)
 
 
 def main():
@@ -68,9 +69,13 @@ def main():
             cfgs = [table] + [tb.LaunchConfig(tb.Kernel.MMA_GEMV, 1, tb.mma_rows(1, w, t), 128,
                                               s, w, 0)
                               for w, t, s in ((4, 2, 1), (4, 4, 1), (8, 2, 2), (2, 4, 1))]
+            fp4 = p.fmt.value in ("nvfp4", "mxfp4")
             for cfg in cfgs:
-                for diag, name in ((0, "kernel"), (1, "no decode"), (2, "loads only")):
-                    t = graph_time([lambda p_=p_: launch(x, p_, y, cfg, diag) for p_ in ps])
+                for diag, name, inj in ((0, "kernel", False), (0, "inject", True),
+                                        (1, "no decode", False), (2, "loads only", False)):
+                    if inj and not fp4:
+                        continue  # 8-bit: one decode
+                    t = graph_time([lambda p_=p_: launch(x, p_, y, cfg, diag, inj) for p_ in ps])
                     runs, tiles = tb.mma_layout(cfg)
                     print(f"  {fmt} {name:10s} r{runs} t{tiles} "
                           f"w{cfg.num_warps} s{cfg.split_k} a{cfg.num_stages}: {t * 1000:.1f} us "

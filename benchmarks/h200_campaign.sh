@@ -1176,4 +1176,22 @@ rerec15)
   done
   pack rerec15
   ;;
+inj15)
+  # FP4 in Kernel.MMA_GEMV decoded by exponent injection (e2m1=inject, which auto picks on the
+  # H200: its probe measured no FTZ) against the table decode (SOFTFP8_E2M1_DECODE=select), the
+  # same code, interleaved: token select / inject / select / inject; FP4 shapes (inject); the mma
+  # probe (table, inject, no decode, loads only); first the GPU tests of the MMA GEMV and codes
+  export SOFTFP8_FP8_DECODE=integer
+  mkdir -p "$OUT/r"
+  run gputests 240 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_triton.py -k "mma or e2m1_code or every"
+  tail -3 "$OUT/gputests.txt"
+  for v in sel inj sel2 inj2; do
+    case $v in sel*) export SOFTFP8_E2M1_DECODE=select ;; *) export SOFTFP8_E2M1_DECODE=auto ;; esac
+    run "token-$v" 90 python3 -m softfp8.bench token --preset llama2-7b --backends triton --formats nvfp4,mxfp4 --out "$OUT/r/token-$v.json"
+  done
+  export SOFTFP8_E2M1_DECODE=auto
+  run shapes-inj 120 python3 -m softfp8.bench shapes --preset llama3-8b --backends triton --formats nvfp4,mxfp4 --out "$OUT/r/shapes-inj.json"
+  run probe 150 python3 benchmarks/gpu_mma_probe.py --formats nvfp4,mxfp4 --shapes "22016,4096;4096,11008"
+  pack inj15
+  ;;
 esac

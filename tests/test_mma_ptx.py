@@ -22,7 +22,7 @@ def _x_words(xs: np.ndarray) -> list[int]:
     return [int(v) for v in xs.astype(np.float16).view(np.uint32)]
 
 
-def _run_tile(fmt, wg, wh, sg, sh, xw, nan=True, xw1=None):
+def _run_tile(fmt, wg, wh, sg, sh, xw, nan=True, xw1=None, inject=False):
     """One tile step. wg/wh[lane]: 4 words of rows g / g+8; sg/sh[lane]: scale bits; xw[lane]:
     the lane's 16 x words (xw1: x row g + 8's, the wide tile). Returns D as 16 x 8 float64 from
     the lanes' c0..c3 (16 x 16 with xw1: columns 8..15 from the second accumulator)."""
@@ -30,7 +30,7 @@ def _run_tile(fmt, wg, wh, sg, sh, xw, nan=True, xw1=None):
     xs = [xw] + ([xw1] if wide else [])
     if fmt in FP4:  # x's own pairs meet the codes' (FP4_PAIRS)
         xp = [sum((x[lane][:16] for x in xs), []) for lane in range(32)]
-        tile = P._tile_asm(fmt, wide)
+        tile = P._tile_asm(fmt, wide, inject)
     else:
         xp = [sum((x[lane][:8] + [0] * 8 for x in xs), []) for lane in range(32)]
         tile = P._fp8_tile_asm(fmt, nan, wide)
@@ -58,7 +58,7 @@ def _codes_fp4(rows):
     return out
 
 
-def _fp4_case(fmt, scales_fn, codes=None, wide=False):
+def _fp4_case(fmt, scales_fn, codes=None, wide=False, inject=False):
     """The tile mapping: lane (g, t) holds bytes 16t..16t+15 of rows g and g+8 and x row g's
     matching 32 values (wide: and x row g + 8's, 16 x rows). Returns the emulated D and the float64 reference."""
     if codes is None:
@@ -91,7 +91,7 @@ def _fp4_case(fmt, scales_fn, codes=None, wide=False):
         xw.append(_x_words(x[g, 32 * t:32 * t + 32]))
         if wide:
             xw1.append(_x_words(x[g + 8, 32 * t:32 * t + 32]))
-    D = _run_tile(fmt, wg, wh, sg, sh, xw, xw1=xw1 if wide else None)
+    D = _run_tile(fmt, wg, wh, sg, sh, xw, xw1=xw1 if wide else None, inject=inject)
     return D * (256.0 if fmt == "nvfp4" else 1.0), ref
 
 
@@ -111,24 +111,26 @@ def test_prmt_and_table_bytes():
 
 @pytest.mark.parametrize("wide", [False, True])
 @pytest.mark.parametrize("fmt", FP4)
-def test_fp4_tile_matches_reference(fmt, wide):
+@pytest.mark.parametrize("inject", [False, True])
+def test_fp4_tile_matches_reference(inject, fmt, wide):
     if fmt == "nvfp4":
         scales = lambda: RNG.integers(0x20, 0x58, (16, 8))  # noqa: E731  E4M3 2^-4 .. 2^4
     else:
         scales = lambda: RNG.integers(110, 134, (16, 4))  # noqa: E731  within 2^23 of each other
-    D, ref = _fp4_case(fmt, scales, wide=wide)
+    D, ref = _fp4_case(fmt, scales, wide=wide, inject=inject)
     assert D.shape == ref.shape == (16, 16 if wide else 8)
     assert _rel(D, ref) < 1e-6
 
 
 @pytest.mark.parametrize("wide", [False, True])
-def test_nvfp4_nan_scale_and_subnormal_scales(wide):
+@pytest.mark.parametrize("inject", [False, True])
+def test_nvfp4_nan_scale_and_subnormal_scales(inject, wide):
     def scales():
         sc = RNG.integers(0x01, 0x08, (16, 8))  # E4M3 subnormal scales: 2^-9 .. 7 * 2^-9
         sc[3, 5] = 0x7F  # NaN
         sc[11, 0] = 0xFF  # NaN, negative
         return sc
-    D, ref = _fp4_case("nvfp4", scales, wide=wide)
+    D, ref = _fp4_case("nvfp4", scales, wide=wide, inject=inject)
     nan = np.isnan(ref)
     assert nan[3].all() and nan[11].all() and nan.sum() == 2 * ref.shape[1]
     assert (np.isnan(D) == nan).all()
@@ -136,7 +138,8 @@ def test_nvfp4_nan_scale_and_subnormal_scales(wide):
 
 
 @pytest.mark.parametrize("wide", [False, True])
-def test_mxfp4_zero_blocks_and_nan(wide):
+@pytest.mark.parametrize("inject", [False, True])
+def test_mxfp4_zero_blocks_and_nan(inject, wide):
     def scales():
         sc = RNG.integers(100, 124, (16, 4))
         sc[:, 0] = 250  # far above the others: would flush them, but the codes there are 0
@@ -144,7 +147,7 @@ def test_mxfp4_zero_blocks_and_nan(wide):
         return sc
     codes = _codes_fp4(16)
     codes[:, :16] = 0  # lane t = 0's block: all zero codes under the large scale
-    D, ref = _fp4_case("mxfp4", scales, codes, wide=wide)
+    D, ref = _fp4_case("mxfp4", scales, codes, wide=wide, inject=inject)
     nan = np.isnan(ref)
     assert nan[6].all() and nan.sum() == ref.shape[1]
     assert (np.isnan(D) == nan).all()
@@ -197,7 +200,8 @@ def test_fp8_tile_every_code(fmt, nan, wide):
             np.isinf(got) == np.isinf(want)).all(), (fmt, code)
 
 
-def test_long_mapping_diagonal_holds_each_rows_dot():
+@pytest.mark.parametrize("inject", [False, True])
+def test_long_mapping_diagonal_holds_each_rows_dot(inject):
     """The M = 1 mapping: mma row g is row r's 64-byte chunk g (g+8: row r+1's), B's column g is
     x's chunk g; D[g][g] sits in lane (g, g // 2), register c0 (g even) or c1
     (`_mma._store_runs` at C = 8), and those 8 values add up to the row's dot over 512 bytes."""
@@ -217,10 +221,36 @@ def test_long_mapping_diagonal_holds_each_rows_dot():
         sg.append(int(sc[0, off // 8]) | (int(sc[0, off // 8 + 1]) << 8))
         sh.append(int(sc[1, off // 8]) | (int(sc[1, off // 8 + 1]) << 8))
         xw.append(_x_words(x[2 * off:2 * off + 32]))
-    D = _run_tile("nvfp4", wg, wh, sg, sh, xw) * 256.0
+    D = _run_tile("nvfp4", wg, wh, sg, sh, xw, inject=inject) * 256.0
     diag = [D[g, g] for g in range(8)], [D[g + 8, g] for g in range(8)]
     got = np.array([sum(diag[0]), sum(diag[1])])
     assert _rel(got, ref) < 1e-6
+
+
+@pytest.mark.parametrize("inject", [False, True])
+def test_fp4_word_decode_every_code_in_every_nibble(inject):
+    """`_decode_word` (the table) and `_decode_word_inject`, alone, scale 1: each of the 16 E2M1
+    codes in each of a word's 8 nibbles (the other nibbles random) comes out in the pair and half
+    FP4_PAIRS / FP4_INJECT_PAIRS name, as the fp16 of its value (inject: * 2^-14), bit for bit
+    (-0 included)."""
+    decode, pairs, unit = ((P._decode_word_inject, P.FP4_INJECT_PAIRS, 2.0 ** -14) if inject
+                           else (P._decode_word, P.FP4_PAIRS, 1.0))
+    regs = ".reg .b32 t0, t1, sl, sh, ml, mh, u, h, p<4>, ce, co, cs;"
+    asm = "{\n" + "\n".join([regs, "mov.b32 t0, 0x3E3C3800;", "mov.b32 t1, 0x46444240;",
+                              decode("$4", "p", "0x3C003C00")]
+                             + [f"mov.b32 ${i}, p{i};" for i in range(4)]) + "\n}"
+    value = decode_e2m1_to_f32(torch.arange(16)).double().numpy()
+    want = (value * unit).astype(np.float16).view(np.uint16)
+    assert want[8] == 0x8000 and (want[1] < 0x400) == inject  # -0; inject: 0.5 a subnormal
+    where = {c: (i, h) for i, pair in enumerate(pairs) for h, c in enumerate(pair)}
+    for nib in range(8):
+        words = RNG.integers(0, 2 ** 32, 32, dtype=np.uint64)
+        codes = np.arange(32) % 16
+        words = (words & ~np.uint64(0xF << (4 * nib))) | (codes.astype(np.uint64) << (4 * nib))
+        out = Warp(asm).run([[0, 0, 0, 0, int(w)] for w in words])
+        i, h = where[nib]
+        got = np.array([(o[i] >> (16 * h)) & 0xFFFF for o in out], np.uint16)
+        assert (got == want[codes]).all(), (nib, got, want[codes])
 
 
 @pytest.mark.parametrize("nan", [True, False])

@@ -703,9 +703,11 @@ MMA_CASES = [(37, 264, 1, 1), (4103, 4096, 1, 1), (1000, 11008, 3, 1), (300, 204
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not HAS_GPU, reason="needs a CUDA GPU")
-@pytest.mark.parametrize("fmt", list(Format))
+@pytest.mark.parametrize("fmt, e2m1", [(f, E2M1Decode.SELECT) for f in Format]
+                         + [(Format.NVFP4, E2M1Decode.INJECT), (Format.MXFP4, E2M1Decode.INJECT)])
 @pytest.mark.parametrize("n, k, m, split", MMA_CASES)
-def test_gpu_mma_gemv_matches_reference(fmt, n, k, m, split):
+def test_gpu_mma_gemv_matches_reference(fmt, e2m1, n, k, m, split):
+    """FP4 with both decodes: the table (select) and exponent injection (`_mma_ptx`)."""
     info = device_info(torch.device("cuda"))
     if not triton_backend.mma_gemv_runs(k, m, fmt, info, torch.float16):
         pytest.skip("Kernel.MMA_GEMV needs NVIDIA sm_80+")
@@ -732,13 +734,13 @@ def test_gpu_mma_gemv_matches_reference(fmt, n, k, m, split):
              LaunchConfig(Kernel.MMA_GEMV, wide, triton_backend.mma_rows(8, 2, 2), 128, split, 2,
                           0, depth=2)]
     for cfg in cfgs:
-        y = run(x, packed, bias, cfg)
+        y = run(x, packed, bias, cfg, e2m1=e2m1)
         assert y.dtype == torch.float16 and y.shape == (m, n)
         assert rel_err(y, reference.matmul(x, packed, bias)) <= tolerance(torch.float16), cfg
     # the table's setting, and x that is not 16-byte aligned (the launcher copies it)
     xs = torch.randn(m * k + 1, generator=g).half().cuda()[1:].view(m, k)
     xs.copy_(x)
-    y = run(xs, packed, bias, cfgs[0])
+    y = run(xs, packed, bias, cfgs[0], e2m1=e2m1)
     assert rel_err(y, reference.matmul(x, packed, bias)) <= tolerance(torch.float16)
 
 
@@ -759,7 +761,8 @@ def test_gpu_mma_gemv_depth_two_needs_the_runs():
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not HAS_GPU, reason="needs a CUDA GPU")
-def test_gpu_mma_gemv_mxfp4_block_scales_apart():
+@pytest.mark.parametrize("e2m1", [E2M1Decode.SELECT, E2M1Decode.INJECT])
+def test_gpu_mma_gemv_mxfp4_block_scales_apart(e2m1):
     """The four blocks one mma spans get one shared exponent E (_mma docstring): blocks up to
     2^23 below E stay exact, zero blocks don't set E, and a NaN scale still makes NaN."""
     info = device_info(torch.device("cuda"))
@@ -775,11 +778,11 @@ def test_gpu_mma_gemv_mxfp4_block_scales_apart():
                           scales.to(torch.uint8))
     x = torch.randn(1, 1024, generator=g).half()
     cfg = LaunchConfig(Kernel.MMA_GEMV, 8, 32, 128, 1, 4, 1)
-    y = run(x.cuda(), packed.to("cuda"), None, cfg).float()
+    y = run(x.cuda(), packed.to("cuda"), None, cfg, e2m1=e2m1).float()
     ref = x.double() @ softfp8.dequantize(packed).double().T * 1.0
     assert rel_err(y.cpu(), ref.float()) <= tolerance(torch.float16)
     nan_scales = packed.scales.clone()
     nan_scales[5, 3] = 255
     y = run(x.cuda(), PackedWeight(Format.MXFP4, (64, 1024), packed.words, nan_scales).to("cuda"),
-            None, cfg).float().cpu()
+            None, cfg, e2m1=e2m1).float().cpu()
     assert torch.isnan(y[0, 5]) and not torch.isnan(y[0, :5]).any()

@@ -97,6 +97,11 @@ def variants(backend: str, arch):
                    "fp16", 4, 1)
             c = dict(c, RUNS=1, TILES=2, AHEAD=0, ZERO=False)
             yield f"mma_gemv-r1t2-keep-{fmt}-fp16", _mma.mma_gemv_kernel, c, "fp16", 4, 1
+            # the decode by exponent injection (e2m1=inject), one tile and one WIDE step
+            yield (f"mma_gemv-r1t2-inject-{fmt}-fp16", _mma.mma_gemv_kernel,
+                   dict(c, INJECT=True), "fp16", 4, 1)
+            yield (f"mma_gemv-r0t2-wide-inject-{fmt}-fp16", _mma.mma_gemv_kernel,
+                   dict(c, RUNS=0, ZERO=True, AHEAD=2, WIDE=True, INJECT=True), "fp16", 4, 1)
         if fmt in FP8 and not hw and cap is not None and cap >= (8, 0):
             # the mma GEMV for 8-bit codes: M = 1 (2 and 4 tiles a warp), and the run mapping
             # laid out for 4 and 8 x rows (split, so the partial store compiles too)

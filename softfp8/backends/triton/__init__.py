@@ -197,7 +197,7 @@ def _launch(x: torch.Tensor, packed: PackedWeight, bias: torch.Tensor | None, cf
                               PARTIAL=split > 1, num_warps=cfg.num_warps, num_stages=1, PDL=pdl,
                               PREFETCH=prefetch, AHEAD=cfg.num_stages, RUNS=runs, TILES=tiles,
                               HAS_SCALE=has_scale, NAN=nan, DEPTH=cfg.depth, GROUPS=groups,
-                              WIDE=wide,
+                              WIDE=wide, INJECT=e2m1 is E2M1Decode.INJECT,
                               ZERO=mma_zero_fill(rb, per_split, runs, cfg, k, packed.padded_k),
                               **launch)
     else:

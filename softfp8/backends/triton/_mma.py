@@ -57,6 +57,8 @@ STEP_BYTES = Const(MMA_STEP_BYTES)  # a warp's bytes of each row a loop step
 
 _TILE_NV = Const(_tile_asm("nvfp4"))
 _TILE_MX = Const(_tile_asm("mxfp4"))
+_TILE_NV_INJECT = Const(_tile_asm("nvfp4", inject=True))
+_TILE_MX_INJECT = Const(_tile_asm("mxfp4", inject=True))
 _TILE_PROBE_MMA = Const(_probe_tile_asm(True))
 _TILE_PROBE_LOADS = Const(_probe_tile_asm(False))
 _TILE_E5M2 = Const(_fp8_tile_asm("e5m2"))
@@ -65,6 +67,8 @@ _TILE_E4M3_FINITE = Const(_fp8_tile_asm("e4m3", nan=False))
 _TILE_CONS = Const(tile_constraints())
 _WIDE_NV = Const(_tile_asm("nvfp4", wide=True))
 _WIDE_MX = Const(_tile_asm("mxfp4", wide=True))
+_WIDE_NV_INJECT = Const(_tile_asm("nvfp4", wide=True, inject=True))
+_WIDE_MX_INJECT = Const(_tile_asm("mxfp4", wide=True, inject=True))
 _WIDE_E5M2 = Const(_fp8_tile_asm("e5m2", wide=True))
 _WIDE_E4M3 = Const(_fp8_tile_asm("e4m3", wide=True))
 _WIDE_E4M3_FINITE = Const(_fp8_tile_asm("e4m3", nan=False, wide=True))
@@ -72,9 +76,10 @@ _WIDE_CONS = Const(tile_constraints(wide=True))
 
 
 @triton.jit
-def _tile(rg, rh, xw, acc, FMT: tl.constexpr, DIAG: tl.constexpr = 0, NAN: tl.constexpr = True):
+def _tile(rg, rh, xw, acc, FMT: tl.constexpr, DIAG: tl.constexpr = 0, NAN: tl.constexpr = True,
+          INJECT: tl.constexpr = False):
     """acc (4 fp32) += one loop step of a 16-row tile; rg/rh: (4 words, scale) of rows g, g+8;
-    xw: x's 16 words (FP4 uses all, 8-bit the first 8)."""
+    xw: x's 16 words (FP4 uses all, 8-bit the first 8). INJECT: FP4 by exponent injection."""
     args = [rg[0], rg[1], rg[2], rg[3], rh[0], rh[1], rh[2], rh[3], rg[4], rh[4],
             xw[0], xw[1], xw[2], xw[3], xw[4], xw[5], xw[6], xw[7],
             xw[8], xw[9], xw[10], xw[11], xw[12], xw[13], xw[14], xw[15],
@@ -86,8 +91,14 @@ def _tile(rg, rh, xw, acc, FMT: tl.constexpr, DIAG: tl.constexpr = 0, NAN: tl.co
     elif DIAG == 2:
         out = tl.inline_asm_elementwise(_TILE_PROBE_LOADS, _TILE_CONS, args, (tl.float32,) * 4,
                                         is_pure=True, pack=1)
+    elif FMT == "nvfp4" and INJECT:
+        out = tl.inline_asm_elementwise(_TILE_NV_INJECT, _TILE_CONS, args, (tl.float32,) * 4,
+                                        is_pure=True, pack=1)
     elif FMT == "nvfp4":
         out = tl.inline_asm_elementwise(_TILE_NV, _TILE_CONS, args, (tl.float32,) * 4,
+                                        is_pure=True, pack=1)
+    elif FMT == "mxfp4" and INJECT:
+        out = tl.inline_asm_elementwise(_TILE_MX_INJECT, _TILE_CONS, args, (tl.float32,) * 4,
                                         is_pure=True, pack=1)
     elif FMT == "mxfp4":
         out = tl.inline_asm_elementwise(_TILE_MX, _TILE_CONS, args, (tl.float32,) * 4,
@@ -105,7 +116,8 @@ def _tile(rg, rh, xw, acc, FMT: tl.constexpr, DIAG: tl.constexpr = 0, NAN: tl.co
 
 
 @triton.jit
-def _tile_wide(rg, rh, xw, xv, acc, acv, FMT: tl.constexpr, NAN: tl.constexpr = True):
+def _tile_wide(rg, rh, xw, xv, acc, acv, FMT: tl.constexpr, NAN: tl.constexpr = True,
+               INJECT: tl.constexpr = False):
     """`_tile` for 16 x rows (WIDE): the weights decoded once, each A fragment fed to two mma,
     x rows g (xw, into acc) and g + 8 (xv, into acv); returns the 8 sums (acc's 4, acv's 4)."""
     args = [rg[0], rg[1], rg[2], rg[3], rh[0], rh[1], rh[2], rh[3], rg[4], rh[4],
@@ -114,8 +126,14 @@ def _tile_wide(rg, rh, xw, xv, acc, acv, FMT: tl.constexpr, NAN: tl.constexpr = 
             xv[0], xv[1], xv[2], xv[3], xv[4], xv[5], xv[6], xv[7],
             xv[8], xv[9], xv[10], xv[11], xv[12], xv[13], xv[14], xv[15],
             acc[0], acc[1], acc[2], acc[3], acv[0], acv[1], acv[2], acv[3]]
-    if FMT == "nvfp4":
+    if FMT == "nvfp4" and INJECT:
+        out = tl.inline_asm_elementwise(_WIDE_NV_INJECT, _WIDE_CONS, args, (tl.float32,) * 8,
+                                        is_pure=True, pack=1)
+    elif FMT == "nvfp4":
         out = tl.inline_asm_elementwise(_WIDE_NV, _WIDE_CONS, args, (tl.float32,) * 8,
+                                        is_pure=True, pack=1)
+    elif FMT == "mxfp4" and INJECT:
+        out = tl.inline_asm_elementwise(_WIDE_MX_INJECT, _WIDE_CONS, args, (tl.float32,) * 8,
                                         is_pure=True, pack=1)
     elif FMT == "mxfp4":
         out = tl.inline_asm_elementwise(_WIDE_MX, _WIDE_CONS, args, (tl.float32,) * 8,
@@ -134,19 +152,19 @@ def _tile_wide(rg, rh, xw, xv, acc, acv, FMT: tl.constexpr, NAN: tl.constexpr = 
 
 @triton.jit
 def _tiles(ra, rb, rc, rd, xw, xv, a, b, av, bv, FMT: tl.constexpr, DIAG: tl.constexpr,
-           NAN: tl.constexpr, WIDE: tl.constexpr):
+           NAN: tl.constexpr, WIDE: tl.constexpr, INJECT: tl.constexpr):
     """One loop step of a thread's two tiles (rows ra/rb, rc/rd): a, b += x rows g's sums;
     WIDE: av, bv += x rows g + 8's, from the same decoded weights (`_tile_wide`)."""
     if WIDE:
-        u = _tile_wide(ra, rb, xw, xv, a, av, FMT, NAN)
-        v = _tile_wide(rc, rd, xw, xv, b, bv, FMT, NAN)
+        u = _tile_wide(ra, rb, xw, xv, a, av, FMT, NAN, INJECT)
+        v = _tile_wide(rc, rd, xw, xv, b, bv, FMT, NAN, INJECT)
         a = (u[0], u[1], u[2], u[3])
         av = (u[4], u[5], u[6], u[7])
         b = (v[0], v[1], v[2], v[3])
         bv = (v[4], v[5], v[6], v[7])
     else:
-        a = _tile(ra, rb, xw, a, FMT, DIAG, NAN)
-        b = _tile(rc, rd, xw, b, FMT, DIAG, NAN)
+        a = _tile(ra, rb, xw, a, FMT, DIAG, NAN, INJECT)
+        b = _tile(rc, rd, xw, b, FMT, DIAG, NAN, INJECT)
     return a, b, av, bv
 
 
@@ -257,7 +275,7 @@ def mma_gemv_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr, cnt_ptr,
                     TILES: tl.constexpr = 2, NAN: tl.constexpr = True,
                     DEPTH: tl.constexpr = 1, ZERO: tl.constexpr = True,
                     GROUPS: tl.constexpr = 1, WIDE: tl.constexpr = False,
-                    LAST: tl.constexpr = False):
+                    LAST: tl.constexpr = False, INJECT: tl.constexpr = False):
     """Program (pid_n, pid_k) over bytes [pid_k * KB_SPLIT, +KB_SPLIT) of its rows.
     RUNS = 0 (the tile mapping): rows pid_n * 32 .. +32, two 16-row tiles; warp w takes the
     64-byte steps w, w + WARPS, ...; the warps' sums are added at the end.
@@ -351,7 +369,7 @@ def mma_gemv_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr, cnt_ptr,
         for _ in range(kb_lo, kb_hi, 2 * stride):
             if AHEAD > 0:
                 _prefetch_rows(w_ptr, row, N, RB, off + AHEAD * stride, kb_hi, RS)
-            a, b, av, bv = _tiles(r0, r1, r2, r3, xw, xv, a, b, av, bv, FMT, DIAG, NAN, WIDE)
+            a, b, av, bv = _tiles(r0, r1, r2, r3, xw, xv, a, b, av, bv, FMT, DIAG, NAN, WIDE, INJECT)
             r0, r1, r2, r3 = _rows_step(w_ptr, s_ptr, row, N, RB, SB, off + 2 * stride, kb_hi,
                                         FMT, RS, ZERO)
             xw = _x_step(x_row, off + 2 * stride, kb_hi, K, in_m, FP8, ZERO)
@@ -359,7 +377,7 @@ def mma_gemv_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr, cnt_ptr,
                 xv = _x_step(x_wide, off + 2 * stride, kb_hi, K, in_v, FP8, ZERO)
             if AHEAD > 0:
                 _prefetch_rows(w_ptr, row, N, RB, off + (AHEAD + 1) * stride, kb_hi, RS)
-            a, b, av, bv = _tiles(q0, q1, q2, q3, qx, qv, a, b, av, bv, FMT, DIAG, NAN, WIDE)
+            a, b, av, bv = _tiles(q0, q1, q2, q3, qx, qv, a, b, av, bv, FMT, DIAG, NAN, WIDE, INJECT)
             q0, q1, q2, q3 = _rows_step(w_ptr, s_ptr, row, N, RB, SB, off + 3 * stride, kb_hi,
                                         FMT, RS, ZERO)
             qx = _x_step(x_row, off + 3 * stride, kb_hi, K, in_m, FP8, ZERO)
@@ -391,10 +409,10 @@ def mma_gemv_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr, cnt_ptr,
                 nv = _x_step(x_wide, off, kb_hi, K, in_v, FP8, ZERO)
             if AHEAD > 0:
                 _prefetch_rows(w_ptr, row, N, RB, off + AHEAD * stride, kb_hi, RS)
-            a, b, av, bv = _tiles(r0, r1, r2, r3, xw, xv, a, b, av, bv, FMT, DIAG, NAN, WIDE)
+            a, b, av, bv = _tiles(r0, r1, r2, r3, xw, xv, a, b, av, bv, FMT, DIAG, NAN, WIDE, INJECT)
             if TILES == 4:
-                c = _tile(r4, r5, xw, c, FMT, DIAG, NAN)
-                d = _tile(r6, r7, xw, d, FMT, DIAG, NAN)
+                c = _tile(r4, r5, xw, c, FMT, DIAG, NAN, INJECT)
+                d = _tile(r6, r7, xw, d, FMT, DIAG, NAN, INJECT)
                 r4, r5, r6, r7 = n4, n5, n6, n7
             r0, r1, r2, r3, xw = n0, n1, n2, n3, nx
             if WIDE:

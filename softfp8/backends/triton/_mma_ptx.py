@@ -12,13 +12,21 @@ FP4_PAIRS = ((0, 1), (2, 3), (4, 5), (6, 7))
 """The codes of a word (c..c+7) that `_decode_word`'s fp16 pairs p0..p3 hold: x's own pairs
 (x's word q holds values 2q, 2q+1), so x goes to the mma as it lies, as for the 8-bit formats."""
 
+FP4_INJECT_PAIRS = ((0, 2), (1, 3), (4, 6), (5, 7))
+"""The codes of a word that `_decode_word_inject`'s pairs p0..p3 hold: one `prmt` takes two
+even codes (or two odd codes) of one register, so x is re-paired to match (`_x_pairs`)."""
+
+F16_2P14 = "0x74007400"
+"""2^14 in both fp16 halves: `_decode_word_inject`'s pairs are the codes * 2^-14."""
+
 
 def _decode_word(w: str, p: str, scale: str) -> str:
     """PTX: word `w` (8 codes c..c+7) -> fp16 pairs p0..p3 = codes c + FP4_PAIRS[i] * scale.
     One `prmt` looks up four |codes| in the table t0:t1 (fp16 high bytes); a second `prmt`
     replicates the four codes' sign bits over their bytes (selector bit 3), one `lop3` ors them
     in; each pair is then a `prmt` of two signed bytes beside zero bytes: 17 instructions a word
-    (19 when each pair took its own sign shift and `lop3`, and x was re-paired to match)."""
+    (19 when each pair took its own sign shift and `lop3`, and x was re-paired to match).
+    Exact and free of denormals: the select decoder's counterpart."""
     out = [f"and.b32 sl, {w}, 0x77777777;", "shr.b32 sh, sl, 16;",
            "prmt.b32 ml, t0, t1, sl;", "prmt.b32 mh, t0, t1, sh;",
            # the sign of code k is bit 4k + 3: a byte's top bit in w (odd k) or in w << 4 (even)
@@ -31,6 +39,32 @@ def _decode_word(w: str, p: str, scale: str) -> str:
         out.append(f"prmt.b32 {p}{i}, {src}, 0, 0x{hi % 4:x}4{lo % 4:x}4;")
         out.append(f"mul.rn.f16x2 {p}{i}, {p}{i}, {scale};")
     return "\n".join(out)
+
+
+def _decode_word_inject(w: str, p: str, scale: str) -> str:
+    """PTX: word `w` (8 codes c..c+7) -> fp16 pairs p0..p3 = codes c + FP4_INJECT_PAIRS[i] *
+    2^-14 * scale, by exponent injection: an E2M1 code s e1 e0 m laid in an fp16 high byte as
+    s 0 0 0 e1 e0 m 0 is the code * 2^-14 (0.5 becomes the subnormal 2^-15; `mul.rn.f16x2`
+    without .ftz keeps subnormals, by the PTX ISA). The even codes' bytes come from w << 1, the
+    odd codes' from w >> 3 (mask: magnitude at bits 1..3, sign at bit 4), and the sign moves to
+    bit 7 by adding 7 * itself (a `mad`, off the integer ALU); one `prmt` then places two bytes
+    of a register beside zero bytes. 8 integer-ALU instructions a word where `_decode_word`
+    has 12 (x's re-pairing adds one a word, `_x_pairs`)."""
+    out = [f"shl.b32 ce, {w}, 1;", "and.b32 ce, ce, 0x1E1E1E1E;",
+           f"mul.hi.u32 co, {w}, 0x20000000;", "and.b32 co, co, 0x1E1E1E1E;",
+           "and.b32 cs, ce, 0x10101010;", "mad.lo.u32 ce, cs, 7, ce;",
+           "and.b32 cs, co, 0x10101010;", "mad.lo.u32 co, cs, 7, co;"]
+    for i, (lo, hi) in enumerate(FP4_INJECT_PAIRS):
+        src = "ce" if lo % 2 == 0 else "co"
+        out.append(f"prmt.b32 {p}{i}, {src}, 0, 0x{hi // 2:x}4{lo // 2:x}4;")
+        out.append(f"mul.rn.f16x2 {p}{i}, {p}{i}, {scale};")
+    return "\n".join(out)
+
+
+def _x_pairs(xa: str, xb: str) -> list:
+    """PTX: x words xa = (x0, x1), xb = (x2, x3) -> y0 = (x0, x2), y1 = (x1, x3): the pairs
+    that meet `_decode_word_inject`'s (c, c + 2)."""
+    return [f"prmt.b32 y0, {xa}, {xb}, 0x5410;", f"prmt.b32 y1, {xa}, {xb}, 0x7632;"]
 
 
 def _mma(acc: str, a: tuple, b: tuple) -> str:
@@ -130,21 +164,26 @@ def _fp8_tile_asm(fmt: str, nan: bool = True, wide: bool = False) -> str:
     return "{\n" + "\n".join(body) + "\n}"
 
 
-def _tile_asm(fmt: str, wide: bool = False) -> str:
+def _tile_asm(fmt: str, wide: bool = False, inject: bool = False) -> str:
     """One 16-row FP4 tile, one loop step (operands: `_Operands`): rows g's and g+8's words and
-    scale bytes, x's 16 words as they lie (`wide`: and x row g + 8's), the accumulator(s)."""
+    scale bytes, x's 16 words as they lie (`wide`: and x row g + 8's), the accumulator(s).
+    inject: the words decoded by `_decode_word_inject` (x re-paired to match, the scales * 2^14),
+    else by the table (`_decode_word`)."""
     o = _Operands(wide)
     body = [".reg .b32 t0, t1, sl, sh, ml, mh, u, h, r, q, sg01, sg23, sh01, sh23;",
-            ".reg .b32 g<4>, k<4>;",
+            ".reg .b32 g<4>, k<4>, ce, co, cs, y0, y1;",
             "mov.b32 t0, 0x3E3C3800;", "mov.b32 t1, 0x46444240;"]
     if fmt == "nvfp4":
         body += [".reg .b32 c, z;"] + _E4M3_CONSTS
         for src, lo, hi in ((o.sg, "sg01", "sg23"), (o.sh, "sh01", "sh23")):
             # the two block scales of this lane's 16 bytes, then each spread over both halves
             body += _e4m3_pair_div256(src, 0, "r")
+            if inject:  # the pairs are the codes * 2^-14
+                body += [f"mov.b32 q, {F16_2P14};", "mul.rn.f16x2 r, r, q;"]
             body += [f"prmt.b32 {lo}, r, 0, 0x1010;", f"prmt.b32 {hi}, r, 0, 0x3232;"]
         body += _acc_setup(o, zero=False)
     else:
+        bias = 127 + 14 if inject else 127
         body += [".reg .b32 e, o, bits;", ".reg .pred nz;", ".reg .f32 f<2>;"]
         for src, words, lo, hi, big in ((o.sg, o.rg, "sg01", "sg23", "bg"),
                                          (o.sh, o.rh, "sh01", "sh23", "bh")):
@@ -156,22 +195,27 @@ def _tile_asm(fmt: str, wide: bool = False) -> str:
                      "shfl.sync.bfly.b32 o, e, 1, 0x1f, 0xffffffff;", "max.u32 e, e, o;",
                      "shfl.sync.bfly.b32 o, e, 2, 0x1f, 0xffffffff;", f"max.u32 {big}, e, o;",
                      # 2^(e - E) as fp16 pair: float32 bits (127 + e - E) << 23, 0 below 2^-126
-                     f"sub.s32 bits, {src}, {big};", "add.s32 bits, bits, 127;",
+                     # (inject: 2^(e - E + 14), the pairs being the codes * 2^-14)
+                     f"sub.s32 bits, {src}, {big};", f"add.s32 bits, bits, {bias};",
                      # (a zero block may lie above E: any finite factor serves it)
-                     "max.s32 bits, bits, 0;", "min.s32 bits, bits, 127;",
+                     "max.s32 bits, bits, 0;", f"min.s32 bits, bits, {bias};",
                      "shl.b32 bits, bits, 23;",
                      "mov.b32 f0, bits;", f"cvt.rn.f16x2.f32 {lo}, f0, f0;",
                      f"mov.b32 {hi}, {lo};"]
         body += _acc_setup(o, zero=True)
     for j in range(4):
         sg, sh_ = ("sg01", "sh01") if j < 2 else ("sg23", "sh23")
-        body.append(_decode_word(o.rg[j], "g", sg))
-        body.append(_decode_word(o.rh[j], "k", sh_))
+        decode = _decode_word_inject if inject else _decode_word
+        body.append(decode(o.rg[j], "g", sg))
+        body.append(decode(o.rh[j], "k", sh_))
         for ii in range(2):
             frag = (f"g{2 * ii}", f"k{2 * ii}", f"g{2 * ii + 1}", f"k{2 * ii + 1}")
             for a in range(o.n_acc):
-                body.append(_mma(f"acc{a}_", frag, (o.x[a][4 * j + 2 * ii],
-                                                    o.x[a][4 * j + 2 * ii + 1])))
+                xb = (o.x[a][4 * j + 2 * ii], o.x[a][4 * j + 2 * ii + 1])
+                if inject:
+                    body += _x_pairs(*xb)
+                    xb = ("y0", "y1")
+                body.append(_mma(f"acc{a}_", frag, xb))
     if fmt == "nvfp4":
         body += [f"mov.f32 {o.out[a][r]}, acc{a}_{r};" for a in range(o.n_acc) for r in range(4)]
     else:
