@@ -369,7 +369,8 @@ def mma_gemv_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr, cnt_ptr,
         for _ in range(kb_lo, kb_hi, 2 * stride):
             if AHEAD > 0:
                 _prefetch_rows(w_ptr, row, N, RB, off + AHEAD * stride, kb_hi, RS)
-            a, b, av, bv = _tiles(r0, r1, r2, r3, xw, xv, a, b, av, bv, FMT, DIAG, NAN, WIDE, INJECT)
+            a, b, av, bv = _tiles(r0, r1, r2, r3, xw, xv, a, b, av, bv, FMT, DIAG, NAN, WIDE,
+                                  INJECT)
             r0, r1, r2, r3 = _rows_step(w_ptr, s_ptr, row, N, RB, SB, off + 2 * stride, kb_hi,
                                         FMT, RS, ZERO)
             xw = _x_step(x_row, off + 2 * stride, kb_hi, K, in_m, FP8, ZERO)
@@ -377,7 +378,8 @@ def mma_gemv_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr, cnt_ptr,
                 xv = _x_step(x_wide, off + 2 * stride, kb_hi, K, in_v, FP8, ZERO)
             if AHEAD > 0:
                 _prefetch_rows(w_ptr, row, N, RB, off + (AHEAD + 1) * stride, kb_hi, RS)
-            a, b, av, bv = _tiles(q0, q1, q2, q3, qx, qv, a, b, av, bv, FMT, DIAG, NAN, WIDE, INJECT)
+            a, b, av, bv = _tiles(q0, q1, q2, q3, qx, qv, a, b, av, bv, FMT, DIAG, NAN, WIDE,
+                                  INJECT)
             q0, q1, q2, q3 = _rows_step(w_ptr, s_ptr, row, N, RB, SB, off + 3 * stride, kb_hi,
                                         FMT, RS, ZERO)
             qx = _x_step(x_row, off + 3 * stride, kb_hi, K, in_m, FP8, ZERO)
@@ -409,7 +411,8 @@ def mma_gemv_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr, cnt_ptr,
                 nv = _x_step(x_wide, off, kb_hi, K, in_v, FP8, ZERO)
             if AHEAD > 0:
                 _prefetch_rows(w_ptr, row, N, RB, off + AHEAD * stride, kb_hi, RS)
-            a, b, av, bv = _tiles(r0, r1, r2, r3, xw, xv, a, b, av, bv, FMT, DIAG, NAN, WIDE, INJECT)
+            a, b, av, bv = _tiles(r0, r1, r2, r3, xw, xv, a, b, av, bv, FMT, DIAG, NAN, WIDE,
+                                  INJECT)
             if TILES == 4:
                 c = _tile(r4, r5, xw, c, FMT, DIAG, NAN, INJECT)
                 d = _tile(r6, r7, xw, d, FMT, DIAG, NAN, INJECT)
