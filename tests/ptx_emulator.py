@@ -135,6 +135,8 @@ class Warp:
                 r[d] = prmt(*v)
             elif op == "lop3.b32":
                 r[d] = lop3(*v)
+            elif op == "mul.hi.u32":
+                r[d] = (v[0] * v[1]) >> 32
             elif op == "mad.lo.u32":
                 r[d] = (v[0] * v[1] + v[2]) & MASK
             elif op == "add.s32":
