@@ -1194,4 +1194,20 @@ inj15)
   run probe 150 python3 benchmarks/gpu_mma_probe.py --formats nvfp4,mxfp4 --shapes "22016,4096;4096,11008"
   pack inj15
   ;;
+inj15b)
+  # inj15's GPU tests ran out of time (all passing so far): the injection decode's own tests;
+  # then FP4 M = 1 at depth 2 (benchmarks/fp4_depth2_table.json; the injection decode holds two
+  # steps in 168 registers where the table decode's ptxas keeps 127) against the built-in table,
+  # both decoding by injection, interleaved
+  export SOFTFP8_FP8_DECODE=integer
+  mkdir -p "$OUT/r"
+  run gputests 300 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_triton.py -k "(mma_gemv_matches_reference and inject) or (e2m1_code and mma) or block_scales"
+  tail -3 "$OUT/gputests.txt"
+  root=$PWD
+  for v in cur depth2 cur2 depth2b; do
+    case $v in depth2*) tab=$root/benchmarks/fp4_depth2_table.json ;; *) tab= ;; esac
+    SOFTFP8_TRITON_TABLE=$tab run "token-$v" 90 python3 -m softfp8.bench token --preset llama2-7b --backends triton --formats nvfp4,mxfp4 --out "$OUT/r/token-$v.json"
+  done
+  pack inj15b
+  ;;
 esac
