@@ -1210,4 +1210,16 @@ inj15b)
   done
   pack inj15b
   ;;
+final15)
+  # the session's final numbers in one call: token (every format) and shapes (llama3-8b, every
+  # format) on the injection decode's commit; then rerec15's first half (static caches alive
+  # at each compiled generate() call)
+  export SOFTFP8_FP8_DECODE=integer
+  mkdir -p "$OUT/r"
+  run token-final 90 python3 -m softfp8.bench token --preset llama2-7b --backends triton --out "$OUT/r/token-final.json"
+  run shapes-final 150 python3 -m softfp8.bench shapes --preset llama3-8b --backends triton --out "$OUT/r/shapes-final.json"
+  run rerec15a 150 python3 benchmarks/gpu_e2e_generate.py --variants nvfp4,e5m2 --modes static-compile --layers 8 --short 8 --long 24 --repeats 2 --log-calls --json "$OUT/r/rerec15a.json"
+  grep -E "^## |^(e5m2|nvfp4) " "$OUT/rerec15a.txt" | cut -c1-160 | uniq -c | head -40
+  pack final15
+  ;;
 esac
