@@ -161,6 +161,11 @@ def test_shapes_cpu(tmp_path):
         (f.value, b) for f in softfp8.Format for b in ("torch", "auto")}
     for x in soft:
         assert x["check"] == "ok" and x["rel_err_vs_torch_ref"] <= 1e-6
+        # FP4 rows say which E2M1 decoder ran (the torch reference selects), 8-bit rows none
+        fp4 = x["format"] in ("nvfp4", "mxfp4")
+        assert ("e2m1" in x) == fp4 and (not fp4 or x["e2m1"] in ("inject", "select"))
+        if x["backend"] == "torch" and fp4:
+            assert x["e2m1"] == "select" and "selection" in x["e2m1_reason"]
         n, k = x["n"], x["k"]
         assert x["bytes"] == model.packed_nbytes(n, k, x["format"]) + 4 * (n + k)  # fp32 x, y
     assert {a["impl"] for a in r["summary"]} == {x["impl"] for x in rows}
@@ -182,6 +187,8 @@ def test_token_cpu(tmp_path):
     _check_rows(r["rows"], numeric=("ms", "GB_per_s", "bytes", "speedup_vs_fp16", "predicted_ms",
                                     "tok_per_s"))
     assert {x["impl"] for x in r["rows"]} >= {"torch float16 F.linear", "e4m3 auto", "mxfp4 auto"}
+    mx = next(x for x in r["rows"] if x["impl"] == "mxfp4 auto")
+    assert mx["e2m1"] in ("inject", "select") and mx["e2m1_reason"]
     for x in r["rows"]:
         assert "plain loop" in x["method"]
         assert x["tok_per_s"] == pytest.approx(1e3 / x["ms"])

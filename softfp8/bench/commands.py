@@ -13,8 +13,8 @@ from .model import (bytes_moved, efficiency_coefficient, packed_nbytes,
                     predicted_seconds_per_token)
 from .presets import Shape
 from .timing import measure
-from .workload import (Settings, add_ratios, clone_packed, log_row, make_packed, random_weight,
-                       random_x, runnable_backends, time_softfp8, time_torch)
+from .workload import (Settings, add_ratios, clone_packed, e2m1_fields, log_row, make_packed,
+                       random_weight, random_x, runnable_backends, time_softfp8, time_torch)
 
 FP16 = "torch float16 F.linear"
 
@@ -196,9 +196,10 @@ def token_cmd(s, shapes, linears, formats, backends, mbytes):
         skipped += [k for k in skip if k not in skipped]
         done = {}
         for b in chosen:
-            resolved = select(fmt, 1, s.device, backend=b).backend
+            choice = select(fmt, 1, s.device, backend=b)
+            resolved = choice.backend
             extra = {"kind": "softfp8", "format": str(fmt), "backend": str(b),
-                     "resolved_backend": str(resolved)}
+                     "resolved_backend": str(resolved), **e2m1_fields(fmt, choice)}
             if resolved in done:  # auto runs a backend timed just before: don't time it twice
                 rows.append({**done[resolved], **extra, "impl": f"{fmt} {b}",
                              "note": f"auto runs {resolved}: its measurement, not timed twice"})

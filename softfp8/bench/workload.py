@@ -125,6 +125,14 @@ def runnable_backends(fmt: Format, m: int, device: torch.device,
     return ok, skipped
 
 
+def e2m1_fields(fmt: Format, choice: dispatch.Choice) -> dict:
+    """The E2M1 decoder a row of an FP4 format ran with (receipts of select and inject runs
+    must say which they are); nothing for the 8-bit formats."""
+    if fmt not in (Format.NVFP4, Format.MXFP4):
+        return {}
+    return {"e2m1": str(choice.e2m1), "e2m1_reason": choice.e2m1_reason}
+
+
 def _rate_fields(nbytes: int, seconds: float, read_bw: float | None) -> dict:
     gbps = nbytes / seconds / 1e9
     return {"bytes": nbytes, "GB_per_s": gbps,
@@ -170,8 +178,10 @@ def time_softfp8(shape: Shape, m: int, fmt: Format, backends: list[Backend], s: 
         row = {"shape": shape.label, "n": shape.n, "k": shape.k, "m": m, "kind": "softfp8",
                "format": str(fmt), "backend": str(b), "impl": f"{fmt} {b}"}
         try:
-            resolved = dispatch.select(fmt, m, s.device, backend=b).backend
+            choice = dispatch.select(fmt, m, s.device, backend=b)
+            resolved = choice.backend
             row["resolved_backend"] = str(resolved)
+            row.update(e2m1_fields(fmt, choice))
             if resolved in done:
                 prev = done[resolved]
                 row.update({k: v for k, v in prev.items() if k not in row or k == "error"})
