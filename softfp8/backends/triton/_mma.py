@@ -26,10 +26,17 @@ g % C (C = 8 / MP) and B's column j is x row j // C's chunk j % C, so the entrie
 chunks agree hold the sums (M = 1: the diagonal; measured faster: each warp-instruction then
 covers 2 rows x 512 bytes, not 8 x 64).
 
-E2M1 -> fp16 by table: |code| (3 bits) indexes 8 bytes, the fp16 high bytes of 0, .5, 1, 1.5,
-2, 3, 4, 6, with one `prmt` for four codes; a `prmt` in sign-replicate mode and a `lop3` or the
-four codes' signs in, and a `prmt` a pair places two signed bytes beside zero bytes
-(`_mma_ptx._decode_word`). Exact and free of denormals, so it serves both E2M1 decoders.
+E2M1 -> fp16, as the E2M1 decoder (`dispatch`, from the probe) says:
+- select: by table: |code| (3 bits) indexes 8 bytes, the fp16 high bytes of 0, .5, 1, 1.5, 2, 3,
+  4, 6, with one `prmt` for four codes; a `prmt` in sign-replicate mode and a `lop3` or the four
+  codes' signs in, and a `prmt` a pair places two signed bytes beside zero bytes
+  (`_mma_ptx._decode_word`). Exact and free of denormals.
+- inject (INJECT): each code laid in an fp16 high byte as s000 e1 e0 m0 is the code * 2^-14
+  (0.5 a subnormal), a mask and a `mad` per four codes, a `prmt` a pair; x re-paired to the
+  pairs (c, c+2) (`_mma_ptx._decode_word_inject`); the scales carry the 2^14. 20% fewer
+  integer-ALU instructions a loop step on sm_90 (SASS: NVFP4 246 -> 198); measured 5-7% faster
+  on 22016 x 4096, the llama2-7b token 1% (BENCHMARKS.md, fifteenth session). The FP4 loop
+  waits on its loads more than on the ALU (`gpu_mma_probe.py`: the loads alone take 60% of it).
 Scales, in fp16 on each pair before the mma (the mma then sums exact products in fp32):
 - NVFP4: the E4M3 block scale as fp16 * 2^-8 (a shift, a mask and the NaN fix of
   `_decode.e4m3_to_f16_div256_ptx`); e2m1 * e4m3 has at most 6 significant bits and stays

@@ -1,0 +1,98 @@
+"""SASS opcode counts of Kernel.MMA_GEMV's main loop, cross-compiled here for a GPU that is not
+(no GPU needed: triton.compile to a cubin, then the wheel's nvdisasm). Counting first is how a
+decode change gets predicted before device time is spent (BENCHMARKS.md, fifteenth session).
+
+    python benchmarks/sass_mma_loop.py nvfp4 --warps 2 --set INJECT=1 [--arch 90] [--dump]
+
+The kernel's settings default to the M = 1 run mapping the table picks (RUNS=1, TILES=2, whole
+steps, PDL late); --set NAME=VALUE overrides any constexpr (ints). Prints registers, spills, the
+loop's instruction count and its opcodes (modifiers dropped), and the integer-ALU share: the
+opcodes that issue to sm_80/sm_90's ALU pipe (PRMT, LOP3, SHF, ISETP, IADD3, SEL, LEA, VIADD,
+VIMNMX) against those on the FMA pipe (IMAD*, HMUL2, HFMA2, FFMA).
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.join(ROOT, "tests"))
+os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
+
+import triton  # noqa: E402
+from triton.backends.compiler import GPUTarget  # noqa: E402
+
+import triton_compile_worker as worker  # noqa: E402
+from softfp8.backends.triton import _mma  # noqa: E402
+
+ALU = ("PRMT", "LOP3", "SHF", "ISETP", "IADD3", "SEL", "LEA", "VIADD", "VIMNMX")
+FMA = ("IMAD", "HMUL2", "HFMA2", "FFMA")
+
+
+def loop_ops(sass: str) -> list[str]:
+    """The instructions of the longest backward branch's body (the K loop)."""
+    labels, ins = {}, []
+    for line in sass.splitlines():
+        m = re.match(r"\s*(\.L_x_\d+):", line)
+        if m:
+            labels[m.group(1)] = len(ins)
+            continue
+        m = re.search(r"/\*[0-9a-f]{4}\*/\s+(.*?);", line)
+        if m:
+            ins.append(m.group(1).strip())
+    loops = []
+    for i, s in enumerate(ins):
+        m = re.search(r"BRA\s+(?:`\()?(\.L_x_\d+)", s)
+        if m and labels.get(m.group(1), len(ins)) < i:
+            loops.append((labels[m.group(1)], i))
+    if not loops:
+        raise SystemExit("no loop found in the SASS")
+    lo, hi = max(loops, key=lambda p: p[1] - p[0])
+    return ins[lo:hi + 1]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("fmt", choices=("e5m2", "e4m3", "nvfp4", "mxfp4"))
+    ap.add_argument("--warps", type=int, default=2)
+    ap.add_argument("--arch", type=int, default=90)
+    ap.add_argument("--set", action="append", default=[], metavar="NAME=VALUE")
+    ap.add_argument("--dump", action="store_true", help="print the loop's instructions too")
+    args = ap.parse_args()
+    fp8 = args.fmt in ("e5m2", "e4m3")
+    c = dict(FMT=args.fmt, HAS_BIAS=False, WARPS=args.warps, PARTIAL=False,
+             PDL=2 if args.arch >= 90 else 0, PREFETCH=0, AHEAD=0, RUNS=1, TILES=2, ZERO=False,
+             HAS_SCALE=fp8, DEPTH=2 if fp8 else 1)
+    for kv in args.set:
+        name, value = kv.split("=", 1)
+        c[name] = int(value)
+    k = triton.compile(worker.source(_mma.mma_gemv_kernel, c, "fp16"),
+                       target=GPUTarget("cuda", args.arch, 32),
+                       options=dict(num_warps=args.warps, num_stages=1))
+    nvdisasm = os.path.join(os.path.dirname(triton.__file__), "backends/nvidia/bin/nvdisasm")
+    with tempfile.NamedTemporaryFile(suffix=".cubin", delete=False) as f:
+        f.write(k.asm["cubin"])
+    sass = subprocess.run([nvdisasm, "-c", f.name], capture_output=True, text=True,
+                          check=True).stdout
+    os.unlink(f.name)
+    body = loop_ops(sass)
+    ops = collections.Counter(re.sub(r"^@!?U?P\w+\s+", "", s).split()[0].split(".")[0]
+                              for s in body)
+    regs, spills = worker.resources("cuda", args.arch, k)
+    print(f"{args.fmt} sm_{args.arch} {c}")
+    print(f"registers {regs}, spills {spills}; loop: {len(body)} instructions")
+    print("  " + ", ".join(f"{op} {n}" for op, n in ops.most_common()))
+    print(f"  integer ALU {sum(ops[o] for o in ALU)}, FMA pipe {sum(ops[o] for o in FMA)} "
+          f"(IMAD {ops['IMAD']}), HMMA {ops['HMMA']}")
+    if args.dump:
+        print("\n".join(body))
+
+
+if __name__ == "__main__":
+    main()
