@@ -3,7 +3,8 @@
     ncu --clock-control none --section SpeedOfLight -k regex:mma_gemv python3 benchmarks/gpu_ncu_target.py
 
 Per format (default e5m2,e4m3,nvfp4) and shape N,K (default 22016,4096): the weight is quantized,
-the table's launch runs twice (the first compiles), then --launches more times on the same x.
+the table's launch runs twice (the first compiles), then --launches more times on the same x;
+FP4 formats once per E2M1 decoder in --e2m1 (default inject; the backend's own default is select).
 The FP8 decode is the software one (SOFTFP8_FP8_DECODE=integer: what a GPU without FP8 units runs).
 """
 from __future__ import annotations
@@ -27,6 +28,8 @@ def main() -> None:
     ap.add_argument("--shape", default="22016,4096")
     ap.add_argument("--m", type=int, default=1)
     ap.add_argument("--launches", type=int, default=2)
+    ap.add_argument("--e2m1", default="inject",
+                    help="FP4: comma list of E2M1 decoders to launch, each in turn")
     args = ap.parse_args()
     n, k = (int(v) for v in args.shape.split(","))
     w = torch.randn(n, k, device="cuda") * 0.02
@@ -34,10 +37,12 @@ def main() -> None:
     for fmt in args.formats.split(","):
         packed = softfp8.quantize(w, fmt)
         cfg = tb.launch_config(n, k, args.m, packed.fmt, tb.device_info(x.device), x.dtype)
-        print(fmt, cfg, flush=True)
-        for _ in range(2 + args.launches):
-            tb.matmul(x, packed)
-        torch.cuda.synchronize()
+        fp4 = packed.fmt in (softfp8.Format.NVFP4, softfp8.Format.MXFP4)
+        for e2m1 in args.e2m1.split(",") if fp4 else ["select"]:
+            print(fmt, e2m1 if fp4 else "", cfg, flush=True)
+            for _ in range(2 + args.launches):
+                tb.matmul(x, packed, e2m1=e2m1)
+            torch.cuda.synchronize()
 
 
 if __name__ == "__main__":

@@ -1222,4 +1222,14 @@ final15)
   grep -E "^## |^(e5m2|nvfp4) " "$OUT/rerec15a.txt" | cut -c1-160 | uniq -c | head -40
   pack final15
   ;;
+ncu15)
+  # Nsight Compute on the FP4 M = 1 MMA GEMV (22016 x 4096), table (select) and injection decode:
+  # pipe utilisation (is the integer ALU the limit?), warp stalls, occupancy (clocks left alone)
+  NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+  echo "ncu: $NCU"
+  mkdir -p "$OUT/r"
+  run ncu15 300 "$NCU" --clock-control none --section SpeedOfLight --section ComputeWorkloadAnalysis --section SchedulerStats --section WarpStateStats --section Occupancy --section InstructionStats -k regex:mma_gemv --launch-skip 1 -c 7 python3 benchmarks/gpu_ncu_target.py --formats nvfp4,mxfp4 --e2m1 select,inject --launches 0
+  grep -E "^  [a-z_]+|Duration|Throughput|Issue Slots|Issued Warp|Eligible|Active Warps|Registers|Achieved Occupancy|Stall|pipe|Pipe|ALU|FMA" "$OUT/ncu15.txt" | head -150
+  pack ncu15
+  ;;
 esac
