@@ -23,7 +23,7 @@ from softfp8.backends.triton._mma import mma_gemv_kernel  # noqa: E402
 from sweep_gemv import graph_time  # noqa: E402
 
 
-def launch(x, p, y, cfg, diag, inject=False):
+def launch(x, p, y, cfg, diag, inject=False, maxnreg=0):
     w = p.words.view(torch.uint8)
     n, k = p.shape
     rb = w.shape[1]
@@ -36,13 +36,17 @@ def launch(x, p, y, cfg, diag, inject=False):
     mma_gemv_kernel[(-(-n // cfg.block_n), split)](
         x, w, s, g, w, y, ws, w, 1, n, k, rb, sb, per_split, FMT=p.fmt.value, HAS_BIAS=False,
         WARPS=cfg.num_warps, PARTIAL=split > 1, num_warps=cfg.num_warps, num_stages=1,
-        AHEAD=cfg.num_stages, DIAG=diag, RUNS=runs, TILES=tiles, INJECT=inject)
+        AHEAD=cfg.num_stages, DIAG=diag, RUNS=runs, TILES=tiles, INJECT=inject,
+        **(dict(maxnreg=maxnreg) if maxnreg else {}))
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--shapes", default="22016,4096;32000,4096;4096,11008;4096,4096")
     ap.add_argument("--formats", default="e5m2,nvfp4,mxfp4")
+    ap.add_argument("--maxnreg", default="",
+                    help="comma list: only the table's setting, FP4 by injection, with ptxas "
+                         "held to each register count (more warps an SM, spills to local memory)")
     args = ap.parse_args()
     dev = torch.device("cuda")
     info = tb.device_info(dev)
@@ -66,6 +70,14 @@ def main():
                   for _ in range(max(2, min(64, -(-4 * l2 // p.nbytes))))]
             table = tb.launch_config(n, k, 1, p.fmt, info, torch.float16)
             y = torch.empty(1, n, device=dev, dtype=torch.float16)
+            if args.maxnreg:
+                for mr in (0, *map(int, args.maxnreg.split(","))):
+                    t = graph_time([lambda p_=p_: launch(x, p_, y, table, 0, True, mr)
+                                    for p_ in ps])
+                    print(f"  {fmt} inject maxnreg {mr or '-'}: {t * 1000:.1f} us "
+                          f"{p.nbytes / t / 1e6:.0f} GB/s x{t16 / t:.2f}", flush=True)
+                del ps
+                continue
             cfgs = [table] + [tb.LaunchConfig(tb.Kernel.MMA_GEMV, 1, tb.mma_rows(1, w, t), 128,
                                               s, w, 0)
                               for w, t, s in ((4, 2, 1), (4, 4, 1), (8, 2, 2), (2, 4, 1))]

@@ -1232,4 +1232,12 @@ ncu15)
   grep -E "^  [a-z_]+|Duration|Throughput|Issue Slots|Issued Warp|Eligible|Active Warps|Registers|Achieved Occupancy|Stall|pipe|Pipe|ALU|FMA" "$OUT/ncu15.txt" | head -150
   pack ncu15
   ;;
+nreg15)
+  # ncu15: FP4's M = 1 kernel is occupancy-bound (4 warps a scheduler, 123 registers, ALU 45-58%
+  # busy): the injection decode held to fewer registers by ptxas (112: 9 programs an SM, spills
+  # 32 bytes; 96: 10, spills 208), the table's setting, twice
+  mkdir -p "$OUT/r"
+  run nreg15 200 python3 benchmarks/gpu_mma_probe.py --formats nvfp4,mxfp4 --shapes "22016,4096;4096,11008;22016,4096" --maxnreg 112,104,96
+  pack nreg15
+  ;;
 esac
