@@ -15,10 +15,7 @@ from __future__ import annotations
 import argparse
 import collections
 import os
-import re
-import subprocess
 import sys
-import tempfile
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 sys.path.insert(0, ROOT)
@@ -29,32 +26,8 @@ import triton  # noqa: E402
 from triton.backends.compiler import GPUTarget  # noqa: E402
 
 import triton_compile_worker as worker  # noqa: E402
+from triton_compile_worker import ALU_OPS, FMA_OPS, loop_ops, opcode  # noqa: E402
 from softfp8.backends.triton import _mma  # noqa: E402
-
-ALU = ("PRMT", "LOP3", "SHF", "ISETP", "IADD3", "SEL", "LEA", "VIADD", "VIMNMX")
-FMA = ("IMAD", "HMUL2", "HFMA2", "FFMA")
-
-
-def loop_ops(sass: str) -> list[str]:
-    """The instructions of the longest backward branch's body (the K loop)."""
-    labels, ins = {}, []
-    for line in sass.splitlines():
-        m = re.match(r"\s*(\.L_x_\d+):", line)
-        if m:
-            labels[m.group(1)] = len(ins)
-            continue
-        m = re.search(r"/\*[0-9a-f]{4}\*/\s+(.*?);", line)
-        if m:
-            ins.append(m.group(1).strip())
-    loops = []
-    for i, s in enumerate(ins):
-        m = re.search(r"BRA\s+(?:`\()?(\.L_x_\d+)", s)
-        if m and labels.get(m.group(1), len(ins)) < i:
-            loops.append((labels[m.group(1)], i))
-    if not loops:
-        raise SystemExit("no loop found in the SASS")
-    lo, hi = max(loops, key=lambda p: p[1] - p[0])
-    return ins[lo:hi + 1]
 
 
 def main() -> None:
@@ -75,20 +48,18 @@ def main() -> None:
     k = triton.compile(worker.source(_mma.mma_gemv_kernel, c, "fp16"),
                        target=GPUTarget("cuda", args.arch, 32),
                        options=dict(num_warps=args.warps, num_stages=1))
-    nvdisasm = os.path.join(os.path.dirname(triton.__file__), "backends/nvidia/bin/nvdisasm")
-    with tempfile.NamedTemporaryFile(suffix=".cubin", delete=False) as f:
-        f.write(k.asm["cubin"])
-    sass = subprocess.run([nvdisasm, "-c", f.name], capture_output=True, text=True,
-                          check=True).stdout
-    os.unlink(f.name)
+    sass = worker.sass_text(k.asm["cubin"])
+    if sass is None:
+        raise SystemExit("this Triton wheel bundles no nvdisasm")
     body = loop_ops(sass)
-    ops = collections.Counter(re.sub(r"^@!?U?P\w+\s+", "", s).split()[0].split(".")[0]
-                              for s in body)
+    if not body:
+        raise SystemExit("no loop found in the SASS")
+    ops = collections.Counter(opcode(i) for i in body)
     regs, spills = worker.resources("cuda", args.arch, k)
     print(f"{args.fmt} sm_{args.arch} {c}")
     print(f"registers {regs}, spills {spills}; loop: {len(body)} instructions")
     print("  " + ", ".join(f"{op} {n}" for op, n in ops.most_common()))
-    print(f"  integer ALU {sum(ops[o] for o in ALU)}, FMA pipe {sum(ops[o] for o in FMA)} "
+    print(f"  integer ALU {sum(ops[o] for o in ALU_OPS)}, FMA pipe {sum(ops[o] for o in FMA_OPS)} "
           f"(IMAD {ops['IMAD']}), HMMA {ops['HMMA']}")
     if args.dump:
         print("\n".join(body))

@@ -97,11 +97,10 @@ def variants(backend: str, arch):
                    "fp16", 4, 1)
             c = dict(c, RUNS=1, TILES=2, AHEAD=0, ZERO=False)
             yield f"mma_gemv-r1t2-keep-{fmt}-fp16", _mma.mma_gemv_kernel, c, "fp16", 4, 1
-            # the decode by exponent injection (e2m1=inject), one tile and one WIDE step
+            # the decode by exponent injection (e2m1=inject), the same settings as -keep-
+            # (its WIDE form is checked by the PTX emulator and the GPU tests)
             yield (f"mma_gemv-r1t2-inject-{fmt}-fp16", _mma.mma_gemv_kernel,
                    dict(c, INJECT=True), "fp16", 4, 1)
-            yield (f"mma_gemv-r0t2-wide-inject-{fmt}-fp16", _mma.mma_gemv_kernel,
-                   dict(c, RUNS=0, ZERO=True, AHEAD=2, WIDE=True, INJECT=True), "fp16", 4, 1)
         if fmt in FP8 and not hw and cap is not None and cap >= (8, 0):
             # the mma GEMV for 8-bit codes: M = 1 (2 and 4 tiles a warp), and the run mapping
             # laid out for 4 and 8 x rows (split, so the partial store compiles too)
@@ -206,9 +205,8 @@ def resources(backend, arch, kernel):
 FP8_CVT = re.compile(r"^\s*cvt\.[^\n;]*(e4m3|e5m2|e2m1)", re.M)
 
 
-def loads_before_pdl_wait(cubin: bytes) -> int:
-    """LDG.E.128 instructions before the first griddepcontrol.wait (SASS `ACQBULK`) of a cubin,
-    -1 where it has no wait, None where this Triton has no nvdisasm (bundled since 3.x)."""
+def sass_text(cubin: bytes) -> str | None:
+    """The cubin's SASS by the wheel's nvdisasm; None where this Triton bundles none."""
     from triton.backends.nvidia import compiler as nv
     tool = os.path.join(os.path.dirname(nv.__file__), "bin", "nvdisasm")
     if not os.path.exists(tool):
@@ -217,9 +215,48 @@ def loads_before_pdl_wait(cubin: bytes) -> int:
         f.write(cubin)
     sass = subprocess.run([tool, "-c", f.name], capture_output=True, text=True).stdout
     os.unlink(f.name)
+    return sass
+
+
+def loads_before_pdl_wait(sass: str | None) -> int | None:
+    """LDG.E.128 instructions before the first griddepcontrol.wait (SASS `ACQBULK`), -1 where
+    there is no wait, None without SASS (no nvdisasm)."""
+    if sass is None:
+        return None
     if "ACQBULK" not in sass:
         return -1
     return sass[:sass.index("ACQBULK")].count("LDG.E.128")
+
+
+ALU_OPS = ("PRMT", "LOP3", "SHF", "ISETP", "IADD3", "SEL", "LEA", "VIADD", "VIMNMX")
+"""SASS opcodes that issue to the integer ALU pipe of sm_80/sm_90 (modifiers dropped)."""
+FMA_OPS = ("IMAD", "HMUL2", "HFMA2", "FFMA")
+"""... and to the FMA pipe."""
+
+
+def loop_ops(sass: str) -> list[str]:
+    """The instructions of the longest backward branch's body (a kernel's K loop)."""
+    labels, ins = {}, []
+    for line in sass.splitlines():
+        m = re.match(r"\s*(\.L_x_\d+):", line)
+        if m:
+            labels[m.group(1)] = len(ins)
+            continue
+        m = re.search(r"/\*[0-9a-f]{4}\*/\s+(.*?);", line)
+        if m:
+            ins.append(m.group(1).strip())
+    loops = [(labels[m.group(1)], i) for i, s in enumerate(ins)
+             for m in [re.search(r"BRA\s+(?:`\()?(\.L_x_\d+)", s)]
+             if m and labels.get(m.group(1), len(ins)) < i]
+    if not loops:
+        return []
+    lo, hi = max(loops, key=lambda p: p[1] - p[0])
+    return ins[lo:hi + 1]
+
+
+def opcode(instruction: str) -> str:
+    """`@!P0 IMAD.SHL.U32 R1, ...` -> IMAD."""
+    return re.sub(r"^@!?U?P\w+\s+", "", instruction).split()[0].split(".")[0]
 
 
 def main(backend: str, arch: str, warp: int) -> None:
@@ -235,9 +272,13 @@ def main(backend: str, arch: str, warp: int) -> None:
             if backend == "cuda":
                 rec["fp8_cvt"] = sorted({m.group(0).strip() for m in FP8_CVT.finditer(k.asm["ptx"])})
                 rec["ld128"] = "ld.global.v4" in k.asm["ptx"]
-                if fn is _mma.mma_gemv_kernel and constexprs.get("PDL"):
-                    rec["pdl"] = constexprs["PDL"]
-                    rec["loads_before_wait"] = loads_before_pdl_wait(k.asm["cubin"])
+                if fn is _mma.mma_gemv_kernel:
+                    sass = sass_text(k.asm["cubin"])
+                    if constexprs.get("PDL"):
+                        rec["pdl"] = constexprs["PDL"]
+                        rec["loads_before_wait"] = loads_before_pdl_wait(sass)
+                    if sass is not None:  # the K loop's integer-ALU instructions
+                        rec["loop_alu"] = sum(opcode(i) in ALU_OPS for i in loop_ops(sass))
         except Exception as e:  # reported, and the test decides whether it is acceptable
             rec["error"] = f"{type(e).__name__}: {str(e)[-600:]}"
         rec["seconds"] = round(time.time() - t0, 2)
