@@ -1240,4 +1240,12 @@ nreg15)
   run nreg15 200 python3 benchmarks/gpu_mma_probe.py --formats nvfp4,mxfp4 --shapes "22016,4096;4096,11008;22016,4096" --maxnreg 112,104,96
   pack nreg15
   ;;
+gpu15)
+  # the GPU suite on the session's final code (auto now decodes FP4 by injection on the H200),
+  # less the MMA GEMV's select-path cases (code unchanged, ~40 cases of compiles)
+  mkdir -p "$OUT/r"
+  run gputests 270 python3 -m pytest -q -m gpu -p no:cacheprovider tests/ -k "not (mma_gemv_matches_reference and select)"
+  tail -3 "$OUT/gputests.txt"
+  pack gpu15
+  ;;
 esac
