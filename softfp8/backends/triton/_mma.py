@@ -37,7 +37,8 @@ E2M1 -> fp16, as the E2M1 decoder (`dispatch`, from the probe) says:
   integer-ALU instructions a loop step on sm_90 (SASS: NVFP4 246 -> 198); measured 5-7% faster
   on 22016 x 4096, the llama2-7b token 1% (BENCHMARKS.md, fifteenth session). The FP4 loop
   waits on its loads more than on the ALU (`gpu_mma_probe.py`: the loads alone take 60% of it).
-Scales, in fp16 on each pair before the mma (the mma then sums exact products in fp32):
+Scales, in fp16 on each pair before the mma (the mma then sums exact products in fp32;
+under INJECT each factor below is also * 2^14, which the pairs' 2^-14 cancels):
 - NVFP4: the E4M3 block scale as fp16 * 2^-8 (a shift, a mask and the NaN fix of
   `_decode.e4m3_to_f16_div256_ptx`); e2m1 * e4m3 has at most 6 significant bits and stays
   within fp16's range, so the product is exact. The sum is multiplied by 256 and the tensor

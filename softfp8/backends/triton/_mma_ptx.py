@@ -46,12 +46,11 @@ def _decode_word_inject(w: str, p: str, scale: str) -> str:
     2^-14 * scale, by exponent injection: an E2M1 code s e1 e0 m laid in an fp16 high byte as
     s 0 0 0 e1 e0 m 0 is the code * 2^-14 (0.5 becomes the subnormal 2^-15; `mul.rn.f16x2`
     without .ftz keeps subnormals, by the PTX ISA). The even codes' bytes come from w << 1, the
-    odd codes' from w >> 3 (a `mul.hi` by 2^29: ptxas keeps it an IMAD.HI, on the FMA pipe where
-    a shift would be an SHF on the integer ALU) (mask: magnitude at bits 1..3, sign at bit 4),
-    and the sign moves to bit 7 by adding 7 * itself (a `mad`, also off the integer ALU); one
-    `prmt` then places two bytes
-    of a register beside zero bytes. 8 integer-ALU instructions a word where `_decode_word`
-    has 12 (x's re-pairing adds one a word, `_x_pairs`)."""
+    odd codes' from w >> 3 (a `mul.hi` by 2^29: ptxas keeps it an IMAD.HI on the FMA pipe, where
+    a shift would be an SHF on the integer ALU), masked to magnitude at bits 1..3 and sign at
+    bit 4; the sign moves to bit 7 by adding 7 * itself (a `mad`, also off the integer ALU); one
+    `prmt` then places two bytes of a register beside zero bytes. 8 integer-ALU instructions a
+    word where `_decode_word` has 12 (x's re-pairing adds one a word, `_x_pairs`)."""
     out = [f"shl.b32 ce, {w}, 1;", "and.b32 ce, ce, 0x1E1E1E1E;",
            f"mul.hi.u32 co, {w}, 0x20000000;", "and.b32 co, co, 0x1E1E1E1E;",
            "and.b32 cs, ce, 0x10101010;", "mad.lo.u32 ce, cs, 7, ce;",
