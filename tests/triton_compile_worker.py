@@ -272,11 +272,10 @@ def main(backend: str, arch: str, warp: int) -> None:
             if backend == "cuda":
                 rec["fp8_cvt"] = sorted({m.group(0).strip() for m in FP8_CVT.finditer(k.asm["ptx"])})
                 rec["ld128"] = "ld.global.v4" in k.asm["ptx"]
-                if fn is _mma.mma_gemv_kernel:
+                if fn is _mma.mma_gemv_kernel and constexprs.get("PDL"):  # sm_90's builds
                     sass = sass_text(k.asm["cubin"])
-                    if constexprs.get("PDL"):
-                        rec["pdl"] = constexprs["PDL"]
-                        rec["loads_before_wait"] = loads_before_pdl_wait(sass)
+                    rec["pdl"] = constexprs["PDL"]
+                    rec["loads_before_wait"] = loads_before_pdl_wait(sass)
                     if sass is not None:  # the K loop's integer-ALU instructions
                         rec["loop_alu"] = sum(opcode(i) in ALU_OPS for i in loop_ops(sass))
         except Exception as e:  # reported, and the test decides whether it is acceptable
