@@ -172,8 +172,9 @@ def _tile_asm(fmt: str, wide: bool = False, inject: bool = False) -> str:
     else by the table (`_decode_word`)."""
     o = _Operands(wide)
     body = [".reg .b32 t0, t1, sl, sh, ml, mh, u, h, r, q, sg01, sg23, sh01, sh23;",
-            ".reg .b32 g<4>, k<4>, ce, co, cs, y0, y1;",
-            "mov.b32 t0, 0x3E3C3800;", "mov.b32 t1, 0x46444240;"]
+            ".reg .b32 g<4>, k<4>, ce, co, cs, y0, y1;"]
+    if not inject:  # the table of `_decode_word`
+        body += ["mov.b32 t0, 0x3E3C3800;", "mov.b32 t1, 0x46444240;"]
     if fmt == "nvfp4":
         body += [".reg .b32 c, z;"] + _E4M3_CONSTS
         for src, lo, hi in ((o.sg, "sg01", "sg23"), (o.sh, "sh01", "sh23")):
