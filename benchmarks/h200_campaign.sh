@@ -1248,4 +1248,28 @@ gpu15)
   tail -3 "$OUT/gputests.txt"
   pack gpu15
   ;;
+ring16)
+  # the shared-memory ring (cp.async, RING - 1 steps ahead, no registers held; LaunchConfig.ring):
+  # a sweep of ring against the table's settings at M = 1 (llama2-7b's four shapes and the
+  # 128256-row head; the sweep flags a wrong result), then correctness at every stage/warp class
+  export SOFTFP8_FP8_DECODE=integer
+  mkdir -p "$OUT/r"
+  SH="12288,4096;4096,4096;22016,4096;4096,11008;128256,4096"
+  run ringsweep 300 python3 benchmarks/sweep_gemv.py --formats nvfp4,e5m2 --e2m1 inject --kernels mma_gemv --mma-pipes 1:0,2:0,1:0:2,1:0:3,1:0:4 --mma-warps 1,2,4 --mma-tiles 2 --shapes "$SH" --budget 280 --out "$OUT/r/ringsweep.json"
+  grep -E "table:|BEST|WRONG|FAILED|fp16 F.linear" "$OUT/ringsweep.txt" | head -60
+  run ringtest 220 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_triton.py -k "ring and (inject or e5m2 or needs) and (4103-4096 or 1000-11008 or 300-2048-8 or 40-4080 or 64-4104 or needs)"
+  tail -3 "$OUT/ringtest.txt"
+  pack ring16
+  ;;
+ring16b)
+  # the token with the sweep's winners (ring16's receipt, committed as benchmarks/ring16_table.json)
+  # against the built-in table, twice interleaved, same process order each time
+  export SOFTFP8_FP8_DECODE=integer
+  mkdir -p "$OUT/r"
+  for v in base ring base2 ring2; do
+    case $v in ring*) T=benchmarks/ring16_table.json ;; *) T= ;; esac
+    run "token-$v" 100 env SOFTFP8_TRITON_TABLE=$T python3 -m softfp8.bench token --preset llama2-7b --backends triton --formats e5m2,nvfp4,mxfp4 --out "$OUT/r/token-$v.json"
+  done
+  pack ring16b
+  ;;
 esac

@@ -11,6 +11,7 @@ The FP8 decode is the integer one (what GPUs without FP8 units run), unless --hw
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import statistics
@@ -60,10 +61,12 @@ def graph_time(fns, reps=10):
     return statistics.median(times)
 
 
-def candidates(fmt, n, k, m, info, dtype, kernels, mma_pipes=((1, 0),), mma_warps=None):
+def candidates(fmt, n, k, m, info, dtype, kernels, mma_pipes=((1, 0),), mma_warps=None,
+               mma_tiles=tb.MMA_RUN_TILES):
     """The settings tried: the current table's choice, then a grid around it, for the kernels
     named in `kernels` (gemv, small_m, mma_gemv, tiled, dequant). mma_pipes: the (depth, L2
-    prefetch steps) pairs tried on the run mapping (depth 2 only with 2 tiles a warp)."""
+    prefetch steps[, ring stages]) settings tried on the run mapping (depth 2 and the ring only
+    with 2 tiles a warp; the ring at depth 1 where `mma_ring_fits`)."""
     bits = 8 if fmt in FP8 else 4
     mx = fmt == "mxfp4"
     out = [tb.launch_config(n, k, m, softfp8.Format(fmt), info, dtype)]
@@ -91,15 +94,19 @@ def candidates(fmt, n, k, m, info, dtype, kernels, mma_pipes=((1, 0),), mma_warp
         # for ~12 (M = 1: and ~24) resident warps an SM and none; M > 1 also the 32-row tiles (block_m 8)
         mp = min(tb.MMA_MAX_M, 1 << (m - 1).bit_length())
         for nw in mma_warps or ((2, 4, 8) if m == 1 else (4, 8)) if m <= tb.MMA_MAX_M else ():
-            for tiles in tb.MMA_RUN_TILES:
+            for tiles in mma_tiles:
                 rows = tb.mma_rows(mp, nw, tiles)
                 for per_sm in (12, 24) if m == 1 else (12,):
                     split = tb.mma_split(-(-n // rows), nw, info, per_sm)
                     for s in sorted({1, split}):
-                        for depth, ahead in mma_pipes:
+                        for depth, ahead, *ring in mma_pipes:
+                            ring = ring[0] if ring else 0
+                            if ring and not (tiles == 2 and depth == 1
+                                             and tb.mma_ring_fits(ring, nw)):
+                                continue
                             if depth == 1 or tiles == 2:
                                 out.append(tb.LaunchConfig(tb.Kernel.MMA_GEMV, mp, rows, 128, s,
-                                                           nw, ahead, depth))
+                                                           nw, ahead, depth, ring))
         if m > 1:
             for nw in (4, 8):
                 for s in (1, 2, 4):
@@ -153,8 +160,10 @@ def main(argv=None):
     ap.add_argument("--e2m1", default="select", choices=("select", "inject"),
                     help="FP4 decoder (inject only where the probe found denormals honoured)")
     ap.add_argument("--mma-pipes", default="1:0",
-                    help="Kernel.MMA_GEMV run mapping: depth:prefetch pairs, e.g. 1:0,2:0,2:4")
+                    help="Kernel.MMA_GEMV run mapping: depth:prefetch[:ring] settings, e.g. "
+                         "1:0,2:0,2:4,1:0:3 (ring: stages of the shared-memory ring)")
     ap.add_argument("--mma-warps", default=None, help="Kernel.MMA_GEMV warps tried (default 2,4,8 at M = 1)")
+    ap.add_argument("--mma-tiles", default="2,4", help="Kernel.MMA_GEMV run mapping: tiles a warp")
     ap.add_argument("--budget", type=float, default=400, help="seconds; stop sweeping after")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
@@ -199,11 +208,11 @@ def main(argv=None):
                     print(f"  {fmt} warm-up with the table's setting failed: {type(e).__name__}")
                 pipes = [tuple(map(int, v.split(":"))) for v in args.mma_pipes.split(",")]
                 warps = [int(v) for v in args.mma_warps.split(",")] if args.mma_warps else None
+                tiles = tuple(int(v) for v in args.mma_tiles.split(","))
                 for c0 in candidates(fmt, n, k, m, info, x.dtype, args.kernels.split(","),
-                                     pipes, warps):
+                                     pipes, warps, tiles):
                     for split in with_split(c0, n, m, info.sm_count):
-                        c = tb.LaunchConfig(c0.kernel, c0.block_m, c0.block_n, c0.block_k, split,
-                                            c0.num_warps, c0.num_stages, c0.depth)
+                        c = dataclasses.replace(c0, split_k=split)
                         try:
                             y = tb.run(x, p, None, c, hw_fp8=hw, e2m1=e2m1)
                             err = ((y.double() - ref).norm() / ref.norm()).item()
@@ -215,7 +224,7 @@ def main(argv=None):
                         row = dict(n=n, k=k, m=m, fmt=fmt, hw=hw, e2m1=args.e2m1, kernel=c.kernel.value,
                                    block_m=c.block_m, block_n=c.block_n, block_k=c.block_k,
                                    split_k=c.split_k, num_warps=c.num_warps,
-                                   num_stages=c.num_stages, depth=c.depth, us=t * 1000,
+                                   num_stages=c.num_stages, depth=c.depth, ring=c.ring, us=t * 1000,
                                    gbps=p.nbytes / t / 1e6, vs_fp16=t16 / t, err=err,
                                    is_default=c == default)
                         results.append(row)
@@ -226,12 +235,12 @@ def main(argv=None):
                             best = row
                         if c == default:
                             print(f"  {fmt} table: {c.kernel.value} m{c.block_m} {c.block_n}x{c.block_k} "
-                                  f"w{c.num_warps} st{c.num_stages} d{c.depth} s{c.split_k}: {t*1000:.1f} us "
+                                  f"w{c.num_warps} st{c.num_stages} d{c.depth} r{c.ring} s{c.split_k}: {t*1000:.1f} us "
                                   f"{row['gbps']:.0f} GB/s x{t16/t:.2f}", flush=True)
                 if best:
                     best_rows.append(best)
                     print(f"  {fmt} BEST:  {best['kernel']} m{best['block_m']} {best['block_n']}x{best['block_k']} "
-                          f"w{best['num_warps']} st{best['num_stages']} d{best['depth']} s{best['split_k']}: "
+                          f"w{best['num_warps']} st{best['num_stages']} d{best['depth']} r{best['ring']} s{best['split_k']}: "
                           f"{best['us']:.1f} us {best['gbps']:.0f} GB/s x{best['vs_fp16']:.2f}",
                           flush=True)
                 del ps

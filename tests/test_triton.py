@@ -761,6 +761,46 @@ def test_gpu_mma_gemv_depth_two_needs_the_runs():
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not HAS_GPU, reason="needs a CUDA GPU")
+@pytest.mark.parametrize("fmt, e2m1", [(f, E2M1Decode.SELECT) for f in Format]
+                         + [(Format.NVFP4, E2M1Decode.INJECT), (Format.MXFP4, E2M1Decode.INJECT)])
+@pytest.mark.parametrize("n, k, m, split", [c for c in MMA_CASES if c[2] <= 8])
+def test_gpu_mma_gemv_ring_matches_reference(fmt, e2m1, n, k, m, split):
+    """The shared-memory ring (`_mma_ring`) at every size class of its static smem (stages x
+    warps), each M class of the run mapping, splits, odd N, K % 64 != 0."""
+    info = device_info(torch.device("cuda"))
+    if not triton_backend.mma_gemv_runs(k, m, fmt, info, torch.float16):
+        pytest.skip("Kernel.MMA_GEMV needs NVIDIA sm_80+")
+    g = torch.Generator().manual_seed(n + k + m)
+    packed = softfp8.quantize(torch.randn(n, k, generator=g), fmt).to("cuda")
+    x = torch.randn(m, k, generator=g).half().cuda()
+    bias = torch.randn(n, generator=g).cuda() if split != 2 else None
+    mp = min(8, 1 << (m - 1).bit_length())
+    want = reference.matmul(x, packed, bias)
+    for w, r in ((1, 4), (2, 3), (4, 2), (1, 2), (2, 2)):
+        cfg = LaunchConfig(Kernel.MMA_GEMV, mp, triton_backend.mma_rows(mp, w, 2), 128, split,
+                           w, 0, ring=r)
+        y = run(x, packed, bias, cfg, e2m1=e2m1)
+        assert rel_err(y, want) <= tolerance(torch.float16), cfg
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not HAS_GPU, reason="needs a CUDA GPU")
+def test_gpu_mma_gemv_ring_needs_the_runs_at_depth_one():
+    """The ring takes the run mapping, 2 tiles a warp, depth 1, at most 8 stage slots: anything
+    else is refused by name, not launched."""
+    packed = softfp8.quantize(torch.randn(64, 64), Format.NVFP4).to("cuda")
+    x = torch.randn(1, 64).half().cuda()
+    for bad in (LaunchConfig(Kernel.MMA_GEMV, 8, 32, 128, 1, 4, 0, ring=2),  # the tiles
+                LaunchConfig(Kernel.MMA_GEMV, 1, 32, 128, 1, 4, 0, ring=2),  # 4 tiles a warp
+                LaunchConfig(Kernel.MMA_GEMV, 1, 8, 128, 1, 2, 0, depth=2, ring=2),
+                LaunchConfig(Kernel.MMA_GEMV, 1, 16, 128, 1, 4, 0, ring=3),  # 12 slots
+                LaunchConfig(Kernel.MMA_GEMV, 1, 8, 128, 1, 2, 0, ring=5)):
+        with pytest.raises(ValueError, match="ring takes the run mapping"):
+            run(x, packed, None, bad)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not HAS_GPU, reason="needs a CUDA GPU")
 @pytest.mark.parametrize("e2m1", [E2M1Decode.SELECT, E2M1Decode.INJECT])
 def test_gpu_mma_gemv_mxfp4_block_scales_apart(e2m1):
     """The four blocks one mma spans get one shared exponent E (_mma docstring): blocks up to

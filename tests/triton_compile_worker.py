@@ -101,6 +101,9 @@ def variants(backend: str, arch):
             # (its WIDE form is checked by the PTX emulator and the GPU tests)
             yield (f"mma_gemv-r1t2-inject-{fmt}-fp16", _mma.mma_gemv_kernel,
                    dict(c, INJECT=True), "fp16", 4, 1)
+            # the shared-memory ring (cp.async; 2 stages x 4 warps, the most static smem)
+            yield (f"mma_gemv-r1t2-ring2-{fmt}-fp16", _mma.mma_gemv_kernel,
+                   dict(c, INJECT=True, RING=2, PARTIAL=True), "fp16", 4, 1)
         if fmt in FP8 and not hw and cap is not None and cap >= (8, 0):
             # the mma GEMV for 8-bit codes: M = 1 (2 and 4 tiles a warp), and the run mapping
             # laid out for 4 and 8 x rows (split, so the partial store compiles too)
@@ -125,6 +128,8 @@ def variants(backend: str, arch):
                    4, 1)
             c = dict(c, RUNS=1, TILES=2, PARTIAL=False, NAN=True, DEPTH=2, ZERO=False)
             yield f"mma_gemv-r1t2d2-keep-{fmt}-fp16", _mma.mma_gemv_kernel, c, "fp16", 4, 1
+            yield (f"mma_gemv-r2t2-ring2-{fmt}-fp16", _mma.mma_gemv_kernel,
+                   dict(c, RUNS=2, DEPTH=1, RING=2), "fp16", 4, 1)
             if pdl:  # sm_90: the early launch's order (weights before the wait) at depth 2
                 c = dict(FMT=fmt, HAS_BIAS=True, WARPS=2, PARTIAL=False, PDL=1, PREFETCH=0,
                          AHEAD=0, RUNS=1, TILES=2, HAS_SCALE=True, DEPTH=2)

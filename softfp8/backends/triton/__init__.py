@@ -28,9 +28,10 @@ from ...linear import check_linear_args
 from .._facts import codes_nan_free, known_fact, remember_fact  # noqa: F401 - re-exported
 from ._device import (FP8_DECODE_ENV, DeviceInfo, Kernel, LaunchConfig, device_info,
                       uses_hardware_fp8)
-from ._mma_table import (MMA_FORMATS, MMA_GROUPS_MAX_M, MMA_MAX_M, MMA_RUN_TILES, MMA_RUNS,
-                         MMA_TILE_ROWS, MMA_WIDE_M, mma_config, mma_gemv_runs, mma_layout,
-                         mma_rows, mma_split, mma_zero_fill, uses_mma_gemv)
+from ._mma_table import (MMA_FORMATS, MMA_GROUPS_MAX_M, MMA_MAX_M, MMA_RING_STAGES,
+                         MMA_RUN_TILES, MMA_RUNS, MMA_TILE_ROWS, MMA_WIDE_M, mma_config,
+                         mma_gemv_runs, mma_layout, mma_ring_fits, mma_rows, mma_split,
+                         mma_zero_fill, uses_mma_gemv)
 from ._splitk import SPLITK_REDUCE_ENV, counters, last_program_reduces
 from ._table import (DEQUANT_MIN_M, DEQUANT_MIN_M_FP4, DEQUANT_MIN_SLAB_ROWS,
                      DEQUANT_SLAB_BYTES, PDL_ENV, PDL_PREFETCH_ENV, TABLE_ENV, dot_upcast,
@@ -39,7 +40,8 @@ from ._table import (DEQUANT_MIN_M, DEQUANT_MIN_M_FP4, DEQUANT_MIN_SLAB_ROWS,
 __all__ = ["NEEDS", "INTERPRET", "matmul", "run", "split_bytes", "codes_nan_free",
            "known_fact", "remember_fact",  # the backend; the launch settings:
            "Kernel", "LaunchConfig", "DeviceInfo", "device_info", "launch_config", "tiled_config",
-           "mma_config", "mma_gemv_runs", "mma_layout", "mma_rows", "mma_split", "mma_zero_fill",
+           "mma_config", "mma_gemv_runs", "mma_layout", "mma_ring_fits", "mma_rows", "mma_split",
+           "mma_zero_fill", "MMA_RING_STAGES",
            "uses_mma_gemv", "uses_hardware_fp8",
            "uses_ptx_decode", "dot_upcast", "pdl_auto", "pdl_settings", "DEQUANT_MIN_M",
            "DEQUANT_MIN_M_FP4", "DEQUANT_MIN_SLAB_ROWS", "DEQUANT_SLAB_BYTES", "MMA_MAX_M",
@@ -190,6 +192,11 @@ def _launch(x: torch.Tensor, packed: PackedWeight, bias: torch.Tensor | None, cf
         if cfg.depth not in (1, 2) or (cfg.depth == 2 and (runs == 0 or tiles != 2)):
             raise ValueError(f"cfg: Kernel.MMA_GEMV takes depth 1, or 2 on the run mapping with "
                              f"2 tiles a warp; got {cfg}")
+        if cfg.ring and not (runs and tiles == 2 and cfg.depth == 1 and not wide
+                             and mma_ring_fits(cfg.ring, cfg.num_warps)):
+            raise ValueError(f"cfg: Kernel.MMA_GEMV's ring takes the run mapping with 2 tiles a "
+                             f"warp, depth 1, M <= 8, stages in {MMA_RING_STAGES} and stages * "
+                             f"num_warps <= 8; got {cfg}")
         grid = (-(-n // cfg.block_n) * groups, split)
         cnt, last = _counters(split, x.device, grid[0], w)
         mma_gemv_kernel[grid](*args, cnt, *sizes, LAST=last, FMT=packed.fmt.value,
@@ -197,7 +204,7 @@ def _launch(x: torch.Tensor, packed: PackedWeight, bias: torch.Tensor | None, cf
                               PARTIAL=split > 1, num_warps=cfg.num_warps, num_stages=1, PDL=pdl,
                               PREFETCH=prefetch, AHEAD=cfg.num_stages, RUNS=runs, TILES=tiles,
                               HAS_SCALE=has_scale, NAN=nan, DEPTH=cfg.depth, GROUPS=groups,
-                              WIDE=wide, INJECT=e2m1 is E2M1Decode.INJECT,
+                              WIDE=wide, INJECT=e2m1 is E2M1Decode.INJECT, RING=cfg.ring,
                               ZERO=mma_zero_fill(rb, per_split, runs, cfg, k, packed.padded_k),
                               **launch)
     else:

@@ -37,7 +37,9 @@ class LaunchConfig:
     block's K range and their partials are summed in a fixed order (by each tile's last
     program in eager launches, else a second kernel: `_splitk`). depth
     (Kernel.MMA_GEMV's run mapping only): loop steps of weights each thread holds in registers,
-    1 or 2 (two buffers, each refilled after its own step)."""
+    1 or 2 (two buffers, each refilled after its own step). ring (Kernel.MMA_GEMV's run mapping
+    only): stages of the shared-memory ring that carries each step to the threads (`_mma_ring`),
+    0 for none."""
 
     kernel: Kernel
     block_m: int
@@ -47,6 +49,7 @@ class LaunchConfig:
     num_warps: int = 4
     num_stages: int = 2
     depth: int = 1
+    ring: int = 0
 
 
 @dataclass(frozen=True)

@@ -56,6 +56,8 @@ import triton.language as tl
 from ._const import Const
 from ._kernels import _pdl_exit, _pdl_start, _pdl_wait, _pdl_wait_after, _reduce_last
 from ._mma_loads import _prefetch_rows, _rows_step, _x_step
+from ._mma_ring import (SLOT_BYTES, _ring_base, _ring_drain, _ring_issue_weights, _ring_issue_x,
+                        _ring_read, _ring_shifts)
 from ._mma_ptx import _fp8_tile_asm, _probe_tile_asm, _tile_asm, tile_constraints
 from ._mma_table import MMA_STEP_BYTES, MMA_TILE_ROWS
 
@@ -283,7 +285,8 @@ def mma_gemv_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr, cnt_ptr,
                     TILES: tl.constexpr = 2, NAN: tl.constexpr = True,
                     DEPTH: tl.constexpr = 1, ZERO: tl.constexpr = True,
                     GROUPS: tl.constexpr = 1, WIDE: tl.constexpr = False,
-                    LAST: tl.constexpr = False, INJECT: tl.constexpr = False):
+                    LAST: tl.constexpr = False, INJECT: tl.constexpr = False,
+                    RING: tl.constexpr = 0):
     """Program (pid_n, pid_k) over bytes [pid_k * KB_SPLIT, +KB_SPLIT) of its rows.
     RUNS = 0 (the tile mapping): rows pid_n * 32 .. +32, two 16-row tiles; warp w takes the
     64-byte steps w, w + WARPS, ...; the warps' sums are added at the end.
@@ -311,6 +314,8 @@ def mma_gemv_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr, cnt_ptr,
     program, each step's weights decoded once for both halves of x's rows (B's columns 0..7 are
     x rows 0..7, a second mma's 8..15), against GROUPS' two programs that each decode them.
     LAST (PARTIAL): the last of a block's K programs adds the parts (`_kernels._reduce_last`).
+    RING > 0 (run mapping, 2 tiles, depth 1, not WIDE): weights, scale bytes and x reach each
+    thread through its own shared-memory slots, copied RING - 1 steps ahead (`_mma_ring`).
     Needs num_warps == WARPS, K % 8 == 0 and a 16-byte aligned x (the launcher checks)."""
     NT: tl.constexpr = 32 * WARPS
     FP8: tl.constexpr = FMT == "e5m2" or FMT == "e4m3"
@@ -356,7 +361,35 @@ def mma_gemv_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr, cnt_ptr,
     d = a
     av = a  # WIDE: the sums of x rows 8..15
     bv = a
-    if DEPTH == 2:
+    if RING > 0:
+        tl.static_assert(RUNS > 0 and TILES == 2 and DEPTH == 1 and not WIDE and DIAG == 0,
+                         "RING: the run mapping, 2 tiles, depth 1, not WIDE")
+        STAGE: tl.constexpr = NT * SLOT_BYTES
+        slot0 = _ring_base(tid, RING, WARPS)
+        shifts = tl.zeros_like(tid)
+        if not FP8:
+            shifts = _ring_shifts(s_ptr, row, N, RB, SB, off, RS, FMT)
+        # weights don't depend on the previous kernel: their copies start before the PDL wait
+        for j in tl.static_range(RING - 1):
+            _ring_issue_weights(slot0 + j * STAGE, w_ptr, s_ptr, row, N, RB, SB, off + j * stride,
+                                kb_hi, RS, FMT)
+        _pdl_wait(w_ptr, pid_n * PROG_ROWS, N, RB, kb_lo, kb_hi, PROG_ROWS, PDL, 0)
+        for j in tl.static_range(RING - 1):  # each closes one step's group
+            _ring_issue_x(slot0 + j * STAGE, x_row, off + j * stride, kb_hi, K, in_m, FP8)
+        st = 0  # the stage of this step; the step RING - 1 ahead goes to the one before it
+        for _ in range(kb_lo, kb_hi, stride):
+            ahead = tl.where(st == 0, RING - 1, st - 1)
+            _ring_issue_weights(slot0 + ahead * STAGE, w_ptr, s_ptr, row, N, RB, SB,
+                                off + (RING - 1) * stride, kb_hi, RS, FMT)
+            _ring_issue_x(slot0 + ahead * STAGE, x_row, off + (RING - 1) * stride, kb_hi, K,
+                          in_m, FP8)
+            rw, xw = _ring_read(slot0 + st * STAGE, shifts, RING, FMT)
+            a, b, av, bv = _tiles(rw[0], rw[1], rw[2], rw[3], xw, xw, a, b, av, bv, FMT, DIAG,
+                                  NAN, WIDE, INJECT)
+            st = tl.where(st == RING - 1, 0, st + 1)
+            off += stride
+        _ring_drain(tid)
+    elif DEPTH == 2:
         # two register buffers: each refills right after its own step's arithmetic, so the
         # other buffer's step runs while it arrives (with one buffer ptxas issued the next
         # step's loads after this step's mma, reusing its registers: one step in flight)

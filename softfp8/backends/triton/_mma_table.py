@@ -87,6 +87,19 @@ MMA_RUN_TILES = (2, 4)
 """16-row mma tiles a warp of the run mapping holds."""
 
 
+MMA_RING_STAGES = (2, 3, 4)
+"""Stages of Kernel.MMA_GEMV's shared-memory ring (LaunchConfig.ring; `_mma_ring`)."""
+MMA_RING_SLOT_BYTES = 144
+"""A thread's bytes of one ring stage (`_mma_ring`)."""
+MMA_RING_PROGRAM_SLOTS = (2, 3, 4, 6, 8)
+"""stages * warps a ring may take: its static shared memory (<= 8 * 32 * 144 bytes) stays
+under the 48 KB a kernel may declare."""
+
+
+def mma_ring_fits(stages: int, warps: int) -> bool:
+    return stages in MMA_RING_STAGES and stages * warps in MMA_RING_PROGRAM_SLOTS
+
+
 def mma_rows(block_m: int, num_warps: int, tiles: int = 2) -> int:
     """Rows of one Kernel.MMA_GEMV program in the run mapping: each warp its own
     2 * block_m * tiles rows (block_n of its LaunchConfig)."""

@@ -1,0 +1,231 @@
+"""Kernel.MMA_GEMV's shared-memory ring (`_mma`'s RING): each thread copies its own weights,
+scale bytes and x of a loop step into its own slot with `cp.async` RING - 1 steps ahead and
+reads them back with `ld.shared` when the step comes.
+
+Why: the FP4 loop holds one step of registers ahead (123 registers a thread: 4 warps a
+scheduler), so a warp has at most one step's 2 KB of weights in flight and, with ptxas placing
+the next step's loads after the mma that frees their registers, often none (Nsight Compute,
+BENCHMARKS.md fifteenth session: occupancy- and latency-bound, half the issue slots empty).
+Bytes in flight in shared memory cost no registers. Each thread reads back only what it copied
+itself, so `cp.async.wait_group` alone orders the copies and the reads (no barrier).
+
+A thread's slot of a stage is SLOT_BYTES: 4 rows x 16 bytes of codes at 0, x at 64 (FP4: 64
+bytes, 32 codes' worth; 8-bit: 32 bytes), the rows' scale words at 128 (FP4; the 4-byte word
+that holds each row's scale byte(s), the byte offset inside it being the same every step).
+SLOT_BYTES = 9 * 16: an odd number of 16-byte units, so the 8 threads of a quarter warp reach
+8 different bank quads with their 16-byte accesses. Slots of one stage lie thread after thread.
+Copies that fall outside the rows, the K range or x's row copy no bytes and fill zeros
+(src-size 0), so a step past the end adds nothing.
+"""
+import triton
+import triton.language as tl
+
+from ._const import Const
+from ._mma_table import MMA_RING_PROGRAM_SLOTS, MMA_RING_SLOT_BYTES
+
+SLOT_BYTES = Const(MMA_RING_SLOT_BYTES)
+
+
+def _decl_asm(nbytes: int) -> str:
+    """The ring's declaration (once a kernel; a second would be a duplicate symbol at ptxas)
+    and this program's base address in the shared window."""
+    return f"""{{
+    .shared .align 16 .b8 softfp8_ring[{nbytes}];
+    mov.u32 $0, softfp8_ring;
+    }}"""
+
+
+def _copy(dst: str, src: str, size: int, bit: int, mask: str) -> list:
+    """cp.async of `size` bytes (16: .cg, L2 only; 4: .ca) where bit `bit` of `mask` is set,
+    else zeros (src-size 0: nothing read)."""
+    level = "cg" if size == 16 else "ca"
+    return [f"and.b32 v, {mask}, {1 << bit};", "setp.ne.b32 p, v, 0;",
+            f"selp.b32 n, {size}, 0, p;",
+            f"cp.async.{level}.shared.global [{dst}], [{src}], {size}, n;"]
+
+
+def _issue_weights_asm(fp4: bool) -> str:
+    """$1: the slot; $2..$5: the 4 rows' code addresses; FP4: $6..$9 their scale-byte
+    addresses (aligned down to the word here); mask $10 (bit q: row q inside). No commit."""
+    lines = [".reg .pred p;", ".reg .b32 v, n;", ".reg .b64 a;"]
+    mask = "$10" if fp4 else "$6"
+    for q in range(4):
+        lines += _copy(f"$1+{16 * q}", f"${2 + q}", 16, q, mask)
+        if fp4:
+            lines += [f"and.b64 a, ${6 + q}, -4;"] + _copy(f"$1+{128 + 4 * q}", "a", 4, q, mask)
+    return "{\n" + "\n".join(lines + ["mov.b32 $0, 0;"]) + "\n}"
+
+
+def _issue_x_asm(pieces: int) -> str:
+    """$1: the slot; $2: x's address; $3: bit v set where x's 16 bytes v lie inside; then the
+    commit that closes this step's group."""
+    lines = [".reg .pred p;", ".reg .b32 v, n;"]
+    for v in range(pieces):
+        lines += _copy(f"$1+{64 + 16 * v}", f"$2+{16 * v}" if v else "$2", 16, v, "$3")
+    return "{\n" + "\n".join(lines + ["cp.async.commit_group;", "mov.b32 $0, 0;"]) + "\n}"
+
+
+def _read_asm(stages: int, fp4: bool) -> str:
+    """Wait for this step's group (the RING - 1 later ones may fly), then $0..$19: rows q's 4
+    words at $4q.., their scale bits at $16 + q (FP4: the word shifted right by byte
+    (`$21` >> 8q) & 0xFF and masked to `$22` bits, 16 for NVFP4's two E4M3 bytes, 8 for
+    MXFP4's E8M0; 8-bit: 0), from slot $20."""
+    lines = [".reg .b32 sh;", f"cp.async.wait_group {stages - 1};"]
+    for q in range(4):
+        regs = ", ".join(f"${4 * q + j}" for j in range(4))
+        lines.append(f"ld.shared.v4.u32 {{{regs}}}, [$20+{16 * q}];")
+    if fp4:
+        lines.append("ld.shared.v4.u32 {$16, $17, $18, $19}, [$20+128];")
+        for q in range(4):
+            lines += [f"bfe.u32 sh, $21, {8 * q}, 8;", f"bfe.u32 ${16 + q}, ${16 + q}, sh, $22;"]
+    else:
+        lines += [f"mov.b32 ${16 + q}, 0;" for q in range(4)]
+    return "{\n" + "\n".join(lines) + "\n}"
+
+
+def _read_x_asm(pieces: int) -> str:
+    """$0..$15: x's words of this step from slot $16 (8-bit: the first 8; the rest 0)."""
+    lines = []
+    for v in range(4):
+        regs = ", ".join(f"${4 * v + j}" for j in range(4))
+        lines.append(f"ld.shared.v4.u32 {{{regs}}}, [$16+{64 + 16 * v}];" if v < pieces else
+                     " ".join(f"mov.b32 ${4 * v + j}, 0;" for j in range(4)))
+    return "{\n" + "\n".join(lines) + "\n}"
+
+
+_DECL = {p: Const(_decl_asm(p * 32 * MMA_RING_SLOT_BYTES)) for p in MMA_RING_PROGRAM_SLOTS}
+_DECL_2 = _DECL[2]
+_DECL_3 = _DECL[3]
+_DECL_4 = _DECL[4]
+_DECL_6 = _DECL[6]
+_DECL_8 = _DECL[8]
+_ISSUE_W_FP4 = Const(_issue_weights_asm(True))
+_ISSUE_W_FP8 = Const(_issue_weights_asm(False))
+_ISSUE_X_FP4 = Const(_issue_x_asm(4))
+_ISSUE_X_FP8 = Const(_issue_x_asm(2))
+_READ_FP4_2 = Const(_read_asm(2, True))
+_READ_FP4_3 = Const(_read_asm(3, True))
+_READ_FP4_4 = Const(_read_asm(4, True))
+_READ_FP8_2 = Const(_read_asm(2, False))
+_READ_FP8_3 = Const(_read_asm(3, False))
+_READ_FP8_4 = Const(_read_asm(4, False))
+_READ_X_FP4 = Const(_read_x_asm(4))
+_READ_X_FP8 = Const(_read_x_asm(2))
+_WAIT_ALL = Const("{\ncp.async.wait_all;\nmov.b32 $0, 0;\n}")
+
+
+@triton.jit
+def _ring_base(tid, STAGES: tl.constexpr, WARPS: tl.constexpr):
+    """This thread's slot of stage 0 (stage s: + s * 32 * WARPS * SLOT_BYTES)."""
+    P: tl.constexpr = STAGES * WARPS
+    tl.static_assert(P == 2 or P == 3 or P == 4 or P == 6 or P == 8,
+                     "RING: stages * warps in (2, 3, 4, 6, 8)")
+    if P == 2:
+        base = tl.inline_asm_elementwise(_DECL_2, "=r,r", [tid], tl.int32, is_pure=False, pack=1)
+    elif P == 3:
+        base = tl.inline_asm_elementwise(_DECL_3, "=r,r", [tid], tl.int32, is_pure=False, pack=1)
+    elif P == 4:
+        base = tl.inline_asm_elementwise(_DECL_4, "=r,r", [tid], tl.int32, is_pure=False, pack=1)
+    elif P == 6:
+        base = tl.inline_asm_elementwise(_DECL_6, "=r,r", [tid], tl.int32, is_pure=False, pack=1)
+    else:
+        base = tl.inline_asm_elementwise(_DECL_8, "=r,r", [tid], tl.int32, is_pure=False, pack=1)
+    return base + tid * SLOT_BYTES
+
+
+@triton.jit
+def _ring_shifts(s_ptr, row, N, RB, SB, off, RS: tl.constexpr, FMT: tl.constexpr):
+    """The bit offset of each row's scale byte(s) inside its aligned word, byte q for row
+    row + RS * q: the same every step (a step moves the scale address by a multiple of 4)."""
+    HB: tl.constexpr = 8 if FMT == "nvfp4" else 16
+    sh = tl.zeros_like(row)
+    for q in tl.static_range(4):
+        r = tl.minimum(row + q * RS, N - 1).to(tl.int64)
+        lo = ((s_ptr + r * SB + off // HB).to(tl.int64) & 3).to(tl.int32)
+        sh = sh | ((lo * 8) << (8 * q))
+    return sh
+
+
+@triton.jit
+def _ring_issue_weights(slot, w_ptr, s_ptr, row, N, RB, SB, off, kb_hi, RS: tl.constexpr,
+                        FMT: tl.constexpr):
+    HB: tl.constexpr = 8 if FMT == "nvfp4" else 16
+    ok = off < kb_hi
+    r0 = row.to(tl.int64)
+    r1 = (row + RS).to(tl.int64)
+    r2 = (row + 2 * RS).to(tl.int64)
+    r3 = (row + 3 * RS).to(tl.int64)
+    mask = ((ok & (row < N)).to(tl.int32) | ((ok & (row + RS < N)).to(tl.int32) << 1)
+            | ((ok & (row + 2 * RS < N)).to(tl.int32) << 2)
+            | ((ok & (row + 3 * RS < N)).to(tl.int32) << 3))
+    if FMT == "nvfp4" or FMT == "mxfp4":
+        sb = off // HB
+        tl.inline_asm_elementwise(
+            _ISSUE_W_FP4, "=r,r,l,l,l,l,l,l,l,l,r",
+            [slot, w_ptr + r0 * RB + off, w_ptr + r1 * RB + off, w_ptr + r2 * RB + off,
+             w_ptr + r3 * RB + off, s_ptr + r0 * SB + sb, s_ptr + r1 * SB + sb,
+             s_ptr + r2 * SB + sb, s_ptr + r3 * SB + sb, mask],
+            tl.int32, is_pure=False, pack=1)
+    else:
+        tl.inline_asm_elementwise(
+            _ISSUE_W_FP8, "=r,r,l,l,l,l,r",
+            [slot, w_ptr + r0 * RB + off, w_ptr + r1 * RB + off, w_ptr + r2 * RB + off,
+             w_ptr + r3 * RB + off, mask],
+            tl.int32, is_pure=False, pack=1)
+
+
+@triton.jit
+def _ring_issue_x(slot, x_row, off, kb_hi, K, in_m, FP8: tl.constexpr):
+    """x of the step at byte `off` (as `_mma_loads._x_step`), then this step's commit."""
+    ok = in_m & (off < kb_hi)
+    k0 = off if FP8 else 2 * off
+    bits = (ok & (k0 + 8 <= K)).to(tl.int32) | ((ok & (k0 + 16 <= K)).to(tl.int32) << 1)
+    if FP8:
+        tl.inline_asm_elementwise(_ISSUE_X_FP8, "=r,r,l,r", [slot, x_row + k0, bits], tl.int32,
+                                  is_pure=False, pack=1)
+    else:
+        bits = bits | ((ok & (k0 + 24 <= K)).to(tl.int32) << 2) | (
+            (ok & (k0 + 32 <= K)).to(tl.int32) << 3)
+        tl.inline_asm_elementwise(_ISSUE_X_FP4, "=r,r,l,r", [slot, x_row + k0, bits], tl.int32,
+                                  is_pure=False, pack=1)
+
+
+@triton.jit
+def _ring_read(slot, shifts, STAGES: tl.constexpr, FMT: tl.constexpr):
+    """(4 rows' (4 words, scale), x's 16 words) of the step in `slot`, once it has landed."""
+    FP8: tl.constexpr = FMT == "e5m2" or FMT == "e4m3"
+    C: tl.constexpr = "=r," * 20 + "r,r,r"
+    width = tl.full(slot.shape, 16 if FMT == "nvfp4" else 8, tl.int32)
+    if FP8 and STAGES == 2:
+        o = tl.inline_asm_elementwise(_READ_FP8_2, C, [slot, shifts, width], (tl.int32,) * 20,
+                                      is_pure=False, pack=1)
+    elif FP8 and STAGES == 3:
+        o = tl.inline_asm_elementwise(_READ_FP8_3, C, [slot, shifts, width], (tl.int32,) * 20,
+                                      is_pure=False, pack=1)
+    elif FP8:
+        o = tl.inline_asm_elementwise(_READ_FP8_4, C, [slot, shifts, width], (tl.int32,) * 20,
+                                      is_pure=False, pack=1)
+    elif STAGES == 2:
+        o = tl.inline_asm_elementwise(_READ_FP4_2, C, [slot, shifts, width], (tl.int32,) * 20,
+                                      is_pure=False, pack=1)
+    elif STAGES == 3:
+        o = tl.inline_asm_elementwise(_READ_FP4_3, C, [slot, shifts, width], (tl.int32,) * 20,
+                                      is_pure=False, pack=1)
+    else:
+        o = tl.inline_asm_elementwise(_READ_FP4_4, C, [slot, shifts, width], (tl.int32,) * 20,
+                                      is_pure=False, pack=1)
+    if FP8:
+        xw = tl.inline_asm_elementwise(_READ_X_FP8, "=r," * 16 + "r", [slot], (tl.int32,) * 16,
+                                       is_pure=False, pack=1)
+    else:
+        xw = tl.inline_asm_elementwise(_READ_X_FP4, "=r," * 16 + "r", [slot], (tl.int32,) * 16,
+                                       is_pure=False, pack=1)
+    rows = ((o[0], o[1], o[2], o[3], o[16]), (o[4], o[5], o[6], o[7], o[17]),
+            (o[8], o[9], o[10], o[11], o[18]), (o[12], o[13], o[14], o[15], o[19]))
+    return rows, xw
+
+
+@triton.jit
+def _ring_drain(tid):
+    """Let no copy outlive the loop (the steps past the end copy zeros into the ring)."""
+    return tl.inline_asm_elementwise(_WAIT_ALL, "=r,r", [tid], tl.int32, is_pure=False, pack=1)
