@@ -10,6 +10,7 @@ The FP8 decode is the software one (SOFTFP8_FP8_DECODE=integer: what a GPU witho
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 
@@ -30,6 +31,9 @@ def main() -> None:
     ap.add_argument("--launches", type=int, default=2)
     ap.add_argument("--e2m1", default="inject",
                     help="FP4: comma list of E2M1 decoders to launch, each in turn")
+    ap.add_argument("--ring", type=int, default=0,
+                    help="also launch the table's setting with this many ring stages (2 warps, "
+                         "depth 1: LaunchConfig.ring), after the table's own")
     args = ap.parse_args()
     n, k = (int(v) for v in args.shape.split(","))
     w = torch.randn(n, k, device="cuda") * 0.02
@@ -38,11 +42,16 @@ def main() -> None:
         packed = softfp8.quantize(w, fmt)
         cfg = tb.launch_config(n, k, args.m, packed.fmt, tb.device_info(x.device), x.dtype)
         fp4 = packed.fmt in (softfp8.Format.NVFP4, softfp8.Format.MXFP4)
+        cfgs = [cfg]
+        if args.ring and cfg.kernel is tb.Kernel.MMA_GEMV:
+            cfgs.append(dataclasses.replace(cfg, num_warps=2, depth=1, ring=args.ring,
+                                            block_n=tb.mma_rows(cfg.block_m, 2)))
         for e2m1 in args.e2m1.split(",") if fp4 else ["select"]:
-            print(fmt, e2m1 if fp4 else "", cfg, flush=True)
-            for _ in range(2 + args.launches):
-                tb.matmul(x, packed, e2m1=e2m1)
-            torch.cuda.synchronize()
+            for c in cfgs:
+                print(fmt, e2m1 if fp4 else "", c, flush=True)
+                for _ in range(2 + args.launches):
+                    tb.run(x, packed, None, c, e2m1=tb.E2M1Decode(e2m1))
+                torch.cuda.synchronize()
 
 
 if __name__ == "__main__":

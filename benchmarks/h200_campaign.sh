@@ -1272,4 +1272,13 @@ ring16b)
   done
   pack ring16b
   ;;
+ncu16)
+  # ring16: the ring ran 7x slower than the registers (300-590 GB/s, any stage count): Nsight
+  # Compute on the table's setting and the ring (3 stages), E5M2 and NVFP4, 22016 x 4096
+  NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+  mkdir -p "$OUT/r"
+  run ncu16 300 "$NCU" --clock-control none --section SpeedOfLight --section MemoryWorkloadAnalysis --section MemoryWorkloadAnalysis_Tables --section SchedulerStats --section WarpStateStats --section Occupancy --section LaunchStats -k regex:mma_gemv --launch-skip 1 -c 7 python3 benchmarks/gpu_ncu_target.py --formats e5m2,nvfp4 --ring 3 --launches 0
+  grep -E "^  [a-z_]+|Duration|Throughput|Bank|bank|Shared|Wavefront|Registers|Achieved Occupancy|Block Limit|Stall|stall|Warp Cycles|Eligible|Active Warps|Issued" "$OUT/ncu16.txt" | head -200
+  pack ncu16
+  ;;
 esac
