@@ -1281,4 +1281,19 @@ ncu16)
   grep -E "^  [a-z_]+|Duration|Throughput|Bank|bank|Shared|Wavefront|Registers|Achieved Occupancy|Block Limit|Stall|stall|Warp Cycles|Eligible|Active Warps|Issued" "$OUT/ncu16.txt" | head -200
   pack ncu16
   ;;
+ring16c)
+  # the ring with each piece laid thread after thread (a warp's copy is 512 contiguous bytes;
+  # ring16's layout, each thread's 144 bytes together, ran 7x slow on a full MIO queue): ring
+  # tests, Nsight Compute on the table's setting and the ring, a sweep on three shapes
+  export SOFTFP8_FP8_DECODE=integer
+  mkdir -p "$OUT/r"
+  run ringtest 150 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_triton.py -k "ring and (inject or e5m2 or needs) and (4103-4096 or 300-2048-8 or 40-4080 or 64-4104 or needs)"
+  tail -3 "$OUT/ringtest.txt"
+  NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+  run ncu16c 150 "$NCU" --clock-control none --section SpeedOfLight --section SchedulerStats --section WarpStateStats --section Occupancy -k regex:mma_gemv --launch-skip 1 -c 7 python3 benchmarks/gpu_ncu_target.py --formats e5m2,nvfp4 --ring 3 --launches 0
+  grep -E "^(e5m2|nvfp4)|Duration|DRAM Throughput|Registers Per|Achieved Active|Warp Cycles Per Issued|stalled" "$OUT/ncu16c.txt" | head -60
+  run ringsweep 200 python3 benchmarks/sweep_gemv.py --formats nvfp4,e5m2 --e2m1 inject --kernels mma_gemv --mma-pipes 1:0,2:0,1:0:2,1:0:3,1:0:4 --mma-warps 1,2 --mma-tiles 2 --shapes "22016,4096;4096,11008;128256,4096" --budget 180 --out "$OUT/r/ringsweep-c.json"
+  grep -E "table:|BEST|WRONG|FAILED|fp16 F.linear" "$OUT/ringsweep.txt" | head -40
+  pack ring16c
+  ;;
 esac

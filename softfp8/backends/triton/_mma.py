@@ -366,24 +366,26 @@ def mma_gemv_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr, cnt_ptr,
                          "RING: the run mapping, 2 tiles, depth 1, not WIDE")
         STAGE: tl.constexpr = NT * SLOT_BYTES
         slot0 = _ring_base(tid, RING, WARPS)
+        pstride = tl.full((NT,), NT * 16, tl.int32)  # one piece of every thread
         shifts = tl.zeros_like(tid)
         if not FP8:
             shifts = _ring_shifts(s_ptr, row, N, RB, SB, off, RS, FMT)
         # weights don't depend on the previous kernel: their copies start before the PDL wait
         for j in tl.static_range(RING - 1):
-            _ring_issue_weights(slot0 + j * STAGE, w_ptr, s_ptr, row, N, RB, SB, off + j * stride,
-                                kb_hi, RS, FMT)
+            _ring_issue_weights(slot0 + j * STAGE, pstride, w_ptr, s_ptr, row, N, RB, SB,
+                                off + j * stride, kb_hi, RS, FMT)
         _pdl_wait(w_ptr, pid_n * PROG_ROWS, N, RB, kb_lo, kb_hi, PROG_ROWS, PDL, 0)
         for j in tl.static_range(RING - 1):  # each closes one step's group
-            _ring_issue_x(slot0 + j * STAGE, x_row, off + j * stride, kb_hi, K, in_m, FP8)
+            _ring_issue_x(slot0 + j * STAGE, pstride, x_row, off + j * stride, kb_hi, K, in_m,
+                          FP8)
         st = 0  # the stage of this step; the step RING - 1 ahead goes to the one before it
         for _ in range(kb_lo, kb_hi, stride):
             ahead = tl.where(st == 0, RING - 1, st - 1)
-            _ring_issue_weights(slot0 + ahead * STAGE, w_ptr, s_ptr, row, N, RB, SB,
+            _ring_issue_weights(slot0 + ahead * STAGE, pstride, w_ptr, s_ptr, row, N, RB, SB,
                                 off + (RING - 1) * stride, kb_hi, RS, FMT)
-            _ring_issue_x(slot0 + ahead * STAGE, x_row, off + (RING - 1) * stride, kb_hi, K,
-                          in_m, FP8)
-            rw, xw = _ring_read(slot0 + st * STAGE, shifts, RING, FMT)
+            _ring_issue_x(slot0 + ahead * STAGE, pstride, x_row, off + (RING - 1) * stride,
+                          kb_hi, K, in_m, FP8)
+            rw, xw = _ring_read(slot0 + st * STAGE, pstride, shifts, RING, FMT)
             a, b, av, bv = _tiles(rw[0], rw[1], rw[2], rw[3], xw, xw, a, b, av, bv, FMT, DIAG,
                                   NAN, WIDE, INJECT)
             st = tl.where(st == RING - 1, 0, st + 1)

@@ -9,11 +9,13 @@ BENCHMARKS.md fifteenth session: occupancy- and latency-bound, half the issue sl
 Bytes in flight in shared memory cost no registers. Each thread reads back only what it copied
 itself, so `cp.async.wait_group` alone orders the copies and the reads (no barrier).
 
-A thread's slot of a stage is SLOT_BYTES: 4 rows x 16 bytes of codes at 0, x at 64 (FP4: 64
-bytes, 32 codes' worth; 8-bit: 32 bytes), the rows' scale words at 128 (FP4; the 4-byte word
-that holds each row's scale byte(s), the byte offset inside it being the same every step).
-SLOT_BYTES = 9 * 16: an odd number of 16-byte units, so the 8 threads of a quarter warp reach
-8 different bank quads with their 16-byte accesses. Slots of one stage lie thread after thread.
+A stage is 9 pieces of 16 bytes a thread (SLOT_BYTES), each piece laid thread after thread
+(piece p of thread i at p * 16 * threads + 16 i: a warp's copy or read of a piece is 512
+contiguous bytes): pieces 0..3 the 4 rows' codes, 4..7 x (FP4: 64 bytes, 32 codes' worth;
+8-bit: the first two), 8 the rows' scale words (FP4; the 4-byte word that holds each row's
+scale byte(s), the byte offset inside it being the same every step). (The first layout, each
+thread's 144 bytes together, ran 7x slower: Nsight Compute showed the warps stalled on a full
+MIO queue; BENCHMARKS.md, sixteenth session.)
 Copies that fall outside the rows, the K range or x's row copy no bytes and fill zeros
 (src-size 0), so a step past the end adds nothing.
 """
@@ -24,6 +26,8 @@ from ._const import Const
 from ._mma_table import MMA_RING_PROGRAM_SLOTS, MMA_RING_SLOT_BYTES
 
 SLOT_BYTES = Const(MMA_RING_SLOT_BYTES)
+X_PIECE = 4  # pieces 0..3: the rows' codes; 4..7: x; 8: the 4 rows' scale words
+SCALE_PIECE = 8
 
 
 def _decl_asm(nbytes: int) -> str:
@@ -44,24 +48,33 @@ def _copy(dst: str, src: str, size: int, bit: int, mask: str) -> list:
             f"cp.async.{level}.shared.global [{dst}], [{src}], {size}, n;"]
 
 
+def _piece(dst: str, slot: str, stride: str, piece: int, extra: int = 0) -> str:
+    """dst = this thread's address of `piece` (+ extra bytes): piece * stride past its slot."""
+    return f"mad.lo.u32 {dst}, {stride}, {piece}, {slot};" + (
+        f" add.u32 {dst}, {dst}, {extra};" if extra else "")
+
+
 def _issue_weights_asm(fp4: bool) -> str:
     """$1: the slot; $2..$5: the 4 rows' code addresses; FP4: $6..$9 their scale-byte
-    addresses (aligned down to the word here); mask $10 (bit q: row q inside). No commit."""
-    lines = [".reg .pred p;", ".reg .b32 v, n;", ".reg .b64 a;"]
-    mask = "$10" if fp4 else "$6"
+    addresses (aligned down to the word here), mask $10 (bit q: row q inside), the piece
+    stride $11; 8-bit: mask $6, stride $7. No commit."""
+    lines = [".reg .pred p;", ".reg .b32 v, n, d;", ".reg .b64 a;"]
+    mask, stride = ("$10", "$11") if fp4 else ("$6", "$7")
     for q in range(4):
-        lines += _copy(f"$1+{16 * q}", f"${2 + q}", 16, q, mask)
+        lines += [_piece("d", "$1", stride, q)] + _copy("d", f"${2 + q}", 16, q, mask)
         if fp4:
-            lines += [f"and.b64 a, ${6 + q}, -4;"] + _copy(f"$1+{128 + 4 * q}", "a", 4, q, mask)
+            lines += [f"and.b64 a, ${6 + q}, -4;", _piece("d", "$1", stride, SCALE_PIECE, 4 * q)]
+            lines += _copy("d", "a", 4, q, mask)
     return "{\n" + "\n".join(lines + ["mov.b32 $0, 0;"]) + "\n}"
 
 
 def _issue_x_asm(pieces: int) -> str:
-    """$1: the slot; $2: x's address; $3: bit v set where x's 16 bytes v lie inside; then the
-    commit that closes this step's group."""
-    lines = [".reg .pred p;", ".reg .b32 v, n;"]
+    """$1: the slot; $2: x's address; $3: bit v set where x's 16 bytes v lie inside; $4: the
+    piece stride; then the commit that closes this step's group."""
+    lines = [".reg .pred p;", ".reg .b32 v, n, d;"]
     for v in range(pieces):
-        lines += _copy(f"$1+{64 + 16 * v}", f"$2+{16 * v}" if v else "$2", 16, v, "$3")
+        lines += [_piece("d", "$1", "$4", X_PIECE + v)]
+        lines += _copy("d", f"$2+{16 * v}" if v else "$2", 16, v, "$3")
     return "{\n" + "\n".join(lines + ["cp.async.commit_group;", "mov.b32 $0, 0;"]) + "\n}"
 
 
@@ -69,13 +82,14 @@ def _read_asm(stages: int, fp4: bool) -> str:
     """Wait for this step's group (the RING - 1 later ones may fly), then $0..$19: rows q's 4
     words at $4q.., their scale bits at $16 + q (FP4: the word shifted right by byte
     (`$21` >> 8q) & 0xFF and masked to `$22` bits, 16 for NVFP4's two E4M3 bytes, 8 for
-    MXFP4's E8M0; 8-bit: 0), from slot $20."""
-    lines = [".reg .b32 sh;", f"cp.async.wait_group {stages - 1};"]
+    MXFP4's E8M0; 8-bit: 0), from slot $20 (piece stride $23)."""
+    lines = [".reg .b32 sh, d;", f"cp.async.wait_group {stages - 1};"]
     for q in range(4):
         regs = ", ".join(f"${4 * q + j}" for j in range(4))
-        lines.append(f"ld.shared.v4.u32 {{{regs}}}, [$20+{16 * q}];")
+        lines += [_piece("d", "$20", "$23", q), f"ld.shared.v4.u32 {{{regs}}}, [d];"]
     if fp4:
-        lines.append("ld.shared.v4.u32 {$16, $17, $18, $19}, [$20+128];")
+        lines += [_piece("d", "$20", "$23", SCALE_PIECE),
+                  "ld.shared.v4.u32 {$16, $17, $18, $19}, [d];"]
         for q in range(4):
             lines += [f"bfe.u32 sh, $21, {8 * q}, 8;", f"bfe.u32 ${16 + q}, ${16 + q}, sh, $22;"]
     else:
@@ -84,12 +98,13 @@ def _read_asm(stages: int, fp4: bool) -> str:
 
 
 def _read_x_asm(pieces: int) -> str:
-    """$0..$15: x's words of this step from slot $16 (8-bit: the first 8; the rest 0)."""
-    lines = []
+    """$0..$15: x's words of this step from slot $16, piece stride $17 (8-bit: the first 8;
+    the rest 0)."""
+    lines = [".reg .b32 d;"]
     for v in range(4):
         regs = ", ".join(f"${4 * v + j}" for j in range(4))
-        lines.append(f"ld.shared.v4.u32 {{{regs}}}, [$16+{64 + 16 * v}];" if v < pieces else
-                     " ".join(f"mov.b32 ${4 * v + j}, 0;" for j in range(4)))
+        lines += ([_piece("d", "$16", "$17", X_PIECE + v), f"ld.shared.v4.u32 {{{regs}}}, [d];"]
+                  if v < pieces else [" ".join(f"mov.b32 ${4 * v + j}, 0;" for j in range(4))])
     return "{\n" + "\n".join(lines) + "\n}"
 
 
@@ -116,7 +131,8 @@ _WAIT_ALL = Const("{\ncp.async.wait_all;\nmov.b32 $0, 0;\n}")
 
 @triton.jit
 def _ring_base(tid, STAGES: tl.constexpr, WARPS: tl.constexpr):
-    """This thread's slot of stage 0 (stage s: + s * 32 * WARPS * SLOT_BYTES)."""
+    """This thread's slot of stage 0: its 16 bytes of piece 0 (piece p: + p * 32 * WARPS * 16;
+    stage s: + s * 32 * WARPS * SLOT_BYTES)."""
     P: tl.constexpr = STAGES * WARPS
     tl.static_assert(P == 2 or P == 3 or P == 4 or P == 6 or P == 8,
                      "RING: stages * warps in (2, 3, 4, 6, 8)")
@@ -130,7 +146,7 @@ def _ring_base(tid, STAGES: tl.constexpr, WARPS: tl.constexpr):
         base = tl.inline_asm_elementwise(_DECL_6, "=r,r", [tid], tl.int32, is_pure=False, pack=1)
     else:
         base = tl.inline_asm_elementwise(_DECL_8, "=r,r", [tid], tl.int32, is_pure=False, pack=1)
-    return base + tid * SLOT_BYTES
+    return base + tid * 16
 
 
 @triton.jit
@@ -147,7 +163,7 @@ def _ring_shifts(s_ptr, row, N, RB, SB, off, RS: tl.constexpr, FMT: tl.constexpr
 
 
 @triton.jit
-def _ring_issue_weights(slot, w_ptr, s_ptr, row, N, RB, SB, off, kb_hi, RS: tl.constexpr,
+def _ring_issue_weights(slot, stride, w_ptr, s_ptr, row, N, RB, SB, off, kb_hi, RS: tl.constexpr,
                         FMT: tl.constexpr):
     HB: tl.constexpr = 8 if FMT == "nvfp4" else 16
     ok = off < kb_hi
@@ -161,64 +177,64 @@ def _ring_issue_weights(slot, w_ptr, s_ptr, row, N, RB, SB, off, kb_hi, RS: tl.c
     if FMT == "nvfp4" or FMT == "mxfp4":
         sb = off // HB
         tl.inline_asm_elementwise(
-            _ISSUE_W_FP4, "=r,r,l,l,l,l,l,l,l,l,r",
+            _ISSUE_W_FP4, "=r,r,l,l,l,l,l,l,l,l,r,r",
             [slot, w_ptr + r0 * RB + off, w_ptr + r1 * RB + off, w_ptr + r2 * RB + off,
              w_ptr + r3 * RB + off, s_ptr + r0 * SB + sb, s_ptr + r1 * SB + sb,
-             s_ptr + r2 * SB + sb, s_ptr + r3 * SB + sb, mask],
+             s_ptr + r2 * SB + sb, s_ptr + r3 * SB + sb, mask, stride],
             tl.int32, is_pure=False, pack=1)
     else:
         tl.inline_asm_elementwise(
-            _ISSUE_W_FP8, "=r,r,l,l,l,l,r",
+            _ISSUE_W_FP8, "=r,r,l,l,l,l,r,r",
             [slot, w_ptr + r0 * RB + off, w_ptr + r1 * RB + off, w_ptr + r2 * RB + off,
-             w_ptr + r3 * RB + off, mask],
+             w_ptr + r3 * RB + off, mask, stride],
             tl.int32, is_pure=False, pack=1)
 
 
 @triton.jit
-def _ring_issue_x(slot, x_row, off, kb_hi, K, in_m, FP8: tl.constexpr):
+def _ring_issue_x(slot, stride, x_row, off, kb_hi, K, in_m, FP8: tl.constexpr):
     """x of the step at byte `off` (as `_mma_loads._x_step`), then this step's commit."""
     ok = in_m & (off < kb_hi)
     k0 = off if FP8 else 2 * off
     bits = (ok & (k0 + 8 <= K)).to(tl.int32) | ((ok & (k0 + 16 <= K)).to(tl.int32) << 1)
     if FP8:
-        tl.inline_asm_elementwise(_ISSUE_X_FP8, "=r,r,l,r", [slot, x_row + k0, bits], tl.int32,
+        tl.inline_asm_elementwise(_ISSUE_X_FP8, "=r,r,l,r,r", [slot, x_row + k0, bits, stride], tl.int32,
                                   is_pure=False, pack=1)
     else:
         bits = bits | ((ok & (k0 + 24 <= K)).to(tl.int32) << 2) | (
             (ok & (k0 + 32 <= K)).to(tl.int32) << 3)
-        tl.inline_asm_elementwise(_ISSUE_X_FP4, "=r,r,l,r", [slot, x_row + k0, bits], tl.int32,
+        tl.inline_asm_elementwise(_ISSUE_X_FP4, "=r,r,l,r,r", [slot, x_row + k0, bits, stride], tl.int32,
                                   is_pure=False, pack=1)
 
 
 @triton.jit
-def _ring_read(slot, shifts, STAGES: tl.constexpr, FMT: tl.constexpr):
+def _ring_read(slot, stride, shifts, STAGES: tl.constexpr, FMT: tl.constexpr):
     """(4 rows' (4 words, scale), x's 16 words) of the step in `slot`, once it has landed."""
     FP8: tl.constexpr = FMT == "e5m2" or FMT == "e4m3"
-    C: tl.constexpr = "=r," * 20 + "r,r,r"
+    C: tl.constexpr = "=r," * 20 + "r,r,r,r"
     width = tl.full(slot.shape, 16 if FMT == "nvfp4" else 8, tl.int32)
     if FP8 and STAGES == 2:
-        o = tl.inline_asm_elementwise(_READ_FP8_2, C, [slot, shifts, width], (tl.int32,) * 20,
+        o = tl.inline_asm_elementwise(_READ_FP8_2, C, [slot, shifts, width, stride], (tl.int32,) * 20,
                                       is_pure=False, pack=1)
     elif FP8 and STAGES == 3:
-        o = tl.inline_asm_elementwise(_READ_FP8_3, C, [slot, shifts, width], (tl.int32,) * 20,
+        o = tl.inline_asm_elementwise(_READ_FP8_3, C, [slot, shifts, width, stride], (tl.int32,) * 20,
                                       is_pure=False, pack=1)
     elif FP8:
-        o = tl.inline_asm_elementwise(_READ_FP8_4, C, [slot, shifts, width], (tl.int32,) * 20,
+        o = tl.inline_asm_elementwise(_READ_FP8_4, C, [slot, shifts, width, stride], (tl.int32,) * 20,
                                       is_pure=False, pack=1)
     elif STAGES == 2:
-        o = tl.inline_asm_elementwise(_READ_FP4_2, C, [slot, shifts, width], (tl.int32,) * 20,
+        o = tl.inline_asm_elementwise(_READ_FP4_2, C, [slot, shifts, width, stride], (tl.int32,) * 20,
                                       is_pure=False, pack=1)
     elif STAGES == 3:
-        o = tl.inline_asm_elementwise(_READ_FP4_3, C, [slot, shifts, width], (tl.int32,) * 20,
+        o = tl.inline_asm_elementwise(_READ_FP4_3, C, [slot, shifts, width, stride], (tl.int32,) * 20,
                                       is_pure=False, pack=1)
     else:
-        o = tl.inline_asm_elementwise(_READ_FP4_4, C, [slot, shifts, width], (tl.int32,) * 20,
+        o = tl.inline_asm_elementwise(_READ_FP4_4, C, [slot, shifts, width, stride], (tl.int32,) * 20,
                                       is_pure=False, pack=1)
     if FP8:
-        xw = tl.inline_asm_elementwise(_READ_X_FP8, "=r," * 16 + "r", [slot], (tl.int32,) * 16,
+        xw = tl.inline_asm_elementwise(_READ_X_FP8, "=r," * 16 + "r,r", [slot, stride], (tl.int32,) * 16,
                                        is_pure=False, pack=1)
     else:
-        xw = tl.inline_asm_elementwise(_READ_X_FP4, "=r," * 16 + "r", [slot], (tl.int32,) * 16,
+        xw = tl.inline_asm_elementwise(_READ_X_FP4, "=r," * 16 + "r,r", [slot, stride], (tl.int32,) * 16,
                                        is_pure=False, pack=1)
     rows = ((o[0], o[1], o[2], o[3], o[16]), (o[4], o[5], o[6], o[7], o[17]),
             (o[8], o[9], o[10], o[11], o[18]), (o[12], o[13], o[14], o[15], o[19]))
