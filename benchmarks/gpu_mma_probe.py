@@ -9,6 +9,7 @@ design; timing only. CUDA graphs over enough weight copies that HBM, not L2, is 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 
@@ -23,7 +24,7 @@ from softfp8.backends.triton._mma import mma_gemv_kernel  # noqa: E402
 from sweep_gemv import graph_time  # noqa: E402
 
 
-def launch(x, p, y, cfg, diag, inject=False, maxnreg=0):
+def launch(x, p, y, cfg, diag, inject=False, maxnreg=0, ring_x=True):
     w = p.words.view(torch.uint8)
     n, k = p.shape
     rb = w.shape[1]
@@ -36,8 +37,8 @@ def launch(x, p, y, cfg, diag, inject=False, maxnreg=0):
     mma_gemv_kernel[(-(-n // cfg.block_n), split)](
         x, w, s, g, w, y, ws, w, 1, n, k, rb, sb, per_split, FMT=p.fmt.value, HAS_BIAS=False,
         WARPS=cfg.num_warps, PARTIAL=split > 1, num_warps=cfg.num_warps, num_stages=1,
-        AHEAD=cfg.num_stages, DIAG=diag, RUNS=runs, TILES=tiles, INJECT=inject,
-        **(dict(maxnreg=maxnreg) if maxnreg else {}))
+        AHEAD=cfg.num_stages, DIAG=diag, RUNS=runs, TILES=tiles, INJECT=inject, RING=cfg.ring,
+        RING_X=ring_x, **(dict(maxnreg=maxnreg) if maxnreg else {}))
 
 
 def main():
@@ -47,6 +48,9 @@ def main():
     ap.add_argument("--maxnreg", default="",
                     help="comma list: only the table's setting, FP4 by injection, with ptxas "
                          "held to each register count (more warps an SM, spills to local memory)")
+    ap.add_argument("--ring", default="",
+                    help="comma list of ring stages: the table's setting against the ring (2 "
+                         "warps) with x through the ring and by registers, and its loads alone")
     args = ap.parse_args()
     dev = torch.device("cuda")
     info = tb.device_info(dev)
@@ -70,6 +74,20 @@ def main():
                   for _ in range(max(2, min(64, -(-4 * l2 // p.nbytes))))]
             table = tb.launch_config(n, k, 1, p.fmt, info, torch.float16)
             y = torch.empty(1, n, device=dev, dtype=torch.float16)
+            if args.ring:
+                rows = [(table, 0, True, "table")]
+                for r in map(int, args.ring.split(",")):
+                    c = dataclasses.replace(table, num_warps=2, depth=1, ring=r,
+                                            block_n=tb.mma_rows(table.block_m, 2))
+                    rows += [(c, 0, True, f"ring{r} x ring"), (c, 0, False, f"ring{r} x regs"),
+                             (c, 2, True, f"ring{r} loads only")]
+                for c, diag, rx, name in rows:
+                    t = graph_time([lambda p_=p_: launch(x, p_, y, c, diag, True, 0, rx)
+                                    for p_ in ps])
+                    print(f"  {fmt} {name:18s} w{c.num_warps} s{c.split_k}: {t * 1000:.1f} us "
+                          f"{p.nbytes / t / 1e6:.0f} GB/s x{t16 / t:.2f}", flush=True)
+                del ps
+                continue
             if args.maxnreg:
                 for mr in (0, *map(int, args.maxnreg.split(","))):
                     t = graph_time([lambda p_=p_: launch(x, p_, y, table, 0, True, mr)

@@ -1296,4 +1296,16 @@ ring16c)
   grep -E "table:|BEST|WRONG|FAILED|fp16 F.linear" "$OUT/ringsweep.txt" | head -40
   pack ring16c
   ;;
+ring16d)
+  # ring16c: still 5x slow with contiguous pieces (warps stall on a full MIO queue and on LDS
+  # results). Which part: x through the ring or by registers, the ring's loads alone (no mma);
+  # then the per-instruction stalls of the ring kernel (Nsight Compute source page, SASS)
+  export SOFTFP8_FP8_DECODE=integer
+  mkdir -p "$OUT/r"
+  run ringprobe 200 python3 benchmarks/gpu_mma_probe.py --formats e5m2,nvfp4 --shapes "22016,4096;4096,11008" --ring 2,3,4
+  NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+  run ncusrc 150 "$NCU" --clock-control none --section SourceCounters --section WarpStateStats --page source --print-source sass -k regex:mma_gemv --launch-skip 3 -c 1 python3 benchmarks/gpu_ncu_target.py --formats e5m2 --ring 3 --launches 0
+  head -c 3000 "$OUT/ncusrc.txt"
+  pack ring16d
+  ;;
 esac

@@ -56,8 +56,8 @@ import triton.language as tl
 from ._const import Const
 from ._kernels import _pdl_exit, _pdl_start, _pdl_wait, _pdl_wait_after, _reduce_last
 from ._mma_loads import _prefetch_rows, _rows_step, _x_step
-from ._mma_ring import (SLOT_BYTES, _ring_base, _ring_drain, _ring_issue_weights, _ring_issue_x,
-                        _ring_read, _ring_shifts)
+from ._mma_ring import (SLOT_BYTES, _ring_base, _ring_commit, _ring_drain, _ring_issue_weights,
+                        _ring_issue_x, _ring_read, _ring_shifts)
 from ._mma_ptx import _fp8_tile_asm, _probe_tile_asm, _tile_asm, tile_constraints
 from ._mma_table import MMA_STEP_BYTES, MMA_TILE_ROWS
 
@@ -286,7 +286,7 @@ def mma_gemv_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr, cnt_ptr,
                     DEPTH: tl.constexpr = 1, ZERO: tl.constexpr = True,
                     GROUPS: tl.constexpr = 1, WIDE: tl.constexpr = False,
                     LAST: tl.constexpr = False, INJECT: tl.constexpr = False,
-                    RING: tl.constexpr = 0):
+                    RING: tl.constexpr = 0, RING_X: tl.constexpr = True):
     """Program (pid_n, pid_k) over bytes [pid_k * KB_SPLIT, +KB_SPLIT) of its rows.
     RUNS = 0 (the tile mapping): rows pid_n * 32 .. +32, two 16-row tiles; warp w takes the
     64-byte steps w, w + WARPS, ...; the warps' sums are added at the end.
@@ -362,7 +362,7 @@ def mma_gemv_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr, cnt_ptr,
     av = a  # WIDE: the sums of x rows 8..15
     bv = a
     if RING > 0:
-        tl.static_assert(RUNS > 0 and TILES == 2 and DEPTH == 1 and not WIDE and DIAG == 0,
+        tl.static_assert(RUNS > 0 and TILES == 2 and DEPTH == 1 and not WIDE and DIAG != 1,
                          "RING: the run mapping, 2 tiles, depth 1, not WIDE")
         STAGE: tl.constexpr = NT * SLOT_BYTES
         slot0 = _ring_base(tid, RING, WARPS)
@@ -376,16 +376,27 @@ def mma_gemv_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr, cnt_ptr,
                                 off + j * stride, kb_hi, RS, FMT)
         _pdl_wait(w_ptr, pid_n * PROG_ROWS, N, RB, kb_lo, kb_hi, PROG_ROWS, PDL, 0)
         for j in tl.static_range(RING - 1):  # each closes one step's group
-            _ring_issue_x(slot0 + j * STAGE, pstride, x_row, off + j * stride, kb_hi, K, in_m,
-                          FP8)
+            if RING_X:
+                _ring_issue_x(slot0 + j * STAGE, pstride, x_row, off + j * stride, kb_hi, K,
+                              in_m, FP8)
+            else:
+                _ring_commit(tid)
+        if not RING_X:  # x by registers, one step ahead (diagnostics: gpu_mma_probe.py)
+            xr = _x_step(x_row, off, kb_hi, K, in_m, FP8, True)
         st = 0  # the stage of this step; the step RING - 1 ahead goes to the one before it
         for _ in range(kb_lo, kb_hi, stride):
             ahead = tl.where(st == 0, RING - 1, st - 1)
             _ring_issue_weights(slot0 + ahead * STAGE, pstride, w_ptr, s_ptr, row, N, RB, SB,
                                 off + (RING - 1) * stride, kb_hi, RS, FMT)
-            _ring_issue_x(slot0 + ahead * STAGE, pstride, x_row, off + (RING - 1) * stride,
-                          kb_hi, K, in_m, FP8)
+            if RING_X:
+                _ring_issue_x(slot0 + ahead * STAGE, pstride, x_row, off + (RING - 1) * stride,
+                              kb_hi, K, in_m, FP8)
+            else:
+                _ring_commit(tid)
             rw, xw = _ring_read(slot0 + st * STAGE, pstride, shifts, RING, FMT)
+            if not RING_X:
+                xw = xr
+                xr = _x_step(x_row, off + stride, kb_hi, K, in_m, FP8, True)
             a, b, av, bv = _tiles(rw[0], rw[1], rw[2], rw[3], xw, xw, a, b, av, bv, FMT, DIAG,
                                   NAN, WIDE, INJECT)
             st = tl.where(st == RING - 1, 0, st + 1)

@@ -126,6 +126,7 @@ _READ_FP8_3 = Const(_read_asm(3, False))
 _READ_FP8_4 = Const(_read_asm(4, False))
 _READ_X_FP4 = Const(_read_x_asm(4))
 _READ_X_FP8 = Const(_read_x_asm(2))
+_COMMIT = Const("{\ncp.async.commit_group;\nmov.b32 $0, 0;\n}")
 _WAIT_ALL = Const("{\ncp.async.wait_all;\nmov.b32 $0, 0;\n}")
 
 
@@ -239,6 +240,12 @@ def _ring_read(slot, stride, shifts, STAGES: tl.constexpr, FMT: tl.constexpr):
     rows = ((o[0], o[1], o[2], o[3], o[16]), (o[4], o[5], o[6], o[7], o[17]),
             (o[8], o[9], o[10], o[11], o[18]), (o[12], o[13], o[14], o[15], o[19]))
     return rows, xw
+
+
+@triton.jit
+def _ring_commit(tid):
+    """Close a step's group without x (x by registers: diagnostics)."""
+    return tl.inline_asm_elementwise(_COMMIT, "=r,r", [tid], tl.int32, is_pure=False, pack=1)
 
 
 @triton.jit
