@@ -1308,4 +1308,16 @@ ring16d)
   head -c 3000 "$OUT/ncusrc.txt"
   pack ring16d
   ;;
+ring16e)
+  # ring16d: x through the ring (.cg copies: every SM's warps on the same few L2 lines) was the
+  # 5x; x by registers ran as fast as the table. x now copied through L1 (.ca): the probe again,
+  # then a sweep of the ring against the table on llama2-7b's shapes and the 128256-row head
+  export SOFTFP8_FP8_DECODE=integer
+  mkdir -p "$OUT/r"
+  run ringprobe2 120 python3 benchmarks/gpu_mma_probe.py --formats e5m2,nvfp4 --shapes "22016,4096;4096,11008" --ring 2,3
+  SH="12288,4096;4096,4096;22016,4096;4096,11008;128256,4096"
+  run ringsweep2 330 python3 benchmarks/sweep_gemv.py --formats nvfp4,e5m2,mxfp4 --e2m1 inject --kernels mma_gemv --mma-pipes 1:0,2:0,1:0:2,1:0:3 --mma-warps 1,2,4 --mma-tiles 2 --shapes "$SH" --budget 310 --out "$OUT/r/ringsweep2.json"
+  grep -E "table:|BEST|WRONG|FAILED|fp16 F.linear" "$OUT/ringsweep2.txt" | head -60
+  pack ring16e
+  ;;
 esac

@@ -39,10 +39,9 @@ def _decl_asm(nbytes: int) -> str:
     }}"""
 
 
-def _copy(dst: str, src: str, size: int, bit: int, mask: str) -> list:
-    """cp.async of `size` bytes (16: .cg, L2 only; 4: .ca) where bit `bit` of `mask` is set,
-    else zeros (src-size 0: nothing read)."""
-    level = "cg" if size == 16 else "ca"
+def _copy(dst: str, src: str, size: int, bit: int, mask: str, level: str = "cg") -> list:
+    """cp.async of `size` bytes where bit `bit` of `mask` is set, else zeros (src-size 0:
+    nothing read). level: "cg" (L2 only: the weights, read once) or "ca" (through L1)."""
     return [f"and.b32 v, {mask}, {1 << bit};", "setp.ne.b32 p, v, 0;",
             f"selp.b32 n, {size}, 0, p;",
             f"cp.async.{level}.shared.global [{dst}], [{src}], {size}, n;"]
@@ -64,7 +63,7 @@ def _issue_weights_asm(fp4: bool) -> str:
         lines += [_piece("d", "$1", stride, q)] + _copy("d", f"${2 + q}", 16, q, mask)
         if fp4:
             lines += [f"and.b64 a, ${6 + q}, -4;", _piece("d", "$1", stride, SCALE_PIECE, 4 * q)]
-            lines += _copy("d", "a", 4, q, mask)
+            lines += _copy("d", "a", 4, q, mask, "ca")  # .cg copies 16 bytes only
     return "{\n" + "\n".join(lines + ["mov.b32 $0, 0;"]) + "\n}"
 
 
@@ -74,7 +73,9 @@ def _issue_x_asm(pieces: int) -> str:
     lines = [".reg .pred p;", ".reg .b32 v, n, d;"]
     for v in range(pieces):
         lines += [_piece("d", "$1", "$4", X_PIECE + v)]
-        lines += _copy("d", f"$2+{16 * v}" if v else "$2", 16, v, "$3")
+        # through L1: every warp of every SM reads the same x, and .cg sent each copy to the
+        # same few L2 lines (ring16d: 5x slower than x by registers, which L1 serves)
+        lines += _copy("d", f"$2+{16 * v}" if v else "$2", 16, v, "$3", "ca")
     return "{\n" + "\n".join(lines + ["cp.async.commit_group;", "mov.b32 $0, 0;"]) + "\n}"
 
 
