@@ -367,9 +367,15 @@ def test_mma_gemv_domain():
     for fmt in (Format.NVFP4, Format.MXFP4):
         assert launch_config(128256, 4096, 16, fmt, h200).kernel is Kernel.MMA_GEMV
     # M = 1: 2 warps, K split until ~12 warps an SM or <= 3.5 KB of a row a program; 8-bit
-    # M <= 4 in two register buffers (depth 2); M = 1 then ~6 warps an SM, <= 7 KB
-    assert launch_config(4096, 11008, 1, Format.E4M3, h200).split_k == 2
-    assert launch_config(4096, 11008, 1, Format.E4M3, h200).depth == 2
+    # M <= 4 in two register buffers (depth 2); M = 1 then ~6 warps an SM, <= 7 KB; 8-bit M = 1
+    # below MMA_FP8_RING_MAX_N rows on the shared-memory ring (3 stages, ~6 warps an SM)
+    assert launch_config(12288, 11008, 1, Format.E4M3, h200).split_k == 2
+    assert launch_config(12288, 11008, 1, Format.E4M3, h200).depth == 2
+    ring = launch_config(4096, 11008, 1, Format.E4M3, h200)
+    assert (ring.depth, ring.ring, ring.split_k, ring.num_warps) == (1, 3, 1, 2)
+    assert triton_backend.mma_ring_fits(ring.ring, ring.num_warps)
+    assert launch_config(1024, 4096, 1, Format.E5M2, h200).split_k > 1  # fills the GPU
+    assert launch_config(4096, 4096, 2, Format.E5M2, h200).ring == 0
     assert launch_config(4096, 4096, 1, Format.E5M2, h200).split_k == 1
     assert launch_config(4096, 4096, 2, Format.E5M2, h200).depth == 2
     assert launch_config(4096, 4096, 1, Format.NVFP4, h200).depth == 1  # FP4: no gain measured

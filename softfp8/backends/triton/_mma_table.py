@@ -149,6 +149,17 @@ def mma_split(programs: int, warps: int, info: DeviceInfo, per_sm: int = 12) -> 
     return max(1, min(8, -(-per_sm * info.sm_count // (programs * warps))))
 
 
+MMA_FP8_RING_MAX_N = 8192
+"""8-bit weights with fewer rows run M = 1 on the shared-memory ring (3 stages, 2 warps, split
+only to fill the GPU), not two register buffers: the `ring16e` sweep on the H200 (2026-12-02,
+E5M2, us, ring 3 / 2 warps unsplit against the table's depth 2): 4096 x 4096 6.1 against 6.9,
+4096 x 11008 13.3 against 14.7 (depth 2 split 2; the ring split 2: 14.1); from 8192 rows
+no gain: 12288 x 4096 15.4 against 14.8, 22016 x 4096 24.3 against 24.1 (2 warps), the
+128256-row head 120.1 against 119.8. FP4 gained nothing from the ring (its loop is bound by
+the decode once the loads fly: 22016 x 4096 NVFP4 ring 2 24.5 us, its loads alone 18.0, the
+table 23.1; `ring16e` probe)."""
+
+
 MMA_FP4_M1_ONE_WARP_ROWS = (8192, 16384)
 """FP4 weights with rows in [lo, hi) run M = 1 in programs of one warp (4 rows), not two: the
 `hf12` sweep on the H200 (2026-12-01, transformers' Llama shapes, us, one warp against the
@@ -231,6 +242,11 @@ def mma_config(n: int, k: int, m: int, fmt: Format, info: DeviceInfo) -> LaunchC
         block_m, rows, ahead = MMA_MAX_M, MMA_TILE_ROWS, 2
         warps = 8 if -(-n // MMA_TILE_ROWS) < 256 else 4
     groups = -(-m // block_m)  # block_m = 8 at M = 9..16 (explicit configs): two groups
+    if fp8 and m == 1 and n < MMA_FP8_RING_MAX_N:
+        # the shared-memory ring, 3 stages (2 ahead): as many bytes a warp as depth 2, so the
+        # same resident warps fill the GPU, and no split by row length (MMA_FP8_RING_MAX_N)
+        split = mma_split(-(-n // rows), warps, info, 6)
+        return LaunchConfig(Kernel.MMA_GEMV, block_m, rows, 128, split, warps, ahead, 1, 3)
     # two buffers hold twice the bytes a warp: half the resident warps fill the GPU (M = 1)
     split = mma_split(-(-n // rows) * groups, warps, info, 12 // depth if m == 1 else 12)
     row_bytes = k * (8 if fp8 else 4) // 8
