@@ -1320,4 +1320,19 @@ ring16e)
   grep -E "table:|BEST|WRONG|FAILED|fp16 F.linear" "$OUT/ringsweep2.txt" | head -60
   pack ring16e
   ;;
+ring16f)
+  # 8-bit M = 1 below 8192 rows on the ring (3 stages) against the table before (variants/prev:
+  # git archive of the commit before), interleaved: token E5M2/E4M3 twice each; llama3-8b shapes
+  # once each (4096 x 14336 and 6144 x 4096 unmeasured on the ring); the ring's GPU tests
+  export SOFTFP8_FP8_DECODE=integer
+  mkdir -p "$OUT/r"
+  ab_bench token 80 python3 -m softfp8.bench token --preset llama2-7b --backends triton --formats e5m2,e4m3
+  for v in prev cur; do
+    case $v in cur) d=$PWD ;; *) d=$PWD/variants/prev ;; esac
+    in_variant "$d" "shapes-$v" 100 python3 -m softfp8.bench shapes --preset llama3-8b --backends triton --formats e5m2,e4m3 --out "$OUT/r/shapes-$v.json"
+  done
+  run ringtest 120 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_triton.py -k "ring and (e4m3 or e5m2 or needs) and (4103-4096 or 300-2048-8 or 40-4080 or 64-4104 or 1000-11008 or needs)"
+  tail -3 "$OUT/ringtest.txt"
+  pack ring16f
+  ;;
 esac
