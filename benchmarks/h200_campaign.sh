@@ -1335,4 +1335,19 @@ ring16f)
   tail -3 "$OUT/ringtest.txt"
   pack ring16f
   ;;
+ring16g)
+  # ring16f: the ring faster on every shape it took in the shapes bench (o 4096 x 4096 E5M2
+  # 2.05x -> 2.27x fp16) but the token 2% slower (1.766 -> 1.803 ms). Hypothesis: the token's
+  # kernels alternate between no shared memory and the ring's, and the SM's L1/shared split
+  # changes at each such boundary. Every 8-bit shape on the ring (benchmarks/fp8_ring_all_table.json)
+  # against prev and cur, interleaved twice
+  export SOFTFP8_FP8_DECODE=integer
+  mkdir -p "$OUT/r"
+  for v in prev cur all prev2 cur2 all2; do
+    T=; d=$PWD
+    case $v in prev*) d=$PWD/variants/prev ;; all*) T=$PWD/benchmarks/fp8_ring_all_table.json ;; esac
+    in_variant "$d" "token-$v" 60 env SOFTFP8_TRITON_TABLE=$T python3 -m softfp8.bench token --preset llama2-7b --backends triton --formats e5m2,e4m3 --out "$OUT/r/token-$v.json"
+  done
+  pack ring16g
+  ;;
 esac
