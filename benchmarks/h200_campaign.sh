@@ -1350,4 +1350,15 @@ ring16g)
   done
   pack ring16g
   ;;
+final16)
+  # the session's final numbers: every 8-bit M = 1 shape on the ring (ring16g); token and
+  # llama3-8b shapes, every format; then the GPU tests of the MMA GEMV, codes and the ring
+  export SOFTFP8_FP8_DECODE=integer
+  mkdir -p "$OUT/r"
+  run token-final 80 python3 -m softfp8.bench token --preset llama2-7b --backends triton --out "$OUT/r/token-final.json"
+  run shapes-final 120 python3 -m softfp8.bench shapes --preset llama3-8b --backends triton --out "$OUT/r/shapes-final.json"
+  run gputests 200 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_triton.py -k "(mma or every or ring) and not (mma_gemv_matches_reference and select)"
+  tail -3 "$OUT/gputests.txt"
+  pack final16
+  ;;
 esac

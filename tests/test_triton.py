@@ -367,23 +367,24 @@ def test_mma_gemv_domain():
     for fmt in (Format.NVFP4, Format.MXFP4):
         assert launch_config(128256, 4096, 16, fmt, h200).kernel is Kernel.MMA_GEMV
     # M = 1: 2 warps, K split until ~12 warps an SM or <= 3.5 KB of a row a program; 8-bit
-    # M <= 4 in two register buffers (depth 2); M = 1 then ~6 warps an SM, <= 7 KB; 8-bit M = 1
-    # below MMA_FP8_RING_MAX_N rows on the shared-memory ring (3 stages, ~6 warps an SM)
-    assert launch_config(12288, 11008, 1, Format.E4M3, h200).split_k == 2
-    assert launch_config(12288, 11008, 1, Format.E4M3, h200).depth == 2
-    ring = launch_config(4096, 11008, 1, Format.E4M3, h200)
-    assert (ring.depth, ring.ring, ring.split_k, ring.num_warps) == (1, 3, 1, 2)
-    assert triton_backend.mma_ring_fits(ring.ring, ring.num_warps)
+    # M = 2..4 in two register buffers (depth 2); 8-bit M = 1 on the shared-memory ring (3
+    # stages, ~6 warps an SM, no split by row length)
+    assert launch_config(4096, 11008, 2, Format.E4M3, h200).depth == 2
+    for n in (4096, 12288, 128256):
+        ring = launch_config(n, 11008, 1, Format.E4M3, h200)
+        assert (ring.depth, ring.ring, ring.split_k, ring.num_warps) == (1, 3, 1, 2)
+        assert triton_backend.mma_ring_fits(ring.ring, ring.num_warps)
     assert launch_config(1024, 4096, 1, Format.E5M2, h200).split_k > 1  # fills the GPU
     assert launch_config(4096, 4096, 2, Format.E5M2, h200).ring == 0
+    assert launch_config(4096, 4096, 1, Format.NVFP4, h200).ring == 0
     assert launch_config(4096, 4096, 1, Format.E5M2, h200).split_k == 1
     assert launch_config(4096, 4096, 2, Format.E5M2, h200).depth == 2
     assert launch_config(4096, 4096, 1, Format.NVFP4, h200).depth == 1  # FP4: no gain measured
     assert launch_config(22016, 4096, 1, Format.NVFP4, h200).split_k == 1
     assert launch_config(28672, 4096, 1, Format.E5M2, h200).split_k == 1  # 4 KB rows
-    # a vocabulary head's 8-bit rows: the runs in 4 warps, two buffers (measured faster there)
+    # a vocabulary head's 8-bit rows: the runs on the ring as every 8-bit M = 1 shape
     head = launch_config(128256, 4096, 1, Format.E5M2, h200)
-    assert (head.kernel, head.num_warps, head.depth) == (Kernel.MMA_GEMV, 4, 2)
+    assert (head.kernel, head.num_warps, head.ring) == (Kernel.MMA_GEMV, 2, 3)
     for m in (2, 4):  # M = 2..4: the dot kernel from MMA_FP8_MAX_N rows (the bench decided)
         assert launch_config(128256, 4096, m, Format.E4M3, h200).kernel is Kernel.SMALL_M
         assert launch_config(65535, 4096, m, Format.E4M3, h200).kernel is Kernel.MMA_GEMV

@@ -149,15 +149,18 @@ def mma_split(programs: int, warps: int, info: DeviceInfo, per_sm: int = 12) -> 
     return max(1, min(8, -(-per_sm * info.sm_count // (programs * warps))))
 
 
-MMA_FP8_RING_MAX_N = 8192
-"""8-bit weights with fewer rows run M = 1 on the shared-memory ring (3 stages, 2 warps, split
-only to fill the GPU), not two register buffers: the `ring16e` sweep on the H200 (2026-12-02,
-E5M2, us, ring 3 / 2 warps unsplit against the table's depth 2): 4096 x 4096 6.1 against 6.9,
-4096 x 11008 13.3 against 14.7 (depth 2 split 2; the ring split 2: 14.1); from 8192 rows
-no gain: 12288 x 4096 15.4 against 14.8, 22016 x 4096 24.3 against 24.1 (2 warps), the
-128256-row head 120.1 against 119.8. FP4 gained nothing from the ring (its loop is bound by
-the decode once the loads fly: 22016 x 4096 NVFP4 ring 2 24.5 us, its loads alone 18.0, the
-table 23.1; `ring16e` probe)."""
+MMA_FP8_RING_STAGES = 3
+"""8-bit weights run M = 1 on the shared-memory ring (`_mma_ring`) with this many stages, 2 warps,
+K split only to fill the GPU, not in two register buffers. Measured on the H200 (2026-12-02):
+per shape (`ring16e` sweep, E5M2, us, the ring against depth 2) 4096 x 4096 6.1 against 6.9,
+4096 x 11008 13.3 against 14.7, 12288 x 4096 15.4 against 14.8, 22016 x 4096 24.3 against
+24.1, the 128256-row head 120.1 against 119.8. Taken for every shape, not only where it wins:
+with the ring below 8192 rows only, the llama2-7b token was 2% slower (E5M2 1.766 -> 1.802 ms)
+although each of its shapes was faster alone (`ring16f`); with every shape on it, 1.766 ->
+1.726 ms, E4M3 1.929 -> 1.824 (`ring16g`, twice each, interleaved). A kernel with shared memory
+after one without (the L1/shared split changes between them) is the likely cost: not measured
+apart. FP4 gained nothing from the ring (its loop is bound by the decode once the loads fly:
+22016 x 4096 NVFP4 ring 2 24.5 us, its loads alone 18.0, the table 23.1; `ring16e` probe)."""
 
 
 MMA_FP4_M1_ONE_WARP_ROWS = (8192, 16384)
@@ -188,9 +191,10 @@ def mma_config(n: int, k: int, m: int, fmt: Format, info: DeviceInfo) -> LaunchC
     prefetches its weights to L2 (0: none); depth = steps of weights held in registers.
     - The run mapping (`_mma`) for M = 1 at every format, FP4 at M = 2..4 where `_fp4_runs`,
       and the 8-bit formats at M <= 8 (M = 5..8 up to MMA_FP8_M8_MAX_CODES):
-      block_m = the next power of two >= M, 2 tiles a warp; M = 1 in 2 warps (8-bit from 16384
-      rows: 4; FP4 in MMA_FP4_M1_ONE_WARP_ROWS: 1), else 4. The 8-bit formats hold two steps
-      (depth 2): with one, ptxas issues the next step's loads after this step's mma (SASS,
+      block_m = the next power of two >= M, 2 tiles a warp; M = 1 in 2 warps (FP4 in
+      MMA_FP4_M1_ONE_WARP_ROWS: 1), else 4. 8-bit M = 1 runs on the shared-memory ring
+      (MMA_FP8_RING_STAGES; before it, from 16384 rows in 4 warps). The 8-bit formats at
+      M = 2..8 hold two steps in registers (depth 2): with one, ptxas issues the next step's loads after this step's mma (SASS,
       sm_90), so a warp had one step in flight;
       `pipe1` sweep, M = 1, best per shape against depth 1: 22016 x 4096 E5M2 24.0 against
       26.4 us, E4M3 27.8 against 29.6; token E5M2 1.897 -> 1.794 ms. An L2 prefetch beyond
@@ -242,11 +246,14 @@ def mma_config(n: int, k: int, m: int, fmt: Format, info: DeviceInfo) -> LaunchC
         block_m, rows, ahead = MMA_MAX_M, MMA_TILE_ROWS, 2
         warps = 8 if -(-n // MMA_TILE_ROWS) < 256 else 4
     groups = -(-m // block_m)  # block_m = 8 at M = 9..16 (explicit configs): two groups
-    if fp8 and m == 1 and n < MMA_FP8_RING_MAX_N:
+    if fp8 and m == 1:
         # the shared-memory ring, 3 stages (2 ahead): as many bytes a warp as depth 2, so the
-        # same resident warps fill the GPU, and no split by row length (MMA_FP8_RING_MAX_N)
+        # same resident warps fill the GPU, and no split by row length (MMA_FP8_RING_STAGES)
+        warps = 2
+        rows = mma_rows(block_m, warps)
         split = mma_split(-(-n // rows), warps, info, 6)
-        return LaunchConfig(Kernel.MMA_GEMV, block_m, rows, 128, split, warps, ahead, 1, 3)
+        return LaunchConfig(Kernel.MMA_GEMV, block_m, rows, 128, split, warps, ahead, 1,
+                            MMA_FP8_RING_STAGES)
     # two buffers hold twice the bytes a warp: half the resident warps fill the GPU (M = 1)
     split = mma_split(-(-n // rows) * groups, warps, info, 12 // depth if m == 1 else 12)
     row_bytes = k * (8 if fp8 else 4) // 8
