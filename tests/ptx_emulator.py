@@ -9,7 +9,9 @@ fp16x2 `mul.rn`/`fma.rn` (rounded once, through float64, which holds the exact r
 `mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32` with the fragment layout of the PTX ISA
 (A: a0,a1 row g, a2,a3 row g+8, a4..a7 the same rows at k + 8; B: b0,b1 k = 2t, 2t+1, b2,b3
 k + 8, column g; C/D: c0,c1 row g, c2,c3 row g+8, columns 2t, 2t+1; g = lane / 4, t = lane % 4),
-summing each mma in float64 and rounding to float32 once.
+summing each mma in float64 and rounding to float32 once. With a `Memory`, also the shared-
+memory ring's blocks (_mma_ring): `cp.async` (copied at once: the emulator has no time, so
+commit and wait are no-ops), `ld.shared.v4.u32`, `bfe.u32`, `and.b64` on 64-bit addresses.
 """
 from __future__ import annotations
 
@@ -18,6 +20,25 @@ import re
 import numpy as np
 
 MASK = 0xFFFFFFFF
+MASK64 = (1 << 64) - 1
+
+
+class Memory:
+    """Global memory as byte arrays at base addresses (`place`), and one shared-memory window."""
+
+    def __init__(self, shared_bytes: int):
+        self.shared = np.zeros(shared_bytes, np.uint8)
+        self.blocks = []  # (base, bytes)
+
+    def place(self, base: int, data: np.ndarray) -> int:
+        self.blocks.append((base, np.asarray(data, np.uint8).ravel()))
+        return base
+
+    def read_global(self, addr: int, n: int) -> np.ndarray:
+        for base, data in self.blocks:
+            if base <= addr and addr + n <= base + data.size:
+                return data[addr - base:addr - base + n]
+        raise IndexError(f"ptx_emulator: global read of {n} bytes at {addr:#x} outside memory")
 
 
 def _f16x2(v: int) -> tuple[np.float16, np.float16]:
@@ -72,7 +93,8 @@ class Warp:
     """Run one asm block on 32 lanes. `operands[lane]` is the list of $i values (ints: the 32-bit
     pattern; outputs may start at anything); returns the operands after the block."""
 
-    def __init__(self, asm: str):
+    def __init__(self, asm: str, memory: Memory | None = None):
+        self.memory = memory
         body = asm.strip()
         assert body.startswith("{") and body.endswith("}"), "expected one { ... } block"
         self.lines = [ln.strip().rstrip(";").strip() for ln in body[1:-1].replace(";", ";\n")
@@ -83,7 +105,7 @@ class Warp:
         regs = [dict() for _ in range(32)]
         for lane in range(32):
             for i, v in enumerate(operands[lane]):
-                regs[lane][f"${i}"] = v & MASK
+                regs[lane][f"${i}"] = v & (MASK if v < 0 else MASK64)  # 'l' operands: 64 bits
         with np.errstate(over="ignore", invalid="ignore"):  # fp16 inf/NaN are part of the PTX
             for line in self.lines:
                 self._step(line, regs)
@@ -105,6 +127,8 @@ class Warp:
         op, _, rest = line.partition(" ")
         if op.startswith("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"):
             return self._mma(rest, regs)
+        if op.startswith("cp.async.") or op.startswith("ld.shared."):
+            return self._memory_op(op, rest, regs, pred)
         args = [a.strip() for a in rest.split(",")]
         if op == "shfl.sync.bfly.b32":
             src = [self._val(regs[lane], args[1]) for lane in range(32)]
@@ -139,8 +163,14 @@ class Warp:
                 r[d] = (v[0] * v[1]) >> 32
             elif op == "mad.lo.u32":
                 r[d] = (v[0] * v[1] + v[2]) & MASK
-            elif op == "add.s32":
+            elif op in ("add.s32", "add.u32"):
                 r[d] = (v[0] + v[1]) & MASK
+            elif op == "and.b64":  # an immediate is 64 bits wide here
+                imm = args[2].strip()
+                r[d] = v[0] & (int(imm, 0) & MASK64 if _IMM.match(imm) else v[1]) & MASK64
+            elif op == "bfe.u32":  # PTX: pos and len taken mod 256, bits past 31 are zero
+                pos, length = v[1] & 0xFF, v[2] & 0xFF
+                r[d] = (v[0] >> pos) & ((1 << length) - 1) if pos < 32 else 0
             elif op == "sub.s32":
                 r[d] = (v[0] - v[1]) & MASK
             elif op == "max.u32":
@@ -164,6 +194,43 @@ class Warp:
                 r[d] = _pack16(np.float16(_f32(v[1])), np.float16(_f32(v[0])))
             elif op == "fma.rn.f32":
                 r[d] = _bits(np.float32(_f32(v[0]) * _f32(v[1]) + _f32(v[2])))
+            else:
+                raise NotImplementedError(f"ptx_emulator: {op}")
+
+    def _address(self, r: dict, tok: str) -> int:
+        """[reg], [reg+imm] or [reg-imm]."""
+        m = re.fullmatch(r"\[\s*([$\w]+)\s*(?:([+-])\s*(\d+))?\s*\]", tok.strip())
+        base = r[m.group(1)]
+        off = int(m.group(3) or 0)
+        return base - off if m.group(2) == "-" else base + off
+
+    def _memory_op(self, op: str, rest: str, regs: list, pred: str | None) -> None:
+        if op in ("cp.async.commit_group", "cp.async.wait_all") or op.startswith(
+                "cp.async.wait_group"):
+            return
+        mem = self.memory
+        assert mem is not None, "ptx_emulator: memory instructions need a Memory"
+        for lane in range(32):
+            r = regs[lane]
+            if pred is not None and bool(r[pred.lstrip("@!")]) == pred.startswith("@!"):
+                continue
+            if op.startswith("ld.shared.v4.u32"):
+                dst, _, src = rest.partition("}")
+                names = [x.strip() for x in dst.strip(" {").split(",")]
+                a = self._address(r, src.strip(" ,"))
+                assert a % 16 == 0, f"ptx_emulator: ld.shared.v4 at {a} not 16-byte aligned"
+                words = mem.shared[a:a + 16].view(np.uint32)
+                for name, w in zip(names, words):
+                    r[name] = int(w)
+            elif op in ("cp.async.cg.shared.global", "cp.async.ca.shared.global"):
+                dst, src, size, n = [x.strip() for x in rest.split(",")]
+                a, b = self._address(r, dst), self._address(r, src)
+                size, n = int(size), self._val(r, n)
+                assert size in ((16,) if op.startswith("cp.async.cg") else (4, 8, 16)), op
+                assert a % size == 0 and b % size == 0, f"ptx_emulator: misaligned {op}"
+                mem.shared[a:a + size] = 0
+                if n:
+                    mem.shared[a:a + n] = mem.read_global(b, n)
             else:
                 raise NotImplementedError(f"ptx_emulator: {op}")
 

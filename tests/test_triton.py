@@ -663,7 +663,7 @@ def test_const_globals_compare_by_identity_then_by_value():
     import triton.language as tl
 
     from softfp8.backends.triton._const import Const
-    from softfp8.backends.triton._mma import _TILE_NV
+    from softfp8.backends.triton._mma_tile import _TILE_NV
 
     assert isinstance(_TILE_NV, Const)
     assert not (_TILE_NV != copy.deepcopy(_TILE_NV))

@@ -199,13 +199,13 @@ def _ring_issue_x(slot, stride, x_row, off, kb_hi, K, in_m, FP8: tl.constexpr):
     k0 = off if FP8 else 2 * off
     bits = (ok & (k0 + 8 <= K)).to(tl.int32) | ((ok & (k0 + 16 <= K)).to(tl.int32) << 1)
     if FP8:
-        tl.inline_asm_elementwise(_ISSUE_X_FP8, "=r,r,l,r,r", [slot, x_row + k0, bits, stride], tl.int32,
-                                  is_pure=False, pack=1)
+        tl.inline_asm_elementwise(_ISSUE_X_FP8, "=r,r,l,r,r", [slot, x_row + k0, bits, stride],
+                                  tl.int32, is_pure=False, pack=1)
     else:
         bits = bits | ((ok & (k0 + 24 <= K)).to(tl.int32) << 2) | (
             (ok & (k0 + 32 <= K)).to(tl.int32) << 3)
-        tl.inline_asm_elementwise(_ISSUE_X_FP4, "=r,r,l,r,r", [slot, x_row + k0, bits, stride], tl.int32,
-                                  is_pure=False, pack=1)
+        tl.inline_asm_elementwise(_ISSUE_X_FP4, "=r,r,l,r,r", [slot, x_row + k0, bits, stride],
+                                  tl.int32, is_pure=False, pack=1)
 
 
 @triton.jit
@@ -214,29 +214,31 @@ def _ring_read(slot, stride, shifts, STAGES: tl.constexpr, FMT: tl.constexpr):
     FP8: tl.constexpr = FMT == "e5m2" or FMT == "e4m3"
     C: tl.constexpr = "=r," * 20 + "r,r,r,r"
     width = tl.full(slot.shape, 16 if FMT == "nvfp4" else 8, tl.int32)
+    a = [slot, shifts, width, stride]
     if FP8 and STAGES == 2:
-        o = tl.inline_asm_elementwise(_READ_FP8_2, C, [slot, shifts, width, stride], (tl.int32,) * 20,
-                                      is_pure=False, pack=1)
+        o = tl.inline_asm_elementwise(_READ_FP8_2, C, a, (tl.int32,) * 20, is_pure=False,
+                                      pack=1)
     elif FP8 and STAGES == 3:
-        o = tl.inline_asm_elementwise(_READ_FP8_3, C, [slot, shifts, width, stride], (tl.int32,) * 20,
-                                      is_pure=False, pack=1)
+        o = tl.inline_asm_elementwise(_READ_FP8_3, C, a, (tl.int32,) * 20, is_pure=False,
+                                      pack=1)
     elif FP8:
-        o = tl.inline_asm_elementwise(_READ_FP8_4, C, [slot, shifts, width, stride], (tl.int32,) * 20,
-                                      is_pure=False, pack=1)
+        o = tl.inline_asm_elementwise(_READ_FP8_4, C, a, (tl.int32,) * 20, is_pure=False,
+                                      pack=1)
     elif STAGES == 2:
-        o = tl.inline_asm_elementwise(_READ_FP4_2, C, [slot, shifts, width, stride], (tl.int32,) * 20,
-                                      is_pure=False, pack=1)
+        o = tl.inline_asm_elementwise(_READ_FP4_2, C, a, (tl.int32,) * 20, is_pure=False,
+                                      pack=1)
     elif STAGES == 3:
-        o = tl.inline_asm_elementwise(_READ_FP4_3, C, [slot, shifts, width, stride], (tl.int32,) * 20,
-                                      is_pure=False, pack=1)
+        o = tl.inline_asm_elementwise(_READ_FP4_3, C, a, (tl.int32,) * 20, is_pure=False,
+                                      pack=1)
     else:
-        o = tl.inline_asm_elementwise(_READ_FP4_4, C, [slot, shifts, width, stride], (tl.int32,) * 20,
-                                      is_pure=False, pack=1)
+        o = tl.inline_asm_elementwise(_READ_FP4_4, C, a, (tl.int32,) * 20, is_pure=False,
+                                      pack=1)
+    CX: tl.constexpr = "=r," * 16 + "r,r"
     if FP8:
-        xw = tl.inline_asm_elementwise(_READ_X_FP8, "=r," * 16 + "r,r", [slot, stride], (tl.int32,) * 16,
+        xw = tl.inline_asm_elementwise(_READ_X_FP8, CX, [slot, stride], (tl.int32,) * 16,
                                        is_pure=False, pack=1)
     else:
-        xw = tl.inline_asm_elementwise(_READ_X_FP4, "=r," * 16 + "r,r", [slot, stride], (tl.int32,) * 16,
+        xw = tl.inline_asm_elementwise(_READ_X_FP4, CX, [slot, stride], (tl.int32,) * 16,
                                        is_pure=False, pack=1)
     rows = ((o[0], o[1], o[2], o[3], o[16]), (o[4], o[5], o[6], o[7], o[17]),
             (o[8], o[9], o[10], o[11], o[18]), (o[12], o[13], o[14], o[15], o[19]))

@@ -194,8 +194,8 @@ def mma_config(n: int, k: int, m: int, fmt: Format, info: DeviceInfo) -> LaunchC
       block_m = the next power of two >= M, 2 tiles a warp; M = 1 in 2 warps (FP4 in
       MMA_FP4_M1_ONE_WARP_ROWS: 1), else 4. 8-bit M = 1 runs on the shared-memory ring
       (MMA_FP8_RING_STAGES; before it, from 16384 rows in 4 warps). The 8-bit formats at
-      M = 2..8 hold two steps in registers (depth 2): with one, ptxas issues the next step's loads after this step's mma (SASS,
-      sm_90), so a warp had one step in flight;
+      M = 2..8 hold two steps in registers (depth 2): with one, ptxas issues the next step's
+      loads after this step's mma (SASS, sm_90), so a warp had one step in flight;
       `pipe1` sweep, M = 1, best per shape against depth 1: 22016 x 4096 E5M2 24.0 against
       26.4 us, E4M3 27.8 against 29.6; token E5M2 1.897 -> 1.794 ms. An L2 prefetch beyond
       the registers (num_stages 2 / 4) was slower in 93 of 116 pairs and never a shape's best;

@@ -1,0 +1,120 @@
+"""Kernel.MMA_GEMV's loop step (`_mma`): one 16-row mma tile's share of a step, or two for 16 x
+rows (WIDE), as Triton calls of `_mma_ptx`'s PTX text, one string per format and decode
+(Triton can't index a global by a constexpr, so the choice is a chain of branches)."""
+import triton
+import triton.language as tl
+
+from ._const import Const
+from ._mma_ptx import _fp8_tile_asm, _probe_tile_asm, _tile_asm, tile_constraints
+
+_TILE_NV = Const(_tile_asm("nvfp4"))
+_TILE_MX = Const(_tile_asm("mxfp4"))
+_TILE_NV_INJECT = Const(_tile_asm("nvfp4", inject=True))
+_TILE_MX_INJECT = Const(_tile_asm("mxfp4", inject=True))
+_TILE_PROBE_MMA = Const(_probe_tile_asm(True))
+_TILE_PROBE_LOADS = Const(_probe_tile_asm(False))
+_TILE_E5M2 = Const(_fp8_tile_asm("e5m2"))
+_TILE_E4M3 = Const(_fp8_tile_asm("e4m3"))
+_TILE_E4M3_FINITE = Const(_fp8_tile_asm("e4m3", nan=False))
+_TILE_CONS = Const(tile_constraints())
+_WIDE_NV = Const(_tile_asm("nvfp4", wide=True))
+_WIDE_MX = Const(_tile_asm("mxfp4", wide=True))
+_WIDE_NV_INJECT = Const(_tile_asm("nvfp4", wide=True, inject=True))
+_WIDE_MX_INJECT = Const(_tile_asm("mxfp4", wide=True, inject=True))
+_WIDE_E5M2 = Const(_fp8_tile_asm("e5m2", wide=True))
+_WIDE_E4M3 = Const(_fp8_tile_asm("e4m3", wide=True))
+_WIDE_E4M3_FINITE = Const(_fp8_tile_asm("e4m3", nan=False, wide=True))
+_WIDE_CONS = Const(tile_constraints(wide=True))
+
+
+@triton.jit
+def _tile(rg, rh, xw, acc, FMT: tl.constexpr, DIAG: tl.constexpr = 0, NAN: tl.constexpr = True,
+          INJECT: tl.constexpr = False):
+    """acc (4 fp32) += one loop step of a 16-row tile; rg/rh: (4 words, scale) of rows g, g+8;
+    xw: x's 16 words (FP4 uses all, 8-bit the first 8). INJECT: FP4 by exponent injection."""
+    args = [rg[0], rg[1], rg[2], rg[3], rh[0], rh[1], rh[2], rh[3], rg[4], rh[4],
+            xw[0], xw[1], xw[2], xw[3], xw[4], xw[5], xw[6], xw[7],
+            xw[8], xw[9], xw[10], xw[11], xw[12], xw[13], xw[14], xw[15],
+            acc[0], acc[1], acc[2], acc[3]]
+    # no early returns: triton 3.6 builds every branch that follows a `return`
+    if DIAG == 1:
+        out = tl.inline_asm_elementwise(_TILE_PROBE_MMA, _TILE_CONS, args, (tl.float32,) * 4,
+                                        is_pure=True, pack=1)
+    elif DIAG == 2:
+        out = tl.inline_asm_elementwise(_TILE_PROBE_LOADS, _TILE_CONS, args, (tl.float32,) * 4,
+                                        is_pure=True, pack=1)
+    elif FMT == "nvfp4" and INJECT:
+        out = tl.inline_asm_elementwise(_TILE_NV_INJECT, _TILE_CONS, args, (tl.float32,) * 4,
+                                        is_pure=True, pack=1)
+    elif FMT == "nvfp4":
+        out = tl.inline_asm_elementwise(_TILE_NV, _TILE_CONS, args, (tl.float32,) * 4,
+                                        is_pure=True, pack=1)
+    elif FMT == "mxfp4" and INJECT:
+        out = tl.inline_asm_elementwise(_TILE_MX_INJECT, _TILE_CONS, args, (tl.float32,) * 4,
+                                        is_pure=True, pack=1)
+    elif FMT == "mxfp4":
+        out = tl.inline_asm_elementwise(_TILE_MX, _TILE_CONS, args, (tl.float32,) * 4,
+                                        is_pure=True, pack=1)
+    elif FMT == "e5m2":
+        out = tl.inline_asm_elementwise(_TILE_E5M2, _TILE_CONS, args, (tl.float32,) * 4,
+                                        is_pure=True, pack=1)
+    elif not NAN:  # E4M3 codes known to hold no NaN: no NaN fix
+        out = tl.inline_asm_elementwise(_TILE_E4M3_FINITE, _TILE_CONS, args, (tl.float32,) * 4,
+                                        is_pure=True, pack=1)
+    else:
+        out = tl.inline_asm_elementwise(_TILE_E4M3, _TILE_CONS, args, (tl.float32,) * 4,
+                                        is_pure=True, pack=1)
+    return out
+
+
+@triton.jit
+def _tile_wide(rg, rh, xw, xv, acc, acv, FMT: tl.constexpr, NAN: tl.constexpr = True,
+               INJECT: tl.constexpr = False):
+    """`_tile` for 16 x rows (WIDE): the weights decoded once, each A fragment fed to two mma,
+    x rows g (xw, into acc) and g + 8 (xv, into acv); returns the 8 sums (acc's 4, acv's 4)."""
+    args = [rg[0], rg[1], rg[2], rg[3], rh[0], rh[1], rh[2], rh[3], rg[4], rh[4],
+            xw[0], xw[1], xw[2], xw[3], xw[4], xw[5], xw[6], xw[7],
+            xw[8], xw[9], xw[10], xw[11], xw[12], xw[13], xw[14], xw[15],
+            xv[0], xv[1], xv[2], xv[3], xv[4], xv[5], xv[6], xv[7],
+            xv[8], xv[9], xv[10], xv[11], xv[12], xv[13], xv[14], xv[15],
+            acc[0], acc[1], acc[2], acc[3], acv[0], acv[1], acv[2], acv[3]]
+    if FMT == "nvfp4" and INJECT:
+        out = tl.inline_asm_elementwise(_WIDE_NV_INJECT, _WIDE_CONS, args, (tl.float32,) * 8,
+                                        is_pure=True, pack=1)
+    elif FMT == "nvfp4":
+        out = tl.inline_asm_elementwise(_WIDE_NV, _WIDE_CONS, args, (tl.float32,) * 8,
+                                        is_pure=True, pack=1)
+    elif FMT == "mxfp4" and INJECT:
+        out = tl.inline_asm_elementwise(_WIDE_MX_INJECT, _WIDE_CONS, args, (tl.float32,) * 8,
+                                        is_pure=True, pack=1)
+    elif FMT == "mxfp4":
+        out = tl.inline_asm_elementwise(_WIDE_MX, _WIDE_CONS, args, (tl.float32,) * 8,
+                                        is_pure=True, pack=1)
+    elif FMT == "e5m2":
+        out = tl.inline_asm_elementwise(_WIDE_E5M2, _WIDE_CONS, args, (tl.float32,) * 8,
+                                        is_pure=True, pack=1)
+    elif not NAN:
+        out = tl.inline_asm_elementwise(_WIDE_E4M3_FINITE, _WIDE_CONS, args, (tl.float32,) * 8,
+                                        is_pure=True, pack=1)
+    else:
+        out = tl.inline_asm_elementwise(_WIDE_E4M3, _WIDE_CONS, args, (tl.float32,) * 8,
+                                        is_pure=True, pack=1)
+    return out
+
+
+@triton.jit
+def _tiles(ra, rb, rc, rd, xw, xv, a, b, av, bv, FMT: tl.constexpr, DIAG: tl.constexpr,
+           NAN: tl.constexpr, WIDE: tl.constexpr, INJECT: tl.constexpr):
+    """One loop step of a thread's two tiles (rows ra/rb, rc/rd): a, b += x rows g's sums;
+    WIDE: av, bv += x rows g + 8's, from the same decoded weights (`_tile_wide`)."""
+    if WIDE:
+        u = _tile_wide(ra, rb, xw, xv, a, av, FMT, NAN, INJECT)
+        v = _tile_wide(rc, rd, xw, xv, b, bv, FMT, NAN, INJECT)
+        a = (u[0], u[1], u[2], u[3])
+        av = (u[4], u[5], u[6], u[7])
+        b = (v[0], v[1], v[2], v[3])
+        bv = (v[4], v[5], v[6], v[7])
+    else:
+        a = _tile(ra, rb, xw, a, FMT, DIAG, NAN, INJECT)
+        b = _tile(rc, rd, xw, b, FMT, DIAG, NAN, INJECT)
+    return a, b, av, bv
