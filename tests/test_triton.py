@@ -708,13 +708,14 @@ MMA_CASES = [(37, 264, 1, 1), (4103, 4096, 1, 1), (1000, 11008, 3, 1), (300, 204
 # M > 8 as two groups of 8 x rows, one partly filled, with and without a split
 
 
-@pytest.mark.gpu
-@pytest.mark.skipif(not HAS_GPU, reason="needs a CUDA GPU")
-@pytest.mark.parametrize("fmt, e2m1", [(f, E2M1Decode.SELECT) for f in Format]
-                         + [(Format.NVFP4, E2M1Decode.INJECT), (Format.MXFP4, E2M1Decode.INJECT)])
-@pytest.mark.parametrize("n, k, m, split", MMA_CASES)
-def test_gpu_mma_gemv_matches_reference(fmt, e2m1, n, k, m, split):
-    """FP4 with both decodes: the table (select) and exponent injection (`_mma_ptx`)."""
+MMA_DECODES = [(f, E2M1Decode.SELECT) for f in Format] + [(Format.NVFP4, E2M1Decode.INJECT),
+                                                          (Format.MXFP4, E2M1Decode.INJECT)]
+"""(format, E2M1 decoder) pairs of the MMA GEMV's GPU tests: FP4 with both decodes."""
+
+
+def _mma_case(fmt, n, k, m, split):
+    """(packed weight, fp16 x, bias or None (split 2), generator) of one MMA_CASES row on the
+    GPU; skips where Kernel.MMA_GEMV can't run."""
     info = device_info(torch.device("cuda"))
     if not triton_backend.mma_gemv_runs(k, m, fmt, info, torch.float16):
         pytest.skip("Kernel.MMA_GEMV needs NVIDIA sm_80+")
@@ -722,6 +723,16 @@ def test_gpu_mma_gemv_matches_reference(fmt, e2m1, n, k, m, split):
     packed = softfp8.quantize(torch.randn(n, k, generator=g), fmt).to("cuda")
     x = torch.randn(m, k, generator=g).half().cuda()
     bias = torch.randn(n, generator=g).cuda() if split != 2 else None
+    return packed, x, bias, g
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not HAS_GPU, reason="needs a CUDA GPU")
+@pytest.mark.parametrize("fmt, e2m1", MMA_DECODES)
+@pytest.mark.parametrize("n, k, m, split", MMA_CASES)
+def test_gpu_mma_gemv_matches_reference(fmt, e2m1, n, k, m, split):
+    """FP4 with both decodes: the table (select) and exponent injection (`_mma_ptx`)."""
+    packed, x, bias, g = _mma_case(fmt, n, k, m, split)
     cfgs = [LaunchConfig(Kernel.MMA_GEMV, 8, 32, 128, split, warps, ahead)  # num_stages:
             for warps, ahead in ((4, 0), (8, 2), (16, 5))]                  # L2 prefetch steps
     # the run mapping (block_m: the x rows it is laid out for; 2 or 4 tiles a warp)
@@ -768,19 +779,12 @@ def test_gpu_mma_gemv_depth_two_needs_the_runs():
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not HAS_GPU, reason="needs a CUDA GPU")
-@pytest.mark.parametrize("fmt, e2m1", [(f, E2M1Decode.SELECT) for f in Format]
-                         + [(Format.NVFP4, E2M1Decode.INJECT), (Format.MXFP4, E2M1Decode.INJECT)])
+@pytest.mark.parametrize("fmt, e2m1", MMA_DECODES)
 @pytest.mark.parametrize("n, k, m, split", [c for c in MMA_CASES if c[2] <= 8])
 def test_gpu_mma_gemv_ring_matches_reference(fmt, e2m1, n, k, m, split):
     """The shared-memory ring (`_mma_ring`) at every size class of its static smem (stages x
     warps), each M class of the run mapping, splits, odd N, K % 64 != 0."""
-    info = device_info(torch.device("cuda"))
-    if not triton_backend.mma_gemv_runs(k, m, fmt, info, torch.float16):
-        pytest.skip("Kernel.MMA_GEMV needs NVIDIA sm_80+")
-    g = torch.Generator().manual_seed(n + k + m)
-    packed = softfp8.quantize(torch.randn(n, k, generator=g), fmt).to("cuda")
-    x = torch.randn(m, k, generator=g).half().cuda()
-    bias = torch.randn(n, generator=g).cuda() if split != 2 else None
+    packed, x, bias, g = _mma_case(fmt, n, k, m, split)
     mp = min(8, 1 << (m - 1).bit_length())
     want = reference.matmul(x, packed, bias)
     for w, r in ((1, 4), (2, 3), (4, 2), (1, 2), (2, 2)):
