@@ -64,15 +64,24 @@ def test_every_variant_compiles(compiled, target):
 def test_mma_gemv_early_pdl_loads_weights_before_the_wait(compiled):
     """Under an early PDL launch the MMA GEMV's first weight loads must come before
     griddepcontrol.wait in the SASS (ptxas hoists a plain wait above every load: `_mma`); under a
-    late launch the plain wait stays first (x's loads must not wait for the weights)."""
+    late launch the plain wait stays first (x's loads must not wait for the weights). The ring
+    (`_mma_ring`) copies its first steps' weights before the wait under either launch, and x's
+    only after it (x is the previous kernel's output)."""
     rc, stderr, records = compiled[("cuda", "90", 32)]
     assert rc == 0, stderr
     pdl = [r for r in records if "loads_before_wait" in r]
     if pdl and all(r["loads_before_wait"] is None for r in pdl):
         pytest.skip("this Triton wheel bundles no nvdisasm to read the SASS with")
-    early = [r for r in pdl if r["pdl"] == 1]
-    late = [r for r in pdl if r["pdl"] == 2]
-    assert early and late, [r["variant"] for r in pdl]
+    ring = [r for r in pdl if "-ring" in r["variant"]]
+    early = [r for r in pdl if r["pdl"] == 1 and r not in ring]
+    late = [r for r in pdl if r["pdl"] == 2 and r not in ring]
+    assert early and late and ring, [r["variant"] for r in pdl]
+    for r in ring:  # the ring's weight copies of its first RING - 1 steps, x's after the wait
+        stages = int(r["variant"].split("-ring")[1].split("-")[0])
+        per_step = 8 if "fp4-" in r["variant"] else 4  # 4 rows' codes (FP4: and scale words)
+        assert r["loads_before_wait"] == 0, (r["variant"], r["loads_before_wait"])
+        assert r["copies_before_wait"] == (stages - 1) * per_step, (
+            r["variant"], r["copies_before_wait"])
     for r in early:  # a thread's rows at the first step (depth 2: two steps): 4 or 8 loads
         want = 8 if "d2" in r["variant"] else 4
         assert r["loads_before_wait"] >= want, (r["variant"], r["loads_before_wait"])

@@ -223,14 +223,14 @@ def sass_text(cubin: bytes) -> str | None:
     return sass
 
 
-def loads_before_pdl_wait(sass: str | None) -> int | None:
-    """LDG.E.128 instructions before the first griddepcontrol.wait (SASS `ACQBULK`), -1 where
-    there is no wait, None without SASS (no nvdisasm)."""
+def loads_before_pdl_wait(sass: str | None, op: str = "LDG.E.128") -> int | None:
+    """`op` instructions (16-byte loads; LDGSTS: the ring's cp.async copies) before the first
+    griddepcontrol.wait (SASS `ACQBULK`), -1 where there is no wait, None without SASS."""
     if sass is None:
         return None
     if "ACQBULK" not in sass:
         return -1
-    return sass[:sass.index("ACQBULK")].count("LDG.E.128")
+    return sass[:sass.index("ACQBULK")].count(op)
 
 
 ALU_OPS = ("PRMT", "LOP3", "SHF", "ISETP", "IADD3", "SEL", "LEA", "VIADD", "VIMNMX")
@@ -281,6 +281,7 @@ def main(backend: str, arch: str, warp: int) -> None:
                     sass = sass_text(k.asm["cubin"])
                     rec["pdl"] = constexprs["PDL"]
                     rec["loads_before_wait"] = loads_before_pdl_wait(sass)
+                    rec["copies_before_wait"] = loads_before_pdl_wait(sass, "LDGSTS")
                     if sass is not None:  # the K loop's integer-ALU instructions
                         rec["loop_alu"] = sum(opcode(i) in ALU_OPS for i in loop_ops(sass))
         except Exception as e:  # reported, and the test decides whether it is acceptable
