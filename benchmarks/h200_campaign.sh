@@ -1361,4 +1361,20 @@ final16)
   tail -3 "$OUT/gputests.txt"
   pack final16
   ;;
+ring17)
+  # (prepared in the sixteenth session, not run: its device time was spent) the ring at
+  # M = 2..8 for 8-bit: a sweep on llama3-8b's shapes (the ring against two register buffers),
+  # then the small-m bench with the sweep's fastest per shape (SOFTFP8_TRITON_TABLE) against
+  # the built-in table, interleaved; the small-m target is M = 2..16 against M = 1,
+  # which the ring made faster
+  export SOFTFP8_FP8_DECODE=integer
+  mkdir -p "$OUT/r"
+  sweep_l3 ringm 300 --formats e5m2,e4m3 --ms 2,4,8 --kernels mma_gemv --mma-pipes 2:0,1:0:2,1:0:3 --mma-warps 2,4 --mma-tiles 2 --budget 280
+  for v in base ring base2 ring2; do
+    case $v in ring*) T=$OUT/r/ringm.json ;; *) T= ;; esac
+    run "smallm-$v" 90 env SOFTFP8_TRITON_TABLE=$T python3 -m softfp8.bench small-m --preset llama3-8b --backends triton --formats e5m2,e4m3 --m 1,2,4,8 --out "$OUT/r/smallm-$v.json"
+    grep -A8 "over all shapes" "$OUT/smallm-$v.txt" | tail -8
+  done
+  pack ring17
+  ;;
 esac
