@@ -28,8 +28,8 @@ ONE_CHAIN = """            part = [None, None]
             for p, idx in enumerate((builder.and_(raw, nibble), hi_n)):"""
 TWO_CHAINS = """            part = [[None, None], [None, None]]
             for p, idx in enumerate((builder.and_(raw, nibble), hi_n)):"""
-ONE_FMA = """                        part[h] = builder.fmul(val, xvec) if part[h] is None else builder.call(  # noqa: E501
-                            fma, [val, xvec, part[h]])"""
+ONE_FMA = (" " * 24 + "part[h] = builder.fmul(val, xvec) if part[h] is None else builder.call(\n"
+           + " " * 28 + "fma, [val, xvec, part[h]])")
 TWO_FMA = """                        c = part[h][sh]
                         part[h][sh] = builder.fmul(val, xvec) if c is None else builder.call(
                             fma, [val, xvec, c])
