@@ -1,6 +1,7 @@
 """The numba FP4 table GEMVs called directly, with no torch call between them: 1 and 2 threads,
 one row or four rows a pass (AVX-512 `_numba_lut`; the AVX2 `_numba_pshufb` runs one), per
-shape (what `cpu_gemv.py` measures interleaved with torch).
+shape (what `cpu_gemv.py` measures interleaved with torch); and, single thread, what decoding
+every row's block scales costs alone (the row kernels decode a row's scales before its loop).
 
     python benchmarks/cpu_fp4_kernels.py [--shapes 11008x4096,4096x11008] [--reps 20]
 
@@ -27,6 +28,23 @@ import softfp8  # noqa: E402
 from softfp8.backends import _numba_lut, _numba_pshufb  # noqa: E402
 from softfp8.formats import SPECS  # noqa: E402
 from cpu_gemv import vector_scaling  # noqa: E402
+from softfp8.backends._numba_decode import _JIT, e4m3_i32_div256, e8m0_i32  # noqa: E402
+
+
+@numba.njit(**_JIT)
+def _decode_scales_nv(scales, sc):
+    for r in range(scales.shape[0]):  # as _nvfp4_rows: one row's scales at a time, into sc
+        for b in range(scales.shape[1]):
+            sc[0, b] = e4m3_i32_div256(scales[r, b])
+    return sc[0, 0]
+
+
+@numba.njit(**_JIT)
+def _decode_scales_mx(scales, sc):
+    for r in range(scales.shape[0]):
+        for b in range(scales.shape[1]):
+            sc[0, b] = e8m0_i32(scales[r, b])
+    return sc[0, 0]
 
 
 def median_ms(fn, reps):
@@ -69,6 +87,10 @@ def main() -> None:
                         fn = (lambda rows=rows: L.gemv_nvfp4(words, scales, g, xs, xp, y, 344,
                                                             *rows))
                     cells.append(f"{threads}t {group}r {median_ms(fn, args.reps):6.3f}")
+            numba.set_num_threads(1)
+            sc = np.empty((1, scales.shape[1]), np.float32)
+            dec = _decode_scales_mx if fmt == "mxfp4" else _decode_scales_nv
+            cells.append(f"scales alone 1t {median_ms(lambda: dec(scales, sc), args.reps):6.3f}")
             print(f"{shape:>11} {fmt}:  " + "  ".join(cells), flush=True)
     print(f"# vector scaling at end {vector_scaling():.2f}x")
 
