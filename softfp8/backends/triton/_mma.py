@@ -203,7 +203,8 @@ def mma_gemv_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr, cnt_ptr,
     x rows 0..7, a second mma's 8..15), against GROUPS' two programs that each decode them.
     LAST (PARTIAL): the last of a block's K programs adds the parts (`_kernels._reduce_last`).
     RING > 0 (run mapping, 2 tiles, depth 1, not WIDE): weights, scale bytes and x reach each
-    thread through its own shared-memory slots, copied RING - 1 steps ahead (`_mma_ring`).
+    thread through its own shared-memory slots, copied RING - 1 steps ahead (`_mma_ring`);
+    RING_X = False (diagnostics only, benchmarks/gpu_mma_probe.py --ring): x by registers.
     Needs num_warps == WARPS, K % 8 == 0 and a 16-byte aligned x (the launcher checks)."""
     NT: tl.constexpr = 32 * WARPS
     FP8: tl.constexpr = FMT == "e5m2" or FMT == "e4m3"
