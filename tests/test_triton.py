@@ -375,6 +375,11 @@ def test_mma_gemv_domain():
         assert (ring.depth, ring.ring, ring.split_k, ring.num_warps) == (1, 3, 1, 2)
         assert triton_backend.mma_ring_fits(ring.ring, ring.num_warps)
     assert launch_config(1024, 4096, 1, Format.E5M2, h200).split_k > 1  # fills the GPU
+    a100 = triton_backend.DeviceInfo(sm_count=108, capability=(8, 0), interpreter=False)
+    a100_cfg = launch_config(4096, 11008, 1, Format.E4M3, a100)  # measured on the H200 only
+    assert (a100_cfg.kernel, a100_cfg.depth, a100_cfg.ring) == (Kernel.MMA_GEMV, 2, 0)
+    a100_head = launch_config(128256, 4096, 1, Format.E5M2, a100)
+    assert (a100_head.num_warps, a100_head.depth, a100_head.ring) == (4, 2, 0)
     assert launch_config(4096, 4096, 2, Format.E5M2, h200).ring == 0
     assert launch_config(4096, 4096, 1, Format.NVFP4, h200).ring == 0
     assert launch_config(4096, 4096, 1, Format.E5M2, h200).split_k == 1

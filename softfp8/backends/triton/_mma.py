@@ -1,8 +1,8 @@
 """Kernel.MMA_GEMV: the GEMV on warp-level mma.sync, per-thread work written in PTX (NVIDIA
 sm_80+, fp16 activations, M <= 16: above 8 in one program that feeds each decoded weight
 fragment to two mma (WIDE), or in two groups of x rows). Auto picks it for FP4 at M <= 16 and
-the 8-bit formats at M <= 4 (M <= 8 for small weights, E5M2's up to 16), M = 1 through a
-shared-memory ring (`_mma_ring`), M > 1 holding two steps of 8-bit weights in registers
+the 8-bit formats at M <= 4 (M <= 8 for small weights, E5M2's up to 16), M = 1 on sm_90
+through a shared-memory ring (`_mma_ring`), else holding two steps of 8-bit weights in registers
 (launch_config, `uses_mma_gemv`, `mma_config`); written for FP4
 first, whose FMA GEMV was the slowest, then 8-bit (`_fp8_tile_asm`).
 

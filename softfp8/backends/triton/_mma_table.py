@@ -163,6 +163,13 @@ apart. FP4 gained nothing from the ring (its loop is bound by the decode once th
 22016 x 4096 NVFP4 ring 2 24.5 us, its loads alone 18.0, the table 23.1; `ring16e` probe)."""
 
 
+MMA_RING_MIN_CC = (9, 0)
+"""The ring rule (MMA_FP8_RING_STAGES) holds from this compute capability: measured on the H200
+(228 KB of shared memory an SM: 8 programs of the ring's 27.6 KB). GPUs with 100 KB (sm_86,
+sm_89) or 164 KB (sm_80) an SM would hold 3 or 5 such programs, against the 16+ warps two
+register buffers leave resident; not measured there, so they keep two register buffers."""
+
+
 MMA_FP4_M1_ONE_WARP_ROWS = (8192, 16384)
 """FP4 weights with rows in [lo, hi) run M = 1 in programs of one warp (4 rows), not two: the
 `hf12` sweep on the H200 (2026-12-01, transformers' Llama shapes, us, one warp against the
@@ -192,8 +199,9 @@ def mma_config(n: int, k: int, m: int, fmt: Format, info: DeviceInfo) -> LaunchC
     - The run mapping (`_mma`) for M = 1 at every format, FP4 at M = 2..4 where `_fp4_runs`,
       and the 8-bit formats at M <= 8 (M = 5..8 up to MMA_FP8_M8_MAX_CODES):
       block_m = the next power of two >= M, 2 tiles a warp; M = 1 in 2 warps (FP4 in
-      MMA_FP4_M1_ONE_WARP_ROWS: 1), else 4. 8-bit M = 1 runs on the shared-memory ring
-      (MMA_FP8_RING_STAGES; before it, from 16384 rows in 4 warps). The 8-bit formats at
+      MMA_FP4_M1_ONE_WARP_ROWS: 1), else 4. 8-bit M = 1 runs on the shared-memory ring from
+      sm_90 (MMA_FP8_RING_STAGES, MMA_RING_MIN_CC; before it, and below sm_90, from 16384 rows
+      in 4 warps). The 8-bit formats at
       M = 2..8 hold two steps in registers (depth 2): with one, ptxas issues the next step's
       loads after this step's mma (SASS, sm_90), so a warp had one step in flight;
       `pipe1` sweep, M = 1, best per shape against depth 1: 22016 x 4096 E5M2 24.0 against
@@ -246,7 +254,7 @@ def mma_config(n: int, k: int, m: int, fmt: Format, info: DeviceInfo) -> LaunchC
         block_m, rows, ahead = MMA_MAX_M, MMA_TILE_ROWS, 2
         warps = 8 if -(-n // MMA_TILE_ROWS) < 256 else 4
     groups = -(-m // block_m)  # block_m = 8 at M = 9..16 (explicit configs): two groups
-    if fp8 and m == 1:
+    if fp8 and m == 1 and info.capability is not None and info.capability >= MMA_RING_MIN_CC:
         # the shared-memory ring, 3 stages (2 ahead): as many bytes a warp as depth 2, so the
         # same resident warps fill the GPU, and no split by row length (MMA_FP8_RING_STAGES)
         warps = 2
