@@ -102,13 +102,21 @@ def _prefetch_rows(w_ptr, row, N, RB, off, kb_hi, RS: tl.constexpr):
 
 
 @triton.jit
-def _x_step(x_row, off, kb_hi, K, in_m, FP8: tl.constexpr, ZERO: tl.constexpr):
-    """x for the codes of the 16 bytes at `off` (FP4: 32 codes, 64 bytes of x; FP8: 16 codes,
-    32 bytes), 16 bytes at a time inside K and the split."""
+def _x_pieces(off, kb_hi, K, in_m, FP8: tl.constexpr):
+    """(k0, bits): the first code of the 16 bytes at `off` and, bit v, whether x's 16 bytes v
+    of its codes (FP4: 4 of them, 64 bytes; FP8: 2) lie inside K and the split."""
     ok = in_m & (off < kb_hi)
     k0 = off if FP8 else 2 * off  # first code
     bits = (ok & (k0 + 8 <= K)).to(tl.int32) | ((ok & (k0 + 16 <= K)).to(tl.int32) << 1)
     if not FP8:
         bits = bits | ((ok & (k0 + 24 <= K)).to(tl.int32) << 2) | (
             (ok & (k0 + 32 <= K)).to(tl.int32) << 3)
+    return k0, bits
+
+
+@triton.jit
+def _x_step(x_row, off, kb_hi, K, in_m, FP8: tl.constexpr, ZERO: tl.constexpr):
+    """x for the codes of the 16 bytes at `off` (FP4: 32 codes, 64 bytes of x; FP8: 16 codes,
+    32 bytes), 16 bytes at a time inside K and the split."""
+    k0, bits = _x_pieces(off, kb_hi, K, in_m, FP8)
     return _load_x(x_row + k0, bits, ZERO)

@@ -23,6 +23,7 @@ import triton
 import triton.language as tl
 
 from ._const import Const
+from ._mma_loads import _x_pieces
 from ._mma_table import MMA_RING_PROGRAM_SLOTS, MMA_RING_SLOT_BYTES
 
 SLOT_BYTES = Const(MMA_RING_SLOT_BYTES)
@@ -194,16 +195,13 @@ def _ring_issue_weights(slot, stride, w_ptr, s_ptr, row, N, RB, SB, off, kb_hi, 
 
 @triton.jit
 def _ring_issue_x(slot, stride, x_row, off, kb_hi, K, in_m, FP8: tl.constexpr):
-    """x of the step at byte `off` (as `_mma_loads._x_step`), then this step's commit."""
-    ok = in_m & (off < kb_hi)
-    k0 = off if FP8 else 2 * off
-    bits = (ok & (k0 + 8 <= K)).to(tl.int32) | ((ok & (k0 + 16 <= K)).to(tl.int32) << 1)
+    """x of the step at byte `off` (the pieces `_mma_loads._x_step` loads), then this step's
+    commit."""
+    k0, bits = _x_pieces(off, kb_hi, K, in_m, FP8)
     if FP8:
         tl.inline_asm_elementwise(_ISSUE_X_FP8, "=r,r,l,r,r", [slot, x_row + k0, bits, stride],
                                   tl.int32, is_pure=False, pack=1)
     else:
-        bits = bits | ((ok & (k0 + 24 <= K)).to(tl.int32) << 2) | (
-            (ok & (k0 + 32 <= K)).to(tl.int32) << 3)
         tl.inline_asm_elementwise(_ISSUE_X_FP4, "=r,r,l,r,r", [slot, x_row + k0, bits, stride],
                                   tl.int32, is_pure=False, pack=1)
 
