@@ -20,7 +20,9 @@ import numpy as np
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import softfp8  # noqa: E402
+from cpu_fp4_kernels import median_ms  # noqa: E402
 from softfp8.backends import _numba_pshufb as A  # noqa: E402
 from softfp8.formats import SPECS  # noqa: E402
 
@@ -48,17 +50,6 @@ def variant_b():
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
-
-
-def median_ms(fn, reps=15):
-    for _ in range(3):
-        fn()
-    times = []
-    for _ in range(reps):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times) * 1e3
 
 
 def main():
@@ -89,7 +80,7 @@ def main():
                 res = {m: [] for m in fns}
                 for _ in range(4):
                     for m, fn in fns.items():
-                        res[m].append(median_ms(fn))
+                        res[m].append(median_ms(fn, 15))
                 print(f"{shape} {fmt} {threads}t  " + "   ".join(
                     f"{m} {min(v):.3f} / {statistics.median(v):.3f}" for m, v in res.items()),
                     flush=True)

@@ -23,6 +23,11 @@ MASK = 0xFFFFFFFF
 MASK64 = (1 << 64) - 1
 
 
+def _predicated_off(pred: str | None, r: dict) -> bool:
+    """Whether a lane skips an instruction guarded by `pred` (`@p` or `@!p`; None: no guard)."""
+    return pred is not None and bool(r[pred.lstrip("@!")]) == pred.startswith("@!")
+
+
 class Memory:
     """Global memory as byte arrays at base addresses (`place`), and one shared-memory window."""
 
@@ -137,10 +142,8 @@ class Warp:
             return
         for lane in range(32):
             r = regs[lane]
-            if pred is not None:
-                neg = pred.startswith("@!")
-                if bool(r[pred.lstrip("@!")]) == neg:
-                    continue
+            if _predicated_off(pred, r):
+                continue
             v = [self._val(r, a) for a in args[1:]] if not op.startswith("setp") else None
             d = args[0]
             if op in ("mov.b32", "mov.f32", "mov.u32"):
@@ -212,7 +215,7 @@ class Warp:
         assert mem is not None, "ptx_emulator: memory instructions need a Memory"
         for lane in range(32):
             r = regs[lane]
-            if pred is not None and bool(r[pred.lstrip("@!")]) == pred.startswith("@!"):
+            if _predicated_off(pred, r):
                 continue
             if op.startswith("ld.shared.v4.u32"):
                 dst, _, src = rest.partition("}")
