@@ -39,6 +39,16 @@ smallm_all() {
   run smallm "$1" python3 -m softfp8.bench small-m --preset llama3-8b --backends triton --m 1,2,4,8,12,16 --out "$OUT/r/smallm.json"
   grep -A30 "over all shapes" "$OUT/smallm.txt" | tail -30
 }
+# smallm_ab SECS TABLE V..: softfp8-bench small-m (8-bit, M = 1, 2, 4, 8) once per V, on TABLE
+# (SOFTFP8_TRITON_TABLE) where V starts with "ring", else on the built-in table
+smallm_ab() {
+  local secs=$1 table=$2 v t; shift 2
+  for v in "$@"; do
+    case $v in ring*) t=$table ;; *) t= ;; esac
+    run "smallm-$v" "$secs" env SOFTFP8_TRITON_TABLE=$t python3 -m softfp8.bench small-m --preset llama3-8b --backends triton --formats e5m2,e4m3 --m 1,2,4,8 --out "$OUT/r/smallm-$v.json"
+    grep -A8 "over all shapes" "$OUT/smallm-$v.txt" | tail -8
+  done
+}
 # sweep_l3 NAME SECS ARGS..: sweep_gemv.py ARGS on the five llama3-8b shapes into $OUT/r/NAME.json,
 # its shape, table and best lines printed
 sweep_l3() {
@@ -1370,11 +1380,30 @@ ring17)
   export SOFTFP8_FP8_DECODE=integer
   mkdir -p "$OUT/r"
   sweep_l3 ringm 300 --formats e5m2,e4m3 --ms 2,4,8 --kernels mma_gemv --mma-pipes 2:0,1:0:2,1:0:3 --mma-warps 2,4 --mma-tiles 2 --budget 280
-  for v in base ring base2 ring2; do
-    case $v in ring*) T=$OUT/r/ringm.json ;; *) T= ;; esac
-    run "smallm-$v" 90 env SOFTFP8_TRITON_TABLE=$T python3 -m softfp8.bench small-m --preset llama3-8b --backends triton --formats e5m2,e4m3 --m 1,2,4,8 --out "$OUT/r/smallm-$v.json"
-    grep -A8 "over all shapes" "$OUT/smallm-$v.txt" | tail -8
-  done
+  smallm_ab 90 "$OUT/r/ringm.json" base ring
   pack ring17
+  ;;
+ring17b)
+  # (seventeenth session) after ring17 (the ring won at M = 2..4, lost at 8): the ring at
+  # M = 2..4 with splits for ~6 and ~12 resident warps an SM and none, M = 8 with 4 tiles a
+  # warp against 2, then the small-m bench on the first sweep's table against the built-in one
+  # (interleaved) and the whole small-m (M = 1..16) on the built-in table
+  export SOFTFP8_FP8_DECODE=integer
+  mkdir -p "$OUT/r"
+  sweep_l3 ringm2 200 --formats e5m2,e4m3 --ms 2,4 --kernels mma_gemv --mma-pipes 1:0:2,1:0:3 --mma-warps 2,4 --mma-tiles 2 --budget 170
+  sweep_l3 m8 140 --formats e5m2,e4m3 --ms 8 --kernels mma_gemv --mma-pipes 2:0,1:0 --mma-warps 2,4 --mma-tiles 2,4 --budget 110
+  smallm_ab 60 "$OUT/r/ringm2.json" ring base ring2 base2
+  smallm_all 100
+  pack ring17b
+  ;;
+final17)
+  # (seventeenth session) 8-bit M = 2..4 on the ring (MMA_FP8_RING_MAX_M): the ring's GPU tests
+  # (each now also runs the table's own setting), the whole small-m and prefill
+  export SOFTFP8_FP8_DECODE=integer
+  mkdir -p "$OUT/r"
+  run gputests 240 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_triton.py -k "ring or domain"
+  smallm_all 100
+  run prefill 150 python3 -m softfp8.bench prefill --preset llama3-8b --backends triton --out "$OUT/r/prefill.json"
+  pack final17
   ;;
 esac

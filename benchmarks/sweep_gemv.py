@@ -91,22 +91,23 @@ def candidates(fmt, n, k, m, info, dtype, kernels, mma_pipes=((1, 0),), mma_warp
     if m <= tb.MMA_GROUPS_MAX_M and "mma_gemv" in kernels and tb.mma_gemv_runs(
             k, m, softfp8.Format(fmt), info, dtype):
         # the run mapping laid out for the next power of two >= M, 2 or 4 tiles a warp, splits
-        # for ~12 (M = 1: and ~24) resident warps an SM and none; M > 1 also the 32-row tiles (block_m 8)
+        # for ~12 (M = 1: and ~24, M > 1: and ~6) resident warps an SM and none; M > 1 also the
+        # 32-row tiles (block_m 8)
         mp = min(tb.MMA_MAX_M, 1 << (m - 1).bit_length())
         for nw in mma_warps or ((2, 4, 8) if m == 1 else (4, 8)) if m <= tb.MMA_MAX_M else ():
             for tiles in mma_tiles:
                 rows = tb.mma_rows(mp, nw, tiles)
-                for per_sm in (12, 24) if m == 1 else (12,):
-                    split = tb.mma_split(-(-n // rows), nw, info, per_sm)
-                    for s in sorted({1, split}):
-                        for depth, ahead, *ring in mma_pipes:
-                            ring = ring[0] if ring else 0
-                            if ring and not (tiles == 2 and depth == 1
-                                             and tb.mma_ring_fits(ring, nw)):
-                                continue
-                            if depth == 1 or tiles == 2:
-                                out.append(tb.LaunchConfig(tb.Kernel.MMA_GEMV, mp, rows, 128, s,
-                                                           nw, ahead, depth, ring))
+                splits = {1} | {tb.mma_split(-(-n // rows), nw, info, per_sm)
+                                for per_sm in ((12, 24) if m == 1 else (6, 12))}
+                for s in sorted(splits):
+                    for depth, ahead, *ring in mma_pipes:
+                        ring = ring[0] if ring else 0
+                        if ring and not (tiles == 2 and depth == 1
+                                         and tb.mma_ring_fits(ring, nw)):
+                            continue
+                        if depth == 1 or tiles == 2:
+                            out.append(tb.LaunchConfig(tb.Kernel.MMA_GEMV, mp, rows, 128, s,
+                                                       nw, ahead, depth, ring))
         if m > 1:
             for nw in (4, 8):
                 for s in (1, 2, 4):

@@ -367,9 +367,9 @@ def test_mma_gemv_domain():
     for fmt in (Format.NVFP4, Format.MXFP4):
         assert launch_config(128256, 4096, 16, fmt, h200).kernel is Kernel.MMA_GEMV
     # M = 1: 2 warps, K split until ~12 warps an SM or <= 3.5 KB of a row a program; 8-bit
-    # M = 2..4 in two register buffers (depth 2); 8-bit M = 1 on the shared-memory ring (3
-    # stages, ~6 warps an SM, no split by row length)
-    assert launch_config(4096, 11008, 2, Format.E4M3, h200).depth == 2
+    # M <= 4 on the shared-memory ring from sm_90 (3 stages, 2 warps; M = 1 ~6 warps an SM, no
+    # split by row length; M = 2 ~3 and rows in 7 KB pieces; M = 3..4 ~12), below it M = 2..4
+    # in two register buffers (depth 2)
     for n in (4096, 12288, 128256):
         ring = launch_config(n, 11008, 1, Format.E4M3, h200)
         assert (ring.depth, ring.ring, ring.split_k, ring.num_warps) == (1, 3, 1, 2)
@@ -380,19 +380,30 @@ def test_mma_gemv_domain():
     assert (a100_cfg.kernel, a100_cfg.depth, a100_cfg.ring) == (Kernel.MMA_GEMV, 2, 0)
     a100_head = launch_config(128256, 4096, 1, Format.E5M2, a100)
     assert (a100_head.num_warps, a100_head.depth, a100_head.ring) == (4, 2, 0)
-    assert launch_config(4096, 4096, 2, Format.E5M2, h200).ring == 0
+    for m in (2, 3, 4):
+        assert (launch_config(4096, 11008, m, Format.E4M3, a100).depth,
+                launch_config(4096, 11008, m, Format.E4M3, a100).ring) == (2, 0)
+        ring = launch_config(4096, 4096, m, Format.E5M2, h200)
+        assert (ring.depth, ring.ring, ring.num_warps) == (1, 3, 2)
+        assert ring.split_k == (1 if m == 2 else 7)
+    assert launch_config(4096, 14336, 2, Format.E5M2, h200).split_k == 2  # 7 KB of a row
     assert launch_config(4096, 4096, 1, Format.NVFP4, h200).ring == 0
     assert launch_config(4096, 4096, 1, Format.E5M2, h200).split_k == 1
-    assert launch_config(4096, 4096, 2, Format.E5M2, h200).depth == 2
+    assert launch_config(6144, 4096, 8, Format.E5M2, h200).depth == 2
     assert launch_config(4096, 4096, 1, Format.NVFP4, h200).depth == 1  # FP4: no gain measured
     assert launch_config(22016, 4096, 1, Format.NVFP4, h200).split_k == 1
     assert launch_config(28672, 4096, 1, Format.E5M2, h200).split_k == 1  # 4 KB rows
     # a vocabulary head's 8-bit rows: the runs on the ring as every 8-bit M = 1 shape
     head = launch_config(128256, 4096, 1, Format.E5M2, h200)
     assert (head.kernel, head.num_warps, head.ring) == (Kernel.MMA_GEMV, 2, 3)
-    for m in (2, 4):  # M = 2..4: the dot kernel from MMA_FP8_MAX_N rows (the bench decided)
-        assert launch_config(128256, 4096, m, Format.E4M3, h200).kernel is Kernel.SMALL_M
-        assert launch_config(65535, 4096, m, Format.E4M3, h200).kernel is Kernel.MMA_GEMV
+    for m in (2, 4):  # M = 2..4 heads: the ring from sm_90 (M = 2 in 4 warps, 2 stages), else
+        # the dot kernel from MMA_FP8_MAX_N rows (the bench decided)
+        ring = launch_config(128256, 4096, m, Format.E4M3, h200)
+        assert (ring.kernel, ring.ring, ring.num_warps) == (
+            (Kernel.MMA_GEMV, 2, 4) if m == 2 else (Kernel.MMA_GEMV, 3, 2))
+        assert launch_config(128256, 4096, m, Format.E4M3, a100).kernel is Kernel.SMALL_M
+        assert launch_config(65535, 4096, m, Format.E4M3, a100).kernel is Kernel.MMA_GEMV
+    assert launch_config(128256, 4096, 8, Format.E4M3, h200).kernel is Kernel.SMALL_M
     assert launch_config(128256, 4096, 1, Format.NVFP4, h200).kernel is Kernel.MMA_GEMV
     assert launch_config(4096, 4096, 1, Format.E5M2, h200, torch.bfloat16).kernel is Kernel.GEMV
 
@@ -797,6 +808,9 @@ def test_gpu_mma_gemv_ring_matches_reference(fmt, e2m1, n, k, m, split):
                            w, 0, ring=r)
         y = run(x, packed, bias, cfg, e2m1=e2m1)
         assert rel_err(y, want) <= tolerance(torch.float16), cfg
+    # the table's own setting (from sm_90: 8-bit M <= 4 on the ring, its K split by the rule)
+    cfg = launch_config(n, k, m, fmt, device_info(torch.device("cuda")), torch.float16)
+    assert rel_err(run(x, packed, bias, cfg, e2m1=e2m1), want) <= tolerance(torch.float16), cfg
 
 
 @pytest.mark.gpu

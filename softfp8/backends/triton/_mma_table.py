@@ -56,7 +56,7 @@ def uses_mma_gemv(n: int, k: int, m: int, fmt: Format, info: DeviceInfo,
     registers (depth 2; `pipe3` sweep, M = 4: every llama3-8b shape but E4M3's 4096 x 14336
     (22.9 against 22.4 us) faster than the dot kernel; in the bench qkv, o, down and gate_up
     2-15% faster); vocabulary heads only at M = 1
-    (MMA_FP8_MAX_N). At M = 5..8 the runs are 64 bytes long and lose to the dot kernel on the
+    (MMA_FP8_MAX_N) unless on the shared-memory ring (`_fp8_ring`: M <= 4 from sm_90). At M = 5..8 the runs are 64 bytes long and lose to the dot kernel on the
     large shapes (E4M3 28672 x 4096 41.1 against 37.6 us), not on the small ones
     (MMA_FP8_M8_MAX_CODES). Not for 8-bit codes under SOFTFP8_FP8_DECODE=hardware: its decode
     is the integer one. M = 9..16 (`wide10` sweep, llama3-8b shapes, us at M = 12 / 16): FP4
@@ -69,7 +69,7 @@ def uses_mma_gemv(n: int, k: int, m: int, fmt: Format, info: DeviceInfo,
     small = n * k <= MMA_FP8_M8_MAX_CODES
     if fmt in (Format.E5M2, Format.E4M3) and (
             (m > 4 and not small) or (m > MMA_MAX_M and fmt is not Format.E5M2)
-            or (m > 1 and n >= MMA_FP8_MAX_N)
+            or (m > 1 and n >= MMA_FP8_MAX_N and not _fp8_ring(m, info))
             or fp8_decode_wanted() == "hardware"):
         return False
     return mma_gemv_runs(k, m, fmt, info, x_dtype)
@@ -170,6 +170,29 @@ sm_89) or 164 KB (sm_80) an SM would hold 3 or 5 such programs, against the 16+ 
 register buffers leave resident; not measured there, so they keep two register buffers."""
 
 
+MMA_FP8_RING_MAX_M = 4
+"""8-bit M = 2..4 run on the ring too (from sm_90): 3 stages, 2 warps, vocabulary heads at M = 2
+in 4 warps of 2 stages; measured on the H200 (2026-12-02, llama3-8b shapes). Sweeps (`ring17`,
+`ring17b`, E5M2 us, the ring against the table's two register buffers in 4 warps): M = 2 qkv
+8.6 against 10.0, o 7.0 against 7.6, gate_up 30.3 against 35.1, down 17.9 against 18.2, the
+head (4 warps, 2 stages) 121.7 against 144.0 on the dot kernel; M = 4 qkv 9.5 against 10.3,
+o 7.9 against 8.4, gate_up 30.8 against 31.2, down 19.2 against 19.3. `softfp8-bench small-m`
+with the sweep's fastest against the built-in table, interleaved twice (`ring17b`): every shape
+faster at M = 2 and 4 in both pairs, all five shapes' bandwidth against M = 1: E5M2 M = 2
+0.942 -> 0.977-0.979, M = 4 0.931 -> 0.950-0.951; E4M3 M = 2 0.938-0.942 -> 0.993-0.994. At
+M = 8 the ring lost everywhere (gate_up 35.0 us on two buffers, the head 206 against 139 on
+the dot kernel; `ring17`). K-split: M = 2 for about 3 warps an SM and rows over 4 KB in 7 KB
+pieces (qkv 8.6 us unsplit, 9.3 split 2; down 17.9 split 2, 19.6 unsplit); M = 3..4 for
+about 12 (qkv 9.5 split 5, 11.5 unsplit)."""
+
+
+def _fp8_ring(m: int, info: DeviceInfo) -> bool:
+    """Whether 8-bit weights at M run on the shared-memory ring (MMA_FP8_RING_STAGES,
+    MMA_FP8_RING_MAX_M, MMA_RING_MIN_CC)."""
+    return (m <= MMA_FP8_RING_MAX_M and info.capability is not None
+            and info.capability >= MMA_RING_MIN_CC)
+
+
 MMA_FP4_M1_ONE_WARP_ROWS = (8192, 16384)
 """FP4 weights with rows in [lo, hi) run M = 1 in programs of one warp (4 rows), not two: the
 `hf12` sweep on the H200 (2026-12-01, transformers' Llama shapes, us, one warp against the
@@ -201,7 +224,7 @@ def mma_config(n: int, k: int, m: int, fmt: Format, info: DeviceInfo) -> LaunchC
       block_m = the next power of two >= M, 2 tiles a warp; M = 1 in 2 warps (FP4 in
       MMA_FP4_M1_ONE_WARP_ROWS: 1), else 4. 8-bit M = 1 runs on the shared-memory ring from
       sm_90 (MMA_FP8_RING_STAGES, MMA_RING_MIN_CC; before it, and below sm_90, from 16384 rows
-      in 4 warps). The 8-bit formats at
+      in 4 warps), and so does M = 2..4 (MMA_FP8_RING_MAX_M). Otherwise the 8-bit formats at
       M = 2..8 hold two steps in registers (depth 2): with one, ptxas issues the next step's
       loads after this step's mma (SASS, sm_90), so a warp had one step in flight;
       `pipe1` sweep, M = 1, best per shape against depth 1: 22016 x 4096 E5M2 24.0 against
@@ -254,14 +277,16 @@ def mma_config(n: int, k: int, m: int, fmt: Format, info: DeviceInfo) -> LaunchC
         block_m, rows, ahead = MMA_MAX_M, MMA_TILE_ROWS, 2
         warps = 8 if -(-n // MMA_TILE_ROWS) < 256 else 4
     groups = -(-m // block_m)  # block_m = 8 at M = 9..16 (explicit configs): two groups
-    if fp8 and m == 1 and info.capability is not None and info.capability >= MMA_RING_MIN_CC:
+    if fp8 and _fp8_ring(m, info):
         # the shared-memory ring, 3 stages (2 ahead): as many bytes a warp as depth 2, so the
-        # same resident warps fill the GPU, and no split by row length (MMA_FP8_RING_STAGES)
-        warps = 2
+        # same resident warps fill the GPU, and at M = 1 no split by row length
+        # (MMA_FP8_RING_STAGES, MMA_FP8_RING_MAX_M)
+        warps, stages = (4, 2) if m == 2 and n >= MMA_FP8_MAX_N else (2, MMA_FP8_RING_STAGES)
         rows = mma_rows(block_m, warps)
-        split = mma_split(-(-n // rows), warps, info, 6)
-        return LaunchConfig(Kernel.MMA_GEMV, block_m, rows, 128, split, warps, ahead, 1,
-                            MMA_FP8_RING_STAGES)
+        split = mma_split(-(-n // rows), warps, info, {1: 6, 2: 3}.get(m, 12))
+        if m == 2 and k > 4096:
+            split = min(8, max(split, -(-k // 7168)))
+        return LaunchConfig(Kernel.MMA_GEMV, block_m, rows, 128, split, warps, ahead, 1, stages)
     # two buffers hold twice the bytes a warp: half the resident warps fill the GPU (M = 1)
     split = mma_split(-(-n // rows) * groups, warps, info, 12 // depth if m == 1 else 12)
     row_bytes = k * (8 if fp8 else 4) // 8
