@@ -47,25 +47,23 @@ M = 2..4 heads were not measured again since."""
 
 def uses_mma_gemv(n: int, k: int, m: int, fmt: Format, info: DeviceInfo,
                   x_dtype: torch.dtype) -> bool:
-    """Whether launch_config picks Kernel.MMA_GEMV: within its domain, FP4 at M <= 16 (M = 9..16
-    in one program a row block, the weights decoded once for both halves of x's rows: WIDE)
-    and the 8-bit formats at M <= 4 (M <= 8 for small weights; E5M2 small weights also at
-    M = 9..16, wide), where it was measured faster than the FMA/dot kernels on the H200
-    (BENCHMARKS.md, campaign steps `mma8`, `runs2`-`runs4`, `pipe2`-`pipe4`, `smallm8`,
-    `wide10`). 8-bit M = 3..4 joined once each thread held two steps in
-    registers (depth 2; `pipe3` sweep, M = 4: every llama3-8b shape but E4M3's 4096 x 14336
-    (22.9 against 22.4 us) faster than the dot kernel; in the bench qkv, o, down and gate_up
-    2-15% faster); vocabulary heads only at M = 1
-    (MMA_FP8_MAX_N) unless on the shared-memory ring (`_fp8_ring`: M <= 4 from sm_90). At M = 5..8 the runs are 64 bytes long and lose to the dot kernel on the
-    large shapes (E4M3 28672 x 4096 41.1 against 37.6 us), not on the small ones
-    (MMA_FP8_M8_MAX_CODES). Not for 8-bit codes under SOFTFP8_FP8_DECODE=hardware: its decode
-    is the integer one. M = 9..16 (`wide10` sweep, llama3-8b shapes, us at M = 12 / 16): FP4
-    wide against the two groups (or NVFP4's head on the dot kernel at 16) 135 / 154 against
-    202 / 483 on the head, 42.5 / 48.0 against 50.0 / 52.5 on gate_up (NVFP4), 12.3 / 12.5
-    against 15.5 / 15.9 on qkv; E5M2 wide against the dot kernel 11.3 / 11.4 against 11.5 /
-    12.1 on qkv, 9.6 / 9.6 against 10.2 / 10.2 on o, but 23.2 against 21.3 on down and
-    143 against 141 on the head; E4M3 12.6 / 12.5 against 12.4 / 12.1 on qkv (the dot kernel
-    stays)."""
+    """Whether launch_config picks Kernel.MMA_GEMV: within its domain, FP4 at M <= 16 (M = 9..16 in
+    one program a row block, the weights decoded once for both halves of x's rows: WIDE) and the
+    8-bit formats at M <= 4 (M <= 8 for small weights; E5M2 small weights also at M = 9..16, wide),
+    where it was measured faster than the FMA/dot kernels on the H200 (BENCHMARKS.md, campaign steps
+    `mma8`, `runs2`-`runs4`, `pipe2`-`pipe4`, `smallm8`, `wide10`). 8-bit M = 3..4 joined once each
+    thread held two steps in registers (depth 2; `pipe3` sweep, M = 4: every llama3-8b shape but
+    E4M3's 4096 x 14336 (22.9 against 22.4 us) faster than the dot kernel; in the bench qkv, o, down
+    and gate_up 2-15% faster); vocabulary heads only at M = 1 (MMA_FP8_MAX_N) unless on the
+    shared-memory ring (`_fp8_ring`: M <= 4 from sm_90). At M = 5..8 the runs are 64 bytes long and
+    lose to the dot kernel on the large shapes (E4M3 28672 x 4096 41.1 against 37.6 us), not on the
+    small ones (MMA_FP8_M8_MAX_CODES). Not for 8-bit codes under SOFTFP8_FP8_DECODE=hardware: its
+    decode is the integer one. M = 9..16 (`wide10` sweep, llama3-8b shapes, us at M = 12 / 16): FP4
+    wide against the two groups (or NVFP4's head on the dot kernel at 16) 135 / 154 against 202 /
+    483 on the head, 42.5 / 48.0 against 50.0 / 52.5 on gate_up (NVFP4), 12.3 / 12.5 against 15.5 /
+    15.9 on qkv; E5M2 wide against the dot kernel 11.3 / 11.4 against 11.5 / 12.1 on qkv, 9.6 / 9.6
+    against 10.2 / 10.2 on o, but 23.2 against 21.3 on down and 143 against 141 on the head; E4M3
+    12.6 / 12.5 against 12.4 / 12.1 on qkv (the dot kernel stays)."""
     small = n * k <= MMA_FP8_M8_MAX_CODES
     if fmt in (Format.E5M2, Format.E4M3) and (
             (m > 4 and not small) or (m > MMA_MAX_M and fmt is not Format.E5M2)
