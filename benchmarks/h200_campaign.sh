@@ -1406,4 +1406,19 @@ final17)
   run prefill 150 python3 -m softfp8.bench prefill --preset llama3-8b --backends triton --out "$OUT/r/prefill.json"
   pack final17
   ;;
+dot17)
+  # (seventeenth session) 8-bit M = 8..16 trail M = 1 (the head on the dot kernel: 139 us
+  # against 118): the dot kernel's tiles and pipelines swept at M = 8 and 16, then small-m on
+  # the sweep's fastest against the built-in table, interleaved
+  export SOFTFP8_FP8_DECODE=integer
+  mkdir -p "$OUT/r"
+  run dotm 270 python3 benchmarks/sweep_gemv.py --formats e5m2,e4m3 --ms 8,16 --kernels small_m --budget 250 --shapes "28672,4096;4096,14336;128256,4096" --out "$OUT/r/dotm.json"
+  grep -E "x4096 M=|x14336 M=|table:|BEST:" "$OUT/dotm.txt" | cut -c1-110
+  for v in dot base dot2 base2; do
+    case $v in dot*) t=$OUT/r/dotm.json ;; *) t= ;; esac
+    run "smallm-$v" 60 env SOFTFP8_TRITON_TABLE=$t python3 -m softfp8.bench small-m --preset llama3-8b --backends triton --formats e5m2,e4m3 --m 1,8,16 --out "$OUT/r/smallm-$v.json"
+    grep -A8 "over all shapes" "$OUT/smallm-$v.txt" | tail -8
+  done
+  pack dot17
+  ;;
 esac

@@ -357,6 +357,11 @@ def test_mma_gemv_domain():
     assert launch_config(6144, 4096, 8, Format.E4M3, h200).kernel is Kernel.MMA_GEMV
     assert launch_config(6144, 4097 + 7, 8, Format.E4M3, h200).kernel is Kernel.SMALL_M
     assert launch_config(28672, 4096, 5, Format.E5M2, h200).kernel is Kernel.SMALL_M
+    for m in (5, 8, 16):  # the dot kernel: 128 x 256 tiles unsplit from SMALL_M_FP8_TALL_ROWS
+        for n, k, tile in ((28672, 4096, 128), (128256, 4096, 128), (4096, 14336, 64)):
+            cfg = launch_config(n, k, m, Format.E4M3, h200)
+            assert (cfg.kernel, cfg.block_n, cfg.split_k == 1) == (Kernel.SMALL_M, tile,
+                                                                    tile == 128), (n, k, m, cfg)
     for m in (9, 16):  # M > 8: E5M2 small weights wide (two buffers), E4M3 the dot kernel
         cfg = launch_config(4096, 4096, m, Format.E5M2, h200)
         assert (cfg.kernel, cfg.block_m, cfg.depth) == (

@@ -103,6 +103,15 @@ def _table_from_sweep(path: str) -> dict:
                          f"benchmarks/sweep_gemv.py --out ({type(e).__name__}: {e})") from e
 
 
+SMALL_M_FP8_TALL_ROWS = 28672
+"""8-bit weights of at least this many rows run M = 5..16 on the dot kernel in 128 x 256 tiles,
+unsplit (below: 64 x 256). Measured on the H200 (2026-12-02, `dot17`; sweep us, 128 x 256
+against 64 x 256, 4 warps, 3 stages): 28672 x 4096 M = 8 E5M2 33.1 against 35.4, E4M3 33.2
+against 37.1, M = 16 33.7 / 32.6 against 37.5 / 35.0 (split 3: 37.7-41.3); the 128256-row head
+124.0-128.3 against 140.0-142.6. In `softfp8-bench small-m` (interleaved twice) the head at
+M = 8 / 16 took 124 / 126-127 us against 125 / 128, gate_up 32 against 33. 4096 x 14336 keeps
+64 x 256 (the sweep's best); rows between 4096 and 28672 were not measured."""
+
 SMALL_M_UNSPLIT_PER_SM = 2
 """The dot kernel at M = 5..16 splits K only while its row blocks number fewer than this many
 per SM (below that, up to four): `m16sweep` on the H200, 8-bit, M = 16, 64 x 256 tiles:
@@ -132,7 +141,8 @@ def launch_config(n: int, k: int, m: int, fmt: Format, info: DeviceInfo,
       CUDA graphs, against 0.33-0.63x for the tiled kernel).
     - Small M (2..16): one 16-row x block against a 64 x 256 weight tile, K split until there
       are four programs per SM (6-9 ways at N = 4096-6144); at M = 5..16 not at all from
-      SMALL_M_UNSPLIT_PER_SM row blocks an SM.
+      SMALL_M_UNSPLIT_PER_SM row blocks an SM; 8-bit from SMALL_M_FP8_TALL_ROWS rows at
+      M = 5..16 in 128 x 256 tiles, unsplit.
     The M = 17..511 tiles and the dtypes other than fp16 are reasoned, not measured (and every
     GPU but the H200 is):
     - fp32 activations with
@@ -177,8 +187,9 @@ def launch_config(n: int, k: int, m: int, fmt: Format, info: DeviceInfo,
         if fma_dot:
             cfg = LaunchConfig(Kernel.SMALL_M, 16, 32, 32, num_warps=4, num_stages=2)
         else:
-            cfg = LaunchConfig(Kernel.SMALL_M, 16, 64, 32 if mx else 256, num_warps=4,
-                               num_stages=3)
+            tall = fp8 and m > 4 and n >= SMALL_M_FP8_TALL_ROWS
+            cfg = LaunchConfig(Kernel.SMALL_M, 16, 128 if tall else 64, 32 if mx else 256,
+                               num_warps=4, num_stages=3)
     else:
         cfg = tiled_config(m, fmt, info, fma_dot)
     programs = -(-n // cfg.block_n) * -(-m // cfg.block_m)
@@ -188,7 +199,7 @@ def launch_config(n: int, k: int, m: int, fmt: Format, info: DeviceInfo,
     wide = info.interpreter or (cfg.kernel is Kernel.SMALL_M and m > 1)
     want = 4 * info.sm_count if wide else info.sm_count
     if (cfg.kernel is Kernel.SMALL_M and m > 4 and not info.interpreter
-            and programs >= SMALL_M_UNSPLIT_PER_SM * info.sm_count):
+            and (programs >= SMALL_M_UNSPLIT_PER_SM * info.sm_count or cfg.block_n == 128)):
         want = programs  # enough row blocks: no split (m16sweep)
     split = 1 if programs >= want else min(16, steps, -(-want // programs))
     return LaunchConfig(cfg.kernel, cfg.block_m, cfg.block_n, cfg.block_k, max(split, 1),
