@@ -1421,4 +1421,14 @@ dot17)
   done
   pack dot17
   ;;
+tall17)
+  # (seventeenth session) SMALL_M_FP8_TALL_ROWS in the built-in table against the commit
+  # before (variants/prev), small-m at M = 1, 8, 16, interleaved twice (the bench checks
+  # each result against the reference: its "ok" column)
+  export SOFTFP8_FP8_DECODE=integer
+  mkdir -p "$OUT/r"
+  ab_bench tall 60 python3 -m softfp8.bench small-m --preset llama3-8b --backends triton --formats e5m2,e4m3 --m 1,8,16
+  for v in prev cur prev2 cur2; do echo "== $v"; grep -A9 "over all shapes" "$OUT/tall-$v.txt" | grep -E "e5m2|e4m3"; grep -c " ok " "$OUT/tall-$v.txt"; done
+  pack tall17
+  ;;
 esac
