@@ -37,7 +37,7 @@ def launch(x, p, y, cfg, diag, inject=False, maxnreg=0, ring_x=True):
     mma_gemv_kernel[(-(-n // cfg.block_n), split)](
         x, w, s, g, w, y, ws, w, 1, n, k, rb, sb, per_split, FMT=p.fmt.value, HAS_BIAS=False,
         WARPS=cfg.num_warps, PARTIAL=split > 1, num_warps=cfg.num_warps, num_stages=1,
-        AHEAD=cfg.num_stages, DIAG=diag, RUNS=runs, TILES=tiles, INJECT=inject, RING=cfg.ring,
+        AHEAD=cfg.num_stages, DEPTH=cfg.depth, DIAG=diag, RUNS=runs, TILES=tiles, INJECT=inject, RING=cfg.ring,
         RING_X=ring_x, **(dict(maxnreg=maxnreg) if maxnreg else {}))
 
 
@@ -48,6 +48,9 @@ def main():
     ap.add_argument("--maxnreg", default="",
                     help="comma list: only the table's setting, FP4 by injection, with ptxas "
                          "held to each register count (more warps an SM, spills to local memory)")
+    ap.add_argument("--depth2", action="store_true",
+                    help="with --maxnreg: also the table's setting at depth 2 (two register "
+                         "buffers) at each register count")
     ap.add_argument("--ring", default="",
                     help="comma list of ring stages: the table's setting against the ring (2 "
                          "warps) with x through the ring and by registers, and its loads alone")
@@ -89,11 +92,14 @@ def main():
                 del ps
                 continue
             if args.maxnreg:
-                for mr in (0, *map(int, args.maxnreg.split(","))):
-                    t = graph_time([lambda p_=p_: launch(x, p_, y, table, 0, True, mr)
-                                    for p_ in ps])
-                    print(f"  {fmt} inject maxnreg {mr or '-'}: {t * 1000:.1f} us "
-                          f"{p.nbytes / t / 1e6:.0f} GB/s x{t16 / t:.2f}", flush=True)
+                for depth in (1, 2) if args.depth2 else (1,):
+                    c = dataclasses.replace(table, depth=depth)
+                    for mr in (0, *map(int, args.maxnreg.split(","))):
+                        t = graph_time([lambda p_=p_: launch(x, p_, y, c, 0, True, mr)
+                                        for p_ in ps])
+                        print(f"  {fmt} inject depth {depth} maxnreg {mr or '-'}: "
+                              f"{t * 1000:.1f} us {p.nbytes / t / 1e6:.0f} GB/s x{t16 / t:.2f}",
+                              flush=True)
                 del ps
                 continue
             cfgs = [table] + [tb.LaunchConfig(tb.Kernel.MMA_GEMV, 1, tb.mma_rows(1, w, t), 128,

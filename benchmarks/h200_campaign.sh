@@ -1431,4 +1431,13 @@ tall17)
   for v in prev cur prev2 cur2; do echo "== $v"; grep -A9 "over all shapes" "$OUT/tall-$v.txt" | grep -E "e5m2|e4m3"; grep -c " ok " "$OUT/tall-$v.txt"; done
   pack tall17
   ;;
+fp4d17)
+  # (seventeenth session) FP4 M = 1 at depth 2 was 35% slower in a token at 168 registers
+  # (fifteenth session) although its loop has no register moves (393 instructions a step
+  # against 418 at depth 1, sm_90 SASS here); ptxas holds it to 136 without spills: the table's
+  # setting against depth 2 at 168 / 136 registers, per shape
+  mkdir -p "$OUT/r"
+  run fp4d 200 python3 benchmarks/gpu_mma_probe.py --formats nvfp4,mxfp4 --shapes "22016,4096;11008,4096;4096,11008;4096,4096" --maxnreg 136 --depth2
+  pack fp4d17
+  ;;
 esac
