@@ -1440,4 +1440,13 @@ fp4d17)
   run fp4d 200 python3 benchmarks/gpu_mma_probe.py --formats nvfp4,mxfp4 --shapes "22016,4096;11008,4096;4096,11008;4096,4096" --maxnreg 136 --depth2
   pack fp4d17
   ;;
+final17b)
+  # (seventeenth session) the final numbers on the final table: the llama2-7b token (M = 1,
+  # unchanged kernels: a check) and the whole small-m (M = 12 had run before the tall tiles)
+  export SOFTFP8_FP8_DECODE=integer
+  mkdir -p "$OUT/r"
+  run token-final 80 python3 -m softfp8.bench token --preset llama2-7b --backends triton --out "$OUT/r/token-final.json"
+  smallm_all 100
+  pack final17b
+  ;;
 esac
