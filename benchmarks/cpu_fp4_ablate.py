@@ -40,8 +40,8 @@ from softfp8.formats import SPECS  # noqa: E402
 LOOKUP = ("                hb = builder.call(pshufb, [high, idx])\n"
           "                lb = builder.call(pshufb, [low, idx])\n")
 # the high bytes or-ed with 0x30: every value a normal float far from the subnormals
-NO_LOOKUP = ("                hb = builder.or_(idx, ir.Constant(vb, [ir.Constant(i8, 0x30)] * 32))\n"
-             "                lb = builder.or_(idx, low)\n")
+NO_LOOKUP = ("                hb = builder.or_(idx, ir.Constant(vb, [ir.Constant(i8, 0x30)]"
+             " * 32))\n                lb = builder.or_(idx, low)\n")
 VALUE = "                        val = builder.bitcast(bits, vf)\n"
 # a normal float from the raw words: sign and mantissa kept, exponent 126, mantissa bits flipped
 # by the vector's number (4p + 2h + sh) so that each of a step's 8 vectors differs
