@@ -1,0 +1,84 @@
+"""A/B (tried and dropped, BENCHMARKS.md seventeenth session): the AVX2 FP4 table kernel
+(_numba_pshufb, A) against a copy (B) that multiplies each decoded vector by its block scales and
+adds it into one of 8 accumulators of its own, so no step's sums funnel through one chain into
+a scaled multiply-add (the question: is the loop bound by that dependency chain, the
+`cpu_fp4_ablate.py` loop without its decode being barely faster?). B is built from A's source
+text with four edits (`cpu_fp4_ablate.variant`); also prints both results' error against fp64.
+
+    python benchmarks/cpu_fp4_scaled_ab.py
+"""
+import os
+import statistics
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import cpu_fp4_ablate as ab  # noqa: E402
+import inspect  # noqa: E402
+
+import numba  # noqa: E402
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+import softfp8  # noqa: E402
+from cpu_fp4_kernels import median_ms, vector_scaling  # noqa: E402
+from softfp8.formats import SPECS  # noqa: E402
+
+ACCS = ("    accs = [[cgutils.alloca_once_value(builder, ir.Constant(vf, None)) for _ in "
+        "range(2)]\n")
+ACCS8 = ACCS.replace("range(2)", "range(8)")  # 8 accumulators a row, not 2
+PART = "            part = [None, None]\n"
+SCALES_FIRST = '''            few = ir.VectorType(f32, nblk)
+            sv = vload(srows[i], builder.udiv(w0, ir.Constant(intp, wpb)), few)
+            sv = builder.shuffle_vector(sv, ir.Constant(few, None),
+                                        ir.Constant(vi, [ir.Constant(i32, j % nblk)
+                                                         for j in range(8)]))
+            scales = [builder.call(permps, [sv, picks[h]]) for h in range(2)]
+'''
+OLD_FMA = ("                        part[h] = builder.fmul(val, xvec) if part[h] is None else "
+           "builder.call(\n                            fma, [val, xvec, part[h]])\n")
+NEW_FMA = '''                        a = accs[i][4 * h + 2 * p + sh]
+                        builder.store(builder.call(fma, [builder.fmul(val, scales[h]), xvec,
+                                                         builder.load(a)]), a)
+'''
+src = inspect.getsource(ab.A)
+i = src.index("            # the step's scales, one vpermps a vector")
+j = src.index("    return rows_totals(")
+TAIL = src[i:j]
+edits = ((ACCS, ACCS8), (PART, SCALES_FIRST), (OLD_FMA, NEW_FMA), (TAIL, ""))
+
+
+def main():
+    B = ab.variant("scaled", edits)
+    print("vector scaling %.2f" % vector_scaling())
+    for shape in ("11008x4096", "4096x11008"):
+        n, k = map(int, shape.split("x"))
+        for fmt in ("mxfp4", "nvfp4"):
+            p = softfp8.quantize(torch.randn(n, k) * 0.02, fmt)
+            x = torch.randn(k)
+            xs, xp = ab.A.x_steps(x, SPECS[p.fmt].block)
+            w, s = p.words.numpy(), p.scales.numpy()
+            g = np.float32(1.0) if fmt == "mxfp4" else np.float32(p.global_scale.item())
+            ys = {m: np.empty(n, np.float32) for m in "AB"}
+            def call(mod, y):
+                if fmt == "mxfp4":
+                    return lambda: mod.gemv_mxfp4(w, s, xs, xp, y, 344)
+                return lambda: mod.gemv_nvfp4(w, s, g, xs, xp, y, 344)
+            fns = {"A": call(ab.A, ys["A"]), "B": call(B, ys["B"])}
+            for f in fns.values(): f()
+            ref = softfp8.dequantize(p).double() @ x.double()
+            for m in "AB":
+                e = (torch.from_numpy(ys[m]).double() - ref).abs().max() / ref.abs().max()
+                print(f"  {shape} {fmt} {m} max err rel {e:.2e}")
+            for threads in (1, 2):
+                numba.set_num_threads(threads)
+                res = {m: [] for m in fns}
+                for _ in range(4):
+                    for m, fn in fns.items():
+                        res[m].append(median_ms(fn, 15))
+                print(f"{shape} {fmt} {threads}t  " + "   ".join(
+                    f"{m} {min(v):.3f} / {statistics.median(v):.3f}" for m, v in res.items()),
+                    flush=True)
+
+
+if __name__ == "__main__":
+    main()
