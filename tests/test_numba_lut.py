@@ -148,3 +148,32 @@ def test_x_steps_planes_only_for_a_tail(mod, step):
             assert (xp == x.reshape(-1, 16).T).all()
         xs_t, xp_t = mod.x_steps(torch.from_numpy(x), 16)
         assert np.array_equal(xs_t, xs) and np.array_equal(xp_t, xp)
+
+
+def test_avx2_ablation_scripts_still_edit_the_kernel():
+    """benchmarks/cpu_fp4_ablate.py, cpu_fp4_scaled_ab.py and cpu_fp4_chains_ab.py build their
+    variants by replacing lines of _numba_pshufb's source: each line they replace is still there
+    (else the scripts stop with "update this script"; this says so in CI, not on the day a
+    measurement is wanted)."""
+    import importlib.util
+    import inspect
+    import pathlib
+    import sys
+
+    bench = pathlib.Path(__file__).resolve().parent.parent / "benchmarks"
+    sys.path.insert(0, str(bench))
+    try:
+        mods = {}
+        for name in ("cpu_fp4_ablate", "cpu_fp4_scaled_ab", "cpu_fp4_chains_ab"):
+            spec = importlib.util.spec_from_file_location(name, bench / f"{name}.py")
+            mods[name] = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(mods[name])
+    finally:
+        sys.path.remove(str(bench))
+    src = inspect.getsource(P)
+    edits = [old for variant in mods["cpu_fp4_ablate"].VARIANTS.values() for old, _ in variant]
+    edits += [old for old, _ in mods["cpu_fp4_scaled_ab"].edits]
+    edits += [mods["cpu_fp4_chains_ab"].ONE_CHAIN, mods["cpu_fp4_chains_ab"].ONE_FMA]
+    assert len(edits) == 8
+    for old in edits:
+        assert old and old in src, old
