@@ -16,7 +16,8 @@ Policy for values a format can't hold (the one place it is decided):
   row is NaN anyway). Scales come from the finite values only.
 - ±inf weights: E5M2 stores ±inf (scaled E5M2 too: inf times a finite scale is inf). The other
   formats have no infinity, so they raise ValueError rather than store a wrong value.
-- Zero rows and blocks get scale 1 (E4M3 row, E8M0 code 127), never 0 or a denormal.
+- Zero rows and blocks get scale 1 (E4M3 row, E8M0 code 127), never 0 or a denormal; so does
+  an MXFP4 block that even the smallest E8M0 scale would leave all zeros (amax <= 2^-129).
 """
 from __future__ import annotations
 
@@ -219,7 +220,12 @@ def _quantize_fp4(w: torch.Tensor, fmt: Format) -> PackedWeight:
     else:
         # OCP MX v1.0 §6.3: shared exponent = floor(log2(amax)) - emax(E2M1) = ... - 2.
         exponent = ((_f32_bits(amax) >> 23) & 0xFF) - 127 - 2
-        scale_codes = torch.where(amax > 0, encode_e8m0_exponent(exponent), _E8M0_ONE).to(torch.uint8)
+        # A block whose codes all round to zero even under the smallest scale (2^-127: amax at
+        # or below 2^-129, a quarter of it, ties to even) takes the scale of an all-zero block,
+        # so that re-quantizing its dequantized zeros makes the same choice (hypothesis found
+        # [[7.7473e-40]]: scale code 0 on the first pass, 127 on the second).
+        scale_codes = torch.where(amax > 2.0**-129, encode_e8m0_exponent(exponent),
+                                  _E8M0_ONE).to(torch.uint8)
         block_scale = decode_e8m0(scale_codes)
         nan_code = _E8M0_NAN
     # A scale that rounds to zero (a block far below the tensor's largest) keeps its codes at 0.

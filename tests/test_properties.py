@@ -84,6 +84,8 @@ def weights(draw, finite_only=True):
 @example(fmt=Format.NVFP4, w=torch.tensor([[1.0], [2.7425e-23]]))
 @example(fmt=Format.E4M3, w=torch.tensor([[3.4519, 0.1]]))
 @example(fmt=Format.E5M2, w=torch.tensor([[3.6734e-40]]))  # denormal row scale: became inf
+@example(fmt=Format.MXFP4, w=torch.tensor([[7.7473e-40]]))  # zeros under the smallest scale
+@example(fmt=Format.MXFP4, w=torch.tensor([[2.0**-129], [2.0**-129 * 1.5]]))  # at, above it
 def test_quantize_dequantize_quantize_is_idempotent(fmt, w):
     """Re-quantizing a dequantized weight makes the same decisions: identical codes and block
     scale codes. The fp32 scales (row, NVFP4 tensor) are amax / constant, so they may move by an
