@@ -73,6 +73,39 @@ def variant(name, edits):
     return mod
 
 
+def fp4_case(shape, fmt):
+    """One "NxK" shape of one FP4 format as the row kernels take it: (packed weight, x, gemv),
+    gemv(mod, y) a no-argument call of module `mod`'s parallel GEMV into y (chunk 344, as the
+    backend) -- the kernel or any `variant` of it. Random weights and x, no seed."""
+    n, k = map(int, shape.split("x"))
+    p = softfp8.quantize(torch.randn(n, k) * 0.02, fmt)
+    x = torch.randn(k)
+    xs, xp = A.x_steps(x, SPECS[p.fmt].block)
+    words, scales = p.words.numpy(), p.scales.numpy()
+    g = np.float32(1.0) if fmt == "mxfp4" else np.float32(p.global_scale.item())
+
+    def gemv(mod, y):
+        if fmt == "mxfp4":
+            return lambda: mod.gemv_mxfp4(words, scales, xs, xp, y, 344)
+        return lambda: mod.gemv_nvfp4(words, scales, g, xs, xp, y, 344)
+    return p, x, gemv
+
+
+def rounds_ms(fns, rounds, reps):
+    """{name: [median ms of `reps` calls, one a round]} over `rounds` rounds, each round calling
+    every fn of `fns` in turn (interleaved, so that the machine's moods fall on all of them)."""
+    res = {name: [] for name in fns}
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            res[name].append(median_ms(fn, reps))
+    return res
+
+
+def fastest_median(res):
+    """"name fastest / median" of each `rounds_ms` entry, on one line."""
+    return "   ".join(f"{m} {min(v):.3f} / {statistics.median(v):.3f}" for m, v in res.items())
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--shapes", default="11008x4096,4096x11008")
@@ -88,28 +121,16 @@ def main():
           f"{torch.__version__}, vector scaling {vector_scaling():.2f}x: ms, fastest / median "
           f"of {args.rounds} rounds (interleaved), against the kernel and torch's fp16 mv")
     for shape in args.shapes.split(","):
-        n, k = map(int, shape.split("x"))
         for fmt in args.formats.split(","):
-            p = softfp8.quantize(torch.randn(n, k) * 0.02, fmt)
-            xs, xp = A.x_steps(torch.randn(k), SPECS[p.fmt].block)
-            words, scales = p.words.numpy(), p.scales.numpy()
-            g = np.float32(1.0) if fmt == "mxfp4" else np.float32(p.global_scale.item())
-            y = np.empty(n, np.float32)
-
-            def call(mod):
-                if fmt == "mxfp4":
-                    return lambda: mod.gemv_mxfp4(words, scales, xs, xp, y, 344)
-                return lambda: mod.gemv_nvfp4(words, scales, g, xs, xp, y, 344)
-            fns = {name: call(mod) for name, mod in mods.items()}
-            w16, x16 = softfp8.dequantize(p).half(), torch.randn(k).half()
+            p, x, gemv = fp4_case(shape, fmt)
+            y = np.empty(p.shape[0], np.float32)
+            fns = {name: gemv(mod, y) for name, mod in mods.items()}
+            w16, x16 = softfp8.dequantize(p).half(), x.half()
             fns["torch fp16 mv"] = lambda: torch.mv(w16, x16)  # cpu_gemv.py's fastest torch mv
             for threads in map(int, args.threads.split(",")):
                 numba.set_num_threads(threads)
                 torch.set_num_threads(threads)
-                res = {name: [] for name in fns}
-                for _ in range(args.rounds):
-                    for name, fn in fns.items():
-                        res[name].append(median_ms(fn, args.reps))
+                res = rounds_ms(fns, args.rounds, args.reps)
                 base, mv = min(res["kernel"]), min(res["torch fp16 mv"])
                 for name, v in res.items():
                     print(f"{shape} {fmt} {threads}t {name:13s} {min(v):6.3f} / "

@@ -7,24 +7,17 @@ round; also checks that A and B agree.
 
     python benchmarks/cpu_fp4_chains_ab.py
 """
-import importlib.util
-import inspect
 import os
-import statistics
 import sys
-import tempfile
 import time
 
 import numba
 import numpy as np
-import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import softfp8  # noqa: E402
-from cpu_fp4_kernels import median_ms  # noqa: E402
+import cpu_fp4_ablate as ab  # noqa: E402
 from softfp8.backends import _numba_pshufb as A  # noqa: E402
-from softfp8.formats import SPECS  # noqa: E402
 
 ONE_CHAIN = """            part = [None, None]
             for p, idx in enumerate((builder.and_(raw, nibble), hi_n)):"""
@@ -39,17 +32,7 @@ TWO_FMA = """                        c = part[h][sh]
 
 
 def variant_b():
-    src = inspect.getsource(A)
-    assert ONE_CHAIN in src and ONE_FMA in src, "_numba_pshufb changed: update this A/B"
-    src = src.replace(ONE_CHAIN, TWO_CHAINS).replace(ONE_FMA, TWO_FMA)
-    src = src.replace("from ._numba", "from softfp8.backends._numba")
-    path = os.path.join(tempfile.mkdtemp(), "pshufb_two_chains.py")
-    with open(path, "w") as f:
-        f.write(src)
-    spec = importlib.util.spec_from_file_location("pshufb_two_chains", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return ab.variant("two chains", ((ONE_CHAIN, TWO_CHAINS), (ONE_FMA, TWO_FMA)))
 
 
 def main():
@@ -59,32 +42,17 @@ def main():
     print(f"# {time.strftime('%Y-%m-%d %H:%M')} numba {numba.__version__}: ms, fastest / median "
           f"of 4 rounds")
     for shape in ("11008x4096", "4096x11008"):
-        n, k = map(int, shape.split("x"))
         for fmt in ("nvfp4", "mxfp4"):
-            p = softfp8.quantize(torch.randn(n, k) * 0.02, fmt)
-            xs, xp = A.x_steps(torch.randn(k), SPECS[p.fmt].block)
-            words, scales = p.words.numpy(), p.scales.numpy()
-            g = np.float32(1.0) if fmt == "mxfp4" else np.float32(p.global_scale.item())
-            ys = {m: np.empty(n, np.float32) for m in "AB"}
-
-            def call(mod, y):
-                if fmt == "mxfp4":
-                    return lambda: mod.gemv_mxfp4(words, scales, xs, xp, y, 344)
-                return lambda: mod.gemv_nvfp4(words, scales, g, xs, xp, y, 344)
-            fns = {"A": call(A, ys["A"]), "B": call(B, ys["B"])}
+            p, _, gemv = ab.fp4_case(shape, fmt)
+            ys = {m: np.empty(p.shape[0], np.float32) for m in "AB"}
+            fns = {"A": gemv(A, ys["A"]), "B": gemv(B, ys["B"])}
             for fn in fns.values():
                 fn()
             assert np.allclose(ys["A"], ys["B"], rtol=1e-5, atol=1e-6), "A and B differ"
             for threads in (1, 2):
                 numba.set_num_threads(threads)
-                res = {m: [] for m in fns}
-                for _ in range(4):
-                    for m, fn in fns.items():
-                        res[m].append(median_ms(fn, 15))
-                print(f"{shape} {fmt} {threads}t  " + "   ".join(
-                    f"{m} {min(v):.3f} / {statistics.median(v):.3f}" for m, v in res.items()),
-                    flush=True)
-
+                print(f"{shape} {fmt} {threads}t  {ab.fastest_median(ab.rounds_ms(fns, 4, 15))}",
+                      flush=True)
 
 if __name__ == "__main__":
     main()

@@ -7,21 +7,18 @@ text with four edits (`cpu_fp4_ablate.variant`); also prints both results' error
 
     python benchmarks/cpu_fp4_scaled_ab.py
 """
+import inspect
 import os
-import statistics
 import sys
+
+import numba
+import numpy as np
+import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import cpu_fp4_ablate as ab  # noqa: E402
-import inspect  # noqa: E402
-
-import numba  # noqa: E402
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-
 import softfp8  # noqa: E402
-from cpu_fp4_kernels import median_ms, vector_scaling  # noqa: E402
-from softfp8.formats import SPECS  # noqa: E402
+from cpu_fp4_kernels import vector_scaling  # noqa: E402
 
 ACCS = ("    accs = [[cgutils.alloca_once_value(builder, ir.Constant(vf, None)) for _ in "
         "range(2)]\n")
@@ -51,34 +48,20 @@ def main():
     B = ab.variant("scaled", edits)
     print("vector scaling %.2f" % vector_scaling())
     for shape in ("11008x4096", "4096x11008"):
-        n, k = map(int, shape.split("x"))
         for fmt in ("mxfp4", "nvfp4"):
-            p = softfp8.quantize(torch.randn(n, k) * 0.02, fmt)
-            x = torch.randn(k)
-            xs, xp = ab.A.x_steps(x, SPECS[p.fmt].block)
-            w, s = p.words.numpy(), p.scales.numpy()
-            g = np.float32(1.0) if fmt == "mxfp4" else np.float32(p.global_scale.item())
-            ys = {m: np.empty(n, np.float32) for m in "AB"}
-            def call(mod, y):
-                if fmt == "mxfp4":
-                    return lambda: mod.gemv_mxfp4(w, s, xs, xp, y, 344)
-                return lambda: mod.gemv_nvfp4(w, s, g, xs, xp, y, 344)
-            fns = {"A": call(ab.A, ys["A"]), "B": call(B, ys["B"])}
-            for f in fns.values(): f()
+            p, x, gemv = ab.fp4_case(shape, fmt)
+            ys = {m: np.empty(p.shape[0], np.float32) for m in "AB"}
+            fns = {"A": gemv(ab.A, ys["A"]), "B": gemv(B, ys["B"])}
+            for fn in fns.values():
+                fn()
             ref = softfp8.dequantize(p).double() @ x.double()
             for m in "AB":
                 e = (torch.from_numpy(ys[m]).double() - ref).abs().max() / ref.abs().max()
                 print(f"  {shape} {fmt} {m} max err rel {e:.2e}")
             for threads in (1, 2):
                 numba.set_num_threads(threads)
-                res = {m: [] for m in fns}
-                for _ in range(4):
-                    for m, fn in fns.items():
-                        res[m].append(median_ms(fn, 15))
-                print(f"{shape} {fmt} {threads}t  " + "   ".join(
-                    f"{m} {min(v):.3f} / {statistics.median(v):.3f}" for m, v in res.items()),
-                    flush=True)
-
+                print(f"{shape} {fmt} {threads}t  {ab.fastest_median(ab.rounds_ms(fns, 4, 15))}",
+                      flush=True)
 
 if __name__ == "__main__":
     main()
