@@ -164,6 +164,8 @@ def launch_config(n: int, k: int, m: int, fmt: Format, info: DeviceInfo,
     fma_dot = f32 or (info.capability is not None and info.capability < (8, 0))
     mx = fmt is Format.MXFP4  # the tl.dot kernels step one MXFP4 block (32 codes) at a time
     fp8 = fmt in (Format.E5M2, Format.E4M3)
+    # the dot kernel's 128 x 256 tiles, unsplit (SMALL_M_FP8_TALL_ROWS)
+    tall = fp8 and 4 < m <= 16 and n >= SMALL_M_FP8_TALL_ROWS and not fma_dot
     if m >= (DEQUANT_MIN_M if fp8 else DEQUANT_MIN_M_FP4) and not info.interpreter:
         rows = max(DEQUANT_MIN_SLAB_ROWS, DEQUANT_SLAB_BYTES // (k * x_dtype.itemsize) // 128 * 128)
         return LaunchConfig(Kernel.DEQUANT, 1, min(rows, n), 512, num_warps=4, num_stages=1)
@@ -187,7 +189,6 @@ def launch_config(n: int, k: int, m: int, fmt: Format, info: DeviceInfo,
         if fma_dot:
             cfg = LaunchConfig(Kernel.SMALL_M, 16, 32, 32, num_warps=4, num_stages=2)
         else:
-            tall = fp8 and m > 4 and n >= SMALL_M_FP8_TALL_ROWS
             cfg = LaunchConfig(Kernel.SMALL_M, 16, 128 if tall else 64, 32 if mx else 256,
                                num_warps=4, num_stages=3)
     else:
@@ -199,7 +200,7 @@ def launch_config(n: int, k: int, m: int, fmt: Format, info: DeviceInfo,
     wide = info.interpreter or (cfg.kernel is Kernel.SMALL_M and m > 1)
     want = 4 * info.sm_count if wide else info.sm_count
     if (cfg.kernel is Kernel.SMALL_M and m > 4 and not info.interpreter
-            and (programs >= SMALL_M_UNSPLIT_PER_SM * info.sm_count or cfg.block_n == 128)):
+            and (programs >= SMALL_M_UNSPLIT_PER_SM * info.sm_count or tall)):
         want = programs  # enough row blocks: no split (m16sweep)
     split = 1 if programs >= want else min(16, steps, -(-want // programs))
     return LaunchConfig(cfg.kernel, cfg.block_m, cfg.block_n, cfg.block_k, max(split, 1),
