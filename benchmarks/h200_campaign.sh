@@ -39,13 +39,13 @@ smallm_all() {
   run smallm "$1" python3 -m softfp8.bench small-m --preset llama3-8b --backends triton --m 1,2,4,8,12,16 --out "$OUT/r/smallm.json"
   grep -A30 "over all shapes" "$OUT/smallm.txt" | tail -30
 }
-# smallm_ab SECS TABLE V..: softfp8-bench small-m (8-bit, M = 1, 2, 4, 8) once per V, on TABLE
-# (SOFTFP8_TRITON_TABLE) where V starts with "ring", else on the built-in table
+# smallm_ab SECS TABLE MS V..: softfp8-bench small-m (8-bit, M in MS) once per V, on the
+# built-in table where V starts with "base", else on TABLE (SOFTFP8_TRITON_TABLE)
 smallm_ab() {
-  local secs=$1 table=$2 v t; shift 2
+  local secs=$1 table=$2 ms=$3 v t; shift 3
   for v in "$@"; do
-    case $v in ring*) t=$table ;; *) t= ;; esac
-    run "smallm-$v" "$secs" env SOFTFP8_TRITON_TABLE=$t python3 -m softfp8.bench small-m --preset llama3-8b --backends triton --formats e5m2,e4m3 --m 1,2,4,8 --out "$OUT/r/smallm-$v.json"
+    case $v in base*) t= ;; *) t=$table ;; esac
+    run "smallm-$v" "$secs" env SOFTFP8_TRITON_TABLE=$t python3 -m softfp8.bench small-m --preset llama3-8b --backends triton --formats e5m2,e4m3 --m "$ms" --out "$OUT/r/smallm-$v.json"
     grep -A8 "over all shapes" "$OUT/smallm-$v.txt" | tail -8
   done
 }
@@ -1380,7 +1380,7 @@ ring17)
   export SOFTFP8_FP8_DECODE=integer
   mkdir -p "$OUT/r"
   sweep_l3 ringm 300 --formats e5m2,e4m3 --ms 2,4,8 --kernels mma_gemv --mma-pipes 2:0,1:0:2,1:0:3 --mma-warps 2,4 --mma-tiles 2 --budget 280
-  smallm_ab 90 "$OUT/r/ringm.json" base ring
+  smallm_ab 90 "$OUT/r/ringm.json" 1,2,4,8 base ring
   pack ring17
   ;;
 ring17b)
@@ -1392,7 +1392,7 @@ ring17b)
   mkdir -p "$OUT/r"
   sweep_l3 ringm2 200 --formats e5m2,e4m3 --ms 2,4 --kernels mma_gemv --mma-pipes 1:0:2,1:0:3 --mma-warps 2,4 --mma-tiles 2 --budget 170
   sweep_l3 m8 140 --formats e5m2,e4m3 --ms 8 --kernels mma_gemv --mma-pipes 2:0,1:0 --mma-warps 2,4 --mma-tiles 2,4 --budget 110
-  smallm_ab 60 "$OUT/r/ringm2.json" ring base ring2 base2
+  smallm_ab 60 "$OUT/r/ringm2.json" 1,2,4,8 ring base ring2 base2
   smallm_all 100
   pack ring17b
   ;;
@@ -1414,11 +1414,7 @@ dot17)
   mkdir -p "$OUT/r"
   run dotm 270 python3 benchmarks/sweep_gemv.py --formats e5m2,e4m3 --ms 8,16 --kernels small_m --budget 250 --shapes "28672,4096;4096,14336;128256,4096" --out "$OUT/r/dotm.json"
   grep -E "x4096 M=|x14336 M=|table:|BEST:" "$OUT/dotm.txt" | cut -c1-110
-  for v in dot base dot2 base2; do
-    case $v in dot*) t=$OUT/r/dotm.json ;; *) t= ;; esac
-    run "smallm-$v" 60 env SOFTFP8_TRITON_TABLE=$t python3 -m softfp8.bench small-m --preset llama3-8b --backends triton --formats e5m2,e4m3 --m 1,8,16 --out "$OUT/r/smallm-$v.json"
-    grep -A8 "over all shapes" "$OUT/smallm-$v.txt" | tail -8
-  done
+  smallm_ab 60 "$OUT/r/dotm.json" 1,8,16 dot base dot2 base2
   pack dot17
   ;;
 tall17)
