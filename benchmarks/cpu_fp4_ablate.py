@@ -106,6 +106,24 @@ def fastest_median(res):
     return "   ".join(f"{m} {min(v):.3f} / {statistics.median(v):.3f}" for m, v in res.items())
 
 
+def ab_rounds(b, formats, check):
+    """The kernel (A) against module `b` (B) on 11008x4096 and 4096x11008 in each format: both
+    called once, `check(shape, fmt, p, x, ys)` on their results (ys: {"A": y, "B": y}), then
+    "fastest / median" of 4 interleaved rounds of 15 calls at 1 and 2 threads, one line each."""
+    for shape in ("11008x4096", "4096x11008"):
+        for fmt in formats:
+            p, x, gemv = fp4_case(shape, fmt)
+            ys = {m: np.empty(p.shape[0], np.float32) for m in "AB"}
+            fns = {"A": gemv(A, ys["A"]), "B": gemv(b, ys["B"])}
+            for fn in fns.values():
+                fn()
+            check(shape, fmt, p, x, ys)
+            for threads in (1, 2):
+                numba.set_num_threads(threads)
+                print(f"{shape} {fmt} {threads}t  {fastest_median(rounds_ms(fns, 4, 15))}",
+                      flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--shapes", default="11008x4096,4096x11008")

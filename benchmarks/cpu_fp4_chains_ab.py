@@ -41,18 +41,12 @@ def main():
     B = variant_b()
     print(f"# {time.strftime('%Y-%m-%d %H:%M')} numba {numba.__version__}: ms, fastest / median "
           f"of 4 rounds")
-    for shape in ("11008x4096", "4096x11008"):
-        for fmt in ("nvfp4", "mxfp4"):
-            p, _, gemv = ab.fp4_case(shape, fmt)
-            ys = {m: np.empty(p.shape[0], np.float32) for m in "AB"}
-            fns = {"A": gemv(A, ys["A"]), "B": gemv(B, ys["B"])}
-            for fn in fns.values():
-                fn()
-            assert np.allclose(ys["A"], ys["B"], rtol=1e-5, atol=1e-6), "A and B differ"
-            for threads in (1, 2):
-                numba.set_num_threads(threads)
-                print(f"{shape} {fmt} {threads}t  {ab.fastest_median(ab.rounds_ms(fns, 4, 15))}",
-                      flush=True)
+    ab.ab_rounds(B, ("nvfp4", "mxfp4"), agree)
+
+
+def agree(shape, fmt, p, x, ys):
+    assert np.allclose(ys["A"], ys["B"], rtol=1e-5, atol=1e-6), "A and B differ"
+
 
 if __name__ == "__main__":
     main()

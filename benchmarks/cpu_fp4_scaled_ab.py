@@ -11,8 +11,6 @@ import inspect
 import os
 import sys
 
-import numba
-import numpy as np
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -47,21 +45,16 @@ edits = ((ACCS, ACCS8), (PART, SCALES_FIRST), (OLD_FMA, NEW_FMA), (TAIL, ""))
 def main():
     B = ab.variant("scaled", edits)
     print("vector scaling %.2f" % vector_scaling())
-    for shape in ("11008x4096", "4096x11008"):
-        for fmt in ("mxfp4", "nvfp4"):
-            p, x, gemv = ab.fp4_case(shape, fmt)
-            ys = {m: np.empty(p.shape[0], np.float32) for m in "AB"}
-            fns = {"A": gemv(ab.A, ys["A"]), "B": gemv(B, ys["B"])}
-            for fn in fns.values():
-                fn()
-            ref = softfp8.dequantize(p).double() @ x.double()
-            for m in "AB":
-                e = (torch.from_numpy(ys[m]).double() - ref).abs().max() / ref.abs().max()
-                print(f"  {shape} {fmt} {m} max err rel {e:.2e}")
-            for threads in (1, 2):
-                numba.set_num_threads(threads)
-                print(f"{shape} {fmt} {threads}t  {ab.fastest_median(ab.rounds_ms(fns, 4, 15))}",
-                      flush=True)
+    ab.ab_rounds(B, ("mxfp4", "nvfp4"), errors)
+
+
+def errors(shape, fmt, p, x, ys):
+    """Both results' largest error against fp64, relative to the largest output."""
+    ref = softfp8.dequantize(p).double() @ x.double()
+    for m in "AB":
+        e = (torch.from_numpy(ys[m]).double() - ref).abs().max() / ref.abs().max()
+        print(f"  {shape} {fmt} {m} max err rel {e:.2e}")
+
 
 if __name__ == "__main__":
     main()
