@@ -202,11 +202,11 @@ def test_threads_follow_torch_and_are_restored():
 
 _CACHE_PROBE = textwrap.dedent("""
     import json, time, torch, softfp8
-    from softfp8.backends import numba_cpu, _numba_kernels as K
+    from softfp8.backends import numba_cpu, _numba_fp8_rows as R
     packed = softfp8.quantize(torch.randn(8, 64), "e5m2")
     t = time.perf_counter()
     numba_cpu.matmul(torch.randn(1, 64), packed, None, e2m1=softfp8.dispatch.E2M1Decode.SELECT)
-    s = [k.stats for k in (K.gemv_fp8, K.gemv_e5m2_1row)]  # K = 64: the E5M2 one-row kernel
+    s = [R.gemv_fp8.stats]
     print(json.dumps({"hits": sum(sum(v.cache_hits.values()) for v in s),
                       "misses": sum(sum(v.cache_misses.values()) for v in s),
                       "seconds": time.perf_counter() - t}))

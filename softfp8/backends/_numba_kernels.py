@@ -6,11 +6,9 @@ compiling. fastmath is {'reassoc', 'contract'} only: it lets LLVM split the K-re
 vector lanes and fuse multiply-adds, and keeps NaN/inf semantics (no nnan/ninf), so NaN and inf
 propagate as in torch's matmul.
 
-Layout (softfp8/formats.py): the GEMVs read FP8 rows as uint16 [N, Kp/2] (two codes per lane,
-x split into its even and odd elements) and FP4 rows as int32 words [N, Kp/8] with one vector lane
-per scale block (x split into planes xp[j, b] = x[block * b + j]); the M > 1 path decodes rows
-from bytes.
-"""
+Layout (softfp8/formats.py): the FP4 GEMVs read rows as int32 words [N, Kp/8] with one vector
+lane per scale block (x split into planes xp[j, b] = x[block * b + j]); the M > 1 path decodes
+rows from bytes. The FP8 GEMVs are in _numba_fp8_rows."""
 from __future__ import annotations
 
 import numba as nb
@@ -18,153 +16,11 @@ import numpy as np
 
 from ._numba_decode import (
     _E2M1_BITS, _I32, _INLINE, _JIT, _SIGN, _i2f, e2m1_select, e4m3_bits, e4m3_fast_div256,
-    e4m3_pair_div256, e4m3_pair_div256_finite, e5m2_fast, e5m2_pair, e8m0, e8m0_i32)
+    e5m2_fast, e8m0, e8m0_i32)
 
 
 # -- fused GEMV (M = 1): decode in registers, rows split into chunks, one prange step each ------
-# gemv_fp8: four rows per pass, each x load serving four rows (measured 2.17 against 2.47 ms
-# with two rows, E5M2 11008x4096, 2 threads); gemv_fp8_1row: one. Four pay only where x no longer
-# fits in L1 (numba_cpu picks by K): at 11008x4096 one row a pass took E5M2 1.52 against 2.64 ms,
-# E4M3 1.90 against 3.09 (2 threads, alone); at 4096x11008 four rows 2.14 against 3.85, 2.44
-# against 3.93 ms.
-
-E5M2_KIND, E4M3_KIND, E4M3_FINITE_KIND = 0, 1, 2
-"""The FP8 GEMVs' `e4m3` argument: E5M2, E4M3, or E4M3 whose codes hold no NaN (no NaN fix)."""
-
-
-@nb.njit(**_INLINE)
-def _fp8_pair(u, e4m3):
-    if e4m3 == E4M3_FINITE_KIND:
-        return e4m3_pair_div256_finite(u)
-    return e4m3_pair_div256(u) if e4m3 else e5m2_pair(u)
-
-
-@nb.njit(**_INLINE)
-def _fp8_dot(c16, r, xe, xo, e4m3):
-    a = np.float32(0.0)
-    for i in range(c16.shape[1]):
-        lo, hi = _fp8_pair(c16[r, i], e4m3)
-        a += lo * xe[i] + hi * xo[i]
-    return a
-
-
-@nb.njit(**_JIT)
-def _gemv_fp8_rows4(c16, xe, xo, y, r0, r1, e4m3):
-    post = np.float32(256.0) if e4m3 else np.float32(1.0)
-    r = r0
-    while r + 3 < r1:
-        a0 = np.float32(0.0)
-        a1 = np.float32(0.0)
-        a2 = np.float32(0.0)
-        a3 = np.float32(0.0)
-        for i in range(c16.shape[1]):
-            e, o = xe[i], xo[i]
-            if e4m3 == E4M3_FINITE_KIND:
-                l0, h0 = e4m3_pair_div256_finite(c16[r, i])
-                l1, h1 = e4m3_pair_div256_finite(c16[r + 1, i])
-                l2, h2 = e4m3_pair_div256_finite(c16[r + 2, i])
-                l3, h3 = e4m3_pair_div256_finite(c16[r + 3, i])
-            elif e4m3:
-                l0, h0 = e4m3_pair_div256(c16[r, i])
-                l1, h1 = e4m3_pair_div256(c16[r + 1, i])
-                l2, h2 = e4m3_pair_div256(c16[r + 2, i])
-                l3, h3 = e4m3_pair_div256(c16[r + 3, i])
-            else:
-                l0, h0 = e5m2_pair(c16[r, i])
-                l1, h1 = e5m2_pair(c16[r + 1, i])
-                l2, h2 = e5m2_pair(c16[r + 2, i])
-                l3, h3 = e5m2_pair(c16[r + 3, i])
-            a0 += l0 * e + h0 * o
-            a1 += l1 * e + h1 * o
-            a2 += l2 * e + h2 * o
-            a3 += l3 * e + h3 * o
-        y[r] = a0 * post
-        y[r + 1] = a1 * post
-        y[r + 2] = a2 * post
-        y[r + 3] = a3 * post
-        r += 4
-    while r < r1:
-        y[r] = _fp8_dot(c16, r, xe, xo, e4m3) * post
-        r += 1
-
-
-# The one-row kernels: one function per format, no flag. The E5M2 loop compiled beside the E4M3
-# one behind a runtime flag (the four-row kernel's way) ran slower from DRAM than the same loop
-# alone: 2 threads, 11008x4096, cache flushed before each call, 4 runs, 1.86 / 2.13 / 2.03 /
-# 1.88 ms flagged against 1.78 / 1.77 / 1.87 / 1.70 ms specialised (single thread 2.95 / 2.76).
-
-@nb.njit(**_JIT)
-def _e5m2_rows1(c16, xe, xo, y, r0, r1):
-    for r in range(r0, r1):
-        a = np.float32(0.0)
-        for i in range(c16.shape[1]):
-            lo, hi = e5m2_pair(c16[r, i])
-            a += lo * xe[i] + hi * xo[i]
-        y[r] = a
-
-
-@nb.njit(**_JIT)
-def _e4m3_rows1(c16, xe, xo, y, r0, r1):
-    for r in range(r0, r1):
-        a = np.float32(0.0)
-        for i in range(c16.shape[1]):
-            lo, hi = e4m3_pair_div256(c16[r, i])
-            a += lo * xe[i] + hi * xo[i]
-        y[r] = a * np.float32(256.0)
-
-
-@nb.njit(**_JIT)
-def _e4m3_finite_rows1(c16, xe, xo, y, r0, r1):
-    for r in range(r0, r1):
-        a = np.float32(0.0)
-        for i in range(c16.shape[1]):
-            lo, hi = e4m3_pair_div256_finite(c16[r, i])
-            a += lo * xe[i] + hi * xo[i]
-        y[r] = a * np.float32(256.0)
-
-
-@nb.njit(parallel=True, **_JIT)
-def gemv_fp8(c16, xe, xo, y, chunk, e4m3):
-    """y[r] = row r . x for FP8 rows read as uint16 [N, Kp/2]; xe/xo = x[0::2], x[1::2]; four
-    rows per pass. e4m3: E5M2_KIND, E4M3_KIND or E4M3_FINITE_KIND."""
-    n = c16.shape[0]
-    for c in nb.prange((n + chunk - 1) // chunk):
-        _gemv_fp8_rows4(c16, xe, xo, y, c * chunk, min(n, (c + 1) * chunk), e4m3)
-
-
-@nb.njit(parallel=True, **_JIT)
-def gemv_e5m2_1row(c16, xe, xo, y, chunk):
-    """gemv_fp8 for E5M2, one row per pass."""
-    n = c16.shape[0]
-    for c in nb.prange((n + chunk - 1) // chunk):
-        _e5m2_rows1(c16, xe, xo, y, c * chunk, min(n, (c + 1) * chunk))
-
-
-@nb.njit(parallel=True, **_JIT)
-def gemv_e4m3_1row(c16, xe, xo, y, chunk):
-    """gemv_fp8 for E4M3, one row per pass."""
-    n = c16.shape[0]
-    for c in nb.prange((n + chunk - 1) // chunk):
-        _e4m3_rows1(c16, xe, xo, y, c * chunk, min(n, (c + 1) * chunk))
-
-
-@nb.njit(parallel=True, **_JIT)
-def gemv_e4m3_finite_1row(c16, xe, xo, y, chunk):
-    """gemv_fp8 for E4M3 codes that hold no NaN, one row per pass."""
-    n = c16.shape[0]
-    for c in nb.prange((n + chunk - 1) // chunk):
-        _e4m3_finite_rows1(c16, xe, xo, y, c * chunk, min(n, (c + 1) * chunk))
-
-
-def gemv_fp8_1row(c16, xe, xo, y, chunk, e4m3):
-    """gemv_fp8 one row per pass: the E4M3 or the E5M2 kernel (separate functions, not a flag:
-    with a runtime flag choosing the loop, LLVM left the E5M2 one-row loop slow, 5.1 against
-    2.9 ms E4M3 at 11008x4096 single thread while the four-row loop shared the function, and
-    still slower than alone once it no longer did: by 3-17% in 9 of 10 interleaved runs, 1 even)."""
-    kernel = {E5M2_KIND: gemv_e5m2_1row, E4M3_KIND: gemv_e4m3_1row,
-              E4M3_FINITE_KIND: gemv_e4m3_finite_1row}[int(e4m3)]
-    kernel(c16, xe, xo, y, chunk)
-
+# (the FP8 GEMVs are _numba_fp8_rows': their loop prefetches, which a numba loop cannot)
 
 # FP4: one vector lane per block (NVFP4: 2 words = 16 codes, MXFP4: 4 words = 32 codes), met by
 # the planes xp[j, b] = x[block_codes * b + j]. A lane sums its block's products, then applies the

@@ -34,6 +34,15 @@ from ._numba_kernels import _mx_select, _nv_select
 LANES = 16
 ROWS = 4
 """Weight rows per pass of the multi-row kernel (each x vector load serves all of them)."""
+PREFETCH_ROWS = 4
+"""Each step prefetches its line of the row this many passes ahead (row r + PREFETCH_ROWS x
+rows), here and in _numba_pshufb / _numba_fp8_rows: the hardware prefetchers alone left the loop
+waiting on memory. `python benchmarks/cpu_rows_sweep.py` on a 2-vCPU Zen 4 (2026-12-02, 2
+threads, receipts/cpu-rows-sweep-s18.txt), us, 4 rows a pass, 0 / 1 / 2 / 4 passes ahead:
+NVFP4 11008 x 4096 1684 / 1094 / 1073 / 1070, MXFP4 1559 / 1010 / 1030 / 1013; 4096 x 11008
+1441 / 1099 / 1082 / 1089 and 1322 / 1034 / 1053 / 992; one row a pass (as before at K < 5632)
+without prefetch 1609 / 1689 at 11008 x 4096. FP8, 4096 x 11008: E5M2 1825 / 1560 / 1539 /
+1481, E4M3 1977 / 1546 / 1467 / 1547."""
 _E2M1 = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0]
 _TABLE = _E2M1 + [-v for v in _E2M1]  # code -> value; code 8 is -0.0, as the reference
 
@@ -71,7 +80,8 @@ def _emit_rows(context, builder, sig, args, wpb, nrows):
         mod, ir.FunctionType(vf, [vf, vi]), "llvm.x86.avx512.permvar.sf.512")
     fma = cgutils.get_or_insert_function(mod, ir.FunctionType(vf, [vf, vf, vf]), "llvm.fma.v16f32")
     table = ir.Constant(vf, [ir.Constant(f32, v) for v in _TABLE])
-    intp, s0, s1, xdata, wrows, srows = rows_operands(context, builder, sig, args, nrows)
+    intp, s0, s1, xdata, wrows, srows, ahead = rows_operands(context, builder, sig, args, nrows,
+                                                             PREFETCH_ROWS * nrows)
     # four independent multiply-add chains in all (code j of row i to chain j % chains), so no
     # multiply-add waits on the previous one's result
     chains = max(1, 4 // nrows)
@@ -86,6 +96,8 @@ def _emit_rows(context, builder, sig, args, wpb, nrows):
         w0 = builder.mul(s, ir.Constant(intp, LANES))
         x0 = builder.mul(w0, ir.Constant(intp, 8))
         lanes = [vload(wrows[i], w0, vi) for i in range(nrows)]
+        for row in ahead:  # a step is one 64-byte line of each row
+            prefetch(builder, row, w0)
         part = [[None] * chains for _ in range(nrows)]
         for j in range(8):
             xv = vload(xdata, builder.add(x0, ir.Constant(intp, LANES * j)), vf)
@@ -132,9 +144,11 @@ def _mx_rows(typingctx, words, r, s0, s1, xs, sc):
     return sig, lambda c, b, s, a: _emit_rows(c, b, s, a, 4, ROWS)
 
 
-def rows_operands(context, builder, sig, args, nrows):
+def rows_operands(context, builder, sig, args, nrows, ahead):
     """The row intrinsics' operands as IR (this module's and _numba_pshufb's): (intp, s0, s1, x's
-    data pointer, pointers to weight rows r..r+nrows-1, pointers to scale rows 0..nrows-1)."""
+    data pointer, pointers to weight rows r..r+nrows-1, pointers to scale rows 0..nrows-1, and
+    pointers to weight rows r+ahead..r+ahead+nrows-1, each at most the last row, for `prefetch`:
+    none when ahead is 0)."""
     wty, rty, s0ty, s1ty, xty, scty = sig.args
     words, r, s0, s1, xs, sc = args
     warr = context.make_array(wty)(context, builder, words)
@@ -152,7 +166,22 @@ def rows_operands(context, builder, sig, args, nrows):
              for i in range(nrows)]
     srows = [builder.gep(sarr.data, [builder.mul(ir.Constant(intp, i), scols)])
              for i in range(nrows)]
-    return intp, s0, s1, xarr.data, wrows, srows
+    last = builder.sub(builder.extract_value(warr.shape, 0), ir.Constant(intp, 1))
+    ahead_rows = []
+    for i in range(nrows if ahead else 0):
+        row = builder.add(r, ir.Constant(intp, ahead + i))
+        row = builder.select(builder.icmp_signed("<", row, last), row, last)
+        ahead_rows.append(builder.gep(warr.data, [builder.mul(row, wcols)]))
+    return intp, s0, s1, xarr.data, wrows, srows, ahead_rows
+
+
+def prefetch(builder, row, offset):
+    """IR: a prefetch (read, to all cache levels) of the line at element `offset` of `row`."""
+    i8p, i32 = ir.IntType(8).as_pointer(), ir.IntType(32)
+    fn = cgutils.get_or_insert_function(
+        builder.module, ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32]), "llvm.prefetch.p0")
+    builder.call(fn, [builder.bitcast(builder.gep(row, [offset]), i8p), ir.Constant(i32, 0),
+                      ir.Constant(i32, 3), ir.Constant(i32, 1)])
 
 
 def rows_totals(context, builder, sig, accs, rows):

@@ -32,7 +32,8 @@ from numba.extending import intrinsic
 
 from ._numba_decode import _JIT, e4m3_i32_div256, e8m0_i32
 from ._numba_kernels import _mx_select, _nv_select
-from ._numba_lut import numba_targets, rows_operands, rows_sig, rows_totals, select_planes
+from ._numba_lut import (PREFETCH_ROWS, numba_targets, prefetch, rows_operands, rows_sig,
+                          rows_totals, select_planes)
 
 STEP_BYTES = 32
 STEP_WORDS = STEP_BYTES // 4
@@ -94,7 +95,8 @@ def _emit_rows(context, builder, sig, args, wpb, nrows):
                                                     [v for q in (0, 16) for i in range(8)
                                                      for v in (q + 8 * h + i, 32 + q + 8 * h + i)]])
               for h in range(2)]
-    intp, s0, s1, xdata, wrows, srows = rows_operands(context, builder, sig, args, nrows)
+    intp, s0, s1, xdata, wrows, srows, ahead = rows_operands(
+        context, builder, sig, args, nrows, PREFETCH_ROWS * nrows)  # as _numba_lut
     # per row two sums: the vectors of the interleave's low halves (h = 0) and high halves (1),
     # whose lanes lie in different scale blocks for NVFP4
     accs = [[cgutils.alloca_once_value(builder, ir.Constant(vf, None)) for _ in range(2)]
@@ -123,6 +125,7 @@ def _emit_rows(context, builder, sig, args, wpb, nrows):
         xv = [vload(xdata, builder.add(x0, ir.Constant(intp, 8 * v)), vf) for v in range(8)]
         for i in range(nrows):
             raw = vload(wrows[i], w0, vb)
+            prefetch(builder, ahead[i], w0)  # each line twice (a step is half one): no branch
             hi_n = builder.and_(builder.bitcast(builder.lshr(builder.bitcast(raw, vh), four), vb),
                                 nibble)
             part = [None, None]

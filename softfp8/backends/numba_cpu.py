@@ -55,9 +55,9 @@ def _numba():
     call costs ~0.1 us; the `import` statements it replaces cost ~1-3 us each on every matmul."""
     import numba
 
-    from . import _numba_kernels
+    from . import _numba_fp8_rows, _numba_kernels
 
-    return numba, _numba_kernels
+    return numba, _numba_kernels, _numba_fp8_rows
 
 
 def _threads(numba_threads: int) -> int:
@@ -124,11 +124,12 @@ def _matmul_f32(x: torch.Tensor, packed: PackedWeight, inject: bool, threads: in
         # 9.4 us measured, 2048 x 2048 NVFP4, Zen 3), numpy's indexing a fraction of that
         xn = xp.numpy()[0]
         if not fp4:  # FP8 rows as uint16 pairs, met by the even and odd elements of x
-            gemv = K.gemv_fp8 if kp >= MULTIROW_MIN_K else K.gemv_fp8_1row
-            kind = (K.E5M2_KIND if fmt is Format.E5M2 else
-                    K.E4M3_FINITE_KIND if codes_nan_free(packed) else K.E4M3_KIND)
-            gemv(packed.words.view(torch.uint16).numpy(), np.ascontiguousarray(xn[0::2]),
-                 np.ascontiguousarray(xn[1::2]), yv, chunk, kind)
+            R = _numba()[2]
+            kind = (R.E5M2_KIND if fmt is Format.E5M2 else
+                    R.E4M3_FINITE_KIND if codes_nan_free(packed) else R.E4M3_KIND)
+            R.gemv_fp8(packed.words.view(torch.uint16).numpy(), np.ascontiguousarray(xn[0::2]),
+                       np.ascontiguousarray(xn[1::2]), yv, chunk, kind,
+                       R.ROWS if kp >= MULTIROW_MIN_K else 1)
         else:  # FP4 words, one lane per block, met by planes[j, b] = x[block * b + j]
             mx = fmt is Format.MXFP4
             block = SPECS[fmt].block
@@ -142,8 +143,10 @@ def _matmul_f32(x: torch.Tensor, packed: PackedWeight, inject: bool, threads: in
                 # both decoders here. AVX-512: a 16-float permute; AVX2: two byte tables.
                 L = table
                 xs, xpn = L.x_steps(xn, block)
-                # rows a pass by K where the module runs several (AVX-512), else one (AVX2)
-                group = ((L.ROWS if kp >= MULTIROW_MIN_K else 1),) if L.ROWS > 1 else ()
+                # AVX-512: 4 rows a pass at every K since the loop prefetches (cpu_rows_sweep,
+                # 2 threads, 4 passes ahead, 4 rows against 1: NVFP4 11008 x 4096 1070 against
+                # 1137 us, 32768 x 1024 1448 / 1665, MXFP4 923 / 1081); AVX2: one
+                group = (L.ROWS,) if L.ROWS > 1 else ()
                 if mx:
                     L.gemv_mxfp4(words, scales, xs, xpn, yv, chunk, *group)
                 else:
@@ -186,13 +189,14 @@ def _row_scaled(y: torch.Tensor, packed: PackedWeight, fp4: bool) -> torch.Tenso
     return y
 
 
-MULTIROW_MIN_K = 5632
-"""From this padded K on, the GEMVs run 4 rows per pass (one x load serves 4 rows); below it one
-row per pass. Measured single core, 4096 rows x K, FP4 table kernels (one row against four):
-K = 4096 (11008 rows) NVFP4 2.70 against 3.96 ms, MXFP4 2.32 against 3.00; K = 5120, x (4 K
-bytes) still in the 32 KiB L1, mixed: NVFP4 1.41 against 1.75, MXFP4 1.02 against 0.92; from
-K = 6144 four win: NVFP4 1.71 -> 1.49 (8192: 3.40 -> 2.24), MXFP4 1.91 -> 1.21 (8192: 3.00 ->
-1.82 ms). FP8 measured at K = 4096 and 11008 only (_numba_kernels' comment), same sides."""
+MULTIROW_MIN_K = 4096
+"""From this padded K on, the FP8 GEMVs run 4 rows per pass (one x load serves 4 rows); below it
+one row per pass (the FP4 table kernels: _numba_lut runs 4 at every K, _numba_pshufb 1).
+`python benchmarks/cpu_rows_sweep.py` on a 2-vCPU Zen 4 (2026-12-02, 2 threads, prefetch 4
+passes ahead, receipts/cpu-rows-sweep-s18.txt), us, one row against four a pass: E5M2 32768 x
+1024 1005 against 1626, 16384 x 2048 917 / 1299; E4M3 1833 / 2306, 1105 / 1374; at K = 4096
+(11008 rows) E5M2 1584 / 1415, E4M3 1754 / 1841 (even); 4096 x 11008 E5M2 2232 / 1481, E4M3
+2443 / 1547."""
 
 
 def _fp4_table_kernels():

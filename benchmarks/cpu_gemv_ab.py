@@ -1,0 +1,92 @@
+"""The CPU GEMV of this checkout against the one of a git revision, in one process, interleaved.
+
+    python benchmarks/cpu_gemv_ab.py --base HEAD~1 [--shapes 11008x4096,4096x11008]
+        [--formats e5m2,e4m3,nvfp4,mxfp4] [--reps 20]
+
+A 2-vCPU VM moves by 20-40% from minute to minute (BENCHMARKS.md, CPU), more than most changes
+to a kernel; only calls interleaved round by round in one process compare. The revision's
+`softfp8` package is unpacked (`git archive`) into a temporary folder as `softfp8_base` (its
+imports are relative) and quantizes its own copy of the same weights; each round calls torch's
+fp16 mv, then every format through both packages' `numba_cpu.matmul`, the order rotating by one
+entry a round. Both results are checked against each other (same bits expected unless a change
+says why not: the difference is printed). Numba compiles the base kernels afresh (~1 min).
+"""
+import argparse
+import importlib
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import numba
+import torch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+import softfp8  # noqa: E402
+from softfp8.backends import numba_cpu  # noqa: E402
+
+
+def base_package(rev: str):
+    """The revision's softfp8 as the module softfp8_base (from a temporary folder)."""
+    where = tempfile.mkdtemp()
+    archive = subprocess.run(["git", "-C", ROOT, "archive", rev, "softfp8"], check=True,
+                             capture_output=True).stdout
+    subprocess.run(["tar", "-x", "-C", where], input=archive, check=True)
+    os.rename(os.path.join(where, "softfp8"), os.path.join(where, "softfp8_base"))
+    sys.path.insert(0, where)
+    base = importlib.import_module("softfp8_base")
+    return base, importlib.import_module("softfp8_base.backends.numba_cpu")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--base", required=True, help="git revision to compare against")
+    ap.add_argument("--shapes", default="11008x4096,4096x11008")
+    ap.add_argument("--formats", default="e5m2,e4m3,nvfp4,mxfp4")
+    ap.add_argument("--reps", type=int, default=20)
+    args = ap.parse_args()
+    base, base_cpu = base_package(args.base)
+    head = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], check=True,
+                          capture_output=True, text=True).stdout.strip()
+    dirty = subprocess.run(["git", "-C", ROOT, "status", "--porcelain", "softfp8"], check=True,
+                           capture_output=True, text=True).stdout.strip()
+    print(f"# {time.strftime('%Y-%m-%d %H:%M')}  torch {torch.__version__}  numba "
+          f"{numba.__version__}  threads {numba.get_num_threads()}  base {args.base}  this "
+          f"{head}{' + uncommitted changes' if dirty else ''}; medians of {args.reps} rounds, ms")
+    for shape in args.shapes.split(","):
+        n, k = (int(v) for v in shape.lower().split("x"))
+        g = torch.Generator().manual_seed(0)
+        w = torch.randn(n, k, generator=g) * 0.02
+        x = torch.randn(1, k, generator=g)
+        w16, x16 = w.half(), x[0].half()
+        calls = {"torch fp16 mv": lambda: torch.mv(w16, x16)}
+        for fmt in args.formats.split(","):
+            pb, p = base.quantize(w, fmt), softfp8.quantize(w, fmt)
+            calls[(fmt, "base")] = lambda pb=pb: base_cpu.matmul(x, pb, None)
+            calls[(fmt, "this")] = lambda p=p: numba_cpu.matmul(x, p, None)
+            diff = (calls[(fmt, "base")]() - calls[(fmt, "this")]()).abs().max().item()
+            if diff:
+                print(f"  {shape} {fmt}: results differ by up to {diff:.3g}")
+        samples = {key: [] for key in calls}
+        order = list(calls.items())
+        for fn in calls.values():
+            fn()
+        for i in range(args.reps):
+            for key, fn in order[i % len(order):] + order[:i % len(order)]:
+                t = time.perf_counter()
+                fn()
+                samples[key].append(time.perf_counter() - t)
+        ms = {key: statistics.median(v) * 1e3 for key, v in samples.items()}
+        fp16 = ms.pop("torch fp16 mv")
+        print(f"{shape}: torch fp16 mv {fp16:.3f}")
+        for fmt in args.formats.split(","):
+            b, t = ms[(fmt, "base")], ms[(fmt, "this")]
+            print(f"  {fmt:>6}: base {b:.3f} ({fp16 / b:.2f}x fp16)  this {t:.3f} "
+                  f"({fp16 / t:.2f}x)  this/base {t / b:.3f}")
+
+
+if __name__ == "__main__":
+    main()

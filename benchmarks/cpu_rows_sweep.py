@@ -1,0 +1,126 @@
+"""The CPU GEMV kernels' rows a pass and prefetch distance, swept in one process, interleaved.
+
+    python benchmarks/cpu_rows_sweep.py [--shapes 11008x4096,4096x11008,16384x2048,32768x1024]
+        [--formats e5m2,e4m3,nvfp4,mxfp4] [--ahead 0,1,2,4] [--reps 15]
+
+For each shape and format: the FP8 kernel (_numba_fp8_rows) or this CPU's FP4 table kernel
+(_numba_lut on AVX-512, _numba_pshufb on AVX2: one row a pass) built from the package's source
+with `PREFETCH_ROWS * nrows` replaced by `A * nrows` (prefetch A passes ahead; 0 = none), each
+called directly (x prepared once, the backend's chunk) at 1 and 4 rows a pass, and torch's fp16
+mv, in rounds whose order rotates. The values behind `_numba_lut.PREFETCH_ROWS` and
+`numba_cpu.MULTIROW_MIN_K`. Medians, us; every variant's result is checked against the first.
+"""
+import argparse
+import importlib.util
+import inspect
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+import numba
+import numpy as np
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import softfp8  # noqa: E402
+from softfp8.backends import _numba_fp8_rows, numba_cpu  # noqa: E402
+from softfp8.formats import SPECS  # noqa: E402
+
+AHEAD = "PREFETCH_ROWS * nrows"
+
+
+def with_ahead(mod, ahead: int):
+    """`mod` rebuilt from its source with the prefetch `ahead` passes ahead."""
+    src = inspect.getsource(mod)
+    assert AHEAD in src, f"{mod.__name__} changed: update this script"
+    src = src.replace(AHEAD, f"{ahead} * nrows").replace("from ._numba", "from softfp8.backends."
+                                                           "_numba")
+    name = f"{mod.__name__.rsplit('.', 1)[-1]}_ahead{ahead}"
+    path = os.path.join(tempfile.mkdtemp(), name + ".py")
+    with open(path, "w") as f:
+        f.write(src)
+    spec = importlib.util.spec_from_file_location(name, path)
+    out = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(out)
+    return out
+
+
+def calls(fmt: str, w: torch.Tensor, x: torch.Tensor, mods: dict, y: np.ndarray) -> dict:
+    """{(ahead, rows): call} for one format: the kernels as numba_cpu.matmul calls them."""
+    p = softfp8.quantize(w, fmt)
+    n = w.shape[0]
+    chunk = numba_cpu._chunk(n, numba_cpu._threads(numba.get_num_threads()))
+    out = {}
+    if fmt in ("e5m2", "e4m3"):
+        c16 = p.words.view(torch.uint16).numpy()
+        xe, xo = np.ascontiguousarray(x[0::2].numpy()), np.ascontiguousarray(x[1::2].numpy())
+        kind = _numba_fp8_rows.E5M2_KIND if fmt == "e5m2" else _numba_fp8_rows.E4M3_FINITE_KIND
+        for a, m in mods.items():
+            for g in (1, m.ROWS):
+                out[(a, g)] = lambda m=m, g=g: m.gemv_fp8(c16, xe, xo, y, chunk, kind, g)
+        return out
+    words, scales = p.words.numpy(), p.scales.numpy()
+    xs, xp = next(iter(mods.values())).x_steps(x.numpy(), SPECS[p.fmt].block)
+    gs = np.float32(p.global_scale.item()) if fmt == "nvfp4" else None
+    for a, m in mods.items():
+        for g in sorted({1, m.ROWS}):
+            group = (g,) if m.ROWS > 1 else ()
+            if gs is None:
+                out[(a, g)] = lambda m=m, group=group: m.gemv_mxfp4(words, scales, xs, xp, y,
+                                                                    chunk, *group)
+            else:
+                out[(a, g)] = lambda m=m, group=group: m.gemv_nvfp4(words, scales, gs, xs, xp,
+                                                                    y, chunk, *group)
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--shapes", default="11008x4096,4096x11008,16384x2048,32768x1024")
+    ap.add_argument("--formats", default="e5m2,e4m3,nvfp4,mxfp4")
+    ap.add_argument("--ahead", default="0,1,2,4")
+    ap.add_argument("--reps", type=int, default=15)
+    args = ap.parse_args()
+    fp4 = numba_cpu._fp4_table_kernels()
+    aheads = [int(a) for a in args.ahead.split(",")]
+    fp8_mods = {a: with_ahead(_numba_fp8_rows, a) for a in aheads}
+    fp4_mods = {a: with_ahead(fp4, a) for a in aheads} if fp4 is not None else {}
+    print(f"# {time.strftime('%Y-%m-%d %H:%M')}  torch {torch.__version__}  numba "
+          f"{numba.__version__}  threads {numba.get_num_threads()}  FP4 kernel "
+          f"{fp4.__name__ if fp4 else None}; medians of {args.reps} rounds, us; "
+          "columns: passes ahead x rows a pass")
+    for shape in args.shapes.split(","):
+        n, k = (int(v) for v in shape.lower().split("x"))
+        g = torch.Generator().manual_seed(0)
+        w = torch.randn(n, k, generator=g) * 0.02
+        x = torch.randn(k, generator=g)
+        w16, x16 = w.half(), x.half()
+        y = np.empty(n, np.float32)
+        for fmt in args.formats.split(","):
+            mods = fp8_mods if fmt in ("e5m2", "e4m3") else fp4_mods
+            if not mods:
+                continue
+            todo = calls(fmt, w, x, mods, y)
+            first = None
+            for fn in todo.values():
+                fn()
+                if first is None:
+                    first = y.copy()
+                assert np.abs(y - first).max() <= 1e-5 * np.abs(first).max(), shape
+            todo["fp16"] = lambda: torch.mv(w16, x16)
+            samples = {key: [] for key in todo}
+            order = list(todo.items())
+            for i in range(args.reps):
+                for key, fn in order[i % len(order):] + order[:i % len(order)]:
+                    t = time.perf_counter()
+                    fn()
+                    samples[key].append(time.perf_counter() - t)
+            us = {key: statistics.median(v) * 1e6 for key, v in samples.items()}
+            cells = "  ".join(f"{key[0]}x{key[1]} {us[key]:.0f}" for key in todo if key != "fp16")
+            print(f"{shape} {fmt:>5}: {cells}  torch fp16 {us['fp16']:.0f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

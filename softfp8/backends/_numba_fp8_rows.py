@@ -1,0 +1,161 @@
+"""FP8 GEMV (M = 1) with the weights prefetched ahead: the row loop as LLVM vector IR.
+
+Why: a GEMV that streams its weights at batch 1 leaves a CPU core waiting on memory unless loads
+are issued ahead of use; on a 2-vCPU Zen 4 (2026-12-02) the hardware prefetchers alone left the
+numba loops of _numba_kernels at 15-24 GB/s of the ~38 GB/s two threads read. A prefetch cannot
+be put into those loops: they are LLVM-vectorised numba, and a prefetch call in the loop body
+stopped the vectoriser (E5M2 11008 x 4096 17.5 against 2.1 ms), while a burst of prefetches
+before each row (the row PREFETCH_ROWS ahead) made it slower (2.5-3.0 against 2.1-2.4 ms). So
+the loop is written as vector IR in a numba intrinsic, as _numba_lut's FP4 rows: a step is one
+64-byte line of a row (32 uint16 = 64 codes) and prefetches the same line PREFETCH_ROWS passes
+ahead. The decode is the same bit operations as `e5m2_pair` / `e4m3_pair_div256(_finite)` and
+LLVM's fpext of the fp16 bits (vcvtph2ps), so the values are the same bits.
+
+Layout as _numba_kernels' FP8 GEMVs: rows as uint16 [N, Kp/2] (codes 2i and 2i + 1 in the low
+and high byte), met by x's even and odd elements (xe, xo). The pairs past the last whole step
+take the scalar decoders.
+"""
+from __future__ import annotations
+
+import numba as nb
+import numpy as np
+from llvmlite import ir
+from numba import types
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+from ._numba_decode import _JIT, e4m3_pair_div256, e4m3_pair_div256_finite, e5m2_pair
+from ._numba_lut import PREFETCH_ROWS, prefetch, rows_totals
+
+E5M2_KIND, E4M3_KIND, E4M3_FINITE_KIND = 0, 1, 2  # as _numba_kernels
+STEP = 32
+"""uint16 pairs a step: 64 codes, one 64-byte line of a row."""
+VEC = 16
+"""uint16 pairs a vector: 16 fp16 values convert to one AVX-512 register of floats, and 32 would
+be split with extracts (in cache, single core, E5M2 256 x 4096: 50 against 41 us)."""
+ROWS = 4
+"""Rows a pass where K is large (numba_cpu.MULTIROW_MIN_K): each x load serves four rows."""
+
+
+def _emit_rows(context, builder, sig, args, kind, nrows):
+    """IR: for rows r..r+nrows-1 of c16, the sum over the steps [0, steps) of each pair's two
+    codes times xe / xo, E4M3 as value / 256; returns a ROWS-tuple of float32."""
+    c16ty, rty, sty, xety, xoty = sig.args
+    c16, r, steps, xe, xo = args
+    i16, f32 = ir.IntType(16), ir.FloatType()
+    vs, vf = ir.VectorType(i16, VEC), ir.VectorType(f32, VEC)
+    vh = ir.VectorType(ir.HalfType(), VEC)
+    fma = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vf, [vf, vf, vf]),
+                                         f"llvm.fma.v{VEC}f32")
+    intp = context.get_value_type(types.intp)
+    carr = context.make_array(c16ty)(context, builder, c16)
+    xea = context.make_array(xety)(context, builder, xe)
+    xoa = context.make_array(xoty)(context, builder, xo)
+    r = context.cast(builder, r, rty, types.intp)
+    steps = context.cast(builder, steps, sty, types.intp)
+    cols = builder.extract_value(carr.shape, 1)
+    last = builder.sub(builder.extract_value(carr.shape, 0), ir.Constant(intp, 1))
+    rows, ahead = [], []
+    for i in range(nrows):
+        rows.append(builder.gep(carr.data, [builder.mul(builder.add(r, ir.Constant(intp, i)),
+                                                        cols)]))
+        row = builder.add(r, ir.Constant(intp, PREFETCH_ROWS * nrows + i))
+        row = builder.select(builder.icmp_signed("<", row, last), row, last)
+        ahead.append(builder.gep(carr.data, [builder.mul(row, cols)]))
+
+    def splat(ty, v):
+        return ir.Constant(ty, [ir.Constant(ty.element, v)] * VEC)
+
+    def vload(base, offset, vty):
+        return builder.load(builder.bitcast(builder.gep(base, [offset]), vty.as_pointer()),
+                            align=2)
+
+    nan = splat(vf, float("nan"))
+    parts = STEP // VEC  # a sum for each (vector of a step, low / high code)
+    accs = [[cgutils.alloca_once_value(builder, splat(vf, 0.0)) for _ in range(2 * parts)]
+            for _ in range(nrows)]
+    with cgutils.for_range_slice(builder, ir.Constant(intp, 0), steps, ir.Constant(intp, 1),
+                                 intp=intp) as (s, _):
+        w0 = builder.mul(s, ir.Constant(intp, STEP))
+        for i in range(nrows):
+            prefetch(builder, ahead[i], w0)
+        for v in range(parts):
+            wv = builder.add(w0, ir.Constant(intp, v * VEC))
+            xs = (vload(xea.data, wv, vf), vload(xoa.data, wv, vf))
+            for i in range(nrows):
+                _step_vector(builder, vload(rows[i], wv, vs), xs, accs[i][2 * v:2 * v + 2],
+                             kind, fma, splat, vh, vf, nan)
+    return rows_totals(context, builder, sig, accs, ROWS)
+
+
+def _step_vector(builder, raw, xs, accs, kind, fma, splat, vh, vf, nan):
+    """IR: VEC pairs `raw` decoded and multiplied into accs (low codes with xs[0], high xs[1])."""
+    vs = raw.type
+    low = builder.shl(raw, splat(vs, 8))
+    if kind == E5M2_KIND:  # the fp16 bits: the low byte shifted up, the high one masked
+        halves = (low, builder.and_(raw, splat(vs, 0xFF00)))
+    else:  # value / 256: the 7 low bits at 7..13, the sign at 15 (e4m3_pair_div256)
+        halves = tuple(builder.and_(builder.ashr(h, splat(vs, 1)), splat(vs, 0xBF80))
+                       for h in (low, raw))
+    for h, bits in enumerate(halves):
+        val = builder.fpext(builder.bitcast(bits, vh), vf)
+        if kind == E4M3_KIND:  # 0x7F / 0xFF are NaN
+            mask = splat(vs, 0x7F << (8 * h))
+            val = builder.select(builder.icmp_unsigned("==", builder.and_(raw, mask),
+                                                       mask), nan, val)
+        builder.store(builder.call(fma, [val, xs[h], builder.load(accs[h])]), accs[h])
+
+
+def _rows_intrinsic(kind, nrows):
+    def typer(typingctx, c16, r, steps, xe, xo):
+        for a in (c16, xe, xo):
+            if not (isinstance(a, types.Array) and a.layout == "C"):
+                raise TypeError(f"the FP8 rows need C-contiguous arrays, got {a}")
+        sig = types.UniTuple(types.float32, ROWS)(c16, r, steps, xe, xo)
+        return sig, lambda c, b, s, a: _emit_rows(c, b, s, a, kind, nrows)
+    typer.__name__ = f"_rows_{kind}_{nrows}"
+    return intrinsic(typer)
+
+
+_e5m2_1, _e5m2_4 = _rows_intrinsic(E5M2_KIND, 1), _rows_intrinsic(E5M2_KIND, ROWS)
+_e4m3_1, _e4m3_4 = _rows_intrinsic(E4M3_KIND, 1), _rows_intrinsic(E4M3_KIND, ROWS)
+_e4m3f_1, _e4m3f_4 = _rows_intrinsic(E4M3_FINITE_KIND, 1), _rows_intrinsic(E4M3_FINITE_KIND, ROWS)
+
+
+@nb.njit(**_JIT)
+def _pair(u, kind):
+    if kind == E5M2_KIND:
+        return e5m2_pair(u)
+    return e4m3_pair_div256_finite(u) if kind == E4M3_FINITE_KIND else e4m3_pair_div256(u)
+
+
+@nb.njit(**_JIT)
+def _rows(c16, xe, xo, y, r0, r1, kind, group):
+    steps = c16.shape[1] // STEP
+    post = np.float32(1.0) if kind == E5M2_KIND else np.float32(256.0)
+    r = r0
+    while r < r1:
+        four = group == ROWS and r + ROWS <= r1
+        if kind == E5M2_KIND:
+            acc = _e5m2_4(c16, r, steps, xe, xo) if four else _e5m2_1(c16, r, steps, xe, xo)
+        elif kind == E4M3_FINITE_KIND:
+            acc = _e4m3f_4(c16, r, steps, xe, xo) if four else _e4m3f_1(c16, r, steps, xe, xo)
+        else:
+            acc = _e4m3_4(c16, r, steps, xe, xo) if four else _e4m3_1(c16, r, steps, xe, xo)
+        rows = ROWS if four else 1
+        for i in range(rows):
+            a = acc[i]
+            for j in range(steps * STEP, c16.shape[1]):
+                lo, hi = _pair(c16[r + i, j], kind)
+                a += lo * xe[j] + hi * xo[j]
+            y[r + i] = a * post
+        r += rows
+
+
+@nb.njit(parallel=True, **_JIT)
+def gemv_fp8(c16, xe, xo, y, chunk, kind, group):
+    """y[r] = row r . x for FP8 rows read as uint16 [N, Kp/2]; xe / xo = x[0::2], x[1::2];
+    kind E5M2_KIND, E4M3_KIND or E4M3_FINITE_KIND; `group` rows a pass (1 or ROWS)."""
+    n = c16.shape[0]
+    for c in nb.prange((n + chunk - 1) // chunk):
+        _rows(c16, xe, xo, y, c * chunk, min(n, (c + 1) * chunk), kind, group)
