@@ -55,7 +55,9 @@ def main() -> None:
                            capture_output=True, text=True).stdout.strip()
     print(f"# {time.strftime('%Y-%m-%d %H:%M')}  torch {torch.__version__}  numba "
           f"{numba.__version__}  threads {numba.get_num_threads()}  base {args.base}  this "
-          f"{head}{' + uncommitted changes' if dirty else ''}; medians of {args.reps} rounds, ms")
+          f"{head}{' + uncommitted changes' if dirty else ''}; medians of {args.reps} rounds, ms"
+          + "".join(f"  {k}={v}" for k, v in sorted(os.environ.items())
+                    if k.startswith(("SOFTFP8_", "NUMBA_", "OMP_"))))
     for shape in args.shapes.split(","):
         n, k = (int(v) for v in shape.lower().split("x"))
         g = torch.Generator().manual_seed(0)

@@ -1,17 +1,16 @@
 """FP8 GEMV (M = 1) with the weights prefetched ahead: the row loop as LLVM vector IR.
 
 Why: a GEMV that streams its weights at batch 1 leaves a CPU core waiting on memory unless loads
-are issued ahead of use; on a 2-vCPU Zen 4 (2026-12-02) the hardware prefetchers alone left the
-numba loops of _numba_kernels at 15-24 GB/s of the ~38 GB/s two threads read. A prefetch cannot
-be put into those loops: they are LLVM-vectorised numba, and a prefetch call in the loop body
-stopped the vectoriser (E5M2 11008 x 4096 17.5 against 2.1 ms), while a burst of prefetches
-before each row (the row PREFETCH_ROWS ahead) made it slower (2.5-3.0 against 2.1-2.4 ms). So
-the loop is written as vector IR in a numba intrinsic, as _numba_lut's FP4 rows: a step is one
+are issued ahead of use; on a 2-vCPU Zen 4 (2026-12-02, BENCHMARKS.md) the hardware prefetchers
+alone left the earlier numba loops at 12-24 GB/s of the 32-38 GB/s two threads read. A prefetch
+cannot be put into such loops: they are LLVM-vectorised numba, and a prefetch call in the loop
+body stopped the vectoriser (several times slower), while a burst of prefetches before each row
+made it slower too. So the loop is written as vector IR in a numba intrinsic, as _numba_lut's FP4 rows: a step is one
 64-byte line of a row (32 uint16 = 64 codes) and prefetches the same line PREFETCH_ROWS passes
 ahead. The decode is the same bit operations as `e5m2_pair` / `e4m3_pair_div256(_finite)` and
 LLVM's fpext of the fp16 bits (vcvtph2ps), so the values are the same bits.
 
-Layout as _numba_kernels' FP8 GEMVs: rows as uint16 [N, Kp/2] (codes 2i and 2i + 1 in the low
+Layout: rows as uint16 [N, Kp/2] (codes 2i and 2i + 1 in the low
 and high byte), met by x's even and odd elements (xe, xo). The pairs past the last whole step
 take the scalar decoders.
 """
@@ -31,8 +30,8 @@ E5M2_KIND, E4M3_KIND, E4M3_FINITE_KIND = 0, 1, 2  # as _numba_kernels
 STEP = 32
 """uint16 pairs a step: 64 codes, one 64-byte line of a row."""
 VEC = 16
-"""uint16 pairs a vector: 16 fp16 values convert to one AVX-512 register of floats, and 32 would
-be split with extracts (in cache, single core, E5M2 256 x 4096: 50 against 41 us)."""
+"""uint16 pairs a vector: 16 fp16 values convert to one AVX-512 register of floats; 32 were split
+with extracts and ran slower in cache (a quick check, not kept)."""
 ROWS = 4
 """Rows a pass where K is large (numba_cpu.MULTIROW_MIN_K): each x load serves four rows."""
 
