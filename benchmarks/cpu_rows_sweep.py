@@ -7,8 +7,10 @@ For each shape and format: the FP8 kernel (_numba_fp8_rows) or this CPU's FP4 ta
 (_numba_lut on AVX-512, _numba_pshufb on AVX2: one row a pass) built from the package's source
 with `PREFETCH_ROWS * nrows` replaced by `A * nrows` (prefetch A passes ahead; 0 = none), each
 called directly (x prepared once, the backend's chunk) at 1 and 4 rows a pass, and torch's fp16
-mv, in rounds whose order rotates. The values behind `_numba_lut.PREFETCH_ROWS` and
-`numba_cpu.MULTIROW_MIN_K`. Medians, us; every variant's result is checked against the first.
+mv, in rounds whose order rotates. Each variant reads its own copy of the weight, so no call
+finds the previous call's weight in the L3 (an FP4 11008 x 4096 weight, 25 MB, fits a 32 MB
+L3). The values behind `_numba_lut.PREFETCH_ROWS` and `numba_cpu.MULTIROW_MIN_K`. Medians, us;
+every variant's result is checked against the first.
 """
 import argparse
 import importlib.util
@@ -59,7 +61,8 @@ def calls(fmt: str, w: torch.Tensor, x: torch.Tensor, mods: dict, y: np.ndarray)
         kind = _numba_fp8_rows.E5M2_KIND if fmt == "e5m2" else _numba_fp8_rows.E4M3_FINITE_KIND
         for a, m in mods.items():
             for g in (1, m.ROWS):
-                out[(a, g)] = lambda m=m, g=g: m.gemv_fp8(c16, xe, xo, y, chunk, kind, g)
+                out[(a, g)] = lambda m=m, g=g, c16=c16.copy(): m.gemv_fp8(c16, xe, xo, y, chunk,
+                                                                         kind, g)
         return out
     words, scales = p.words.numpy(), p.scales.numpy()
     xs, xp = next(iter(mods.values())).x_steps(x.numpy(), SPECS[p.fmt].block)
@@ -67,12 +70,13 @@ def calls(fmt: str, w: torch.Tensor, x: torch.Tensor, mods: dict, y: np.ndarray)
     for a, m in mods.items():
         for g in sorted({1, m.ROWS}):
             group = (g,) if m.ROWS > 1 else ()
+            wc, sc = words.copy(), scales.copy()
             if gs is None:
-                out[(a, g)] = lambda m=m, group=group: m.gemv_mxfp4(words, scales, xs, xp, y,
-                                                                    chunk, *group)
+                out[(a, g)] = lambda m=m, group=group, wc=wc, sc=sc: m.gemv_mxfp4(
+                    wc, sc, xs, xp, y, chunk, *group)
             else:
-                out[(a, g)] = lambda m=m, group=group: m.gemv_nvfp4(words, scales, gs, xs, xp,
-                                                                    y, chunk, *group)
+                out[(a, g)] = lambda m=m, group=group, wc=wc, sc=sc: m.gemv_nvfp4(
+                    wc, sc, gs, xs, xp, y, chunk, *group)
     return out
 
 

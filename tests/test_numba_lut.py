@@ -76,9 +76,10 @@ def test_every_code_at_every_position_is_exact(fmt, mod, group):
                                   (11, 6001)])
 def test_gemv_matches_fp64(fmt, n, k, table, monkeypatch):
     """Odd shapes through numba_cpu.matmul, with each table kernel (SOFTFP8_NUMBA_FP4_LUT=avx2
-    takes the AVX2 one on an AVX-512 CPU too); the AVX-512 kernel runs 4 rows a pass, so the
-    odd row counts leave rows over in its chunks, and its prefetches run past the last row
-    (clamped to it)."""
+    takes the AVX2 one on an AVX-512 CPU too); (11, 6001) is past MULTIROW_MIN_K_FP4, so the
+    AVX-512 kernel runs 4 rows a pass with leftover rows in its chunks; every kernel's prefetch
+    runs past the last row (clamped to it)."""
+    assert 4097 + 63 < numba_cpu.MULTIROW_MIN_K_FP4 <= 6001
     monkeypatch.setenv("SOFTFP8_NUMBA_FP4_LUT", table)
     assert numba_cpu._fp4_table_kernels() is (L if table == "1" else P)
     g = torch.Generator().manual_seed(n + k)

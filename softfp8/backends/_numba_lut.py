@@ -38,11 +38,10 @@ PREFETCH_ROWS = 4
 """Each step prefetches its line of the row this many passes ahead (row r + PREFETCH_ROWS x
 rows), here and in _numba_pshufb / _numba_fp8_rows: the hardware prefetchers alone left the loop
 waiting on memory. `python benchmarks/cpu_rows_sweep.py` on a 2-vCPU Zen 4 (2026-12-02, 2
-threads, receipts/cpu-rows-sweep-s18.txt), us, 4 rows a pass, 0 / 1 / 2 / 4 passes ahead:
-NVFP4 11008 x 4096 1684 / 1094 / 1073 / 1070, MXFP4 1559 / 1010 / 1030 / 1013; 4096 x 11008
-1441 / 1099 / 1082 / 1089 and 1322 / 1034 / 1053 / 992; one row a pass (as before at K < 5632)
-without prefetch 1609 / 1689 at 11008 x 4096. FP8, 4096 x 11008: E5M2 1825 / 1560 / 1539 /
-1481, E4M3 1977 / 1546 / 1467 / 1547."""
+threads, each variant its own copy of the weight, receipts/cpu-rows-sweep-s18b.txt), us, 0 / 1
+/ 2 / 4 passes ahead: NVFP4 11008 x 4096 one row a pass 1770 / 1380 / 1623 / 1509, MXFP4 1255 /
+1109 / 1139 / 1113; 4096 x 11008 four rows a pass 1676 / 1457 / 1381 / 1380 and 1498 / 1223 /
+1256 / 1257; E5M2 2120 / 2006 / 2047 / 1955, E4M3 2178 / 1943 / 1929 / 2028."""
 _E2M1 = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0]
 _TABLE = _E2M1 + [-v for v in _E2M1]  # code -> value; code 8 is -0.0, as the reference
 

@@ -143,10 +143,8 @@ def _matmul_f32(x: torch.Tensor, packed: PackedWeight, inject: bool, threads: in
                 # both decoders here. AVX-512: a 16-float permute; AVX2: two byte tables.
                 L = table
                 xs, xpn = L.x_steps(xn, block)
-                # AVX-512: 4 rows a pass at every K since the loop prefetches (cpu_rows_sweep,
-                # 2 threads, 4 passes ahead, 4 rows against 1: NVFP4 11008 x 4096 1070 against
-                # 1137 us, 32768 x 1024 1448 / 1665, MXFP4 923 / 1081); AVX2: one
-                group = (L.ROWS,) if L.ROWS > 1 else ()
+                # rows a pass by K where the module runs several (AVX-512), else one (AVX2)
+                group = ((L.ROWS if kp >= MULTIROW_MIN_K_FP4 else 1),) if L.ROWS > 1 else ()
                 if mx:
                     L.gemv_mxfp4(words, scales, xs, xpn, yv, chunk, *group)
                 else:
@@ -191,12 +189,18 @@ def _row_scaled(y: torch.Tensor, packed: PackedWeight, fp4: bool) -> torch.Tenso
 
 MULTIROW_MIN_K = 4096
 """From this padded K on, the FP8 GEMVs run 4 rows per pass (one x load serves 4 rows); below it
-one row per pass (the FP4 table kernels: _numba_lut runs 4 at every K, _numba_pshufb 1).
-`python benchmarks/cpu_rows_sweep.py` on a 2-vCPU Zen 4 (2026-12-02, 2 threads, prefetch 4
-passes ahead, receipts/cpu-rows-sweep-s18.txt), us, one row against four a pass: E5M2 32768 x
-1024 1005 against 1626, 16384 x 2048 917 / 1299; E4M3 1833 / 2306, 1105 / 1374; at K = 4096
-(11008 rows) E5M2 1584 / 1415, E4M3 1754 / 1841 (even); 4096 x 11008 E5M2 2232 / 1481, E4M3
-2443 / 1547."""
+one row per pass. `python benchmarks/cpu_rows_sweep.py` on a 2-vCPU Zen 4 (2026-12-02, 2
+threads, prefetch 4 passes ahead, each variant its own copy of the weight: receipts/
+cpu-rows-sweep-s18b.txt), us, one row against four a pass: E5M2 32768 x 1024 1139 against
+1970, 16384 x 2048 1204 / 1745, E4M3 1139 / 1921, 1394 / 1764; 11008 x 4096 E5M2 2197 / 1703,
+E4M3 1686 / 1633; 4096 x 11008 E5M2 2866 / 1955, E4M3 2900 / 2028."""
+
+MULTIROW_MIN_K_FP4 = 5632
+"""The same for the AVX-512 FP4 table kernel (_numba_lut; _numba_pshufb runs one row): x's
+16 K bytes stay in L1 below. Same sweep and receipt, NVFP4 / MXFP4, one row against four:
+11008 x 4096 1509 / 1113 against 1695 / 1204, 16384 x 2048 1021 / 1441 against 1034 / 1555;
+4096 x 11008 1803 / 1768 against 1380 / 1257. (Without the prefetch, single core, 4096 rows:
+K = 5120 mixed, NVFP4 1.41 against 1.75 ms, MXFP4 1.02 against 0.92; from 6144 four won.)"""
 
 
 def _fp4_table_kernels():
