@@ -62,8 +62,13 @@ def variant(name, edits):
     for old, new in edits:
         assert old in src, f"_numba_pshufb changed: update {name!r} in this script"
         src = src.replace(old, new)
+    return from_source("pshufb_" + "".join(c if c.isalnum() else "_" for c in name), src)
+
+
+def from_source(mod_name, src):
+    """A module of softfp8.backends rebuilt from source text `src` (its relative imports made
+    absolute), imported as `mod_name` from a temporary file."""
     src = src.replace("from ._numba", "from softfp8.backends._numba")
-    mod_name = "pshufb_" + "".join(c if c.isalnum() else "_" for c in name)
     path = os.path.join(tempfile.mkdtemp(), mod_name + ".py")
     with open(path, "w") as f:
         f.write(src)

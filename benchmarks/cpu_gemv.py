@@ -4,9 +4,9 @@
 
 Everything runs in one process on the same weights: each timing is the median of `--reps`
 calls after warm-up, and numba and torch calls are interleaved round by round so that a busy
-machine slows both alike; the order rotates by one entry each round, so that the slot right
-after torch's calls (where numba's idle workers must be woken) falls on every entry alike. Cold start is measured in a child process with an empty
-NUMBA_CACHE_DIR (first call = compilation), and again with that cache filled (load from disk).
+machine slows both alike, each round in a new random order (`shuffled_medians`), so that the
+slot right after torch's calls (where numba's idle workers must be woken) falls on every entry
+alike. Cold start is measured in a child process with an empty NUMBA_CACHE_DIR (first call = compilation), and again with that cache filled (load from disk).
 The header and the last line give the machine's two-thread vector scaling right then
 (`cpu_threads.py`): a VM's two vCPUs may sit on two cores (~2x) or on one core's two hardware
 threads (~1x), and that moves the numba GEMV by up to 2x between runs.
@@ -17,6 +17,7 @@ import argparse
 import json
 import os
 import platform
+import random
 import statistics
 import subprocess
 import sys
@@ -91,6 +92,23 @@ def timed(fn) -> float:
     return time.perf_counter() - t
 
 
+def shuffled_medians(calls: dict, reps: int, seed: int = 0) -> dict:
+    """{key: median seconds} of `reps` interleaved rounds, each calling every entry of `calls`
+    once (contention hits every entry alike) in its own random order: what a call follows moves
+    its time (the first numba call after torch's calls pays for waking numba's idle workers, and a
+    weight that fits the L3 may still be there from the call before), so every entry must follow
+    every other alike. (Until 2026-12-02 the order rotated by one entry a round, which keeps each
+    entry's neighbours: the first numba entry followed torch's fp16 mv in nearly every round.)"""
+    rng = random.Random(seed)
+    samples = {key: [] for key in calls}
+    order = list(calls.items())
+    for _ in range(reps):
+        rng.shuffle(order)
+        for key, fn in order:
+            samples[key].append(timed(fn))
+    return {key: statistics.median(v) for key, v in samples.items()}
+
+
 def bench_shape(n: int, k: int, reps: int) -> list[dict]:
     g = torch.Generator().manual_seed(0)
     w = torch.randn(n, k, generator=g) * 0.02
@@ -107,14 +125,7 @@ def bench_shape(n: int, k: int, reps: int) -> list[dict]:
     for fn in calls.values():  # warm-up (and compile, or load from the cache)
         for _ in range(3):
             fn()
-    samples = {key: [] for key in calls}
-    order = list(calls.items())
-    for i in range(reps):  # interleaved rounds: contention hits every entry alike
-        # and the order rotates each round: the first numba call after torch's calls pays for
-        # waking numba's idle workers (0.4-0.7 ms measured), so no entry may always take that slot
-        for key, fn in order[i % len(order):] + order[:i % len(order)]:
-            samples[key].append(timed(fn))
-    ms = {key: statistics.median(v) * 1e3 for key, v in samples.items()}
+    ms = {key: s * 1e3 for key, s in shuffled_medians(calls, reps).items()}
     best_torch = min(ms[t] for t in torch_calls)
     return [dict(shape=f"{n}x{k}", fmt=fmt, e2m1=dec, numba_ms=ms[(fmt, dec)],
                  fp32_ms=ms["fp32"], bf16_ms=ms["bf16"], fp16_ms=ms["fp16"],

@@ -7,14 +7,13 @@ A 2-vCPU VM moves by 20-40% from minute to minute (BENCHMARKS.md, CPU), more tha
 to a kernel; only calls interleaved round by round in one process compare. The revision's
 `softfp8` package is unpacked (`git archive`) into a temporary folder as `softfp8_base` (its
 imports are relative) and quantizes its own copy of the same weights; each round calls torch's
-fp16 mv, then every format through both packages' `numba_cpu.matmul`, the order rotating by one
-entry a round. Both results are checked against each other (same bits expected unless a change
+fp16 mv, then every format through both packages' `numba_cpu.matmul`, in a new random order a
+round (`cpu_gemv.shuffled_medians`). Both results are checked against each other (same bits expected unless a change
 says why not: the difference is printed). Numba compiles the base kernels afresh (~1 min).
 """
 import argparse
 import importlib
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -25,7 +24,9 @@ import torch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import softfp8  # noqa: E402
+from cpu_gemv import shuffled_medians  # noqa: E402
 from softfp8.backends import numba_cpu  # noqa: E402
 
 
@@ -72,16 +73,9 @@ def main() -> None:
             diff = (calls[(fmt, "base")]() - calls[(fmt, "this")]()).abs().max().item()
             if diff:
                 print(f"  {shape} {fmt}: results differ by up to {diff:.3g}")
-        samples = {key: [] for key in calls}
-        order = list(calls.items())
         for fn in calls.values():
             fn()
-        for i in range(args.reps):
-            for key, fn in order[i % len(order):] + order[:i % len(order)]:
-                t = time.perf_counter()
-                fn()
-                samples[key].append(time.perf_counter() - t)
-        ms = {key: statistics.median(v) * 1e3 for key, v in samples.items()}
+        ms = {key: s * 1e3 for key, s in shuffled_medians(calls, args.reps).items()}
         fp16 = ms.pop("torch fp16 mv")
         print(f"{shape}: torch fp16 mv {fp16:.3f}")
         for fmt in args.formats.split(","):

@@ -7,18 +7,15 @@ For each shape and format: the FP8 kernel (_numba_fp8_rows) or this CPU's FP4 ta
 (_numba_lut on AVX-512, _numba_pshufb on AVX2: one row a pass) built from the package's source
 with `PREFETCH_ROWS * nrows` replaced by `A * nrows` (prefetch A passes ahead; 0 = none), each
 called directly (x prepared once, the backend's chunk) at 1 and 4 rows a pass, and torch's fp16
-mv, in rounds whose order rotates. Each variant reads its own copy of the weight, so no call
+mv, in rounds of random order (`cpu_gemv.shuffled_medians`). Each variant reads its own copy of the weight, so no call
 finds the previous call's weight in the L3 (an FP4 11008 x 4096 weight, 25 MB, fits a 32 MB
 L3). The values behind `_numba_lut.PREFETCH_ROWS` and `numba_cpu.MULTIROW_MIN_K`. Medians, us;
 every variant's result is checked against the first.
 """
 import argparse
-import importlib.util
 import inspect
 import os
-import statistics
 import sys
-import tempfile
 import time
 
 import numba
@@ -26,7 +23,10 @@ import numpy as np
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import softfp8  # noqa: E402
+from cpu_fp4_ablate import from_source  # noqa: E402
+from cpu_gemv import shuffled_medians  # noqa: E402
 from softfp8.backends import _numba_fp8_rows, numba_cpu  # noqa: E402
 from softfp8.formats import SPECS  # noqa: E402
 
@@ -37,16 +37,8 @@ def with_ahead(mod, ahead: int):
     """`mod` rebuilt from its source with the prefetch `ahead` passes ahead."""
     src = inspect.getsource(mod)
     assert AHEAD in src, f"{mod.__name__} changed: update this script"
-    src = src.replace(AHEAD, f"{ahead} * nrows").replace("from ._numba", "from softfp8.backends."
-                                                           "_numba")
-    name = f"{mod.__name__.rsplit('.', 1)[-1]}_ahead{ahead}"
-    path = os.path.join(tempfile.mkdtemp(), name + ".py")
-    with open(path, "w") as f:
-        f.write(src)
-    spec = importlib.util.spec_from_file_location(name, path)
-    out = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(out)
-    return out
+    return from_source(f"{mod.__name__.rsplit('.', 1)[-1]}_ahead{ahead}",
+                       src.replace(AHEAD, f"{ahead} * nrows"))
 
 
 def calls(fmt: str, w: torch.Tensor, x: torch.Tensor, mods: dict, y: np.ndarray) -> dict:
@@ -114,14 +106,7 @@ def main() -> None:
                     first = y.copy()
                 assert np.abs(y - first).max() <= 1e-5 * np.abs(first).max(), shape
             todo["fp16"] = lambda: torch.mv(w16, x16)
-            samples = {key: [] for key in todo}
-            order = list(todo.items())
-            for i in range(args.reps):
-                for key, fn in order[i % len(order):] + order[:i % len(order)]:
-                    t = time.perf_counter()
-                    fn()
-                    samples[key].append(time.perf_counter() - t)
-            us = {key: statistics.median(v) * 1e6 for key, v in samples.items()}
+            us = {key: s * 1e6 for key, s in shuffled_medians(todo, args.reps).items()}
             cells = "  ".join(f"{key[0]}x{key[1]} {us[key]:.0f}" for key in todo if key != "fp16")
             print(f"{shape} {fmt:>5}: {cells}  torch fp16 {us['fp16']:.0f}", flush=True)
 

@@ -196,8 +196,8 @@ cpu-rows-sweep-s18b.txt), us, one row against four a pass: E5M2 32768 x 1024 113
 E4M3 1686 / 1633; 4096 x 11008 E5M2 2866 / 1955, E4M3 2900 / 2028."""
 
 MULTIROW_MIN_K_FP4 = 5632
-"""The same for the AVX-512 FP4 table kernel (_numba_lut; _numba_pshufb runs one row): x's
-16 K bytes stay in L1 below. Same sweep and receipt, NVFP4 / MXFP4, one row against four:
+"""The same for the AVX-512 FP4 table kernel (_numba_lut; _numba_pshufb runs one row): x (4 K
+bytes as float32) fits the L1 below. Same sweep and receipt, NVFP4 / MXFP4, one row against four:
 11008 x 4096 1509 / 1113 against 1695 / 1204, 16384 x 2048 1021 / 1441 against 1034 / 1555;
 4096 x 11008 1803 / 1768 against 1380 / 1257. (Without the prefetch, single core, 4096 rows:
 K = 5120 mixed, NVFP4 1.41 against 1.75 ms, MXFP4 1.02 against 0.92; from 6144 four won.)"""
