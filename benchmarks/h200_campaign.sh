@@ -1417,6 +1417,18 @@ dot17)
   smallm_ab 60 "$OUT/r/dotm.json" 1,8,16 dot base dot2 base2
   pack dot17
   ;;
+dot18)
+  # (eighteenth session) 8-bit M = 12 and 16 trail M = 1 by 10-12% (the head on the dot kernel
+  # at ~130 us against ~119): deeper / wider dot tiles on the head and gate_up (sweep_gemv's
+  # grid, four more settings), then small-m on the sweep's fastest against the built-in table,
+  # interleaved twice
+  export SOFTFP8_FP8_DECODE=integer
+  mkdir -p "$OUT/r"
+  run dotw 280 python3 benchmarks/sweep_gemv.py --formats e5m2,e4m3 --ms 12,16 --kernels small_m --budget 260 --shapes "28672,4096;128256,4096" --out "$OUT/r/dotw.json"
+  grep -E "x4096 M=|table:|BEST:" "$OUT/dotw.txt" | cut -c1-110
+  smallm_ab 60 "$OUT/r/dotw.json" 1,12,16 dot base dot2 base2
+  pack dot18
+  ;;
 tall17)
   # (seventeenth session) SMALL_M_FP8_TALL_ROWS in the built-in table against the commit
   # before (variants/prev), small-m at M = 1, 8, 16, interleaved twice (the bench checks

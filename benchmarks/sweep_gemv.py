@@ -86,7 +86,8 @@ def candidates(fmt, n, k, m, info, dtype, kernels, mma_pipes=((1, 0),), mma_warp
                     out.append(tb.LaunchConfig(tb.Kernel.SMALL_M, 16, bn, bk, 1, nw, st))
         if bits == 8:  # deeper pipelines for the large shapes (lm_head)
             for bn, bk, nw, st in ((64, 256, 4, 4), (64, 256, 4, 5), (64, 512, 4, 3),
-                                   (128, 256, 8, 4), (128, 128, 4, 4)):
+                                   (128, 256, 8, 4), (128, 128, 4, 4), (128, 256, 4, 4),
+                                   (128, 512, 4, 3), (256, 256, 8, 3), (256, 128, 8, 4)):
                 out.append(tb.LaunchConfig(tb.Kernel.SMALL_M, 16, bn, bk, 1, nw, st))
     if m <= tb.MMA_GROUPS_MAX_M and "mma_gemv" in kernels and tb.mma_gemv_runs(
             k, m, softfp8.Format(fmt), info, dtype):
