@@ -58,17 +58,20 @@ def test_every_finite_code_at_every_position_is_exact(kind, multirow):
 @pytest.mark.parametrize("multirow", [True, False], ids=["4rows", "1row"])
 @pytest.mark.parametrize("fmt", ["e5m2", "e4m3"])
 def test_every_nonfinite_code_propagates(fmt, multirow):
-    """One non-finite code per row, at an even and an odd byte, among zero codes; x all ones."""
+    """One non-finite code per row, at an even and an odd byte, among zero codes; x all ones.
+    Rows of 160 codes: two whole steps of the vector loop (128 codes), then 32 codes of scalar
+    tail, each position kind in both."""
+    assert 128 == 2 * 2 * R.STEP  # bytes 6 and 9 in the vector loop, 134 and 137 past it
     every = torch.arange(256, dtype=torch.uint8)
     special = every[~torch.isfinite(values(fmt, every))]
     rows = []
     for c in special.tolist():
-        for pos in (6, 9):
-            row = torch.zeros(16, dtype=torch.uint8)
+        for pos in (6, 9, 134, 137):
+            row = torch.zeros(160, dtype=torch.uint8)
             row[pos] = c
             rows.append(row)
     codes = torch.stack(rows)
-    got = gemv(fmt, codes, torch.ones(16), multirow)
+    got = gemv(fmt, codes, torch.ones(160), multirow)
     want = values(fmt, codes).sum(1)
     assert same_bits(got, want).all(), (got.tolist(), want.tolist())
 
