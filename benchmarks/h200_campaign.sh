@@ -1417,6 +1417,23 @@ dot17)
   smallm_ab 60 "$OUT/r/dotm.json" 1,8,16 dot base dot2 base2
   pack dot17
   ;;
+clk18)
+  # (eighteenth session) E4M3's M = 1 vocabulary head takes 0.121 ms in some bench processes and
+  # 0.136 in others (sessions 17, 18; E5M2 stays at 0.118-0.119): the head alone, six processes
+  # in a row, with the SM clock, power and temperature logged every 200 ms beside them
+  export SOFTFP8_FP8_DECODE=integer
+  mkdir -p "$OUT/r"
+  nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu --format=csv -lms 200 > "$OUT/r/clocks.csv" 2>&1 &
+  smi=$!
+  for i in 1 2 3 4 5 6; do
+    date +%T.%N | cut -c1-12 >> "$OUT/r/marks.txt"
+    run "head-$i" 60 python3 -m softfp8.bench shapes --shape 128256,4096 --backends triton --formats e5m2,e4m3 --out "$OUT/r/head-$i.json"
+    date +%T.%N | cut -c1-12 >> "$OUT/r/marks.txt"
+    grep -E "^lm|128256" "$OUT/head-$i.txt" | grep -E "e4m3|e5m2" | cut -c1-110
+  done
+  kill $smi
+  pack clk18
+  ;;
 dot18)
   # (eighteenth session) 8-bit M = 12 and 16 trail M = 1 by 10-12% (the head on the dot kernel
   # at ~130 us against ~119): deeper / wider dot tiles on the head and gate_up (sweep_gemv's
