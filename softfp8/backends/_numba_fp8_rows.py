@@ -5,14 +5,14 @@ are issued ahead of use; on a 2-vCPU Zen 4 (2026-12-02, BENCHMARKS.md) the hardw
 alone left the earlier numba loops at 12-24 GB/s of the 32-38 GB/s two threads read. A prefetch
 cannot be put into such loops: they are LLVM-vectorised numba, and a prefetch call in the loop
 body stopped the vectoriser (several times slower), while a burst of prefetches before each row
-made it slower too. So the loop is written as vector IR in a numba intrinsic, as _numba_lut's FP4 rows: a step is one
-64-byte line of a row (32 uint16 = 64 codes) and prefetches the same line PREFETCH_ROWS passes
-ahead. The decode is the same bit operations as `e5m2_pair` / `e4m3_pair_div256(_finite)` and
-LLVM's fpext of the fp16 bits (vcvtph2ps), so the values are the same bits.
+made it slower too. So the loop is written as vector IR in a numba intrinsic, as _numba_lut's
+FP4 rows: a step is one 64-byte line of a row (32 uint16 = 64 codes) and prefetches the same
+line PREFETCH_ROWS passes ahead. The decode is the same bit operations as `e5m2_pair` /
+`e4m3_pair_div256(_finite)` and LLVM's fpext of the fp16 bits (vcvtph2ps), so the values are the
+same bits. Only generic LLVM operations (no x86 intrinsic): any CPU numba targets.
 
-Layout: rows as uint16 [N, Kp/2] (codes 2i and 2i + 1 in the low
-and high byte), met by x's even and odd elements (xe, xo). The pairs past the last whole step
-take the scalar decoders.
+Layout: rows as uint16 [N, Kp/2] (codes 2i and 2i + 1 in the low and high byte), met by x's
+even and odd elements (xe, xo). The pairs past the last whole step take the scalar decoders.
 """
 from __future__ import annotations
 
@@ -26,7 +26,9 @@ from numba.extending import intrinsic
 from ._numba_decode import _JIT, e4m3_pair_div256, e4m3_pair_div256_finite, e5m2_pair
 from ._numba_lut import PREFETCH_ROWS, prefetch, rows_totals
 
-E5M2_KIND, E4M3_KIND, E4M3_FINITE_KIND = 0, 1, 2  # as _numba_kernels
+E5M2_KIND, E4M3_KIND, E4M3_FINITE_KIND = 0, 1, 2
+"""gemv_fp8's `kind`: E5M2, E4M3, or E4M3 whose codes hold no NaN (no NaN fix; numba_cpu asks
+`codes_nan_free` once per weight)."""
 STEP = 32
 """uint16 pairs a step: 64 codes, one 64-byte line of a row."""
 VEC = 16
