@@ -8,8 +8,8 @@ to a kernel; only calls interleaved round by round in one process compare. The r
 `softfp8` package is unpacked (`git archive`) into a temporary folder as `softfp8_base` (its
 imports are relative) and quantizes its own copy of the same weights; each round calls torch's
 fp16 mv, then every format through both packages' `numba_cpu.matmul`, in a new random order a
-round (`cpu_gemv.shuffled_medians`). Both results are checked against each other (same bits expected unless a change
-says why not: the difference is printed). Numba compiles the base kernels afresh (~1 min).
+round (`cpu_gemv.shuffled_medians`). Both results are compared first (same bits expected unless
+a change says why not: the difference is printed). Numba compiles the base kernels afresh.
 """
 import argparse
 import importlib

@@ -7,10 +7,11 @@ For each shape and format: the FP8 kernel (_numba_fp8_rows) or this CPU's FP4 ta
 (_numba_lut on AVX-512, _numba_pshufb on AVX2: one row a pass) built from the package's source
 with `PREFETCH_ROWS * nrows` replaced by `A * nrows` (prefetch A passes ahead; 0 = none), each
 called directly (x prepared once, the backend's chunk) at 1 and 4 rows a pass, and torch's fp16
-mv, in rounds of random order (`cpu_gemv.shuffled_medians`). Each variant reads its own copy of the weight, so no call
-finds the previous call's weight in the L3 (an FP4 11008 x 4096 weight, 25 MB, fits a 32 MB
-L3). The values behind `_numba_lut.PREFETCH_ROWS` and `numba_cpu.MULTIROW_MIN_K`. Medians, us;
-every variant's result is checked against the first.
+mv, in rounds of random order (`cpu_gemv.shuffled_medians`). Each variant reads its own copy of
+the weight, so no call finds the previous call's weight in the L3 (an FP4 11008 x 4096 weight,
+25 MB, fits a 32 MB L3). The values behind `_numba_lut.PREFETCH_ROWS` and `numba_cpu.
+MULTIROW_MIN_K` / `MULTIROW_MIN_K_FP4`. Medians, us; every variant's result is checked against
+the first.
 """
 import argparse
 import inspect
