@@ -6,7 +6,8 @@ Everything runs in one process on the same weights: each timing is the median of
 calls after warm-up, and numba and torch calls are interleaved round by round so that a busy
 machine slows both alike, each round in a new random order (`shuffled_medians`), so that the
 slot right after torch's calls (where numba's idle workers must be woken) falls on every entry
-alike. Cold start is measured in a child process with an empty NUMBA_CACHE_DIR (first call = compilation), and again with that cache filled (load from disk).
+alike. Cold start is measured in a child process with an empty NUMBA_CACHE_DIR (first call =
+compilation), and again with that cache filled (load from disk).
 The header and the last line give the machine's two-thread vector scaling right then
 (`cpu_threads.py`): a VM's two vCPUs may sit on two cores (~2x) or on one core's two hardware
 threads (~1x), and that moves the numba GEMV by up to 2x between runs.

@@ -24,7 +24,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from ._numba_decode import _JIT, e4m3_pair_div256, e4m3_pair_div256_finite, e5m2_pair
-from ._numba_lut import PREFETCH_ROWS, prefetch, rows_totals
+from ._numba_lut import PREFETCH_ROWS, prefetch, row_pointers, rows_totals
 
 E5M2_KIND, E4M3_KIND, E4M3_FINITE_KIND = 0, 1, 2
 """gemv_fp8's `kind`: E5M2, E4M3, or E4M3 whose codes hold no NaN (no NaN fix; numba_cpu asks
@@ -54,15 +54,8 @@ def _emit_rows(context, builder, sig, args, kind, nrows):
     xoa = context.make_array(xoty)(context, builder, xo)
     r = context.cast(builder, r, rty, types.intp)
     steps = context.cast(builder, steps, sty, types.intp)
-    cols = builder.extract_value(carr.shape, 1)
-    last = builder.sub(builder.extract_value(carr.shape, 0), ir.Constant(intp, 1))
-    rows, ahead = [], []
-    for i in range(nrows):
-        rows.append(builder.gep(carr.data, [builder.mul(builder.add(r, ir.Constant(intp, i)),
-                                                        cols)]))
-        row = builder.add(r, ir.Constant(intp, PREFETCH_ROWS * nrows + i))
-        row = builder.select(builder.icmp_signed("<", row, last), row, last)
-        ahead.append(builder.gep(carr.data, [builder.mul(row, cols)]))
+    rows = row_pointers(builder, carr, r, 0, nrows, intp)
+    ahead = row_pointers(builder, carr, r, PREFETCH_ROWS * nrows, nrows, intp, clamp=True)
 
     def splat(ty, v):
         return ir.Constant(ty, [ir.Constant(ty.element, v)] * VEC)

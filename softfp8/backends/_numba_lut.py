@@ -159,19 +159,26 @@ def rows_operands(context, builder, sig, args, nrows, ahead):
     s1 = context.cast(builder, s1, s1ty, types.intp)
     # C-contiguous arrays (the signature says so): plain pointer arithmetic, so LLVM folds every
     # x offset of a step into the load's immediate
-    wcols = builder.extract_value(warr.shape, 1)
     scols = builder.extract_value(sarr.shape, 1)
-    wrows = [builder.gep(warr.data, [builder.mul(builder.add(r, ir.Constant(intp, i)), wcols)])
-             for i in range(nrows)]
+    wrows = row_pointers(builder, warr, r, 0, nrows, intp)
     srows = [builder.gep(sarr.data, [builder.mul(ir.Constant(intp, i), scols)])
              for i in range(nrows)]
-    last = builder.sub(builder.extract_value(warr.shape, 0), ir.Constant(intp, 1))
-    ahead_rows = []
-    for i in range(nrows if ahead else 0):
-        row = builder.add(r, ir.Constant(intp, ahead + i))
-        row = builder.select(builder.icmp_signed("<", row, last), row, last)
-        ahead_rows.append(builder.gep(warr.data, [builder.mul(row, wcols)]))
+    ahead_rows = row_pointers(builder, warr, r, ahead, nrows if ahead else 0, intp, clamp=True)
     return intp, s0, s1, xarr.data, wrows, srows, ahead_rows
+
+
+def row_pointers(builder, arr, r, offset, n, intp, clamp=False):
+    """IR: pointers to rows r+offset..r+offset+n-1 of the C-contiguous 2-D array `arr` (a
+    make_array struct); clamp: each at most the last row (the prefetches ahead of the loop)."""
+    cols = builder.extract_value(arr.shape, 1)
+    last = builder.sub(builder.extract_value(arr.shape, 0), ir.Constant(intp, 1))
+    out = []
+    for i in range(n):
+        row = builder.add(r, ir.Constant(intp, offset + i))
+        if clamp:
+            row = builder.select(builder.icmp_signed("<", row, last), row, last)
+        out.append(builder.gep(arr.data, [builder.mul(row, cols)]))
+    return out
 
 
 def prefetch(builder, row, offset):
