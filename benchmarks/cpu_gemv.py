@@ -34,8 +34,14 @@ import softfp8  # noqa: E402
 from softfp8.backends import numba_cpu  # noqa: E402
 from softfp8.dispatch import E2M1Decode  # noqa: E402
 
-VARIANTS = [("e5m2", "-"), ("e4m3", "-"), ("nvfp4", "select"), ("nvfp4", "inject"),
-            ("mxfp4", "select"), ("mxfp4", "inject")]
+VARIANTS = [("e5m2", "-", "fp32"), ("e4m3", "-", "fp32"), ("nvfp4", "select", "fp32"),
+            ("nvfp4", "inject", "fp32"), ("mxfp4", "select", "fp32"), ("mxfp4", "inject", "fp32"),
+            ("nvfp4", "select", "bf16"), ("mxfp4", "select", "bf16"), ("nvfp4", "select", "fp16"),
+            ("mxfp4", "select", "fp16")]
+"""(format, E2M1 decoder, activation dtype): x reaches numba_cpu.matmul as float32, or rounded to
+bf16 / fp16 as a bf16 / fp16 model passes it (the FP4 kernel then multiplies bf16 terms where
+the CPU has AVX-512 BF16: _numba_dpbf16), the same x torch's bf16 / fp16 mv get."""
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 TARGET = {"e5m2": 1.5, "e4m3": 1.5, "nvfp4": 2.5, "mxfp4": 2.5}
 
 _COLD = """
@@ -82,9 +88,14 @@ def vector_scaling() -> float:
 
 
 def fp4_kernel() -> str:
-    """Which FP4 GEMV numba_cpu runs here: the AVX-512 or AVX2 table, or the bit operations."""
+    """Which FP4 GEMV numba_cpu runs here: the AVX-512 or AVX2 table (and for bf16 / fp16
+    activations the bf16 products), or the bit operations."""
     table = numba_cpu._fp4_table_kernels()
-    return table.__name__.rsplit(".", 1)[-1] if table is not None else "_numba_kernels (bit ops)"
+    if table is None:
+        return "_numba_kernels (bit ops)"
+    name = table.__name__.rsplit(".", 1)[-1]
+    return name + (" + _numba_dpbf16" if numba_cpu._bf16_steps(
+        torch.zeros(1, 128, dtype=torch.bfloat16), 128, 16, table) is not None else "")
 
 
 def timed(fn) -> float:
@@ -119,19 +130,21 @@ def bench_shape(n: int, k: int, reps: int) -> list[dict]:
         wd, xd = w.to(dt), x[0].to(dt)
         torch_calls[name] = (lambda wd=wd, xd=xd: torch.mv(wd, xd))
     calls = dict(torch_calls)
-    for fmt, dec in VARIANTS:
-        p = softfp8.quantize(w, fmt)
+    for fmt, dec, xdt in VARIANTS:
+        p = softfp8.quantize(w, fmt)  # each its own weight: none is in the L3 from another
         e2m1 = E2M1Decode.INJECT if dec == "inject" else E2M1Decode.SELECT
-        calls[(fmt, dec)] = (lambda p=p, e2m1=e2m1: numba_cpu.matmul(x, p, None, e2m1=e2m1))
+        xd = x.to(DTYPES[xdt])
+        calls[(fmt, dec, xdt)] = (lambda p=p, e2m1=e2m1, xd=xd: numba_cpu.matmul(xd, p, None,
+                                                                                 e2m1=e2m1))
     for fn in calls.values():  # warm-up (and compile, or load from the cache)
         for _ in range(3):
             fn()
     ms = {key: s * 1e3 for key, s in shuffled_medians(calls, reps).items()}
     best_torch = min(ms[t] for t in torch_calls)
-    return [dict(shape=f"{n}x{k}", fmt=fmt, e2m1=dec, numba_ms=ms[(fmt, dec)],
+    return [dict(shape=f"{n}x{k}", fmt=fmt, e2m1=dec, x=xdt, numba_ms=ms[(fmt, dec, xdt)],
                  fp32_ms=ms["fp32"], bf16_ms=ms["bf16"], fp16_ms=ms["fp16"],
-                 speedup=best_torch / ms[(fmt, dec)], target=TARGET[fmt])
-            for fmt, dec in VARIANTS]
+                 speedup=best_torch / ms[(fmt, dec, xdt)], target=TARGET[fmt])
+            for fmt, dec, xdt in VARIANTS]
 
 
 def main() -> None:
@@ -152,12 +165,12 @@ def main() -> None:
     for shape in args.shapes.split(","):
         n, k = (int(v) for v in shape.lower().split("x"))
         rows += bench_shape(n, k, args.reps)
-    head = (f"{'shape':>11} {'format':>6} {'e2m1':>6} {'numba ms':>9} {'fp32 ms':>8} "
+    head = (f"{'shape':>11} {'format':>6} {'e2m1':>6} {'x':>4} {'numba ms':>9} {'fp32 ms':>8} "
             f"{'bf16 ms':>8} {'fp16 ms':>8} {'speedup':>8} {'target':>7}")
     print(head)
     for r in rows:
         ok = "ok" if r["speedup"] >= r["target"] else "MISS"
-        print(f"{r['shape']:>11} {r['fmt']:>6} {r['e2m1']:>6} {r['numba_ms']:9.3f} "
+        print(f"{r['shape']:>11} {r['fmt']:>6} {r['e2m1']:>6} {r['x']:>4} {r['numba_ms']:9.3f} "
               f"{r['fp32_ms']:8.3f} {r['bf16_ms']:8.3f} {r['fp16_ms']:8.3f} "
               f"{r['speedup']:7.2f}x {r['target']:5.1f}x {ok}")
     print("\ncold start, 256x512 GEMV in a fresh process (s): first call, second call")

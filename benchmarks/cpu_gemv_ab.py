@@ -1,7 +1,7 @@
 """The CPU GEMV of this checkout against the one of a git revision, in one process, interleaved.
 
     python benchmarks/cpu_gemv_ab.py --base HEAD~1 [--shapes 11008x4096,4096x11008]
-        [--formats e5m2,e4m3,nvfp4,mxfp4] [--reps 20]
+        [--formats e5m2,e4m3,nvfp4,mxfp4] [--reps 20] [--x fp32|bf16|fp16]
 
 A 2-vCPU VM moves by 20-40% from minute to minute (BENCHMARKS.md, CPU), more than most changes
 to a kernel; only calls interleaved round by round in one process compare. The revision's
@@ -10,6 +10,7 @@ imports are relative) and quantizes its own copy of the same weights; each round
 fp16 mv, then every format through both packages' `numba_cpu.matmul`, in a new random order a
 round (`cpu_gemv.shuffled_medians`). Both results are compared first (same bits expected unless
 a change says why not: the difference is printed). Numba compiles the base kernels afresh.
+`--x` is the activations' dtype (both sides get the same x; torch's mv stays fp16).
 """
 import argparse
 import importlib
@@ -48,6 +49,7 @@ def main() -> None:
     ap.add_argument("--shapes", default="11008x4096,4096x11008")
     ap.add_argument("--formats", default="e5m2,e4m3,nvfp4,mxfp4")
     ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--x", default="fp32", choices=["fp32", "bf16", "fp16"])
     args = ap.parse_args()
     base, base_cpu = base_package(args.base)
     head = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], check=True,
@@ -55,7 +57,8 @@ def main() -> None:
     dirty = subprocess.run(["git", "-C", ROOT, "status", "--porcelain", "softfp8"], check=True,
                            capture_output=True, text=True).stdout.strip()
     print(f"# {time.strftime('%Y-%m-%d %H:%M')}  torch {torch.__version__}  numba "
-          f"{numba.__version__}  threads {numba.get_num_threads()}  base {args.base}  this "
+          f"{numba.__version__}  threads {numba.get_num_threads()}  x {args.x}  base {args.base}"
+          f"  this "
           f"{head}{' + uncommitted changes' if dirty else ''}; medians of {args.reps} rounds, ms"
           + "".join(f"  {k}={v}" for k, v in sorted(os.environ.items())
                     if k.startswith(("SOFTFP8_", "NUMBA_", "OMP_"))))
@@ -65,6 +68,7 @@ def main() -> None:
         w = torch.randn(n, k, generator=g) * 0.02
         x = torch.randn(1, k, generator=g)
         w16, x16 = w.half(), x[0].half()
+        x = x.to({"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[args.x])
         calls = {"torch fp16 mv": lambda: torch.mv(w16, x16)}
         for fmt in args.formats.split(","):
             pb, p = base.quantize(w, fmt), softfp8.quantize(w, fmt)

@@ -12,10 +12,11 @@ numba intrinsic, and the kernels around it stay plain numba.
 Layout: int32 words [N, Kp/8] (formats.py), one vector lane per word: a step is 16 consecutive
 words of a row (128 codes), loaded as they lie, no shuffles; x comes rearranged per call so that
 xs[s, j, lane] is the element code j of word 16 s + lane meets (`x_steps`); each lane's block
-scale is spread over its words in registers. ROWS rows per pass share each x
-load. The words past the last whole step (rows whose word count is not a multiple of 16) take
-the bit-operation select path per block. Only compiled where numba targets AVX-512
-(`available()`); numba_cpu falls back to _numba_kernels elsewhere.
+scale is spread over its words in registers. ROWS rows per pass share each x load. The words
+past the last whole step (rows whose word count is not a multiple of 16) take the bit-operation
+select path per block. x steps of uint16 (bf16 bits, `_numba_dpbf16.x_steps`) compile the same
+drivers to bf16 products instead (`_numba_dpbf16.emit_rows`). Only compiled where numba targets
+AVX-512 (`available()`); numba_cpu falls back to _numba_kernels elsewhere.
 """
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
+from . import _numba_dpbf16
 from ._numba_decode import _JIT, e4m3_i32_div256, e8m0_i32
 from ._numba_kernels import _mx_select, _nv_select
 
@@ -72,6 +74,15 @@ def _emit_rows(context, builder, sig, args, wpb, nrows):
     each word's sum of code j x xs[s, j] times the scale sc[i, word // wpb] of its block (sc row
     i for weight row r + i, wpb words per block); returns the float32 totals as a ROWS-tuple (the
     one-row kernel repeats its total)."""
+    operands = rows_operands(context, builder, sig, args, nrows, PREFETCH_ROWS * nrows)
+    intp, s0, s1, xdata, wrows, srows, ahead = operands
+    # four independent multiply-add chains in all (code j of row i to chain j % chains), so no
+    # multiply-add waits on the previous one's result
+    chains = max(1, 4 // nrows)
+    xty = sig.args[4]
+    if xty.dtype == types.uint16:  # bf16 activation steps: xs[s, j, lane] or xs[s, term, j, lane]
+        accs = _numba_dpbf16.emit_rows(builder, operands, wpb, nrows, xty.ndim - 2, chains)
+        return rows_totals(context, builder, sig, accs, ROWS)
     f32, i32 = ir.FloatType(), ir.IntType(32)
     vf, vi = ir.VectorType(f32, LANES), ir.VectorType(i32, LANES)
     mod = builder.module
@@ -79,11 +90,6 @@ def _emit_rows(context, builder, sig, args, wpb, nrows):
         mod, ir.FunctionType(vf, [vf, vi]), "llvm.x86.avx512.permvar.sf.512")
     fma = cgutils.get_or_insert_function(mod, ir.FunctionType(vf, [vf, vf, vf]), "llvm.fma.v16f32")
     table = ir.Constant(vf, [ir.Constant(f32, v) for v in _TABLE])
-    intp, s0, s1, xdata, wrows, srows, ahead = rows_operands(context, builder, sig, args, nrows,
-                                                             PREFETCH_ROWS * nrows)
-    # four independent multiply-add chains in all (code j of row i to chain j % chains), so no
-    # multiply-add waits on the previous one's result
-    chains = max(1, 4 // nrows)
     accs = [[cgutils.alloca_once_value(builder, ir.Constant(vf, None)) for _ in range(chains)]
             for _ in range(nrows)]
 

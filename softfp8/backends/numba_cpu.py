@@ -114,15 +114,17 @@ def _matmul_f32(x: torch.Tensor, packed: PackedWeight, inject: bool, threads: in
     fmt = packed.fmt
     kp = packed.padded_k
     fp4 = fmt in (Format.NVFP4, Format.MXFP4)
-    xp = _padded_x(x, kp)
     yn = np.empty((m, n), np.float32)  # numpy first: torch.from_numpy is the cheaper pair
     y = torch.from_numpy(yn)
+    table = _fp4_table_kernels() if fp4 and m == 1 else None
+    steps = _bf16_steps(x, kp, SPECS[fmt].block, table) if table is not None else None
+    xp = _padded_x(x, kp) if steps is None else None  # bf16 steps: no float32 copy of x
     if m == 1:
         chunk = _chunk(n, threads)
         yv = yn[0]
         # x as numpy from here: right after a GEMV each torch op costs 3-10 us (x[0].numpy()
         # 9.4 us measured, 2048 x 2048 NVFP4, Zen 3), numpy's indexing a fraction of that
-        xn = xp.numpy()[0]
+        xn = xp.numpy()[0] if xp is not None else None
         if not fp4:  # FP8 rows as uint16 pairs, met by the even and odd elements of x
             R = _numba()[2]
             kind = (R.E5M2_KIND if fmt is Format.E5M2 else
@@ -135,14 +137,13 @@ def _matmul_f32(x: torch.Tensor, packed: PackedWeight, inject: bool, threads: in
             block = SPECS[fmt].block
             words, scales = packed.words.numpy(), packed.scales.numpy()
             g = np.float32(1.0) if mx else np.float32(packed.global_scale.item())
-            table = _fp4_table_kernels()
             if table is not None:
                 # The table lookup is the select decode and faster than injection too (measured
                 # single core, 256x4096 in cache: NVFP4 18.4 against 13.4 Gelem/s, MXFP4 22.1
                 # against 14.2); where injection is allowed it gives the same bits, so it serves
                 # both decoders here. AVX-512: a 16-float permute; AVX2: two byte tables.
                 L = table
-                xs, xpn = L.x_steps(xn, block)
+                xs, xpn = steps if steps is not None else L.x_steps(xn, block)
                 # rows a pass by K where the module runs several (AVX-512), else one (AVX2)
                 group = ((L.ROWS if kp >= MULTIROW_MIN_K_FP4 else 1),) if L.ROWS > 1 else ()
                 if mx:
@@ -206,8 +207,9 @@ K = 5120 mixed, NVFP4 1.41 against 1.75 ms, MXFP4 1.02 against 0.92; from 6144 f
 def _fp4_table_kernels():
     """The FP4 table-lookup GEMV module for this CPU: _numba_lut (AVX-512 vpermps), else
     _numba_pshufb (AVX2 vpshufb), else None (the bit-operation kernels run).
-    `SOFTFP8_NUMBA_FP4_LUT=0` turns both off, `=avx2` skips the AVX-512 one (read per call: for
-    comparisons, and in case a CPU misreports its features)."""
+    `SOFTFP8_NUMBA_FP4_LUT=0` turns both off, `=avx2` skips the AVX-512 one, `=avx512` keeps it
+    but without the bf16 products (`_bf16_steps`) (read per call: for comparisons, and in case a
+    CPU misreports its features)."""
     return _fp4_table_for(os.environ.get("SOFTFP8_NUMBA_FP4_LUT", "1").strip().lower())
 
 
@@ -220,3 +222,17 @@ def _fp4_table_for(wanted: str):
     if wanted != "avx2" and _numba_lut.available():
         return _numba_lut
     return _numba_pshufb if _numba_pshufb.available() else None
+
+
+def _bf16_steps(x: torch.Tensor, kp: int, block: int, table):
+    """The AVX-512 table kernel's activation steps as bf16 (_numba_dpbf16: bf16 products by
+    vdpbf16ps) where x is bf16 or fp16, `table` is that kernel's module, the CPU has AVX-512
+    BF16 and SOFTFP8_NUMBA_FP4_LUT is not `avx512`; else None (float32 steps)."""
+    if x.dtype not in (torch.bfloat16, torch.float16):
+        return None
+    from . import _numba_dpbf16, _numba_lut
+
+    if table is not _numba_lut or not _numba_dpbf16.available() or (
+            os.environ.get("SOFTFP8_NUMBA_FP4_LUT", "1").strip().lower() == "avx512"):
+        return None
+    return _numba_dpbf16.x_steps(x[0], block, kp)

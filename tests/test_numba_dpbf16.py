@@ -1,0 +1,186 @@
+"""The AVX-512 FP4 table rows with bf16 products (softfp8/backends/_numba_dpbf16.py): every E2M1
+code at every position exact for bf16 and fp16 activations, fp64 parity of the float32 sums over
+odd shapes, non-finite activations as the float32 kernel gives them, the fall-back to it for
+tiny bf16 activations, and numba_cpu.matmul's choice. The kernel tests run where numba targets
+AVX-512 BF16; the step layout's tests run anywhere."""
+import math
+
+import pytest
+import torch
+from conftest import rel_err, same_bits
+
+import softfp8
+from softfp8.decode import E2M1_TO_FLOAT32
+
+numba = pytest.importorskip("numba")
+np = pytest.importorskip("numpy")
+L = pytest.importorskip("softfp8.backends._numba_lut")
+from softfp8.backends import _numba_dpbf16 as D  # noqa: E402
+from softfp8.backends import numba_cpu  # noqa: E402
+from test_numba_lut import BLOCK, ONE, words_of  # noqa: E402
+
+needs_bf16 = pytest.mark.skipif(not D.available(), reason="numba does not target AVX-512 BF16")
+GROUPS = [pytest.param(1, id="1row"), pytest.param(L.ROWS, id="4rows")]
+DTYPES = [pytest.param(torch.bfloat16, id="bf16"), pytest.param(torch.float16, id="fp16")]
+
+
+def gemv(fmt, words, scales, x, group, g=1.0):
+    """The kernel on bf16 / fp16 x [Kp] (x_steps must take it); float32 y."""
+    y = np.zeros(words.shape[0], np.float32)
+    steps = D.x_steps(x, BLOCK[fmt])
+    assert steps is not None
+    xs, xp = steps
+    assert xs.dtype == np.uint16 and xs.ndim == (3 if x.dtype == torch.bfloat16 else 4)
+    if fmt == "nvfp4":
+        L.gemv_nvfp4(words.numpy(), scales.numpy(), np.float32(g), xs, xp, y, 8, group)
+    else:
+        L.gemv_mxfp4(words.numpy(), scales.numpy(), xs, xp, y, 8, group)
+    return torch.from_numpy(y)
+
+
+@needs_bf16
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("group", GROUPS)
+@pytest.mark.parametrize("fmt", ["nvfp4", "mxfp4"])
+def test_every_code_at_every_position_is_exact(fmt, group, dtype):
+    """As test_numba_lut's: row r holds code (r + k) % 16 at k, a one-hot x at k reads column k
+    back, through each lane and nibble of the 16-bit lanes, each row slot, and the tail blocks.
+    The one is 1 + 2^-10 for fp16 (its lo term nonzero: both terms are read) and 1 + 2^-7 for
+    bf16 (every significant bit of a bf16 in use)."""
+    one = 1.0 + (2.0 ** -10 if dtype == torch.float16 else 2.0 ** -7)
+    blk = BLOCK[fmt]
+    n, k = 18, 256 + blk
+    codes = (torch.arange(n)[:, None] + torch.arange(k)[None, :]) % 16
+    words = words_of(codes)
+    scales = torch.full((n, k // blk), ONE[fmt], dtype=torch.uint8)
+    got = torch.empty(n, k)
+    for col in range(k):
+        x = torch.zeros(k, dtype=dtype)
+        x[col] = one
+        got[:, col] = gemv(fmt, words, scales, x, group)
+    want = E2M1_TO_FLOAT32[codes] * one  # exact: 2 x 8 significant bits
+    nonzero = codes != 8  # -0 reads back +0, as in any dot product
+    assert same_bits(got[nonzero], want[nonzero]).all()
+    assert (got == want).all(), (codes[got != want][:8].tolist(), got[got != want][:8].tolist())
+
+
+@needs_bf16
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("fmt", ["nvfp4", "mxfp4"])
+@pytest.mark.parametrize("n, k", [(1, 1), (17, 4097), (5, 512), (3, 1000), (11, 6001)])
+def test_gemv_matches_fp64(fmt, n, k, dtype):
+    """Odd shapes, one and four rows a pass: the float32 sums within 1e-6 of fp64 over the same
+    (bf16 / fp16) activations, with the NVFP4 tensor scale."""
+    gen = torch.Generator().manual_seed(n + k)
+    packed = softfp8.quantize(torch.randn(n, k, generator=gen), fmt)
+    kp = packed.padded_k
+    x = torch.zeros(kp, dtype=dtype)
+    x[:k] = torch.randn(k, generator=gen).to(dtype)
+    want = x[:k].double() @ softfp8.dequantize(packed).double().T
+    g = packed.global_scale.item() if fmt == "nvfp4" else 1.0
+    for group in (1, L.ROWS):
+        assert rel_err(gemv(fmt, packed.words, packed.scales, x, group, g), want) <= 1e-6
+
+
+@needs_bf16
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("fmt", ["nvfp4", "mxfp4"])
+def test_matmul_takes_bf16_products_and_agrees_with_float32(fmt, dtype, monkeypatch):
+    """numba_cpu.matmul on bf16 / fp16 x runs these rows (switched off by
+    SOFTFP8_NUMBA_FP4_LUT=avx512), and its answer is the float32 kernel's, rounded to x's
+    dtype (both within fp32 rounding of the same exact products)."""
+    gen = torch.Generator().manual_seed(3)
+    packed = softfp8.quantize(torch.randn(37, 4100, generator=gen), fmt)
+    x = torch.randn(1, 4100, generator=gen).to(dtype)
+    seen = []
+    real = D.x_steps
+    monkeypatch.setattr(D, "x_steps", lambda *a: seen.append(a) or real(*a))
+    y = numba_cpu.matmul(x, packed)
+    assert len(seen) == 1 and y.dtype == dtype
+    monkeypatch.setenv("SOFTFP8_NUMBA_FP4_LUT", "avx512")
+    y32 = numba_cpu.matmul(x, packed)
+    assert len(seen) == 1  # not called
+    want = x.double() @ softfp8.dequantize(packed).double().T
+    assert rel_err(y.double(), want) <= 2 * rel_err(y32.double(), want) + 1e-3
+    assert rel_err(numba_cpu.matmul(x.float(), packed), want) <= 1e-6
+
+
+@needs_bf16
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("fmt", ["nvfp4", "mxfp4"])
+def test_nonfinite_activations_as_the_float32_kernel(fmt, dtype):
+    """inf, -inf and NaN (fp16's NaN with its payload in the low bits too) in x give what the
+    float32 kernel gives, row by row: inf times a zero code is NaN, opposite infs are NaN."""
+    n, k = 16, 512
+    gen = torch.Generator().manual_seed(5)
+    packed = softfp8.quantize(torch.randn(n, k, generator=gen), fmt)
+    g = packed.global_scale.item() if fmt == "nvfp4" else 1.0
+    cases = {"inf": [(3, math.inf)], "-inf": [(200, -math.inf)],
+             "both": [(3, math.inf), (300, -math.inf)], "nan": [(77, math.nan)]}
+    for name, spots in cases.items():
+        x = torch.randn(k, generator=gen).to(dtype)
+        for i, v in spots:
+            x[i] = v
+        if name == "nan" and dtype == torch.float16:
+            x.view(torch.int16)[77] = 0x7C01  # a signalling NaN's payload: the low bits only
+            assert torch.isnan(x[77])
+        got = gemv(fmt, packed.words, packed.scales, x, 1, g)
+        xs, xp = L.x_steps(x.float().numpy(), BLOCK[fmt])
+        want = np.zeros(n, np.float32)
+        if fmt == "nvfp4":
+            L.gemv_nvfp4(packed.words.numpy(), packed.scales.numpy(), np.float32(g), xs, xp,
+                         want, 8, 1)
+        else:
+            L.gemv_mxfp4(packed.words.numpy(), packed.scales.numpy(), xs, xp, want, 8, 1)
+        want = torch.from_numpy(want)
+        assert not want.isfinite().all(), name
+        assert (got.isnan() == want.isnan()).all(), name
+        assert (got[~want.isnan()] == want[~want.isnan()]).all(), name  # the infs, signed
+
+
+def test_tiny_bf16_activations_take_the_float32_kernel():
+    """A nonzero bf16 activation under TINY (where the instruction's flushing could change the
+    sum) makes x_steps say no, and matmul's answer stays within 1e-6 of fp64."""
+    x = torch.randn(1, 4096).to(torch.bfloat16)
+    assert D.x_steps(x[0], 16) is not None
+    x[0, 9] = 2.0 ** -120
+    assert D.x_steps(x[0], 16) is None
+    x[0, :] = 0.0
+    x[0, 9] = 2.0 ** -120
+    x[0, 500] = -(2.0 ** -126)
+    assert D.x_steps(x[0], 16) is None
+    packed = softfp8.quantize(torch.randn(8, 4096), "mxfp4")
+    want = x.double() @ softfp8.dequantize(packed).double().T
+    y = numba_cpu.matmul(x.float(), packed)
+    assert want.abs().max() > 0 and rel_err(y, want) <= 1e-6
+    assert D.x_steps(torch.zeros(4096, dtype=torch.bfloat16), 16) is not None  # zeros are fine
+    assert D.x_steps(torch.randn(4096), 16) is None  # float32: not this kernel's
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_x_steps_layout_and_exact_split(dtype):
+    """(any CPU) xs[s, (t,) j, l] is term t of x[8 (16 s + l // 2) + 4 (l % 2) + j]; the terms
+    add up to x exactly (fp16: two bf16 terms), and the planes cover the tail as float32."""
+    k = 128 * 3 + 16
+    x = (torch.randn(k) * 100).to(dtype)
+    xs, xp = D.x_steps(x, 16)
+    terms = xs[:, None] if xs.ndim == 3 else xs
+    assert terms.shape == (3, 1 if dtype == torch.bfloat16 else 2, 4, 32)
+    as_f32 = (terms.astype(np.uint32) << 16).view(np.float32).astype(np.float64).sum(axis=1)
+    s, j, lane = np.meshgrid(np.arange(3), np.arange(4), np.arange(32), indexing="ij")
+    index = 8 * (16 * s + lane // 2) + 4 * (lane % 2) + j
+    assert (as_f32 == x.double().numpy()[index]).all()
+    assert xp.dtype == np.float32 and (xp == x.float().numpy().reshape(-1, 16).T).all()
+
+
+@pytest.mark.parametrize("features, want", [("+avx2,+avx512f,+avx512bw,+avx512bf16", True),
+                                            ("+avx2,+avx512f,+avx512bw", False)])
+def test_available_follows_numba_target(features, want, monkeypatch):
+    from numba.core import config
+
+    D.available.cache_clear()
+    try:
+        monkeypatch.setattr(config, "CPU_FEATURES", features)
+        assert D.available() is want
+    finally:
+        D.available.cache_clear()
