@@ -36,12 +36,11 @@ from softfp8.dispatch import E2M1Decode  # noqa: E402
 
 VARIANTS = [("e5m2", "-", "fp32"), ("e4m3", "-", "fp32"), ("nvfp4", "select", "fp32"),
             ("nvfp4", "inject", "fp32"), ("mxfp4", "select", "fp32"), ("mxfp4", "inject", "fp32"),
-            ("nvfp4", "select", "bf16"), ("mxfp4", "select", "bf16"), ("nvfp4", "select", "fp16"),
-            ("mxfp4", "select", "fp16")]
+            ("nvfp4", "select", "bf16"), ("mxfp4", "select", "bf16")]
 """(format, E2M1 decoder, activation dtype): x reaches numba_cpu.matmul as float32, or rounded to
-bf16 / fp16 as a bf16 / fp16 model passes it (the FP4 kernel then multiplies bf16 terms where
-the CPU has AVX-512 BF16: _numba_dpbf16), the same x torch's bf16 / fp16 mv get."""
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+bf16 as a bf16 model passes it (the FP4 kernel then multiplies bf16 values where the CPU has
+AVX-512 BF16: _numba_dpbf16), the same x torch's bf16 mv gets."""
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 TARGET = {"e5m2": 1.5, "e4m3": 1.5, "nvfp4": 2.5, "mxfp4": 2.5}
 
 _COLD = """
@@ -88,8 +87,8 @@ def vector_scaling() -> float:
 
 
 def fp4_kernel() -> str:
-    """Which FP4 GEMV numba_cpu runs here: the AVX-512 or AVX2 table (and for bf16 / fp16
-    activations the bf16 products), or the bit operations."""
+    """Which FP4 GEMV numba_cpu runs here: the AVX-512 or AVX2 table (and for bf16 activations
+    the bf16 products), or the bit operations."""
     table = numba_cpu._fp4_table_kernels()
     if table is None:
         return "_numba_kernels (bit ops)"

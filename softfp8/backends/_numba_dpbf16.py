@@ -1,4 +1,4 @@
-"""The AVX-512 FP4 table rows for bf16 and fp16 activations: bf16 products by vdpbf16ps.
+"""The AVX-512 FP4 table rows for bf16 activations: bf16 products by vdpbf16ps.
 
 _numba_lut's rows spend one vpermps and one shift per 16 codes, and those two share the
 shuffle pipes, which bound the loop (measured on a Zen 4 here: 16 cycles a 128-code step, the
@@ -7,16 +7,16 @@ table decodes 32 codes (4 nibbles a 16-bit word: 3 shifts and 4 permutes a step 
 and 8), and vdpbf16ps multiplies 32 codes by 32 bf16 activations into 16 float32 lanes, lane i
 summing the codes of word i, so the block scales spread over the lanes as in _numba_lut.
 
-Exact where the activations are bf16 values: a product of a bf16 E2M1 value (2 significant
-bits) and a bf16 activation (8) is exact in float32, and each is added in float32 as the fp32
-kernel's multiply-add does. fp16 activations are split into two bf16 terms, hi (the top 8
-significant bits) and lo (the other 3), both exact. The instruction treats bf16 denormals as 0
-and flushes denormal sums, so `terms_for` sends bf16 activations under 2^-100 (and anything
-else) to the fp32 kernel; fp16 values (down to 2^-24) never come near.
+Exact for bf16 activations: a product of a bf16 E2M1 value (2 significant bits) and a bf16
+activation (8) is exact in float32, and each is added in float32 as the fp32 kernel's
+multiply-add does. The instruction treats bf16 denormals as 0 and flushes denormal sums, so
+`x_steps` sends activations under `TINY` to the fp32 kernel. (fp16 activations split into two
+bf16 terms, exact too, were measured no faster than the fp32 kernel through numba_cpu.matmul:
+BENCHMARKS.md, CPU, nineteenth session; they take the fp32 kernel.)
 
 Layout: a step is 16 int32 words of a row (as in _numba_lut) read as 32 uint16 lanes; lane l
-holds codes 4 (l % 2) + j of word l // 2 at bits 4j, so xs[s, t, j, l] is the bf16 bits of
-term t of x[8 (16 s + l // 2) + 4 (l % 2) + j] (`x_steps`; xs[s, j, l] for one term).
+holds codes 4 (l % 2) + j of word l // 2 at bits 4j, so xs[s, j, l] is the bf16 bits of
+x[8 (16 s + l // 2) + 4 (l % 2) + j] (`x_steps`).
 """
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ import numpy as np
 from llvmlite import ir
 from numba.core import cgutils
 
-from ._numba_decode import _JIT, _f2i, _i2f
+from ._numba_decode import _JIT
 
 LANES = 16
 _E2M1 = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0]
@@ -51,7 +51,7 @@ def available() -> bool:
     return all(numba_targets(f) for f in ("avx512f", "avx512bw", "avx512bf16"))
 
 
-def emit_rows(builder, operands, wpb, nrows, terms, chains):
+def emit_rows(builder, operands, wpb, nrows, chains):
     """IR of _numba_lut's row intrinsics for bf16 activation steps (`operands`: what
     _numba_lut.rows_operands returns, x's data being uint16): accumulators as allocas, one
     list per row, `chains` each."""
@@ -79,7 +79,7 @@ def emit_rows(builder, operands, wpb, nrows, terms, chains):
 
     with cgutils.for_range_slice(builder, s0, s1, ir.Constant(intp, 1), intp=intp) as (s, _):
         w0 = builder.mul(s, ir.Constant(intp, LANES))
-        x0 = builder.mul(s, ir.Constant(intp, terms * 4 * 32))
+        x0 = builder.mul(s, ir.Constant(intp, 4 * 32))
         lanes = [vload(wrows[i], w0, vh) for i in range(nrows)]
         for row in ahead:
             prefetch(builder, row, w0)
@@ -87,12 +87,11 @@ def emit_rows(builder, operands, wpb, nrows, terms, chains):
             lanes[i], ir.Constant(vh, [4 * j] * 32))]), vi) for j in range(4)]
             for i in range(nrows)]
         part = [[zero] * chains for _ in range(nrows)]
-        for t in range(terms):
-            for j in range(4):
-                xv = vload(xdata, builder.add(x0, ir.Constant(intp, 32 * (4 * t + j))), vi)
-                for i in range(nrows):
-                    k = (4 * t + j) % chains
-                    part[i][k] = builder.call(dot, [part[i][k], vals[i][j], xv])
+        for j in range(4):
+            xv = vload(xdata, builder.add(x0, ir.Constant(intp, 32 * j)), vi)
+            for i in range(nrows):
+                k = j % chains
+                part[i][k] = builder.call(dot, [part[i][k], vals[i][j], xv])
         for i in range(nrows):
             few = ir.VectorType(f32, LANES // wpb)
             sv = vload(srows[i], builder.udiv(w0, ir.Constant(intp, wpb)), few)
@@ -105,56 +104,41 @@ def emit_rows(builder, operands, wpb, nrows, terms, chains):
 
 
 def x_steps(x, block, kp=None):
-    """x [K] as a bf16 or fp16 torch tensor, zero-padded to kp -> (xs, xp): xs the uint16 bf16
-    steps (module docstring; one term for bf16, two for fp16) for the whole steps of 128 codes,
-    xp _numba_lut.select_planes of x as float32 for the blocks past them. None where the bf16
-    kernel would not give the fp32 kernel's answer (`TINY`) or x is of another type. No torch op
-    past the first view (right after a GEMV each torch op costs 3-100 us), one numba pass."""
+    """x [K] as a bf16 torch tensor, zero-padded to kp -> (xs, xp): xs the uint16 bf16 steps
+    (module docstring) for the whole steps of 128 codes, xp _numba_lut.select_planes of x as
+    float32 for the blocks past them. None where the kernel would not give the fp32 kernel's
+    answer (a nonzero |x| < `TINY`) or x is not bf16. No torch op past the first view (right
+    after a GEMV each torch op costs 3-100 us), one numba pass."""
     import torch
 
     from ._numba_lut import _no_planes, select_planes
 
-    if x.dtype not in (torch.bfloat16, torch.float16):
+    if x.dtype != torch.bfloat16:
         return None
     u16 = x.view(torch.int16).numpy()
     k = u16.shape[0]
     kp = k if kp is None else kp
-    bf16 = x.dtype == torch.bfloat16
-    # float32 bits: bf16 shifted up in the pass, fp16 widened by numpy (exact)
-    bits = u16 if bf16 else u16.view(np.float16).astype(np.float32).view(np.int32)
     steps = kp // (8 * LANES)
-    xs = np.zeros((steps, 4, 32) if bf16 else (steps, 2, 4, 32), np.uint16)
-    if not _fill_steps(bits, 16 if bf16 else 0, xs.reshape(steps, 1 if bf16 else 2, 4, 32)):
+    xs = np.zeros((steps, 4, 32), np.uint16)
+    if not _fill_steps(u16, xs):
         return None
     if kp % (8 * LANES) == 0:
         return xs, _no_planes(block)
     xn = np.zeros(kp, np.float32)
-    xn[:k] = (bits.astype(np.int32) << 16).view(np.float32) if bf16 else bits.view(np.float32)
+    xn[:k] = (u16.astype(np.int32) << 16).view(np.float32)
     return xs, select_planes(xn, block, 8 * LANES)
 
 
 @nb.njit(**_JIT)
-def _fill_steps(src, shift, xs):
-    """xs[s, t, j, l] = the bf16 bits of term t of element 8 (16 s + l // 2) + 4 (l % 2) + j of
-    x, whose float32 bits are src << shift, for the elements xs covers (xs zero-filled: the
-    padding); terms: hi (the top 16 bits) and, with two, lo = x - hi, exact for fp16 values.
-    False where a nonzero |x| < TINY."""
-    terms = xs.shape[1]
-    n = min(src.shape[0], xs.shape[0] * 8 * LANES)
+def _fill_steps(u16, xs):
+    """xs[s, j, l] = u16[8 (16 s + l // 2) + 4 (l % 2) + j], the bf16 bits of x, for the
+    elements xs covers (xs zero-filled: the padding). False where a nonzero |x| < TINY."""
+    n = min(u16.shape[0], xs.shape[0] * 8 * LANES)
     ok = True
     for e in range(n):
-        b = np.int32(np.int32(src[e]) << np.int32(shift))
-        mag = np.int32(b & np.int32(0x7FFFFFFF))
+        b = np.int32(np.int32(u16[e]) & np.int32(0xFFFF))
+        mag = np.int32(np.int32(b << np.int32(16)) & np.int32(0x7FFFFFFF))
         ok = ok and not (mag != 0 and mag < _TINY_BITS)
         s, r = e // (8 * LANES), e % (8 * LANES)
-        j, lane = r % 4, 2 * (r // 8) + (r // 4) % 2
-        hi = np.int32(b & np.int32(-0x10000))
-        lo = np.int32(0)
-        if mag >= np.int32(0x7F800000):  # inf as it is; NaN quiet (its payload may be cut off)
-            hi = hi if mag == np.int32(0x7F800000) else np.int32(hi | np.int32(0x7FC00000))
-        elif terms == 2:
-            lo = _f2i(_i2f(b) - _i2f(hi))  # exact: the 3 significant bits past hi's 8
-        xs[s, 0, j, lane] = np.uint16(np.uint32(hi) >> np.uint32(16))
-        if terms == 2:
-            xs[s, 1, j, lane] = np.uint16(np.uint32(lo) >> np.uint32(16))
+        xs[s, r % 4, 2 * (r // 8) + (r // 4) % 2] = np.uint16(b)
     return ok

@@ -80,8 +80,8 @@ def _emit_rows(context, builder, sig, args, wpb, nrows):
     # multiply-add waits on the previous one's result
     chains = max(1, 4 // nrows)
     xty = sig.args[4]
-    if xty.dtype == types.uint16:  # bf16 activation steps: xs[s, j, lane] or xs[s, term, j, lane]
-        accs = _numba_dpbf16.emit_rows(builder, operands, wpb, nrows, xty.ndim - 2, chains)
+    if xty.dtype == types.uint16:  # bf16 activation steps, xs[s, j, lane]
+        accs = _numba_dpbf16.emit_rows(builder, operands, wpb, nrows, chains)
         return rows_totals(context, builder, sig, accs, ROWS)
     f32, i32 = ir.FloatType(), ir.IntType(32)
     vf, vi = ir.VectorType(f32, LANES), ir.VectorType(i32, LANES)

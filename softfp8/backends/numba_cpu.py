@@ -226,9 +226,9 @@ def _fp4_table_for(wanted: str):
 
 def _bf16_steps(x: torch.Tensor, kp: int, block: int, table):
     """The AVX-512 table kernel's activation steps as bf16 (_numba_dpbf16: bf16 products by
-    vdpbf16ps) where x is bf16 or fp16, `table` is that kernel's module, the CPU has AVX-512
-    BF16 and SOFTFP8_NUMBA_FP4_LUT is not `avx512`; else None (float32 steps)."""
-    if x.dtype not in (torch.bfloat16, torch.float16):
+    vdpbf16ps) where x is bf16, `table` is that kernel's module, the CPU has AVX-512 BF16 and
+    SOFTFP8_NUMBA_FP4_LUT is not `avx512`; else None (float32 steps)."""
+    if x.dtype != torch.bfloat16:
         return None
     from . import _numba_dpbf16, _numba_lut
 
