@@ -1474,4 +1474,23 @@ final17b)
   smallm_all 100
   pack final17b
   ;;
+sm19)
+  # (nineteenth session) 8-bit M = 12 / 16 at 0.884-0.900 of M = 1's bandwidth over llama3-8b's
+  # shapes: the head and gate_up were swept (dot17, dot18), the three small shapes (qkv, o,
+  # down: 0.64-0.77 of their M = 1 bandwidth) only at M = 2..8 (ring17) or down alone (dot17);
+  # here they are swept at M = 12 and 16 over the dot kernel's and the MMA GEMV's grids
+  export SOFTFP8_FP8_DECODE=integer
+  mkdir -p "$OUT/r"
+  run sm 290 python3 benchmarks/sweep_gemv.py --formats e5m2,e4m3 --ms 12,16 --kernels small_m,mma_gemv --budget 270 --shapes "6144,4096;4096,4096;4096,14336" --out "$OUT/r/sm.json"
+  grep -E "x4096 M=|x14336 M=|table:|BEST:" "$OUT/sm.txt" | cut -c1-110
+  pack sm19
+  ;;
+sm19b)
+  # (nineteenth session) small-m on sm19's fastest (receipts/sm19/sm.json) against the built-in
+  # table, interleaved twice
+  export SOFTFP8_FP8_DECODE=integer
+  mkdir -p "$OUT/r"
+  smallm_ab 70 receipts/sm19/sm.json 1,12,16 sm base sm2 base2
+  pack sm19b
+  ;;
 esac
