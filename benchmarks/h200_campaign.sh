@@ -1485,12 +1485,4 @@ sm19)
   grep -E "x4096 M=|x14336 M=|table:|BEST:" "$OUT/sm.txt" | cut -c1-110
   pack sm19
   ;;
-sm19b)
-  # (nineteenth session) small-m on sm19's fastest (receipts/sm19/sm.json) against the built-in
-  # table, interleaved twice
-  export SOFTFP8_FP8_DECODE=integer
-  mkdir -p "$OUT/r"
-  smallm_ab 70 receipts/sm19/sm.json 1,12,16 sm base sm2 base2
-  pack sm19b
-  ;;
 esac
