@@ -57,7 +57,7 @@ def emit_rows(builder, operands, wpb, nrows, chains):
     """IR of _numba_lut's row intrinsics for bf16 activation steps (`operands`: what
     _numba_lut.rows_operands returns, x's data being uint16): accumulators as allocas, one
     list per row, `chains` each."""
-    from ._numba_lut import prefetch
+    from ._numba_lut import add_scaled, prefetch, vload
 
     intp, s0, s1, xdata, wrows, srows, ahead = operands
     f32, i32, i16 = ir.FloatType(), ir.IntType(32), ir.IntType(16)
@@ -69,20 +69,14 @@ def emit_rows(builder, operands, wpb, nrows, chains):
     # builder has no bfloat type)
     dot = cgutils.get_or_insert_function(
         mod, ir.FunctionType(vf, [vf, vi, vi]), "llvm.x86.avx512bf16.dpbf16ps.512")
-    fma = cgutils.get_or_insert_function(mod, ir.FunctionType(vf, [vf, vf, vf]), "llvm.fma.v16f32")
     table = ir.Constant(vh, [ir.Constant(i16, v) for v in _TABLE])
     zero = ir.Constant(vf, None)
     accs = [[cgutils.alloca_once_value(builder, zero) for _ in range(chains)]
             for _ in range(nrows)]
-
-    def vload(base, offset, vty):
-        return builder.load(builder.bitcast(builder.gep(base, [offset]), vty.as_pointer()),
-                            align=4)
-
     with cgutils.for_range_slice(builder, s0, s1, ir.Constant(intp, 1), intp=intp) as (s, _):
         w0 = builder.mul(s, ir.Constant(intp, LANES))
         x0 = builder.mul(s, ir.Constant(intp, 4 * 32))
-        lanes = [vload(wrows[i], w0, vh) for i in range(nrows)]
+        lanes = [vload(builder, wrows[i], w0, vh) for i in range(nrows)]
         for row in ahead:
             prefetch(builder, row, w0)
         vals = [[builder.bitcast(builder.call(permw, [table, lanes[i] if j == 0 else builder.lshr(
@@ -90,18 +84,12 @@ def emit_rows(builder, operands, wpb, nrows, chains):
             for i in range(nrows)]
         part = [[zero] * chains for _ in range(nrows)]
         for j in range(4):
-            xv = vload(xdata, builder.add(x0, ir.Constant(intp, 32 * j)), vi)
+            xv = vload(builder, xdata, builder.add(x0, ir.Constant(intp, 32 * j)), vi)
             for i in range(nrows):
                 k = j % chains
                 part[i][k] = builder.call(dot, [part[i][k], vals[i][j], xv])
         for i in range(nrows):
-            few = ir.VectorType(f32, LANES // wpb)
-            sv = vload(srows[i], builder.udiv(w0, ir.Constant(intp, wpb)), few)
-            scale = builder.shuffle_vector(sv, ir.Constant(few, None), ir.Constant(
-                vi, [lane // wpb for lane in range(LANES)]))
-            for k in range(chains):
-                builder.store(builder.call(fma, [part[i][k], scale, builder.load(accs[i][k])]),
-                              accs[i][k])
+            add_scaled(builder, srows[i], w0, wpb, part[i], accs[i], intp)
     return accs
 
 

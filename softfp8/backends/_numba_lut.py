@@ -92,37 +92,46 @@ def _emit_rows(context, builder, sig, args, wpb, nrows):
     table = ir.Constant(vf, [ir.Constant(f32, v) for v in _TABLE])
     accs = [[cgutils.alloca_once_value(builder, ir.Constant(vf, None)) for _ in range(chains)]
             for _ in range(nrows)]
-
-    def vload(base, offset, vty):
-        return builder.load(builder.bitcast(builder.gep(base, [offset]), vty.as_pointer()),
-                            align=4)
-
     with cgutils.for_range_slice(builder, s0, s1, ir.Constant(intp, 1), intp=intp) as (s, _):
         w0 = builder.mul(s, ir.Constant(intp, LANES))
         x0 = builder.mul(w0, ir.Constant(intp, 8))
-        lanes = [vload(wrows[i], w0, vi) for i in range(nrows)]
+        lanes = [vload(builder, wrows[i], w0, vi) for i in range(nrows)]
         for row in ahead:  # a step is one 64-byte line of each row
             prefetch(builder, row, w0)
         part = [[None] * chains for _ in range(nrows)]
         for j in range(8):
-            xv = vload(xdata, builder.add(x0, ir.Constant(intp, LANES * j)), vf)
+            xv = vload(builder, xdata, builder.add(x0, ir.Constant(intp, LANES * j)), vf)
             for i in range(nrows):
-                idx = lanes[i] if j == 0 else builder.lshr(lanes[i], ir.Constant(vi, [4 * j] * LANES))
+                idx = lanes[i] if j == 0 else builder.lshr(
+                    lanes[i], ir.Constant(vi, [4 * j] * LANES))
                 val = builder.call(perm, [table, idx])
                 k = j % chains
                 part[i][k] = builder.fmul(val, xv) if part[i][k] is None else builder.call(
                     fma, [val, xv, part[i][k]])
         for i in range(nrows):
-            # the step's 16 / wpb block scales, each spread over its words by one permute
-            # (spreading them in memory per row cost ~0.15 us a row: a scalar loop)
-            few = ir.VectorType(f32, LANES // wpb)
-            sv = vload(srows[i], builder.udiv(w0, ir.Constant(intp, wpb)), few)
-            scale = builder.shuffle_vector(sv, ir.Constant(few, None), ir.Constant(
-                vi, [lane // wpb for lane in range(LANES)]))
-            for k in range(chains):
-                builder.store(builder.call(fma, [part[i][k], scale, builder.load(accs[i][k])]),
-                              accs[i][k])
+            add_scaled(builder, srows[i], w0, wpb, part[i], accs[i], intp)
     return rows_totals(context, builder, sig, accs, ROWS)
+
+
+def vload(builder, base, offset, vty):
+    """IR: a vector of type vty loaded from element `offset` of the pointer `base`."""
+    return builder.load(builder.bitcast(builder.gep(base, [offset]), vty.as_pointer()), align=4)
+
+
+def add_scaled(builder, srow, w0, wpb, parts, accs, intp):
+    """IR: each accumulator (alloca) in accs += its part (a float32 vector, lane i summing word
+    w0 + i's codes) times the step's 16 / wpb block scales from the scale row `srow`, each
+    spread over its words' lanes by one permute (spreading them in memory per row cost ~0.15 us
+    a row: a scalar loop)."""
+    f32, i32 = ir.FloatType(), ir.IntType(32)
+    vf, few = ir.VectorType(f32, LANES), ir.VectorType(f32, LANES // wpb)
+    fma = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vf, [vf, vf, vf]),
+                                         "llvm.fma.v16f32")
+    sv = vload(builder, srow, builder.udiv(w0, ir.Constant(intp, wpb)), few)
+    scale = builder.shuffle_vector(sv, ir.Constant(few, None), ir.Constant(
+        ir.VectorType(i32, LANES), [lane // wpb for lane in range(LANES)]))
+    for part, acc in zip(parts, accs):
+        builder.store(builder.call(fma, [part, scale, builder.load(acc)]), acc)
 
 
 @intrinsic
