@@ -68,7 +68,8 @@ def variant(name, edits):
 def from_source(mod_name, src):
     """A module of softfp8.backends rebuilt from source text `src` (its relative imports made
     absolute), imported as `mod_name` from a temporary file."""
-    src = src.replace("from ._numba", "from softfp8.backends._numba")
+    src = src.replace("from ._numba", "from softfp8.backends._numba").replace(
+        "from . import", "from softfp8.backends import")
     path = os.path.join(tempfile.mkdtemp(), mod_name + ".py")
     with open(path, "w") as f:
         f.write(src)

@@ -1,13 +1,15 @@
 """The CPU GEMV kernels' rows a pass and prefetch distance, swept in one process, interleaved.
 
     python benchmarks/cpu_rows_sweep.py [--shapes 11008x4096,4096x11008,16384x2048,32768x1024]
-        [--formats e5m2,e4m3,nvfp4,mxfp4] [--ahead 0,1,2,4] [--reps 15]
+        [--formats e5m2,e4m3,nvfp4,mxfp4] [--ahead 0,1,2,4] [--rows 4] [--x fp32|bf16] [--reps 15]
 
 For each shape and format: the FP8 kernel (_numba_fp8_rows) or this CPU's FP4 table kernel
 (_numba_lut on AVX-512, _numba_pshufb on AVX2: one row a pass) built from the package's source
 with `PREFETCH_ROWS * nrows` replaced by `A * nrows` (prefetch A passes ahead; 0 = none), each
 called directly (x prepared once, the backend's chunk) at 1 and 4 rows a pass, and torch's fp16
-mv, in rounds of random order (`cpu_gemv.shuffled_medians`). Each variant reads its own copy of
+mv, in rounds of random order (`cpu_gemv.shuffled_medians`). `--rows` builds the multi-row
+kernels for each row count given (`ROWS = 4` replaced); `--x bf16` gives the AVX-512 FP4 kernel
+bf16 activations (its bf16 products, _numba_dpbf16). Each variant reads its own copy of
 the weight, so no call finds the previous call's weight in the L3 (an FP4 11008 x 4096 weight,
 25 MB, fits a 32 MB L3). The values behind `_numba_lut.PREFETCH_ROWS` and `numba_cpu.
 MULTIROW_MIN_K` / `MULTIROW_MIN_K_FP4`. Medians, us; every variant's result is checked against
@@ -28,22 +30,28 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import softfp8  # noqa: E402
 from cpu_fp4_ablate import from_source  # noqa: E402
 from cpu_gemv import shuffled_medians  # noqa: E402
-from softfp8.backends import _numba_fp8_rows, numba_cpu  # noqa: E402
+from softfp8.backends import _numba_dpbf16, _numba_fp8_rows, _numba_lut, numba_cpu  # noqa: E402
 from softfp8.formats import SPECS  # noqa: E402
 
 AHEAD = "PREFETCH_ROWS * nrows"
 
 
-def with_ahead(mod, ahead: int):
-    """`mod` rebuilt from its source with the prefetch `ahead` passes ahead."""
+ROWS = "ROWS = 4\n"
+
+
+def with_ahead(mod, ahead: int, rows: int = 4):
+    """`mod` rebuilt from its source with the prefetch `ahead` passes ahead and `rows` rows a
+    pass in its multi-row kernel."""
     src = inspect.getsource(mod)
-    assert AHEAD in src, f"{mod.__name__} changed: update this script"
-    return from_source(f"{mod.__name__.rsplit('.', 1)[-1]}_ahead{ahead}",
-                       src.replace(AHEAD, f"{ahead} * nrows"))
+    assert AHEAD in src and (ROWS in src or rows == 4), f"{mod.__name__} changed: update me"
+    return from_source(f"{mod.__name__.rsplit('.', 1)[-1]}_ahead{ahead}_rows{rows}",
+                       src.replace(AHEAD, f"{ahead} * nrows").replace(ROWS, f"ROWS = {rows}\n"))
 
 
-def calls(fmt: str, w: torch.Tensor, x: torch.Tensor, mods: dict, y: np.ndarray) -> dict:
-    """{(ahead, rows): call} for one format: the kernels as numba_cpu.matmul calls them."""
+def calls(fmt: str, w: torch.Tensor, x: torch.Tensor, mods: dict, y: np.ndarray,
+          bf16: bool = False) -> dict:
+    """{(ahead, rows): call} for one format: the kernels as numba_cpu.matmul calls them (mods
+    keyed by (ahead, multi-row count)); bf16: FP4 x as bf16 steps."""
     p = softfp8.quantize(w, fmt)
     n = w.shape[0]
     chunk = numba_cpu._chunk(n, numba_cpu._threads(numba.get_num_threads()))
@@ -52,16 +60,22 @@ def calls(fmt: str, w: torch.Tensor, x: torch.Tensor, mods: dict, y: np.ndarray)
         c16 = p.words.view(torch.uint16).numpy()
         xe, xo = np.ascontiguousarray(x[0::2].numpy()), np.ascontiguousarray(x[1::2].numpy())
         kind = _numba_fp8_rows.E5M2_KIND if fmt == "e5m2" else _numba_fp8_rows.E4M3_FINITE_KIND
-        for a, m in mods.items():
+        for (a, _), m in mods.items():
             for g in (1, m.ROWS):
+                if (a, g) in out:
+                    continue
                 out[(a, g)] = lambda m=m, g=g, c16=c16.copy(): m.gemv_fp8(c16, xe, xo, y, chunk,
                                                                          kind, g)
         return out
     words, scales = p.words.numpy(), p.scales.numpy()
-    xs, xp = next(iter(mods.values())).x_steps(x.numpy(), SPECS[p.fmt].block)
+    block = SPECS[p.fmt].block
+    xs, xp = (_numba_dpbf16.x_steps(x.bfloat16(), block) if bf16 else
+              next(iter(mods.values())).x_steps(x.numpy(), block))
     gs = np.float32(p.global_scale.item()) if fmt == "nvfp4" else None
-    for a, m in mods.items():
+    for (a, _), m in mods.items():
         for g in sorted({1, m.ROWS}):
+            if (a, g) in out:
+                continue
             group = (g,) if m.ROWS > 1 else ()
             wc, sc = words.copy(), scales.copy()
             if gs is None:
@@ -78,15 +92,20 @@ def main() -> None:
     ap.add_argument("--shapes", default="11008x4096,4096x11008,16384x2048,32768x1024")
     ap.add_argument("--formats", default="e5m2,e4m3,nvfp4,mxfp4")
     ap.add_argument("--ahead", default="0,1,2,4")
+    ap.add_argument("--rows", default="4", help="row counts of the multi-row kernels")
+    ap.add_argument("--x", default="fp32", choices=["fp32", "bf16"])
     ap.add_argument("--reps", type=int, default=15)
     args = ap.parse_args()
     fp4 = numba_cpu._fp4_table_kernels()
-    aheads = [int(a) for a in args.ahead.split(",")]
-    fp8_mods = {a: with_ahead(_numba_fp8_rows, a) for a in aheads}
-    fp4_mods = {a: with_ahead(fp4, a) for a in aheads} if fp4 is not None else {}
+    bf16 = args.x == "bf16"
+    if bf16 and (fp4 is not _numba_lut or not _numba_dpbf16.available()):
+        raise SystemExit("--x bf16 needs the AVX-512 FP4 kernel and AVX-512 BF16")
+    variants = [(int(a), int(r)) for a in args.ahead.split(",") for r in args.rows.split(",")]
+    fp8_mods = {v: with_ahead(_numba_fp8_rows, *v) for v in variants}
+    fp4_mods = {v: with_ahead(fp4, *v) for v in variants} if fp4 is not None else {}
     print(f"# {time.strftime('%Y-%m-%d %H:%M')}  torch {torch.__version__}  numba "
           f"{numba.__version__}  threads {numba.get_num_threads()}  FP4 kernel "
-          f"{fp4.__name__ if fp4 else None}; medians of {args.reps} rounds, us; "
+          f"{fp4.__name__ if fp4 else None}  x {args.x}; medians of {args.reps} rounds, us; "
           "columns: passes ahead x rows a pass")
     for shape in args.shapes.split(","):
         n, k = (int(v) for v in shape.lower().split("x"))
@@ -99,7 +118,7 @@ def main() -> None:
             mods = fp8_mods if fmt in ("e5m2", "e4m3") else fp4_mods
             if not mods:
                 continue
-            todo = calls(fmt, w, x, mods, y)
+            todo = calls(fmt, w, x, mods, y, bf16)
             first = None
             for fn in todo.values():
                 fn()
