@@ -179,3 +179,29 @@ def test_avx2_ablation_scripts_still_edit_the_kernel():
     assert len(edits) == 8
     for old in edits:
         assert old and old in src, old
+
+
+def test_rows_sweep_rebuilds_every_kernel_module():
+    """benchmarks/cpu_rows_sweep.py rebuilds _numba_lut, _numba_pshufb and _numba_fp8_rows from
+    their source with the prefetch distance and row count edited (cpu_fp4_ablate.from_source):
+    each edit's text is still there and each rebuilt module imports (its relative imports made
+    absolute: a `from . import` once broke it). Import only: nothing compiles here."""
+    import importlib.util
+    import pathlib
+    import sys
+
+    from softfp8.backends import _numba_fp8_rows
+
+    bench = pathlib.Path(__file__).resolve().parent.parent / "benchmarks"
+    sys.path.insert(0, str(bench))
+    try:
+        spec = importlib.util.spec_from_file_location("cpu_rows_sweep", bench / "cpu_rows_sweep.py")
+        sweep = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(sweep)
+        for mod, rows in ((L, 2), (P, 4), (_numba_fp8_rows, 2)):  # _numba_pshufb: one row
+            rebuilt = sweep.with_ahead(mod, 2, rows)
+            src = pathlib.Path(rebuilt.__file__).read_text()
+            assert "2 * nrows" in src and sweep.AHEAD not in src
+            assert rebuilt.ROWS == (rows if mod is not P else 1)
+    finally:
+        sys.path.remove(str(bench))
