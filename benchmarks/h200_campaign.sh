@@ -17,21 +17,7 @@ in_variant() { local d=$1; shift; echo "$1: $(cd "$d" && python3 -c 'import soft
 ab_each() {
   local name=$1 secs=$2 v d; shift 2
   for v in prev cur prev2 cur2; do
-    case $v in cur*) d=$PWD ;; *) d=$PWD/variants/prev ;; e4h19)
-  # (nineteenth session) E4M3's M = 1 head takes 0.121 ms in some processes and 0.136 in others
-  # (sessions 17, 18; not the SM clock: clk18). Both PDL on (the table's late launch) and off,
-  # alternating, six processes each: does the bimodality follow the launch overlap?
-  export SOFTFP8_FP8_DECODE=integer
-  mkdir -p "$OUT/r"
-  for i in 1 2 3 4 5 6; do
-    for pdl in auto off; do
-      run "head-$pdl-$i" 60 env SOFTFP8_PDL=$pdl python3 -m softfp8.bench shapes --shape 128256,4096 --backends triton --formats e5m2,e4m3 --out "$OUT/r/head-$pdl-$i.json"
-      grep -E "128256" "$OUT/head-$pdl-$i.txt" | grep -E "e4m3|e5m2" | cut -c1-110
-    done
-  done
-  pack e4h19
-  ;;
-esac
+    case $v in cur*) d=$PWD ;; *) d=$PWD/variants/prev ;; esac
     in_variant "$d" "$name-$v" "$secs" "${@//@V@/$v}"
   done
 }
@@ -58,21 +44,7 @@ smallm_all() {
 smallm_ab() {
   local secs=$1 table=$2 ms=$3 v t; shift 3
   for v in "$@"; do
-    case $v in base*) t= ;; *) t=$table ;; e4h19)
-  # (nineteenth session) E4M3's M = 1 head takes 0.121 ms in some processes and 0.136 in others
-  # (sessions 17, 18; not the SM clock: clk18). Both PDL on (the table's late launch) and off,
-  # alternating, six processes each: does the bimodality follow the launch overlap?
-  export SOFTFP8_FP8_DECODE=integer
-  mkdir -p "$OUT/r"
-  for i in 1 2 3 4 5 6; do
-    for pdl in auto off; do
-      run "head-$pdl-$i" 60 env SOFTFP8_PDL=$pdl python3 -m softfp8.bench shapes --shape 128256,4096 --backends triton --formats e5m2,e4m3 --out "$OUT/r/head-$pdl-$i.json"
-      grep -E "128256" "$OUT/head-$pdl-$i.txt" | grep -E "e4m3|e5m2" | cut -c1-110
-    done
-  done
-  pack e4h19
-  ;;
-esac
+    case $v in base*) t= ;; *) t=$table ;; esac
     run "smallm-$v" "$secs" env SOFTFP8_TRITON_TABLE=$t python3 -m softfp8.bench small-m --preset llama3-8b --backends triton --formats e5m2,e4m3 --m "$ms" --out "$OUT/r/smallm-$v.json"
     grep -A8 "over all shapes" "$OUT/smallm-$v.txt" | tail -8
   done
@@ -577,39 +549,11 @@ fp4dec)
   mkdir -p "$OUT/r"
   root=$PWD
   for v in base new zero base2 new2; do
-    case $v in new*) d=$root ;; base*) d=$root/variants/base ;; *) d=$root/variants/$v ;; e4h19)
-  # (nineteenth session) E4M3's M = 1 head takes 0.121 ms in some processes and 0.136 in others
-  # (sessions 17, 18; not the SM clock: clk18). Both PDL on (the table's late launch) and off,
-  # alternating, six processes each: does the bimodality follow the launch overlap?
-  export SOFTFP8_FP8_DECODE=integer
-  mkdir -p "$OUT/r"
-  for i in 1 2 3 4 5 6; do
-    for pdl in auto off; do
-      run "head-$pdl-$i" 60 env SOFTFP8_PDL=$pdl python3 -m softfp8.bench shapes --shape 128256,4096 --backends triton --formats e5m2,e4m3 --out "$OUT/r/head-$pdl-$i.json"
-      grep -E "128256" "$OUT/head-$pdl-$i.txt" | grep -E "e4m3|e5m2" | cut -c1-110
-    done
-  done
-  pack e4h19
-  ;;
-esac
+    case $v in new*) d=$root ;; base*) d=$root/variants/base ;; *) d=$root/variants/$v ;; esac
     in_variant "$d" "token-$v" 60 python3 -m softfp8.bench token --preset llama2-7b --backends triton --out "$OUT/r/token-$v.json"
   done
   for v in base new; do
-    case $v in new*) d=$root ;; *) d=$root/variants/$v ;; e4h19)
-  # (nineteenth session) E4M3's M = 1 head takes 0.121 ms in some processes and 0.136 in others
-  # (sessions 17, 18; not the SM clock: clk18). Both PDL on (the table's late launch) and off,
-  # alternating, six processes each: does the bimodality follow the launch overlap?
-  export SOFTFP8_FP8_DECODE=integer
-  mkdir -p "$OUT/r"
-  for i in 1 2 3 4 5 6; do
-    for pdl in auto off; do
-      run "head-$pdl-$i" 60 env SOFTFP8_PDL=$pdl python3 -m softfp8.bench shapes --shape 128256,4096 --backends triton --formats e5m2,e4m3 --out "$OUT/r/head-$pdl-$i.json"
-      grep -E "128256" "$OUT/head-$pdl-$i.txt" | grep -E "e4m3|e5m2" | cut -c1-110
-    done
-  done
-  pack e4h19
-  ;;
-esac
+    case $v in new*) d=$root ;; *) d=$root/variants/$v ;; esac
     in_variant "$d" "shapes-$v" 60 python3 -m softfp8.bench shapes --preset llama3-8b --backends triton --formats nvfp4,mxfp4 --out "$OUT/r/shapes-$v.json"
   done
   run probe 150 python3 benchmarks/gpu_mma_probe.py --formats nvfp4,mxfp4
@@ -622,36 +566,8 @@ fp4tab)
   mkdir -p "$OUT/r"
   root=$PWD
   for v in prev cur depth2 prev2 cur2; do
-    case $v in prev*) d=$root/variants/prev ;; *) d=$root ;; e4h19)
-  # (nineteenth session) E4M3's M = 1 head takes 0.121 ms in some processes and 0.136 in others
-  # (sessions 17, 18; not the SM clock: clk18). Both PDL on (the table's late launch) and off,
-  # alternating, six processes each: does the bimodality follow the launch overlap?
-  export SOFTFP8_FP8_DECODE=integer
-  mkdir -p "$OUT/r"
-  for i in 1 2 3 4 5 6; do
-    for pdl in auto off; do
-      run "head-$pdl-$i" 60 env SOFTFP8_PDL=$pdl python3 -m softfp8.bench shapes --shape 128256,4096 --backends triton --formats e5m2,e4m3 --out "$OUT/r/head-$pdl-$i.json"
-      grep -E "128256" "$OUT/head-$pdl-$i.txt" | grep -E "e4m3|e5m2" | cut -c1-110
-    done
-  done
-  pack e4h19
-  ;;
-esac
-    case $v in depth2) tab=$root/benchmarks/fp4_depth2_table.json ;; *) tab= ;; e4h19)
-  # (nineteenth session) E4M3's M = 1 head takes 0.121 ms in some processes and 0.136 in others
-  # (sessions 17, 18; not the SM clock: clk18). Both PDL on (the table's late launch) and off,
-  # alternating, six processes each: does the bimodality follow the launch overlap?
-  export SOFTFP8_FP8_DECODE=integer
-  mkdir -p "$OUT/r"
-  for i in 1 2 3 4 5 6; do
-    for pdl in auto off; do
-      run "head-$pdl-$i" 60 env SOFTFP8_PDL=$pdl python3 -m softfp8.bench shapes --shape 128256,4096 --backends triton --formats e5m2,e4m3 --out "$OUT/r/head-$pdl-$i.json"
-      grep -E "128256" "$OUT/head-$pdl-$i.txt" | grep -E "e4m3|e5m2" | cut -c1-110
-    done
-  done
-  pack e4h19
-  ;;
-esac
+    case $v in prev*) d=$root/variants/prev ;; *) d=$root ;; esac
+    case $v in depth2) tab=$root/benchmarks/fp4_depth2_table.json ;; *) tab= ;; esac
     SOFTFP8_TRITON_TABLE=$tab in_variant "$d" "token-$v" 60 python3 -m softfp8.bench token --preset llama2-7b --backends triton --out "$OUT/r/token-$v.json"
   done
   run shapes-cur 60 python3 -m softfp8.bench shapes --preset llama3-8b --backends triton --out "$OUT/r/shapes-cur.json"
@@ -667,39 +583,11 @@ fp4nat)
   mkdir -p "$OUT/r"
   root=$PWD
   for v in prev cur prev2 cur2; do
-    case $v in prev*) d=$root/variants/prev ;; *) d=$root ;; e4h19)
-  # (nineteenth session) E4M3's M = 1 head takes 0.121 ms in some processes and 0.136 in others
-  # (sessions 17, 18; not the SM clock: clk18). Both PDL on (the table's late launch) and off,
-  # alternating, six processes each: does the bimodality follow the launch overlap?
-  export SOFTFP8_FP8_DECODE=integer
-  mkdir -p "$OUT/r"
-  for i in 1 2 3 4 5 6; do
-    for pdl in auto off; do
-      run "head-$pdl-$i" 60 env SOFTFP8_PDL=$pdl python3 -m softfp8.bench shapes --shape 128256,4096 --backends triton --formats e5m2,e4m3 --out "$OUT/r/head-$pdl-$i.json"
-      grep -E "128256" "$OUT/head-$pdl-$i.txt" | grep -E "e4m3|e5m2" | cut -c1-110
-    done
-  done
-  pack e4h19
-  ;;
-esac
+    case $v in prev*) d=$root/variants/prev ;; *) d=$root ;; esac
     in_variant "$d" "token-$v" 60 python3 -m softfp8.bench token --preset llama2-7b --backends triton --out "$OUT/r/token-$v.json"
   done
   for v in prev cur; do
-    case $v in prev*) d=$root/variants/prev ;; *) d=$root ;; e4h19)
-  # (nineteenth session) E4M3's M = 1 head takes 0.121 ms in some processes and 0.136 in others
-  # (sessions 17, 18; not the SM clock: clk18). Both PDL on (the table's late launch) and off,
-  # alternating, six processes each: does the bimodality follow the launch overlap?
-  export SOFTFP8_FP8_DECODE=integer
-  mkdir -p "$OUT/r"
-  for i in 1 2 3 4 5 6; do
-    for pdl in auto off; do
-      run "head-$pdl-$i" 60 env SOFTFP8_PDL=$pdl python3 -m softfp8.bench shapes --shape 128256,4096 --backends triton --formats e5m2,e4m3 --out "$OUT/r/head-$pdl-$i.json"
-      grep -E "128256" "$OUT/head-$pdl-$i.txt" | grep -E "e4m3|e5m2" | cut -c1-110
-    done
-  done
-  pack e4h19
-  ;;
-esac
+    case $v in prev*) d=$root/variants/prev ;; *) d=$root ;; esac
     in_variant "$d" "shapes-$v" 60 python3 -m softfp8.bench shapes --preset llama3-8b --backends triton --formats nvfp4,mxfp4 --out "$OUT/r/shapes-$v.json"
   done
   unset SOFTFP8_FP8_DECODE
@@ -714,39 +602,11 @@ fp4w4)
   mkdir -p "$OUT/r"
   w4=$PWD/benchmarks/fp4_warps4_table.json
   for v in rule w4 rule2 w42; do
-    case $v in w4*) tab=$w4 ;; *) tab= ;; e4h19)
-  # (nineteenth session) E4M3's M = 1 head takes 0.121 ms in some processes and 0.136 in others
-  # (sessions 17, 18; not the SM clock: clk18). Both PDL on (the table's late launch) and off,
-  # alternating, six processes each: does the bimodality follow the launch overlap?
-  export SOFTFP8_FP8_DECODE=integer
-  mkdir -p "$OUT/r"
-  for i in 1 2 3 4 5 6; do
-    for pdl in auto off; do
-      run "head-$pdl-$i" 60 env SOFTFP8_PDL=$pdl python3 -m softfp8.bench shapes --shape 128256,4096 --backends triton --formats e5m2,e4m3 --out "$OUT/r/head-$pdl-$i.json"
-      grep -E "128256" "$OUT/head-$pdl-$i.txt" | grep -E "e4m3|e5m2" | cut -c1-110
-    done
-  done
-  pack e4h19
-  ;;
-esac
+    case $v in w4*) tab=$w4 ;; *) tab= ;; esac
     SOFTFP8_TRITON_TABLE=$tab run "token-$v" 60 python3 -m softfp8.bench token --preset llama2-7b --backends triton --formats nvfp4,mxfp4 --out "$OUT/r/token-$v.json"
   done
   for v in rule w4; do
-    case $v in w4*) tab=$w4 ;; *) tab= ;; e4h19)
-  # (nineteenth session) E4M3's M = 1 head takes 0.121 ms in some processes and 0.136 in others
-  # (sessions 17, 18; not the SM clock: clk18). Both PDL on (the table's late launch) and off,
-  # alternating, six processes each: does the bimodality follow the launch overlap?
-  export SOFTFP8_FP8_DECODE=integer
-  mkdir -p "$OUT/r"
-  for i in 1 2 3 4 5 6; do
-    for pdl in auto off; do
-      run "head-$pdl-$i" 60 env SOFTFP8_PDL=$pdl python3 -m softfp8.bench shapes --shape 128256,4096 --backends triton --formats e5m2,e4m3 --out "$OUT/r/head-$pdl-$i.json"
-      grep -E "128256" "$OUT/head-$pdl-$i.txt" | grep -E "e4m3|e5m2" | cut -c1-110
-    done
-  done
-  pack e4h19
-  ;;
-esac
+    case $v in w4*) tab=$w4 ;; *) tab= ;; esac
     SOFTFP8_TRITON_TABLE=$tab run "shapes-$v" 60 python3 -m softfp8.bench shapes --preset llama3-8b --backends triton --formats nvfp4,mxfp4 --out "$OUT/r/shapes-$v.json"
   done
   run smallm 150 python3 -m softfp8.bench small-m --preset llama3-8b --backends triton --formats e5m2,e4m3 --out "$OUT/r/smallm.json"
@@ -787,21 +647,7 @@ host9)
   # the whole GPU suite on this commit
   mkdir -p "$OUT/r"
   for v in prev cur prev2 cur2; do
-    case $v in cur*) d=$PWD ;; *) d=$PWD/variants/prev ;; e4h19)
-  # (nineteenth session) E4M3's M = 1 head takes 0.121 ms in some processes and 0.136 in others
-  # (sessions 17, 18; not the SM clock: clk18). Both PDL on (the table's late launch) and off,
-  # alternating, six processes each: does the bimodality follow the launch overlap?
-  export SOFTFP8_FP8_DECODE=integer
-  mkdir -p "$OUT/r"
-  for i in 1 2 3 4 5 6; do
-    for pdl in auto off; do
-      run "head-$pdl-$i" 60 env SOFTFP8_PDL=$pdl python3 -m softfp8.bench shapes --shape 128256,4096 --backends triton --formats e5m2,e4m3 --out "$OUT/r/head-$pdl-$i.json"
-      grep -E "128256" "$OUT/head-$pdl-$i.txt" | grep -E "e4m3|e5m2" | cut -c1-110
-    done
-  done
-  pack e4h19
-  ;;
-esac
+    case $v in cur*) d=$PWD ;; *) d=$PWD/variants/prev ;; esac
     in_variant "$d" "host-$v" 120 python3 benchmarks/gpu_host_overhead.py
   done
   for v in prev cur prev2 cur2; do echo "== $v"; grep -E "^(fp16|e5m2|e4m3|nvfp4) " "$OUT/host-$v.txt"; done
@@ -814,21 +660,7 @@ e2e9)
   export SOFTFP8_FP8_DECODE=integer
   mkdir -p "$OUT/r"
   for v in prev cur; do
-    case $v in cur*) d=$PWD ;; *) d=$PWD/variants/prev ;; e4h19)
-  # (nineteenth session) E4M3's M = 1 head takes 0.121 ms in some processes and 0.136 in others
-  # (sessions 17, 18; not the SM clock: clk18). Both PDL on (the table's late launch) and off,
-  # alternating, six processes each: does the bimodality follow the launch overlap?
-  export SOFTFP8_FP8_DECODE=integer
-  mkdir -p "$OUT/r"
-  for i in 1 2 3 4 5 6; do
-    for pdl in auto off; do
-      run "head-$pdl-$i" 60 env SOFTFP8_PDL=$pdl python3 -m softfp8.bench shapes --shape 128256,4096 --backends triton --formats e5m2,e4m3 --out "$OUT/r/head-$pdl-$i.json"
-      grep -E "128256" "$OUT/head-$pdl-$i.txt" | grep -E "e4m3|e5m2" | cut -c1-110
-    done
-  done
-  pack e4h19
-  ;;
-esac
+    case $v in cur*) d=$PWD ;; *) d=$PWD/variants/prev ;; esac
     in_variant "$d" "e2e-$v" 280 python3 benchmarks/gpu_e2e_generate.py --variants fp16,e5m2,nvfp4 --modes eager --short 8 --long 40 --repeats 2 --json "$OUT/r/e2e-$v.json"
   done
   for v in prev cur; do echo "== $v"; tail -8 "$OUT/e2e-$v.txt"; done
@@ -1026,21 +858,7 @@ hfsweep)
   run sweephf 260 python3 benchmarks/sweep_gemv.py --ms 1 --formats e5m2,e4m3,nvfp4,mxfp4 --kernels mma_gemv --mma-pipes 1:0,2:0 --mma-warps 1,2,4 --budget 230 --shapes "4096,4096;1024,4096;11008,4096;14336,4096" --out "$OUT/r/sweephf.json"
   grep -E "table:|BEST:" "$OUT/sweephf.txt" | head -40
   for v in table sweep table2 sweep2; do
-    case $v in sweep*) t="$OUT/r/sweephf.json" ;; *) t="" ;; e4h19)
-  # (nineteenth session) E4M3's M = 1 head takes 0.121 ms in some processes and 0.136 in others
-  # (sessions 17, 18; not the SM clock: clk18). Both PDL on (the table's late launch) and off,
-  # alternating, six processes each: does the bimodality follow the launch overlap?
-  export SOFTFP8_FP8_DECODE=integer
-  mkdir -p "$OUT/r"
-  for i in 1 2 3 4 5 6; do
-    for pdl in auto off; do
-      run "head-$pdl-$i" 60 env SOFTFP8_PDL=$pdl python3 -m softfp8.bench shapes --shape 128256,4096 --backends triton --formats e5m2,e4m3 --out "$OUT/r/head-$pdl-$i.json"
-      grep -E "128256" "$OUT/head-$pdl-$i.txt" | grep -E "e4m3|e5m2" | cut -c1-110
-    done
-  done
-  pack e4h19
-  ;;
-esac
+    case $v in sweep*) t="$OUT/r/sweephf.json" ;; *) t="" ;; esac
     for p in llama2-7b-hf llama3-8b-hf; do
       SOFTFP8_TRITON_TABLE=$t run "token-$p-$v" 60 python3 -m softfp8.bench token --preset $p --backends triton --out "$OUT/r/token-$p-$v.json"
     done
@@ -1138,37 +956,9 @@ s9final)
   t="python3 -m softfp8.bench token --preset llama2-7b --backends triton --formats e5m2,e4m3"
   s="python3 -m softfp8.bench shapes --preset llama3-8b --backends triton --formats e5m2,e4m3"
   for v in w4 w2 w4b w2b; do
-    case $v in w2*) export SOFTFP8_TRITON_TABLE=$PWD/benchmarks/fp8_m1_warps2_table.json ;; *) unset SOFTFP8_TRITON_TABLE ;; e4h19)
-  # (nineteenth session) E4M3's M = 1 head takes 0.121 ms in some processes and 0.136 in others
-  # (sessions 17, 18; not the SM clock: clk18). Both PDL on (the table's late launch) and off,
-  # alternating, six processes each: does the bimodality follow the launch overlap?
-  export SOFTFP8_FP8_DECODE=integer
-  mkdir -p "$OUT/r"
-  for i in 1 2 3 4 5 6; do
-    for pdl in auto off; do
-      run "head-$pdl-$i" 60 env SOFTFP8_PDL=$pdl python3 -m softfp8.bench shapes --shape 128256,4096 --backends triton --formats e5m2,e4m3 --out "$OUT/r/head-$pdl-$i.json"
-      grep -E "128256" "$OUT/head-$pdl-$i.txt" | grep -E "e4m3|e5m2" | cut -c1-110
-    done
-  done
-  pack e4h19
-  ;;
-esac
+    case $v in w2*) export SOFTFP8_TRITON_TABLE=$PWD/benchmarks/fp8_m1_warps2_table.json ;; *) unset SOFTFP8_TRITON_TABLE ;; esac
     run "token-$v" 40 $t --out "$OUT/r/token-$v.json"
-    case $v in w4|w2) run "shapes-$v" 40 $s --out "$OUT/r/shapes-$v.json" ;; e4h19)
-  # (nineteenth session) E4M3's M = 1 head takes 0.121 ms in some processes and 0.136 in others
-  # (sessions 17, 18; not the SM clock: clk18). Both PDL on (the table's late launch) and off,
-  # alternating, six processes each: does the bimodality follow the launch overlap?
-  export SOFTFP8_FP8_DECODE=integer
-  mkdir -p "$OUT/r"
-  for i in 1 2 3 4 5 6; do
-    for pdl in auto off; do
-      run "head-$pdl-$i" 60 env SOFTFP8_PDL=$pdl python3 -m softfp8.bench shapes --shape 128256,4096 --backends triton --formats e5m2,e4m3 --out "$OUT/r/head-$pdl-$i.json"
-      grep -E "128256" "$OUT/head-$pdl-$i.txt" | grep -E "e4m3|e5m2" | cut -c1-110
-    done
-  done
-  pack e4h19
-  ;;
-esac
+    case $v in w4|w2) run "shapes-$v" 40 $s --out "$OUT/r/shapes-$v.json" ;; esac
   done
   unset SOFTFP8_TRITON_TABLE
   for v in w4 w2 w4b w2b; do echo "== $v"; grep -E "^(torch float16|e5m2|e4m3) " "$OUT/token-$v.txt" | cut -c1-90; grep -sE "^(gate_up|lm_head) .*(e5m2|e4m3)" "$OUT/shapes-$v.txt" | cut -c1-100; done
@@ -1216,21 +1006,7 @@ hf12)
   run sweephf 215 python3 benchmarks/sweep_gemv.py --ms 1 --formats e5m2,e4m3,nvfp4,mxfp4 --kernels mma_gemv --mma-pipes 1:0,2:0 --mma-warps 1,2,4 --budget 190 --shapes "4096,4096;1024,4096;11008,4096;14336,4096" --out "$OUT/r/sweephf.json"
   grep -E "table:|BEST:" "$OUT/sweephf.txt" | head -40
   for v in table sweep table2 sweep2; do
-    case $v in sweep*) t="$OUT/r/sweephf.json" ;; *) t="" ;; e4h19)
-  # (nineteenth session) E4M3's M = 1 head takes 0.121 ms in some processes and 0.136 in others
-  # (sessions 17, 18; not the SM clock: clk18). Both PDL on (the table's late launch) and off,
-  # alternating, six processes each: does the bimodality follow the launch overlap?
-  export SOFTFP8_FP8_DECODE=integer
-  mkdir -p "$OUT/r"
-  for i in 1 2 3 4 5 6; do
-    for pdl in auto off; do
-      run "head-$pdl-$i" 60 env SOFTFP8_PDL=$pdl python3 -m softfp8.bench shapes --shape 128256,4096 --backends triton --formats e5m2,e4m3 --out "$OUT/r/head-$pdl-$i.json"
-      grep -E "128256" "$OUT/head-$pdl-$i.txt" | grep -E "e4m3|e5m2" | cut -c1-110
-    done
-  done
-  pack e4h19
-  ;;
-esac
+    case $v in sweep*) t="$OUT/r/sweephf.json" ;; *) t="" ;; esac
     SOFTFP8_TRITON_TABLE=$t run "token-hf-$v" 45 python3 -m softfp8.bench token --preset llama2-7b-hf --backends triton --out "$OUT/r/token-hf-$v.json"
   done
   for v in table sweep table2 sweep2; do echo "== $v"; grep -E "^(torch float16|e5m2|e4m3|nvfp4|mxfp4) " "$OUT/token-hf-$v.txt" | cut -c1-90; done
@@ -1280,21 +1056,7 @@ hint13)
   mkdir -p "$OUT/r"
   for r in "" 2; do
     for v in none l2_256 noalloc_256; do
-      case $v in none) h="" ;; l2_256) h=".L2::256B" ;; noalloc_256) h=".L1::no_allocate.L2::256B" ;; e4h19)
-  # (nineteenth session) E4M3's M = 1 head takes 0.121 ms in some processes and 0.136 in others
-  # (sessions 17, 18; not the SM clock: clk18). Both PDL on (the table's late launch) and off,
-  # alternating, six processes each: does the bimodality follow the launch overlap?
-  export SOFTFP8_FP8_DECODE=integer
-  mkdir -p "$OUT/r"
-  for i in 1 2 3 4 5 6; do
-    for pdl in auto off; do
-      run "head-$pdl-$i" 60 env SOFTFP8_PDL=$pdl python3 -m softfp8.bench shapes --shape 128256,4096 --backends triton --formats e5m2,e4m3 --out "$OUT/r/head-$pdl-$i.json"
-      grep -E "128256" "$OUT/head-$pdl-$i.txt" | grep -E "e4m3|e5m2" | cut -c1-110
-    done
-  done
-  pack e4h19
-  ;;
-esac
+      case $v in none) h="" ;; l2_256) h=".L2::256B" ;; noalloc_256) h=".L1::no_allocate.L2::256B" ;; esac
       SOFTFP8_MMA_LOAD_HINT=$h TRITON_CACHE_DIR=/tmp/tc-$v run "shapes-$v$r" 45 python3 -m softfp8.bench shapes --preset llama3-8b --backends triton --out "$OUT/r/shapes-$v$r.json"
       SOFTFP8_MMA_LOAD_HINT=$h TRITON_CACHE_DIR=/tmp/tc-$v run "token-$v$r" 50 python3 -m softfp8.bench token --preset llama2-7b --backends triton --out "$OUT/r/token-$v$r.json"
     done
@@ -1434,21 +1196,7 @@ inj15)
   run gputests 240 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_triton.py -k "mma or e2m1_code or every"
   tail -3 "$OUT/gputests.txt"
   for v in sel inj sel2 inj2; do
-    case $v in sel*) export SOFTFP8_E2M1_DECODE=select ;; *) export SOFTFP8_E2M1_DECODE=auto ;; e4h19)
-  # (nineteenth session) E4M3's M = 1 head takes 0.121 ms in some processes and 0.136 in others
-  # (sessions 17, 18; not the SM clock: clk18). Both PDL on (the table's late launch) and off,
-  # alternating, six processes each: does the bimodality follow the launch overlap?
-  export SOFTFP8_FP8_DECODE=integer
-  mkdir -p "$OUT/r"
-  for i in 1 2 3 4 5 6; do
-    for pdl in auto off; do
-      run "head-$pdl-$i" 60 env SOFTFP8_PDL=$pdl python3 -m softfp8.bench shapes --shape 128256,4096 --backends triton --formats e5m2,e4m3 --out "$OUT/r/head-$pdl-$i.json"
-      grep -E "128256" "$OUT/head-$pdl-$i.txt" | grep -E "e4m3|e5m2" | cut -c1-110
-    done
-  done
-  pack e4h19
-  ;;
-esac
+    case $v in sel*) export SOFTFP8_E2M1_DECODE=select ;; *) export SOFTFP8_E2M1_DECODE=auto ;; esac
     run "token-$v" 90 python3 -m softfp8.bench token --preset llama2-7b --backends triton --formats nvfp4,mxfp4 --out "$OUT/r/token-$v.json"
   done
   export SOFTFP8_E2M1_DECODE=auto
@@ -1467,21 +1215,7 @@ inj15b)
   tail -3 "$OUT/gputests.txt"
   root=$PWD
   for v in cur depth2 cur2 depth2b; do
-    case $v in depth2*) tab=$root/benchmarks/fp4_depth2_table.json ;; *) tab= ;; e4h19)
-  # (nineteenth session) E4M3's M = 1 head takes 0.121 ms in some processes and 0.136 in others
-  # (sessions 17, 18; not the SM clock: clk18). Both PDL on (the table's late launch) and off,
-  # alternating, six processes each: does the bimodality follow the launch overlap?
-  export SOFTFP8_FP8_DECODE=integer
-  mkdir -p "$OUT/r"
-  for i in 1 2 3 4 5 6; do
-    for pdl in auto off; do
-      run "head-$pdl-$i" 60 env SOFTFP8_PDL=$pdl python3 -m softfp8.bench shapes --shape 128256,4096 --backends triton --formats e5m2,e4m3 --out "$OUT/r/head-$pdl-$i.json"
-      grep -E "128256" "$OUT/head-$pdl-$i.txt" | grep -E "e4m3|e5m2" | cut -c1-110
-    done
-  done
-  pack e4h19
-  ;;
-esac
+    case $v in depth2*) tab=$root/benchmarks/fp4_depth2_table.json ;; *) tab= ;; esac
     SOFTFP8_TRITON_TABLE=$tab run "token-$v" 90 python3 -m softfp8.bench token --preset llama2-7b --backends triton --formats nvfp4,mxfp4 --out "$OUT/r/token-$v.json"
   done
   pack inj15b
@@ -1543,21 +1277,7 @@ ring16b)
   export SOFTFP8_FP8_DECODE=integer
   mkdir -p "$OUT/r"
   for v in base ring base2 ring2; do
-    case $v in ring*) T=benchmarks/ring16_table.json ;; *) T= ;; e4h19)
-  # (nineteenth session) E4M3's M = 1 head takes 0.121 ms in some processes and 0.136 in others
-  # (sessions 17, 18; not the SM clock: clk18). Both PDL on (the table's late launch) and off,
-  # alternating, six processes each: does the bimodality follow the launch overlap?
-  export SOFTFP8_FP8_DECODE=integer
-  mkdir -p "$OUT/r"
-  for i in 1 2 3 4 5 6; do
-    for pdl in auto off; do
-      run "head-$pdl-$i" 60 env SOFTFP8_PDL=$pdl python3 -m softfp8.bench shapes --shape 128256,4096 --backends triton --formats e5m2,e4m3 --out "$OUT/r/head-$pdl-$i.json"
-      grep -E "128256" "$OUT/head-$pdl-$i.txt" | grep -E "e4m3|e5m2" | cut -c1-110
-    done
-  done
-  pack e4h19
-  ;;
-esac
+    case $v in ring*) T=benchmarks/ring16_table.json ;; *) T= ;; esac
     run "token-$v" 100 env SOFTFP8_TRITON_TABLE=$T python3 -m softfp8.bench token --preset llama2-7b --backends triton --formats e5m2,nvfp4,mxfp4 --out "$OUT/r/token-$v.json"
   done
   pack ring16b
@@ -1618,21 +1338,7 @@ ring16f)
   mkdir -p "$OUT/r"
   ab_bench token 80 python3 -m softfp8.bench token --preset llama2-7b --backends triton --formats e5m2,e4m3
   for v in prev cur; do
-    case $v in cur) d=$PWD ;; *) d=$PWD/variants/prev ;; e4h19)
-  # (nineteenth session) E4M3's M = 1 head takes 0.121 ms in some processes and 0.136 in others
-  # (sessions 17, 18; not the SM clock: clk18). Both PDL on (the table's late launch) and off,
-  # alternating, six processes each: does the bimodality follow the launch overlap?
-  export SOFTFP8_FP8_DECODE=integer
-  mkdir -p "$OUT/r"
-  for i in 1 2 3 4 5 6; do
-    for pdl in auto off; do
-      run "head-$pdl-$i" 60 env SOFTFP8_PDL=$pdl python3 -m softfp8.bench shapes --shape 128256,4096 --backends triton --formats e5m2,e4m3 --out "$OUT/r/head-$pdl-$i.json"
-      grep -E "128256" "$OUT/head-$pdl-$i.txt" | grep -E "e4m3|e5m2" | cut -c1-110
-    done
-  done
-  pack e4h19
-  ;;
-esac
+    case $v in cur) d=$PWD ;; *) d=$PWD/variants/prev ;; esac
     in_variant "$d" "shapes-$v" 100 python3 -m softfp8.bench shapes --preset llama3-8b --backends triton --formats e5m2,e4m3 --out "$OUT/r/shapes-$v.json"
   done
   run ringtest 120 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_triton.py -k "ring and (e4m3 or e5m2 or needs) and (4103-4096 or 300-2048-8 or 40-4080 or 64-4104 or 1000-11008 or needs)"
@@ -1649,21 +1355,7 @@ ring16g)
   mkdir -p "$OUT/r"
   for v in prev cur all prev2 cur2 all2; do
     T=; d=$PWD
-    case $v in prev*) d=$PWD/variants/prev ;; all*) T=$PWD/benchmarks/fp8_ring_all_table.json ;; e4h19)
-  # (nineteenth session) E4M3's M = 1 head takes 0.121 ms in some processes and 0.136 in others
-  # (sessions 17, 18; not the SM clock: clk18). Both PDL on (the table's late launch) and off,
-  # alternating, six processes each: does the bimodality follow the launch overlap?
-  export SOFTFP8_FP8_DECODE=integer
-  mkdir -p "$OUT/r"
-  for i in 1 2 3 4 5 6; do
-    for pdl in auto off; do
-      run "head-$pdl-$i" 60 env SOFTFP8_PDL=$pdl python3 -m softfp8.bench shapes --shape 128256,4096 --backends triton --formats e5m2,e4m3 --out "$OUT/r/head-$pdl-$i.json"
-      grep -E "128256" "$OUT/head-$pdl-$i.txt" | grep -E "e4m3|e5m2" | cut -c1-110
-    done
-  done
-  pack e4h19
-  ;;
-esac
+    case $v in prev*) d=$PWD/variants/prev ;; all*) T=$PWD/benchmarks/fp8_ring_all_table.json ;; esac
     in_variant "$d" "token-$v" 60 env SOFTFP8_TRITON_TABLE=$T python3 -m softfp8.bench token --preset llama2-7b --backends triton --formats e5m2,e4m3 --out "$OUT/r/token-$v.json"
   done
   pack ring16g
