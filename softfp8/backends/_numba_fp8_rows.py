@@ -24,7 +24,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from ._numba_decode import _JIT, e4m3_pair_div256, e4m3_pair_div256_finite, e5m2_pair
-from ._numba_lut import PREFETCH_ROWS, prefetch, row_pointers, rows_totals
+from ._numba_lut import PREFETCH_ROWS, prefetch, row_pointers, rows_totals, vload
 
 E5M2_KIND, E4M3_KIND, E4M3_FINITE_KIND = 0, 1, 2
 """gemv_fp8's `kind`: E5M2, E4M3, or E4M3 whose codes hold no NaN (no NaN fix; numba_cpu asks
@@ -60,10 +60,6 @@ def _emit_rows(context, builder, sig, args, kind, nrows):
     def splat(ty, v):
         return ir.Constant(ty, [ir.Constant(ty.element, v)] * VEC)
 
-    def vload(base, offset, vty):
-        return builder.load(builder.bitcast(builder.gep(base, [offset]), vty.as_pointer()),
-                            align=2)
-
     nan = splat(vf, float("nan"))
     parts = STEP // VEC  # a sum for each (vector of a step, low / high code)
     accs = [[cgutils.alloca_once_value(builder, splat(vf, 0.0)) for _ in range(2 * parts)]
@@ -75,9 +71,10 @@ def _emit_rows(context, builder, sig, args, kind, nrows):
             prefetch(builder, ahead[i], w0)
         for v in range(parts):
             wv = builder.add(w0, ir.Constant(intp, v * VEC))
-            xs = (vload(xea.data, wv, vf), vload(xoa.data, wv, vf))
+            xs = (vload(builder, xea.data, wv, vf, 2), vload(builder, xoa.data, wv, vf, 2))
             for i in range(nrows):
-                _step_vector(builder, vload(rows[i], wv, vs), xs, accs[i][2 * v:2 * v + 2],
+                raw = vload(builder, rows[i], wv, vs, 2)
+                _step_vector(builder, raw, xs, accs[i][2 * v:2 * v + 2],
                              kind, fma, splat, vh, vf, nan)
     return rows_totals(context, builder, sig, accs, ROWS)
 

@@ -113,9 +113,11 @@ def _emit_rows(context, builder, sig, args, wpb, nrows):
     return rows_totals(context, builder, sig, accs, ROWS)
 
 
-def vload(builder, base, offset, vty):
-    """IR: a vector of type vty loaded from element `offset` of the pointer `base`."""
-    return builder.load(builder.bitcast(builder.gep(base, [offset]), vty.as_pointer()), align=4)
+def vload(builder, base, offset, vty, align=4):
+    """IR: a vector of type vty loaded from element `offset` of the pointer `base` (this module's,
+    _numba_pshufb's, _numba_dpbf16's and _numba_fp8_rows' loads)."""
+    return builder.load(builder.bitcast(builder.gep(base, [offset]), vty.as_pointer()),
+                        align=align)
 
 
 def add_scaled(builder, srow, w0, wpb, parts, accs, intp):

@@ -33,7 +33,7 @@ from numba.extending import intrinsic
 from ._numba_decode import _JIT, e4m3_i32_div256, e8m0_i32
 from ._numba_kernels import _mx_select, _nv_select
 from ._numba_lut import (PREFETCH_ROWS, numba_targets, prefetch, rows_operands, rows_sig,
-                          rows_totals, select_planes)
+                          rows_totals, select_planes, vload)
 
 STEP_BYTES = 32
 STEP_WORDS = STEP_BYTES // 4
@@ -102,10 +102,6 @@ def _emit_rows(context, builder, sig, args, wpb, nrows):
     accs = [[cgutils.alloca_once_value(builder, ir.Constant(vf, None)) for _ in range(2)]
             for _ in range(nrows)]
 
-    def vload(base, offset, vty):
-        return builder.load(builder.bitcast(builder.gep(base, [offset]), vty.as_pointer()),
-                            align=4)
-
     # the scales' lane indices, hidden from LLVM: with constant ones it rewrites the vpermps as
     # two shuffles and a vpermpd (2 uops) per vector, measured 2.5% (MXFP4) / 5% (NVFP4) slower
     nblk = STEP_WORDS // wpb
@@ -122,9 +118,10 @@ def _emit_rows(context, builder, sig, args, wpb, nrows):
     with cgutils.for_range_slice(builder, s0, s1, ir.Constant(intp, 1), intp=intp) as (s, _):
         w0 = builder.mul(s, ir.Constant(intp, STEP_WORDS))
         x0 = builder.mul(s, ir.Constant(intp, 64))
-        xv = [vload(xdata, builder.add(x0, ir.Constant(intp, 8 * v)), vf) for v in range(8)]
+        xv = [vload(builder, xdata, builder.add(x0, ir.Constant(intp, 8 * v)), vf)
+              for v in range(8)]
         for i in range(nrows):
-            raw = vload(wrows[i], w0, vb)
+            raw = vload(builder, wrows[i], w0, vb)
             prefetch(builder, ahead[i], w0)  # each line twice (a step is half one): no branch
             hi_n = builder.and_(builder.bitcast(builder.lshr(builder.bitcast(raw, vh), four), vb),
                                 nibble)
@@ -145,7 +142,7 @@ def _emit_rows(context, builder, sig, args, wpb, nrows):
             # block 0, 4-7 in block 2; h = 1: blocks 1 and 3), MXFP4 2 blocks (lanes 0-3 in
             # block 0, 4-7 in block 1)
             few = ir.VectorType(f32, nblk)
-            sv = vload(srows[i], builder.udiv(w0, ir.Constant(intp, wpb)), few)
+            sv = vload(builder, srows[i], builder.udiv(w0, ir.Constant(intp, wpb)), few)
             sv = builder.shuffle_vector(sv, ir.Constant(few, None),
                                         ir.Constant(vi, [ir.Constant(i32, j % nblk)
                                                          for j in range(8)]))
