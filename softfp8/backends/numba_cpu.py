@@ -210,7 +210,12 @@ def _fp4_table_kernels():
     `SOFTFP8_NUMBA_FP4_LUT=0` turns both off, `=avx2` skips the AVX-512 one, `=avx512` keeps it
     but without the bf16 products (`_bf16_steps`) (read per call: for comparisons, and in case a
     CPU misreports its features)."""
-    return _fp4_table_for(os.environ.get("SOFTFP8_NUMBA_FP4_LUT", "1").strip().lower())
+    return _fp4_table_for(_fp4_lut_setting())
+
+
+def _fp4_lut_setting() -> str:
+    """SOFTFP8_NUMBA_FP4_LUT as `_fp4_table_kernels` and `_bf16_steps` read it."""
+    return os.environ.get("SOFTFP8_NUMBA_FP4_LUT", "1").strip().lower()
 
 
 @functools.lru_cache(maxsize=8)
@@ -232,7 +237,6 @@ def _bf16_steps(x: torch.Tensor, kp: int, block: int, table):
         return None
     from . import _numba_dpbf16, _numba_lut
 
-    if table is not _numba_lut or not _numba_dpbf16.available() or (
-            os.environ.get("SOFTFP8_NUMBA_FP4_LUT", "1").strip().lower() == "avx512"):
+    if table is not _numba_lut or not _numba_dpbf16.available() or _fp4_lut_setting() == "avx512":
         return None
     return _numba_dpbf16.x_steps(x[0], block, kp)
