@@ -18,6 +18,7 @@ L = pytest.importorskip("softfp8.backends._numba_lut")
 from softfp8.backends import _numba_dpbf16 as D  # noqa: E402
 from softfp8.backends import numba_cpu  # noqa: E402
 from test_numba_lut import BLOCK, ONE, words_of  # noqa: E402
+from test_numba_lut import gemv as lut_gemv  # noqa: E402
 
 needs_bf16 = pytest.mark.skipif(not D.available(), reason="numba does not target AVX-512 BF16")
 GROUPS = [pytest.param(1, id="1row"), pytest.param(L.ROWS, id="4rows")]
@@ -25,16 +26,10 @@ GROUPS = [pytest.param(1, id="1row"), pytest.param(L.ROWS, id="4rows")]
 
 def gemv(fmt, words, scales, x, group, g=1.0):
     """The kernel on bf16 x [Kp] (x_steps must take it); float32 y."""
-    y = np.zeros(words.shape[0], np.float32)
     steps = D.x_steps(x, BLOCK[fmt])
     assert steps is not None
-    xs, xp = steps
-    assert xs.dtype == np.uint16 and xs.ndim == 3
-    if fmt == "nvfp4":
-        L.gemv_nvfp4(words.numpy(), scales.numpy(), np.float32(g), xs, xp, y, 8, group)
-    else:
-        L.gemv_mxfp4(words.numpy(), scales.numpy(), xs, xp, y, 8, group)
-    return torch.from_numpy(y)
+    assert steps[0].dtype == np.uint16 and steps[0].ndim == 3
+    return lut_gemv(L, fmt, words, scales, x, group, g, steps)
 
 
 @needs_bf16
@@ -124,14 +119,7 @@ def test_nonfinite_activations_as_the_float32_kernel(fmt):
             x.view(torch.int16)[78] = 0x7F81  # a signalling NaN: its payload in the low bits
             assert torch.isnan(x[78])
         got = gemv(fmt, packed.words, packed.scales, x, 1, g)
-        xs, xp = L.x_steps(x.float().numpy(), BLOCK[fmt])
-        want = np.zeros(n, np.float32)
-        if fmt == "nvfp4":
-            L.gemv_nvfp4(packed.words.numpy(), packed.scales.numpy(), np.float32(g), xs, xp,
-                         want, 8, 1)
-        else:
-            L.gemv_mxfp4(packed.words.numpy(), packed.scales.numpy(), xs, xp, want, 8, 1)
-        want = torch.from_numpy(want)
+        want = lut_gemv(L, fmt, packed.words, packed.scales, x.float(), 1, g)
         assert not want.isfinite().all(), name
         assert (got.isnan() == want.isnan()).all(), name
         assert (got[~want.isnan()] == want[~want.isnan()]).all(), name  # the infs, signed

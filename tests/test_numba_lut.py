@@ -34,12 +34,14 @@ def words_of(codes):
     return torch.where(w >= 2 ** 31, w - 2 ** 32, w).to(torch.int32)
 
 
-def gemv(mod, fmt, words, scales, x, group):
+def gemv(mod, fmt, words, scales, x, group, g=1.0, steps=None):
+    """mod's parallel GEMV (chunks of 8 rows) on x, or on `steps` (xs, xp) where given (the bf16
+    steps: test_numba_dpbf16); NVFP4 tensor scale g; float32 y."""
     y = np.zeros(words.shape[0], np.float32)
-    xs, xp = mod.x_steps(x, BLOCK[fmt])
+    xs, xp = steps if steps is not None else mod.x_steps(x, BLOCK[fmt])
     rows = (group,) if mod is L else ()  # the AVX2 kernel runs one row a pass
     if fmt == "nvfp4":
-        mod.gemv_nvfp4(words.numpy(), scales.numpy(), np.float32(1.0), xs, xp, y, 8, *rows)
+        mod.gemv_nvfp4(words.numpy(), scales.numpy(), np.float32(g), xs, xp, y, 8, *rows)
     else:
         mod.gemv_mxfp4(words.numpy(), scales.numpy(), xs, xp, y, 8, *rows)
     return torch.from_numpy(y)
