@@ -40,7 +40,8 @@ VARIANTS = [("e5m2", "-", "fp32"), ("e4m3", "-", "fp32"), ("nvfp4", "select", "f
 """(format, E2M1 decoder, activation dtype): x reaches numba_cpu.matmul as float32, or rounded to
 bf16 as a bf16 model passes it (the FP4 kernel then multiplies bf16 values where the CPU has
 AVX-512 BF16: _numba_dpbf16), the same x torch's bf16 mv gets."""
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+"""Activation dtypes by name (this script's VARIANTS, cpu_gemv_ab.py and cpu_hugepages_ab.py)."""
 TARGET = {"e5m2": 1.5, "e4m3": 1.5, "nvfp4": 2.5, "mxfp4": 2.5}
 
 _COLD = """

@@ -27,7 +27,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import softfp8  # noqa: E402
-from cpu_gemv import shuffled_medians  # noqa: E402
+from cpu_gemv import DTYPES, shuffled_medians  # noqa: E402
 from softfp8.backends import numba_cpu  # noqa: E402
 
 
@@ -68,7 +68,7 @@ def main() -> None:
         w = torch.randn(n, k, generator=g) * 0.02
         x = torch.randn(1, k, generator=g)
         w16, x16 = w.half(), x[0].half()
-        x = x.to({"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[args.x])
+        x = x.to(DTYPES[args.x])
         calls = {"torch fp16 mv": lambda: torch.mv(w16, x16)}
         for fmt in args.formats.split(","):
             pb, p = base.quantize(w, fmt), softfp8.quantize(w, fmt)

@@ -7,14 +7,12 @@ The question (nineteenth session): does the row stream wait on the TLB? A 25 MB 
 `madvise` (the usual default, and torch's allocator does not ask for them), each variant here
 copies the packed words and scales into an anonymous mmap advised MADV_HUGEPAGE; /proc/meminfo's
 AnonHugePages says whether the kernel gave them. Four copies of each weight are called in turn
-(each read from memory, not the L3), every round in a random order.
+(each read from memory, not the L3), every round in a random order (`cpu_gemv.shuffled_medians`).
 """
 import argparse
 import dataclasses
 import mmap
 import os
-import random
-import statistics
 import sys
 import time
 
@@ -22,7 +20,9 @@ import numpy as np
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import softfp8  # noqa: E402
+from cpu_gemv import DTYPES, shuffled_medians  # noqa: E402
 from softfp8.backends import numba_cpu  # noqa: E402
 
 HUGE = 2 << 20
@@ -57,7 +57,7 @@ def main() -> None:
     n, k = (int(v) for v in args.shape.split("x"))
     g = torch.Generator().manual_seed(0)
     w = torch.randn(n, k, generator=g) * 0.02
-    x = torch.randn(1, k, generator=g).to(torch.bfloat16 if args.x == "bf16" else torch.float32)
+    x = torch.randn(1, k, generator=g).to(DTYPES[args.x])
     before = anon_huge_kb()
     calls = {}
     for fmt in ("nvfp4", "mxfp4"):
@@ -79,16 +79,7 @@ def main() -> None:
         fn(), fn()
     print(f"# {time.strftime('%Y-%m-%d %H:%M')}  torch {torch.__version__}  {args.shape}  x "
           f"{args.x}  AnonHugePages {before} -> {anon_huge_kb()} kB  medians of {args.reps}, ms")
-    samples = {key: [] for key in calls}
-    order = list(calls.items())
-    rng = random.Random(0)
-    for _ in range(args.reps):
-        rng.shuffle(order)
-        for key, fn in order:
-            t = time.perf_counter()
-            fn()
-            samples[key].append(time.perf_counter() - t)
-    ms = {key: statistics.median(v) * 1e3 for key, v in samples.items()}
+    ms = {key: s * 1e3 for key, s in shuffled_medians(calls, args.reps).items()}
     for fmt in ("nvfp4", "mxfp4"):
         small, huge = ms[(fmt, "4 KB")], ms[(fmt, "2 MB")]
         print(f"  {fmt}: 4 KB pages {small:.3f}  2 MB pages {huge:.3f}  ratio {huge / small:.3f}")
