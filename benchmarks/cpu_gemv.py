@@ -94,8 +94,8 @@ def fp4_kernel() -> str:
     if table is None:
         return "_numba_kernels (bit ops)"
     name = table.__name__.rsplit(".", 1)[-1]
-    return name + (" + _numba_dpbf16" if numba_cpu._bf16_steps(
-        torch.zeros(1, 128, dtype=torch.bfloat16), 128, 16, table) is not None else "")
+    products = numba_cpu._bf16_products(table, numba_cpu._fp4_lut_setting())
+    return name + (" + _numba_dpbf16" if products else "")
 
 
 def timed(fn) -> float:

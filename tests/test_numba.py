@@ -254,3 +254,51 @@ def test_fp4_zero_codes_beside_a_large_block_scale_stay_zero(e2m1, m):
     want = x.double() @ softfp8.dequantize(packed).double().T
     assert torch.isfinite(y).all()
     assert rel_err(y, want) <= 1e-6
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_gemv_follows_a_weight_written_in_place(fmt):
+    """The M = 1 call keeps what it needs of a weight (numpy views, the tensor scale, the E4M3
+    NaN check) between calls: a tensor of the weight written in place, or a weight that shares
+    its words but not its scales, must be seen on the next call."""
+    packed, g = quantized(fmt, 40, 256, seed=3)
+    other, _ = quantized(fmt, 40, 256, seed=4)
+    x = torch.randn(1, 256, generator=g)
+    run(x, packed)  # what the call keeps is made here
+    packed.words.copy_(other.words)
+    if packed.scales is not None:
+        packed.scales.copy_(other.scales)
+    if packed.global_scale is not None:
+        packed.global_scale.copy_(other.global_scale)
+    assert torch.equal(run(x, packed), run(x, other))
+    if fmt == "nvfp4":
+        packed.global_scale.mul_(2)
+        assert torch.equal(run(x, packed), run(x, other) * 2)
+    if fmt == "e4m3":  # a NaN code written in place: the NaN-free decode must not stay
+        packed.words.view(torch.uint8)[5, 17] = 0x7F
+        y = run(x, packed)
+        assert torch.isnan(y[0, 5]) and torch.isfinite(y[0, :5]).all()
+    if packed.scales is not None:  # a new weight on the same words, other scales
+        halved = packed.scales.clone()
+        if fmt in ("nvfp4", "mxfp4"):
+            halved[0] = 0  # row 0's block scales code 0: it sums to 0
+        else:
+            halved *= 0.5
+        swapped = softfp8.PackedWeight(packed.fmt, packed.shape, packed.words, halved,
+                                       packed.global_scale)
+        y = run(x, swapped)
+        fresh = softfp8.PackedWeight(packed.fmt, packed.shape, packed.words.clone(), halved,
+                                     packed.global_scale)
+        assert same_bits(y, run(x, fresh)).all()  # NaN: E4M3's row 5
+        assert not same_bits(y, run(x, packed)).all()
+
+
+def test_gemv_follows_the_fp4_table_setting(monkeypatch):
+    """SOFTFP8_NUMBA_FP4_LUT read on every call, though the kernel choice is kept per weight."""
+    packed, g = quantized("nvfp4", 40, 256, seed=6)
+    x = torch.randn(1, 256, generator=g)
+    want = run(x, packed)
+    monkeypatch.setenv("SOFTFP8_NUMBA_FP4_LUT", "0")
+    assert rel_err(run(x, packed), want) <= 1e-6
+    plan = numba_cpu._PLANS[id(packed.words)][-1]
+    assert type(plan) is numba_cpu._Fp4BitsGemv
