@@ -274,6 +274,12 @@ def test_gemv_follows_a_weight_written_in_place(fmt):
     if fmt == "nvfp4":
         packed.global_scale.mul_(2)
         assert torch.equal(run(x, packed), run(x, other) * 2)
+        # scale codes the AVX2 loop does not decode (sign, NaN), written in place: the kernel
+        # that decodes them before its loop must take over
+        packed.scales[2] |= 0x80
+        packed.scales[3, 0] = 0x7F
+        y = run(x, packed)
+        assert y[0, 2] == -run(x, other)[0, 2] * 2 and torch.isnan(y[0, 3])
     if fmt == "e4m3":  # a NaN code written in place: the NaN-free decode must not stay
         packed.words.view(torch.uint8)[5, 17] = 0x7F
         y = run(x, packed)

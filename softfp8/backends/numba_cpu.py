@@ -13,8 +13,7 @@ Strategy by M (rows of activations):
 x is converted to float32 once per call (and zero-padded to the packed K, so the kernels never
 need a tail; bf16 x stays bf16 for the bf16-product kernel); y comes back in x's dtype.
 Threads: min(numba's and torch's current setting), set for the call where it differs and
-restored after. Numba, and the kernels, load on the
-first call only.
+restored after. Numba, and the kernels, load on the first call only.
 """
 from __future__ import annotations
 
@@ -274,11 +273,17 @@ def _plan(packed: PackedWeight):
         return _Fp4BitsGemv(*args)
     # rows a pass by K where the module runs several (AVX-512), else one (AVX2)
     group = ((table.ROWS if kp >= MULTIROW_MIN_K_FP4 else 1),) if table.ROWS > 1 else ()
+    if fmt is Format.MXFP4:
+        kernel = table.gemv_mxfp4
+    else:  # the AVX2 kernel decodes positive, non-NaN scale codes in its loop
+        raw = getattr(table, "loop_decodes", None)
+        kernel = (table.gemv_nvfp4_raw if raw is not None and raw(packed.scales) else
+                  table.gemv_nvfp4)
     if _bf16_products(table, setting):
         from ._numba_dpbf16 import x_steps as bf16_steps
     else:
         bf16_steps = None
-    return _Fp4TableGemv(*args, table, group, bf16_steps)
+    return _Fp4TableGemv(*args, table, kernel, group, bf16_steps)
 
 
 @dataclass(frozen=True)
@@ -331,6 +336,7 @@ class _Fp4TableGemv(_Fp4BitsGemv):
     Gelem/s, MXFP4 22.1 against 14.2); where injection is allowed it gives the same bits, so it
     serves both decoders here."""
     table: object = None  # the module
+    kernel: object = None  # its GEMV for this weight
     group: tuple = ()  # its rows a pass, where it takes them
     bf16_steps: object = None  # _numba_dpbf16.x_steps where bf16 x takes bf16 products
 
@@ -341,6 +347,6 @@ class _Fp4TableGemv(_Fp4BitsGemv):
             steps = self.bf16_steps(x[0], self.block, self.kp)  # None: a tiny x
         xs, xp = steps if steps is not None else L.x_steps(_x_row(x, self.kp), self.block)
         if self.mx:
-            L.gemv_mxfp4(self.words, self.scales, xs, xp, y, chunk, *self.group)
+            self.kernel(self.words, self.scales, xs, xp, y, chunk, *self.group)
         else:
-            L.gemv_nvfp4(self.words, self.scales, self.g, xs, xp, y, chunk, *self.group)
+            self.kernel(self.words, self.scales, self.g, xs, xp, y, chunk, *self.group)
