@@ -74,12 +74,13 @@ def _step_order() -> np.ndarray:
 _ORDER = _step_order()
 
 
-def _emit_rows(context, builder, sig, args, wpb, nrows, raw_e4m3=False):
+def _emit_rows(context, builder, sig, args, wpb, nrows, codes_of=None):
     """IR: for rows r..r+nrows-1, the sum over steps s in [s0, s1) of codes times x times their
     block scale (sc row i for weight row r + i, wpb words per block); returns a ROWS-tuple.
-    raw_e4m3: sc is the weight's own E4M3 scale codes [N, blocks], each a code below 0x7F
-    (positive, not NaN: the caller checks), decoded in the loop as E4M3 / 256 (the value
-    e4m3_i32_div256 gives)."""
+    codes_of: None, or "e4m3": sc is the weight's own E4M3 scale codes [N, blocks], each below
+    0x7F (positive, not NaN: the caller checks), decoded in the loop as E4M3 / 256 (the value
+    e4m3_i32_div256 gives). (MXFP4's E8M0 codes decoded so, code << 23, gave no clear gain over
+    its pass before the loop: half as many scales a row, 2026-12-02, not kept.)"""
     f32, i32, i8, i16 = ir.FloatType(), ir.IntType(32), ir.IntType(8), ir.IntType(16)
     vf, vi, vb, vh = (ir.VectorType(f32, 8), ir.VectorType(i32, 8), ir.VectorType(i8, 32),
                       ir.VectorType(i16, 16))
@@ -103,7 +104,7 @@ def _emit_rows(context, builder, sig, args, wpb, nrows, raw_e4m3=False):
               for h in range(2)]
     intp, s0, s1, xdata, wrows, srows, ahead = rows_operands(
         context, builder, sig, args, nrows, PREFETCH_ROWS * nrows)  # as _numba_lut
-    if raw_e4m3:  # the weight's scale rows r.., not a buffer's rows 0..
+    if codes_of:  # the weight's scale rows r.., not a buffer's rows 0..
         srows = row_pointers(builder, context.make_array(sig.args[5])(context, builder, args[5]),
                              context.cast(builder, args[1], sig.args[1], types.intp), 0, nrows,
                              intp)
@@ -153,7 +154,7 @@ def _emit_rows(context, builder, sig, args, wpb, nrows, raw_e4m3=False):
             # block 0, 4-7 in block 1)
             few = ir.VectorType(f32, nblk)
             first = builder.udiv(w0, ir.Constant(intp, wpb))
-            if raw_e4m3:
+            if codes_of == "e4m3":
                 # code << 7 is the half E4M3 / 256 (4 exponent bits in the half's 5, subnormals
                 # included), widened exactly by vcvtph2ps; the halves are spread over the lanes
                 # before it by shuffles with immediates, so no index vectors take registers
@@ -186,7 +187,7 @@ def _nv_rows(typingctx, words, r, s0, s1, xs, sc):
 @intrinsic
 def _nv_rows_raw(typingctx, words, r, s0, s1, xs, sc):
     sig = rows_sig(ROWS, words, r, s0, s1, xs, sc)
-    return sig, lambda c, b, s, a: _emit_rows(c, b, s, a, 2, ROWS, raw_e4m3=True)
+    return sig, lambda c, b, s, a: _emit_rows(c, b, s, a, 2, ROWS, codes_of="e4m3")
 
 
 @intrinsic
@@ -264,8 +265,9 @@ def gemv_nvfp4(words, scales, g, xs, xp, y, chunk):
 def loop_decodes(scales) -> bool:
     """Whether gemv_nvfp4_raw takes these NVFP4 scale codes (a torch uint8 tensor): all below
     0x7F, i.e. positive and not NaN, as quantize() makes them. Its loop decodes the codes itself
-    (`_emit_rows`), where gemv_nvfp4 decodes each row's scales in a pass before it: 7-9% less
-    time at 11008 x 4096 and 4096 x 11008 on 2 Zen 3 cores, 9% in cache on one."""
+    (`_emit_rows`), where gemv_nvfp4 decodes each row's scales in a pass before it: 3-8% less
+    time at 11008 x 4096 and 4096 x 11008 on 2 Zen 3 cores, 8% in cache on one (`python
+    benchmarks/cpu_nvfp4_scales_ab.py`, receipts/cpu-nvfp4-scales-ab-s20.txt)."""
     return bool((scales < 0x7F).all())
 
 

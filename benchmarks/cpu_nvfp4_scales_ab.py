@@ -1,0 +1,66 @@
+"""The AVX2 NVFP4 GEMV with its block scales decoded in the loop (`_numba_pshufb.gemv_nvfp4_raw`)
+against the one that decodes each row's scales before it (`gemv_nvfp4`), called directly, each
+on its own copy of the same weight, interleaved round by round in a new random order.
+
+    python benchmarks/cpu_nvfp4_scales_ab.py [--shapes 256x4096:1,11008x4096:2,4096x11008:2]
+        [--reps 40]
+
+A shape N x K : threads; 256 x 4096 fits the L2 (the loops alone), the others stream from
+memory. Median ms a call.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+import numba
+import numpy as np
+import torch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import softfp8  # noqa: E402
+from softfp8.backends import _numba_pshufb as P  # noqa: E402
+from softfp8.backends import numba_cpu  # noqa: E402
+from cpu_gemv import shuffled_medians  # noqa: E402
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--shapes", default="256x4096:1,11008x4096:2,4096x11008:2")
+    ap.add_argument("--reps", type=int, default=40)
+    args = ap.parse_args()
+    if not P.available():
+        sys.exit("numba does not target AVX2 here")
+    print(f"# torch {torch.__version__}  numba {numba.__version__}  reps {args.reps}")
+    for item in args.shapes.split(","):
+        shape, threads = item.split(":")
+        n, k = map(int, shape.split("x"))
+        numba.set_num_threads(int(threads))
+        g = torch.Generator().manual_seed(0)
+        w, x = torch.randn(n, k, generator=g) * 0.02, torch.randn(k, generator=g)
+        xs, xp = P.x_steps(x.numpy(), 16)
+        chunk = numba_cpu._chunk(n, int(threads))
+        calls, ys = {}, {}
+        for name in ("before the loop", "in the loop"):
+            p = softfp8.quantize(w, "nvfp4")
+            assert P.loop_decodes(p.scales)
+            kernel = P.gemv_nvfp4 if name == "before the loop" else P.gemv_nvfp4_raw
+            ys[name] = y = np.empty(n, np.float32)
+            calls[name] = (lambda kernel=kernel, p=p, y=y: kernel(
+                p.words.numpy(), p.scales.numpy(), np.float32(p.global_scale.item()), xs, xp, y,
+                chunk))
+        for fn in calls.values():
+            fn()
+        assert np.array_equal(*(y.view(np.uint32) for y in ys.values())), "results differ"
+        med = shuffled_medians(calls, args.reps)
+        print(f"{n}x{k}, {threads} thread(s), median ms: " + "  ".join(
+            f"{key} {med[key] * 1e3:.3f}" for key in calls)
+            + f"  in / before {med['in the loop'] / med['before the loop']:.3f}")
+
+
+if __name__ == "__main__":
+    main()
