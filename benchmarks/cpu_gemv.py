@@ -173,13 +173,13 @@ def main() -> None:
         print(f"{r['shape']:>11} {r['fmt']:>6} {r['e2m1']:>6} {r['x']:>4} {r['numba_ms']:9.3f} "
               f"{r['fp32_ms']:8.3f} {r['bf16_ms']:8.3f} {r['fp16_ms']:8.3f} "
               f"{r['speedup']:7.2f}x {r['target']:5.1f}x {ok}")
-    print("\ncold start, 256x512 GEMV in a fresh process (s): first call, second call")
+    print("\ncold start, 256x512 GEMV in a fresh process: first call (s), second call (ms)")
     with tempfile.TemporaryDirectory() as cache:
         for fmt in TARGET:
             compiled = cold_start(fmt, cache)
             cached = cold_start(fmt, cache)
-            print(f"  {fmt:>6}: empty cache {compiled[0]:.2f} / {compiled[1] * 1e3:.2f} ms;  "
-                  f"filled cache {cached[0]:.3f} / {cached[1] * 1e3:.2f} ms")
+            print(f"  {fmt:>6}: empty cache {compiled[0]:.2f} s / {compiled[1] * 1e3:.2f} ms;  "
+                  f"filled cache {cached[0]:.3f} s / {cached[1] * 1e3:.2f} ms")
     print(f"loadavg at end {os.getloadavg()[0]:.2f}; vector scaling at end {vector_scaling():.2f}x")
     if args.json:
         with open(args.json, "w") as f:
