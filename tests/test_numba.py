@@ -11,7 +11,6 @@ import torch
 from conftest import rel_err, same_bits
 
 import softfp8
-from softfp8 import Format
 from softfp8.decode import E2M1_TO_FLOAT32
 
 numba = pytest.importorskip("numba")
