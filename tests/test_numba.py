@@ -199,6 +199,25 @@ def test_threads_follow_torch_and_are_restored():
     assert torch.equal(y1, run(x, packed))  # rows are independent: same bits on any thread count
 
 
+def test_numba_thread_count_is_read_on_every_call():
+    """matmul reads numba's thread count through the getter numba.get_num_threads wraps (cheaper
+    right after a kernel): it must see a numba.set_num_threads made between calls, and leave
+    numba's setting as it found it."""
+    getter = numba_cpu._numba()[3]
+    packed, g = quantized("nvfp4", 64, 256, seed=2)
+    x = torch.randn(1, 256, generator=g)
+    before = numba.get_num_threads()
+    y = run(x, packed)
+    try:
+        numba.set_num_threads(1)
+        assert getter() == 1
+        assert torch.equal(run(x, packed), y)
+        assert numba.get_num_threads() == 1
+    finally:
+        numba.set_num_threads(before)
+    assert getter() == before
+
+
 _CACHE_PROBE = textwrap.dedent("""
     import json, time, torch, softfp8
     from softfp8.backends import numba_cpu, _numba_fp8_rows as R
