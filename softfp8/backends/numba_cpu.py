@@ -66,7 +66,7 @@ def _numba():
 
     numba.get_num_threads()  # starts numba's threading layer, which sets the getter below
     # numba.get_num_threads() takes two locks a call in Python: ~40 us right after a GEMV, where
-    # the ctypes getter it wraps takes ~6 (measured after a 64 MB stream on a 2-core Zen 3)
+    # the ctypes getter it wraps takes ~7 (2-core Zen 3, benchmarks/cpu_cold_ops.py)
     threads = getattr(parallel, "_get_num_threads", None) or numba.get_num_threads
     return numba, _numba_kernels, _numba_fp8_rows, threads
 
@@ -89,7 +89,7 @@ def matmul(x: torch.Tensor, packed: PackedWeight, bias: torch.Tensor | None = No
            e2m1: E2M1Decode = E2M1Decode.SELECT) -> torch.Tensor:
     """y = x @ W.T + bias for x [M, K] on the CPU, accumulated in float32, returned in x's dtype."""
     # Every line here runs right after the previous layer's kernel, where each torch attribute
-    # or call costs 5-40 us (see `_gemv`): the cheapest form of each check is used.
+    # or call costs 5-50 us (see `_gemv`): the cheapest form of each check is used.
     if not (x.is_cpu and packed.words.is_cpu):
         raise ValueError(f"x and packed must be on the cpu for the numba backend, got {x.device} "
                          f"and {packed.device}")
@@ -211,9 +211,9 @@ def _bf16_products(table, setting: str) -> bool:
 
 # -- M = 1: a plan per weight ------------------------------------------------------------------
 # At batch 1 the Python around the kernel runs right after the previous layer's kernel has
-# streamed tens of MB through the caches, where each small torch or numpy operation costs 5-30
-# us instead of 1-2 (measured one by one after an 11008 x 4096 MXFP4 GEMV on a 2-core Zen 3:
-# BENCHMARKS.md, CPU, twentieth session). So what depends on the weight alone -- numpy views of
+# streamed tens of MB through the caches, where each small torch or numpy operation costs 5-50
+# us instead of 1-2 (`python benchmarks/cpu_cold_ops.py`; BENCHMARKS.md, CPU, twentieth
+# session). So what depends on the weight alone -- numpy views of
 # its tensors, the tensor scale, the kernel and its rows a pass, whether E4M3 codes hold a NaN --
 # is worked out once and kept (`_PLANS`: rebuilt when a tensor of the weight is replaced or
 # written in place, or SOFTFP8_NUMBA_FP4_LUT changes), and a call does only what depends on x.
