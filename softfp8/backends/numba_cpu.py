@@ -115,7 +115,7 @@ def matmul(x: torch.Tensor, packed: PackedWeight, bias: torch.Tensor | None = No
 
 def _padded_x(x: torch.Tensor, kp: int) -> torch.Tensor:
     m, k = x.shape
-    if k == kp and x.is_contiguous():  # one op where it can (each costs 10-40 us after a GEMV)
+    if k == kp and x.is_contiguous():  # one op where it can (each costs 10-50 us after a GEMV)
         return x if x.dtype == torch.float32 else x.to(torch.float32)
     xp = torch.zeros((m, kp), dtype=torch.float32)
     xp[:, :k] = x
