@@ -18,7 +18,11 @@ from ..formats import Format, PackedWeight
 _FACTS: dict = {}
 
 
-def _facts_of(words: torch.Tensor, create: bool = False) -> dict | None:
+def facts_of(words: torch.Tensor, create: bool = False) -> dict | None:
+    """The dict of facts kept for this words tensor (made empty if `create`), dropped when the
+    tensor goes. `known_fact` / `remember_fact` stamp their entries with the weight's tensors and
+    versions; a caller keeping an entry of its own under its own key checks it its own way
+    (numba_cpu's GEMV plan, on every call)."""
     key = id(words)
     entry = _FACTS.get(key)
     if entry is not None and entry[0]() is words:
@@ -42,7 +46,7 @@ def _weight_tensors(packed: PackedWeight) -> tuple:
 def known_fact(packed: PackedWeight, fact) -> tuple | None:
     """(value,) remembered for `fact` of this weight, or None: never computed, or one of its
     tensors replaced or written in place since (identity and version counter)."""
-    facts = _facts_of(packed.words)
+    facts = facts_of(packed.words)
     entry = None if facts is None else facts.get(fact)
     if entry is None:
         return None
@@ -58,7 +62,7 @@ def known_fact(packed: PackedWeight, fact) -> tuple | None:
 
 def remember_fact(packed: PackedWeight, fact, value) -> None:
     stamp = tuple((weakref.ref(t), t._version) for t in _weight_tensors(packed))
-    _facts_of(packed.words, create=True)[fact] = (stamp, value)
+    facts_of(packed.words, create=True)[fact] = (stamp, value)
 
 
 def codes_nan_free(packed: PackedWeight) -> bool:

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import functools
 import os
-import weakref
 from dataclasses import dataclass
 
 import numpy as np
@@ -28,7 +27,7 @@ import torch
 from ..dispatch import E2M1Decode, Needs
 from ..formats import SPECS, Format, PackedWeight
 from .._env import raw_reader
-from ._facts import codes_nan_free
+from ._facts import codes_nan_free, facts_of
 
 NEEDS = Needs(formats=frozenset(Format), device_types=frozenset({"cpu"}), packages=("numba",))
 
@@ -215,15 +214,15 @@ def _bf16_products(table, setting: str) -> bool:
 # us instead of 1-2 (`python benchmarks/cpu_cold_ops.py`; BENCHMARKS.md, CPU, twentieth
 # session). So what depends on the weight alone -- numpy views of
 # its tensors, the tensor scale, the kernel and its rows a pass, whether E4M3 codes hold a NaN --
-# is worked out once and kept (`_PLANS`: rebuilt when a tensor of the weight is replaced or
+# is worked out once and kept (`_PLAN`: rebuilt when a tensor of the weight is replaced or
 # written in place, or SOFTFP8_NUMBA_FP4_LUT changes), and a call does only what depends on x.
 
 _LUT_SETTING = raw_reader("SOFTFP8_NUMBA_FP4_LUT")
-_PLANS: dict = {}
-"""id(words) -> (weak reference to the words tensor, scales tensor, global scale tensor, stamp,
-plan); stamp = (SOFTFP8_NUMBA_FP4_LUT as read, the three tensors' versions). The same checks as
-`_facts.known_fact` (a weight's facts), in fewer steps: this runs on every GEMV call. The entry
-holds the scales while the words live; it goes with the words."""
+_PLAN = "numba gemv plan"
+"""The key of a weight's GEMV plan among its facts (`_facts.facts_of`, kept while the words
+tensor lives): (scales tensor, global scale tensor, stamp, plan), stamp = (SOFTFP8_NUMBA_FP4_LUT
+as read, the three tensors' versions). Checked here in fewer steps than `known_fact` takes: this
+runs on every GEMV call."""
 
 
 def _gemv(x: torch.Tensor, packed: PackedWeight, inject: bool, threads: int) -> torch.Tensor:
@@ -231,19 +230,13 @@ def _gemv(x: torch.Tensor, packed: PackedWeight, inject: bool, threads: int) -> 
     w, s, gs = packed.words, packed.scales, packed.global_scale
     stamp = (_LUT_SETTING(), w._version, -1 if s is None else s._version,
              -1 if gs is None else gs._version)
-    key = id(w)
-    entry = _PLANS.get(key)
-    if (entry is not None and entry[0]() is w and entry[1] is s and entry[2] is gs
-            and entry[3] == stamp):
-        plan = entry[4]
+    facts = facts_of(w, create=True)
+    kept = facts.get(_PLAN)
+    if kept is not None and kept[0] is s and kept[1] is gs and kept[2] == stamp:
+        plan = kept[3]
     else:
         plan = _plan(packed)
-
-        def drop(ref, key=key):
-            if _PLANS.get(key, (None,))[0] is ref:
-                del _PLANS[key]
-
-        _PLANS[key] = (weakref.ref(w, drop), s, gs, stamp, plan)
+        facts[_PLAN] = (s, gs, stamp, plan)
     yn = np.empty((1, plan.n), np.float32)  # numpy first: torch.from_numpy is the cheaper pair
     plan.run(x, yn[0], _chunk(plan.n, threads), inject)
     return torch.from_numpy(yn)
