@@ -1,12 +1,14 @@
-"""The AVX2 NVFP4 GEMV with its block scales decoded in the loop (`_numba_pshufb.gemv_nvfp4_raw`)
-against the one that decodes each row's scales before it (`gemv_nvfp4`), called directly, each
-on its own copy of the same weight, interleaved round by round in a new random order.
+"""The NVFP4 table GEMV with its block scales decoded in the loop (`gemv_nvfp4_raw`) against the
+one that decodes each row's scales before it (`gemv_nvfp4`), called directly, each on its own
+copy of the same weight, interleaved round by round in a new random order.
 
     python benchmarks/cpu_nvfp4_scales_ab.py [--shapes 256x4096:1,11008x4096:2,4096x11008:2]
-        [--reps 40]
+        [--reps 40] [--table avx2|avx512] [--x fp32|bf16]
 
 A shape N x K : threads; 256 x 4096 fits the L2 (the loops alone), the others stream from
-memory. Median ms a call.
+memory. --table: the AVX2 kernel (_numba_pshufb) or the AVX-512 one (_numba_lut, rows a pass as
+numba_cpu picks them); by default the one numba_cpu runs here. --x bf16: the AVX-512 kernel's
+bf16 products (_numba_dpbf16). Median ms a call.
 """
 from __future__ import annotations
 
@@ -23,6 +25,8 @@ sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import softfp8  # noqa: E402
+from softfp8.backends import _numba_dpbf16 as D  # noqa: E402
+from softfp8.backends import _numba_lut as L  # noqa: E402
 from softfp8.backends import _numba_pshufb as P  # noqa: E402
 from softfp8.backends import numba_cpu  # noqa: E402
 from cpu_gemv import shuffled_medians  # noqa: E402
@@ -32,27 +36,37 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--shapes", default="256x4096:1,11008x4096:2,4096x11008:2")
     ap.add_argument("--reps", type=int, default=40)
+    ap.add_argument("--table", choices=["avx2", "avx512"], default=None)
+    ap.add_argument("--x", choices=["fp32", "bf16"], default="fp32")
     args = ap.parse_args()
-    if not P.available():
-        sys.exit("numba does not target AVX2 here")
-    print(f"# torch {torch.__version__}  numba {numba.__version__}  reps {args.reps}")
+    mod = {"avx2": P, "avx512": L, None: numba_cpu._fp4_table_kernels()}[args.table]
+    if mod is None or not mod.available():
+        sys.exit(f"numba does not target the {args.table or 'table'} kernel here")
+    if args.x == "bf16" and (mod is not L or not D.available()):
+        sys.exit("bf16 products need the AVX-512 kernel and AVX-512 BF16")
+    print(f"# torch {torch.__version__}  numba {numba.__version__}  reps {args.reps}  "
+          f"kernel {mod.__name__.rsplit('.', 1)[1]}  x {args.x}")
     for item in args.shapes.split(","):
         shape, threads = item.split(":")
         n, k = map(int, shape.split("x"))
         numba.set_num_threads(int(threads))
         g = torch.Generator().manual_seed(0)
         w, x = torch.randn(n, k, generator=g) * 0.02, torch.randn(k, generator=g)
-        xs, xp = P.x_steps(x.numpy(), 16)
+        if args.x == "bf16":
+            xs, xp = D.x_steps(x.to(torch.bfloat16), 16)
+        else:
+            xs, xp = mod.x_steps(x.numpy(), 16)
         chunk = numba_cpu._chunk(n, int(threads))
+        rows = ((L.ROWS if k >= numba_cpu.MULTIROW_MIN_K_FP4 else 1),) if mod is L else ()
         calls, ys = {}, {}
         for name in ("before the loop", "in the loop"):
             p = softfp8.quantize(w, "nvfp4")
-            assert P.loop_decodes(p.scales)
-            kernel = P.gemv_nvfp4 if name == "before the loop" else P.gemv_nvfp4_raw
+            assert mod.loop_decodes(p.scales)
+            kernel = mod.gemv_nvfp4 if name == "before the loop" else mod.gemv_nvfp4_raw
             ys[name] = y = np.empty(n, np.float32)
             calls[name] = (lambda kernel=kernel, p=p, y=y: kernel(
                 p.words.numpy(), p.scales.numpy(), np.float32(p.global_scale.item()), xs, xp, y,
-                chunk))
+                chunk, *rows))
         for fn in calls.values():
             fn()
         assert np.array_equal(*(y.view(np.uint32) for y in ys.values())), "results differ"

@@ -76,6 +76,24 @@ def test_gemv_matches_fp64(fmt, n, k):
 
 
 @needs_bf16
+@pytest.mark.parametrize("group", GROUPS)
+def test_nvfp4_loop_decodes_every_scale_code(group):
+    """As test_numba_lut's: gemv_nvfp4_raw on bf16 steps, every scale code below 0x7F at every
+    block slot and row slot, bit for bit as gemv_nvfp4 on the same steps."""
+    gen = torch.Generator().manual_seed(3)
+    n, k = 127, 128 * 3 + 32
+    words = words_of(torch.randint(0, 16, (n, k), generator=gen))
+    scales = ((torch.arange(n)[:, None] + torch.arange(k // 16)[None, :]) % 0x7F).to(torch.uint8)
+    x = torch.randn(k, generator=gen).to(torch.bfloat16)
+    want = gemv("nvfp4", words, scales, x, group, g=0.75)
+    xs, xp = D.x_steps(x, 16)
+    y = np.zeros(n, np.float32)
+    L.gemv_nvfp4_raw(words.numpy(), scales.numpy(), np.float32(0.75), xs, xp, y, 8, group)
+    assert same_bits(torch.from_numpy(y), want).all()
+    assert (want != 0).sum() > n - 2
+
+
+@needs_bf16
 @pytest.mark.parametrize("fmt", ["nvfp4", "mxfp4"])
 def test_matmul_takes_bf16_products_for_bf16_x_only(fmt, monkeypatch):
     """numba_cpu.matmul on bf16 x runs these rows (not with SOFTFP8_NUMBA_FP4_LUT=avx512, and

@@ -71,24 +71,26 @@ def test_every_code_at_every_position_is_exact(fmt, mod, group):
     assert not bad.any(), (codes[bad][:8].tolist(), got[bad][:8].tolist())
 
 
-@needs_avx2
-def test_avx2_nvfp4_loop_decodes_every_scale_code():
+@pytest.mark.parametrize("mod, group", KERNELS)
+def test_nvfp4_loop_decodes_every_scale_code(mod, group):
     """gemv_nvfp4_raw decodes the E4M3 block scales in its loop: row r's blocks hold scale codes
-    r, r + 1, ... (every code below 0x7F at every block slot of a step, subnormals included), and
-    each row must come out bit for bit as gemv_nvfp4's, whose scales are decoded before the
-    loop; a tail block (past the last whole step) too. Codes 0x7F and up are not its to take."""
+    r, r + 1, ... (every code below 0x7F at every block slot of a step and every row slot of a
+    pass, subnormals included), and each row must come out bit for bit as gemv_nvfp4's, whose
+    scales are decoded before the loop; tail blocks (past the last whole step) and leftover rows
+    of a chunk too. Codes 0x7F and up are not its to take."""
     g = torch.Generator().manual_seed(7)
-    n, k = 127, 64 * 6 + 16
+    n, k = 127, 128 * 3 + 32
     codes = torch.randint(0, 16, (n, k), generator=g)
     words = words_of(codes)
     scales = ((torch.arange(n)[:, None] + torch.arange(k // 16)[None, :]) % 0x7F).to(torch.uint8)
-    assert P.loop_decodes(scales) and not P.loop_decodes(scales | 0x80)
-    assert not P.loop_decodes(torch.full((1, 2), 0x7F, dtype=torch.uint8))
+    assert mod.loop_decodes(scales) and not mod.loop_decodes(scales | 0x80)
+    assert not mod.loop_decodes(torch.full((1, 2), 0x7F, dtype=torch.uint8))
     x = torch.randn(k, generator=g)
-    xs, xp = P.x_steps(x.numpy(), 16)
-    want = gemv(P, "nvfp4", words, scales, x, 1, g=0.75)
+    xs, xp = mod.x_steps(x.numpy(), 16)
+    rows = (group,) if mod is L else ()
+    want = gemv(mod, "nvfp4", words, scales, x, group, g=0.75)
     y = np.zeros(n, np.float32)
-    P.gemv_nvfp4_raw(words.numpy(), scales.numpy(), np.float32(0.75), xs, xp, y, 8)
+    mod.gemv_nvfp4_raw(words.numpy(), scales.numpy(), np.float32(0.75), xs, xp, y, 8, *rows)
     got = torch.from_numpy(y)
     assert same_bits(got, want).all(), (got - want).abs().max()
     assert (want != 0).sum() > n - 2  # not an empty comparison (row 0's first scale is 0)

@@ -53,10 +53,10 @@ def available() -> bool:
     return all(numba_targets(f) for f in ("avx512f", "avx512bw", "avx512bf16"))
 
 
-def emit_rows(builder, operands, wpb, nrows, chains):
+def emit_rows(builder, operands, wpb, nrows, chains, codes_of=None):
     """IR of _numba_lut's row intrinsics for bf16 activation steps (`operands`: what
     _numba_lut.rows_operands returns, x's data being uint16): accumulators as allocas, one
-    list per row, `chains` each."""
+    list per row, `chains` each; codes_of as _numba_lut.add_scaled takes it."""
     from ._numba_lut import add_scaled, prefetch, vload
 
     intp, s0, s1, xdata, wrows, srows, ahead = operands
@@ -89,7 +89,7 @@ def emit_rows(builder, operands, wpb, nrows, chains):
                 k = j % chains
                 part[i][k] = builder.call(dot, [part[i][k], vals[i][j], xv])
         for i in range(nrows):
-            add_scaled(builder, srows[i], w0, wpb, part[i], accs[i], intp)
+            add_scaled(builder, srows[i], w0, wpb, part[i], accs[i], intp, codes_of)
     return accs
 
 

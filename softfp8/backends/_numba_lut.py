@@ -69,19 +69,22 @@ def available() -> bool:
     return numba_targets("avx512f")
 
 
-def _emit_rows(context, builder, sig, args, wpb, nrows):
+def _emit_rows(context, builder, sig, args, wpb, nrows, codes_of=None):
     """IR: for rows r..r+nrows-1, the sum over steps s in [s0, s1) of the 16 words 16s..16s+15,
     each word's sum of code j x xs[s, j] times the scale sc[i, word // wpb] of its block (sc row
     i for weight row r + i, wpb words per block); returns the float32 totals as a ROWS-tuple (the
-    one-row kernel repeats its total)."""
-    operands = rows_operands(context, builder, sig, args, nrows, PREFETCH_ROWS * nrows)
+    one-row kernel repeats its total). codes_of: None, or "e4m3": sc is the weight's own E4M3
+    scale codes [N, blocks], each below 0x7F (`loop_decodes`), decoded in the loop as E4M3 / 256
+    (`add_scaled`)."""
+    operands = rows_operands(context, builder, sig, args, nrows, PREFETCH_ROWS * nrows,
+                             codes_of is not None)
     intp, s0, s1, xdata, wrows, srows, ahead = operands
     # four independent multiply-add chains in all (code j of row i to chain j % chains), so no
     # multiply-add waits on the previous one's result
     chains = max(1, 4 // nrows)
     xty = sig.args[4]
     if xty.dtype == types.uint16:  # bf16 activation steps, xs[s, j, lane]
-        accs = _numba_dpbf16.emit_rows(builder, operands, wpb, nrows, chains)
+        accs = _numba_dpbf16.emit_rows(builder, operands, wpb, nrows, chains, codes_of)
         return rows_totals(context, builder, sig, accs, ROWS)
     f32, i32 = ir.FloatType(), ir.IntType(32)
     vf, vi = ir.VectorType(f32, LANES), ir.VectorType(i32, LANES)
@@ -109,7 +112,7 @@ def _emit_rows(context, builder, sig, args, wpb, nrows):
                 part[i][k] = builder.fmul(val, xv) if part[i][k] is None else builder.call(
                     fma, [val, xv, part[i][k]])
         for i in range(nrows):
-            add_scaled(builder, srows[i], w0, wpb, part[i], accs[i], intp)
+            add_scaled(builder, srows[i], w0, wpb, part[i], accs[i], intp, codes_of)
     return rows_totals(context, builder, sig, accs, ROWS)
 
 
@@ -120,18 +123,32 @@ def vload(builder, base, offset, vty, align=4):
                         align=align)
 
 
-def add_scaled(builder, srow, w0, wpb, parts, accs, intp):
+def add_scaled(builder, srow, w0, wpb, parts, accs, intp, codes_of=None):
     """IR: each accumulator (alloca) in accs += its part (a float32 vector, lane i summing word
     w0 + i's codes) times the step's 16 / wpb block scales from the scale row `srow`, each
     spread over its words' lanes by one permute (spreading them in memory per row cost ~0.15 us
-    a row: a scalar loop)."""
+    a row: a scalar loop). codes_of "e4m3": srow holds E4M3 codes below 0x7F, and code << 7 is
+    the half E4M3 / 256 (its 4 exponent bits in the half's 5, subnormals included), widened
+    exactly by vcvtph2ps."""
     f32, i32 = ir.FloatType(), ir.IntType(32)
-    vf, few = ir.VectorType(f32, LANES), ir.VectorType(f32, LANES // wpb)
+    nblk = LANES // wpb
+    vf, few = ir.VectorType(f32, LANES), ir.VectorType(f32, nblk)
     fma = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vf, [vf, vf, vf]),
                                          "llvm.fma.v16f32")
-    sv = vload(builder, srow, builder.udiv(w0, ir.Constant(intp, wpb)), few)
-    scale = builder.shuffle_vector(sv, ir.Constant(few, None), ir.Constant(
-        ir.VectorType(i32, LANES), [lane // wpb for lane in range(LANES)]))
+    spread = ir.Constant(ir.VectorType(i32, LANES), [lane // wpb for lane in range(LANES)])
+    first = builder.udiv(w0, ir.Constant(intp, wpb))
+    if codes_of == "e4m3":
+        i8, i16 = ir.IntType(8), ir.IntType(16)
+        vb = ir.VectorType(i8, nblk)
+        codes = builder.shuffle_vector(vload(builder, srow, first, vb, align=1),
+                                       ir.Constant(vb, None), spread)
+        vh = ir.VectorType(i16, LANES)
+        seven = ir.Constant(vh, [ir.Constant(i16, 7)] * LANES)
+        halves = builder.shl(builder.zext(codes, vh), seven)
+        scale = builder.fpext(builder.bitcast(halves, ir.VectorType(ir.HalfType(), LANES)), vf)
+    else:
+        scale = builder.shuffle_vector(vload(builder, srow, first, few), ir.Constant(few, None),
+                                       spread)
     for part, acc in zip(parts, accs):
         builder.store(builder.call(fma, [part, scale, builder.load(acc)]), acc)
 
@@ -149,6 +166,18 @@ def _nv_rows(typingctx, words, r, s0, s1, xs, sc):
 
 
 @intrinsic
+def _nv_row_raw(typingctx, words, r, s0, s1, xs, sc):
+    sig = rows_sig(ROWS, words, r, s0, s1, xs, sc)
+    return sig, lambda c, b, s, a: _emit_rows(c, b, s, a, 2, 1, codes_of="e4m3")
+
+
+@intrinsic
+def _nv_rows_raw(typingctx, words, r, s0, s1, xs, sc):
+    sig = rows_sig(ROWS, words, r, s0, s1, xs, sc)
+    return sig, lambda c, b, s, a: _emit_rows(c, b, s, a, 2, ROWS, codes_of="e4m3")
+
+
+@intrinsic
 def _mx_row(typingctx, words, r, s0, s1, xs, sc):
     sig = rows_sig(ROWS, words, r, s0, s1, xs, sc)
     return sig, lambda c, b, s, a: _emit_rows(c, b, s, a, 4, 1)
@@ -160,9 +189,10 @@ def _mx_rows(typingctx, words, r, s0, s1, xs, sc):
     return sig, lambda c, b, s, a: _emit_rows(c, b, s, a, 4, ROWS)
 
 
-def rows_operands(context, builder, sig, args, nrows, ahead):
+def rows_operands(context, builder, sig, args, nrows, ahead, own_scales=False):
     """The row intrinsics' operands as IR (this module's and _numba_pshufb's): (intp, s0, s1, x's
-    data pointer, pointers to weight rows r..r+nrows-1, pointers to scale rows 0..nrows-1, and
+    data pointer, pointers to weight rows r..r+nrows-1, pointers to scale rows 0..nrows-1 (a
+    buffer of decoded scales; own_scales: rows r..r+nrows-1, the weight's own scale codes), and
     pointers to weight rows r+ahead..r+ahead+nrows-1, each at most the last row, for `prefetch`:
     none when ahead is 0)."""
     wty, rty, s0ty, s1ty, xty, scty = sig.args
@@ -178,8 +208,9 @@ def rows_operands(context, builder, sig, args, nrows, ahead):
     # x offset of a step into the load's immediate
     scols = builder.extract_value(sarr.shape, 1)
     wrows = row_pointers(builder, warr, r, 0, nrows, intp)
-    srows = [builder.gep(sarr.data, [builder.mul(ir.Constant(intp, i), scols)])
-             for i in range(nrows)]
+    srows = (row_pointers(builder, sarr, r, 0, nrows, intp) if own_scales else
+             [builder.gep(sarr.data, [builder.mul(ir.Constant(intp, i), scols)])
+              for i in range(nrows)])
     ahead_rows = row_pointers(builder, warr, r, ahead, nrows if ahead else 0, intp, clamp=True)
     return intp, s0, s1, xarr.data, wrows, srows, ahead_rows
 
@@ -260,6 +291,26 @@ def _nvfp4_rows(words, scales, g, xs, xp, y, r0, r1, group):
 
 
 @nb.njit(**_JIT)
+def _nvfp4_rows_raw(words, scales, g, xs, xp, y, r0, r1, group):
+    """_nvfp4_rows for scale codes all below 0x7F: the loop decodes them (`_emit_rows`)."""
+    nblk = scales.shape[1]
+    steps = xs.shape[0]
+    tail = steps * LANES // 2
+    post = np.float32(256.0) * g
+    r = r0
+    while r < r1:
+        rows = ROWS if r + ROWS <= r1 and group == ROWS else 1
+        acc = _nv_rows_raw(words, r, 0, steps, xs, scales) if rows == ROWS else (
+            _nv_row_raw(words, r, 0, steps, xs, scales))
+        for i in range(rows):
+            a = acc[i]
+            for b in range(tail, nblk):
+                a += _nv_select(words, r + i, b, xp) * e4m3_i32_div256(scales[r + i, b])
+            y[r + i] = a * post
+        r += rows
+
+
+@nb.njit(**_JIT)
 def _mxfp4_rows(words, scales, xs, xp, y, r0, r1, group):
     nblk = scales.shape[1]
     steps = xs.shape[0]
@@ -288,6 +339,23 @@ def gemv_nvfp4(words, scales, g, xs, xp, y, chunk, group):
     n = words.shape[0]
     for c in nb.prange((n + chunk - 1) // chunk):
         _nvfp4_rows(words, scales, g, xs, xp, y, c * chunk, min(n, (c + 1) * chunk), group)
+
+
+def loop_decodes(scales) -> bool:
+    """Whether gemv_nvfp4_raw (here and in _numba_pshufb) takes these NVFP4 scale codes (a torch
+    uint8 tensor): all below 0x7F, i.e. positive and not NaN, as quantize() makes them. Its loop
+    decodes the codes itself (`add_scaled`), where gemv_nvfp4 decodes each row's scales in a
+    pass before it."""
+    return bool((scales < 0x7F).all())
+
+
+@nb.njit(parallel=True, **_JIT)
+def gemv_nvfp4_raw(words, scales, g, xs, xp, y, chunk, group):
+    """gemv_nvfp4 where every scale code is below 0x7F (`loop_decodes`): the loop decodes the
+    scales itself."""
+    n = words.shape[0]
+    for c in nb.prange((n + chunk - 1) // chunk):
+        _nvfp4_rows_raw(words, scales, g, xs, xp, y, c * chunk, min(n, (c + 1) * chunk), group)
 
 
 @nb.njit(parallel=True, **_JIT)

@@ -30,13 +30,12 @@ import numba as nb
 import numpy as np
 from llvmlite import ir
 from numba.core import cgutils
-from numba import types
 from numba.extending import intrinsic
 
 from ._numba_decode import _JIT, e4m3_i32_div256, e8m0_i32
 from ._numba_kernels import _mx_select, _nv_select
-from ._numba_lut import (PREFETCH_ROWS, numba_targets, prefetch, row_pointers, rows_operands,
-                          rows_sig, rows_totals, select_planes, vload)
+from ._numba_lut import (PREFETCH_ROWS, loop_decodes, numba_targets, prefetch,  # noqa: F401
+                          rows_operands, rows_sig, rows_totals, select_planes, vload)
 
 STEP_BYTES = 32
 STEP_WORDS = STEP_BYTES // 4
@@ -102,12 +101,8 @@ def _emit_rows(context, builder, sig, args, wpb, nrows, codes_of=None):
                                                     [v for q in (0, 16) for i in range(8)
                                                      for v in (q + 8 * h + i, 32 + q + 8 * h + i)]])
               for h in range(2)]
-    intp, s0, s1, xdata, wrows, srows, ahead = rows_operands(
-        context, builder, sig, args, nrows, PREFETCH_ROWS * nrows)  # as _numba_lut
-    if codes_of:  # the weight's scale rows r.., not a buffer's rows 0..
-        srows = row_pointers(builder, context.make_array(sig.args[5])(context, builder, args[5]),
-                             context.cast(builder, args[1], sig.args[1], types.intp), 0, nrows,
-                             intp)
+    intp, s0, s1, xdata, wrows, srows, ahead = rows_operands(  # as _numba_lut
+        context, builder, sig, args, nrows, PREFETCH_ROWS * nrows, codes_of is not None)
     # per row two sums: the vectors of the interleave's low halves (h = 0) and high halves (1),
     # whose lanes lie in different scale blocks for NVFP4
     accs = [[cgutils.alloca_once_value(builder, ir.Constant(vf, None)) for _ in range(2)]
@@ -262,19 +257,11 @@ def gemv_nvfp4(words, scales, g, xs, xp, y, chunk):
         _nvfp4_rows(words, scales, g, xs, xp, y, c * chunk, min(n, (c + 1) * chunk))
 
 
-def loop_decodes(scales) -> bool:
-    """Whether gemv_nvfp4_raw takes these NVFP4 scale codes (a torch uint8 tensor): all below
-    0x7F, i.e. positive and not NaN, as quantize() makes them. Its loop decodes the codes itself
-    (`_emit_rows`), where gemv_nvfp4 decodes each row's scales in a pass before it: 3-8% less
-    time at 11008 x 4096 and 4096 x 11008 on 2 Zen 3 cores, 8% in cache on one (`python
-    benchmarks/cpu_nvfp4_scales_ab.py`, receipts/cpu-nvfp4-scales-ab-s20.txt)."""
-    return bool((scales < 0x7F).all())
-
-
 @nb.njit(parallel=True, **_JIT)
 def gemv_nvfp4_raw(words, scales, g, xs, xp, y, chunk):
-    """gemv_nvfp4 where every scale code is below 0x7F (positive, not NaN): the loop decodes the
-    scales itself."""
+    """gemv_nvfp4 where every scale code is below 0x7F (`loop_decodes`): the loop decodes the
+    scales itself: 3-8% less time at 11008 x 4096 and 4096 x 11008 on 2 Zen 3 cores, 8% in cache
+    on one (`python benchmarks/cpu_nvfp4_scales_ab.py`, receipts/cpu-nvfp4-scales-ab-s20.txt)."""
     n = words.shape[0]
     for c in nb.prange((n + chunk - 1) // chunk):
         _nvfp4_rows_raw(words, scales, g, xs, xp, y, c * chunk, min(n, (c + 1) * chunk))

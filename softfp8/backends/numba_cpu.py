@@ -268,10 +268,8 @@ def _plan(packed: PackedWeight):
     group = ((table.ROWS if kp >= MULTIROW_MIN_K_FP4 else 1),) if table.ROWS > 1 else ()
     if fmt is Format.MXFP4:
         kernel = table.gemv_mxfp4
-    else:  # the AVX2 kernel decodes positive, non-NaN scale codes in its loop
-        raw = getattr(table, "loop_decodes", None)
-        kernel = (table.gemv_nvfp4_raw if raw is not None and raw(packed.scales) else
-                  table.gemv_nvfp4)
+    else:  # positive, non-NaN scale codes are decoded in the kernel's loop
+        kernel = table.gemv_nvfp4_raw if table.loop_decodes(packed.scales) else table.gemv_nvfp4
     if _bf16_products(table, setting):
         from ._numba_dpbf16 import x_steps as bf16_steps
     else:
