@@ -94,6 +94,15 @@ def test_nvfp4_loop_decodes_every_scale_code(group):
 
 
 @needs_bf16
+@pytest.mark.parametrize("group", GROUPS)
+def test_mxfp4_loop_decodes_every_scale_code(group):
+    """test_numba_lut's on bf16 steps."""
+    from test_numba_lut import test_mxfp4_loop_decodes_every_scale_code as on_steps
+
+    on_steps(group, steps=lambda x: D.x_steps(x, 32))
+
+
+@needs_bf16
 @pytest.mark.parametrize("fmt", ["nvfp4", "mxfp4"])
 def test_matmul_takes_bf16_products_for_bf16_x_only(fmt, monkeypatch):
     """numba_cpu.matmul on bf16 x runs these rows (not with SOFTFP8_NUMBA_FP4_LUT=avx512, and

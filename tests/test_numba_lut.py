@@ -96,6 +96,33 @@ def test_nvfp4_loop_decodes_every_scale_code(mod, group):
     assert (want != 0).sum() > n - 2  # not an empty comparison (row 0's first scale is 0)
 
 
+@pytest.mark.parametrize("group", [pytest.param(1, marks=needs_avx512, id="1row"),
+                                   pytest.param(L.ROWS, marks=needs_avx512, id="4rows")])
+def test_mxfp4_loop_decodes_every_scale_code(group, steps=None):
+    """gemv_mxfp4_raw (AVX-512) decodes the E8M0 block scales in its loop: every code 1..254 at
+    every block slot of a step and every row slot, tail blocks too, bit for bit as gemv_mxfp4;
+    codes 0 and 255 are not its to take. `steps`: bf16 steps (test_numba_dpbf16)."""
+    g = torch.Generator().manual_seed(8)
+    n, k = 127, 128 * 3 + 64
+    codes = torch.randint(0, 16, (n, k), generator=g)
+    words = words_of(codes)
+    scales = (1 + (2 * torch.arange(n)[:, None] + torch.arange(k // 32)[None, :]) % 254).to(
+        torch.uint8)
+    assert L.loop_decodes_e8m0(scales) and scales.min() == 1 and scales.max() == 254
+    assert not L.loop_decodes_e8m0(torch.tensor([[0, 3]], dtype=torch.uint8))
+    assert not L.loop_decodes_e8m0(torch.tensor([[255, 3]], dtype=torch.uint8))
+    x = torch.randn(k, generator=g) * 2.0 ** -20  # keeps 2^127 * x * 6 * 32 finite
+    if steps is not None:
+        x = x.to(torch.bfloat16)
+    xs, xp = steps(x) if steps is not None else L.x_steps(x.numpy(), 32)
+    want = gemv(L, "mxfp4", words, scales, x, group, steps=(xs, xp))
+    y = np.zeros(n, np.float32)
+    L.gemv_mxfp4_raw(words.numpy(), scales.numpy(), xs, xp, y, 8, group)
+    got = torch.from_numpy(y)
+    assert same_bits(got, want).all(), (got - want).abs().max()
+    assert torch.isfinite(want).all() and (want != 0).sum() > n - 2
+
+
 @pytest.mark.parametrize("table", [pytest.param("1", marks=needs_avx512, id="avx512"),
                                    pytest.param("avx2", marks=needs_avx2, id="avx2")])
 @pytest.mark.parametrize("fmt", ["nvfp4", "mxfp4"])

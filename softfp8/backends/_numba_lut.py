@@ -73,9 +73,9 @@ def _emit_rows(context, builder, sig, args, wpb, nrows, codes_of=None):
     """IR: for rows r..r+nrows-1, the sum over steps s in [s0, s1) of the 16 words 16s..16s+15,
     each word's sum of code j x xs[s, j] times the scale sc[i, word // wpb] of its block (sc row
     i for weight row r + i, wpb words per block); returns the float32 totals as a ROWS-tuple (the
-    one-row kernel repeats its total). codes_of: None, or "e4m3": sc is the weight's own E4M3
-    scale codes [N, blocks], each below 0x7F (`loop_decodes`), decoded in the loop as E4M3 / 256
-    (`add_scaled`)."""
+    one-row kernel repeats its total). codes_of: None, or "e4m3" / "e8m0": sc is the weight's
+    own scale codes [N, blocks], E4M3 each below 0x7F (`loop_decodes`), decoded in the loop as
+    E4M3 / 256, or E8M0 each in 1..254 (`loop_decodes_e8m0`) (`add_scaled`)."""
     operands = rows_operands(context, builder, sig, args, nrows, PREFETCH_ROWS * nrows,
                              codes_of is not None)
     intp, s0, s1, xdata, wrows, srows, ahead = operands
@@ -129,7 +129,8 @@ def add_scaled(builder, srow, w0, wpb, parts, accs, intp, codes_of=None):
     spread over its words' lanes by one permute (spreading them in memory per row cost ~0.15 us
     a row: a scalar loop). codes_of "e4m3": srow holds E4M3 codes below 0x7F, and code << 7 is
     the half E4M3 / 256 (its 4 exponent bits in the half's 5, subnormals included), widened
-    exactly by vcvtph2ps."""
+    exactly by vcvtph2ps; "e8m0": codes in 1..254, and code << 23 is the float32 2^(code -
+    127)."""
     f32, i32 = ir.FloatType(), ir.IntType(32)
     nblk = LANES // wpb
     vf, few = ir.VectorType(f32, LANES), ir.VectorType(f32, nblk)
@@ -146,6 +147,13 @@ def add_scaled(builder, srow, w0, wpb, parts, accs, intp, codes_of=None):
         seven = ir.Constant(vh, [ir.Constant(i16, 7)] * LANES)
         halves = builder.shl(builder.zext(codes, vh), seven)
         scale = builder.fpext(builder.bitcast(halves, ir.VectorType(ir.HalfType(), LANES)), vf)
+    elif codes_of == "e8m0":
+        vb = ir.VectorType(ir.IntType(8), nblk)
+        codes = builder.shuffle_vector(vload(builder, srow, first, vb, align=1),
+                                       ir.Constant(vb, None), spread)
+        vi = ir.VectorType(i32, LANES)
+        scale = builder.bitcast(builder.shl(builder.zext(codes, vi), ir.Constant(
+            vi, [ir.Constant(i32, 23)] * LANES)), vf)
     else:
         scale = builder.shuffle_vector(vload(builder, srow, first, few), ir.Constant(few, None),
                                        spread)
@@ -187,6 +195,18 @@ def _mx_row(typingctx, words, r, s0, s1, xs, sc):
 def _mx_rows(typingctx, words, r, s0, s1, xs, sc):
     sig = rows_sig(ROWS, words, r, s0, s1, xs, sc)
     return sig, lambda c, b, s, a: _emit_rows(c, b, s, a, 4, ROWS)
+
+
+@intrinsic
+def _mx_row_raw(typingctx, words, r, s0, s1, xs, sc):
+    sig = rows_sig(ROWS, words, r, s0, s1, xs, sc)
+    return sig, lambda c, b, s, a: _emit_rows(c, b, s, a, 4, 1, codes_of="e8m0")
+
+
+@intrinsic
+def _mx_rows_raw(typingctx, words, r, s0, s1, xs, sc):
+    sig = rows_sig(ROWS, words, r, s0, s1, xs, sc)
+    return sig, lambda c, b, s, a: _emit_rows(c, b, s, a, 4, ROWS, codes_of="e8m0")
 
 
 def rows_operands(context, builder, sig, args, nrows, ahead, own_scales=False):
@@ -330,6 +350,39 @@ def _mxfp4_rows(words, scales, xs, xp, y, r0, r1, group):
                 a += _mx_select(words, r + i, b, xp) * sc[i, b]
             y[r + i] = a
         r += rows
+
+
+@nb.njit(**_JIT)
+def _mxfp4_rows_raw(words, scales, xs, xp, y, r0, r1, group):
+    """_mxfp4_rows for scale codes all in 1..254: the loop decodes them (`_emit_rows`)."""
+    nblk = scales.shape[1]
+    steps = xs.shape[0]
+    tail = steps * LANES // 4
+    r = r0
+    while r < r1:
+        rows = ROWS if r + ROWS <= r1 and group == ROWS else 1
+        acc = _mx_rows_raw(words, r, 0, steps, xs, scales) if rows == ROWS else (
+            _mx_row_raw(words, r, 0, steps, xs, scales))
+        for i in range(rows):
+            a = acc[i]
+            for b in range(tail, nblk):
+                a += _mx_select(words, r + i, b, xp) * e8m0_i32(scales[r + i, b])
+            y[r + i] = a
+        r += rows
+
+
+@nb.njit(parallel=True, **_JIT)
+def gemv_mxfp4_raw(words, scales, xs, xp, y, chunk, group):
+    """gemv_mxfp4 where every scale code is in 1..254 (`loop_decodes_e8m0`)."""
+    n = words.shape[0]
+    for c in nb.prange((n + chunk - 1) // chunk):
+        _mxfp4_rows_raw(words, scales, xs, xp, y, c * chunk, min(n, (c + 1) * chunk), group)
+
+
+def loop_decodes_e8m0(scales) -> bool:
+    """Whether gemv_mxfp4_raw takes these MXFP4 scale codes: all in 1..254 (code << 23 is then
+    the float32 2^(code - 127); 0 is 2^-127, a denormal, and 255 NaN)."""
+    return bool(((scales >= 1) & (scales <= 254)).all())
 
 
 @nb.njit(parallel=True, **_JIT)

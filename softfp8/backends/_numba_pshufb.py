@@ -261,7 +261,7 @@ def gemv_nvfp4(words, scales, g, xs, xp, y, chunk):
 def gemv_nvfp4_raw(words, scales, g, xs, xp, y, chunk):
     """gemv_nvfp4 where every scale code is below 0x7F (`loop_decodes`): the loop decodes the
     scales itself: 3-8% less time at 11008 x 4096 and 4096 x 11008 on 2 Zen 3 cores, 8% in cache
-    on one (`python benchmarks/cpu_nvfp4_scales_ab.py`, receipts/cpu-nvfp4-scales-ab-s20.txt)."""
+    on one (`python benchmarks/cpu_fp4_scales_ab.py`, receipts/cpu-nvfp4-scales-ab-s20.txt)."""
     n = words.shape[0]
     for c in nb.prange((n + chunk - 1) // chunk):
         _nvfp4_rows_raw(words, scales, g, xs, xp, y, c * chunk, min(n, (c + 1) * chunk))

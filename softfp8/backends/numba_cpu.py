@@ -266,9 +266,13 @@ def _plan(packed: PackedWeight):
         return _Fp4BitsGemv(*args)
     # rows a pass by K where the module runs several (AVX-512), else one (AVX2)
     group = ((table.ROWS if kp >= MULTIROW_MIN_K_FP4 else 1),) if table.ROWS > 1 else ()
+    # scale codes the loop can decode are decoded there (NVFP4: positive, not NaN; MXFP4, in the
+    # AVX-512 kernel only: 1..254), else in a pass over each row's scales before it
     if fmt is Format.MXFP4:
-        kernel = table.gemv_mxfp4
-    else:  # positive, non-NaN scale codes are decoded in the kernel's loop
+        raw = getattr(table, "gemv_mxfp4_raw", None)
+        kernel = (raw if raw is not None and table.loop_decodes_e8m0(packed.scales) else
+                  table.gemv_mxfp4)
+    else:
         kernel = table.gemv_nvfp4_raw if table.loop_decodes(packed.scales) else table.gemv_nvfp4
     if _bf16_products(table, setting):
         from ._numba_dpbf16 import x_steps as bf16_steps

@@ -1,14 +1,17 @@
-"""The NVFP4 table GEMV with its block scales decoded in the loop (`gemv_nvfp4_raw`) against the
-one that decodes each row's scales before it (`gemv_nvfp4`), called directly, each on its own
-copy of the same weight, interleaved round by round in a new random order.
+"""The FP4 table GEMV with its block scales decoded in the loop (`gemv_nvfp4_raw`,
+`gemv_mxfp4_raw`) against the one that decodes each row's scales before it (`gemv_nvfp4`,
+`gemv_mxfp4`), called directly, each on its own copy of the same weight, interleaved round by
+round in a new random order.
 
-    python benchmarks/cpu_nvfp4_scales_ab.py [--shapes 256x4096:1,11008x4096:2,4096x11008:2]
-        [--reps 40] [--table avx2|avx512] [--x fp32|bf16]
+    python benchmarks/cpu_fp4_scales_ab.py [--shapes 256x4096:1,11008x4096:2,4096x11008:2]
+        [--reps 40] [--table avx2|avx512] [--x fp32|bf16] [--fmt nvfp4|mxfp4]
 
 A shape N x K : threads; 256 x 4096 fits the L2 (the loops alone), the others stream from
 memory. --table: the AVX2 kernel (_numba_pshufb) or the AVX-512 one (_numba_lut, rows a pass as
 numba_cpu picks them); by default the one numba_cpu runs here. --x bf16: the AVX-512 kernel's
-bf16 products (_numba_dpbf16). Median ms a call.
+bf16 products (_numba_dpbf16). --fmt mxfp4: the AVX-512 kernel only (the AVX2 one decodes E8M0
+scales before its loop). Median ms a call. (Until 2026-12-03 this was cpu_nvfp4_scales_ab.py,
+NVFP4 only.)
 """
 from __future__ import annotations
 
@@ -38,14 +41,19 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=40)
     ap.add_argument("--table", choices=["avx2", "avx512"], default=None)
     ap.add_argument("--x", choices=["fp32", "bf16"], default="fp32")
+    ap.add_argument("--fmt", choices=["nvfp4", "mxfp4"], default="nvfp4")
     args = ap.parse_args()
+    mx = args.fmt == "mxfp4"
+    block = 32 if mx else 16
     mod = {"avx2": P, "avx512": L, None: numba_cpu._fp4_table_kernels()}[args.table]
     if mod is None or not mod.available():
         sys.exit(f"numba does not target the {args.table or 'table'} kernel here")
     if args.x == "bf16" and (mod is not L or not D.available()):
         sys.exit("bf16 products need the AVX-512 kernel and AVX-512 BF16")
+    if mx and mod is not L:
+        sys.exit("only the AVX-512 kernel decodes E8M0 scales in its loop")
     print(f"# torch {torch.__version__}  numba {numba.__version__}  reps {args.reps}  "
-          f"kernel {mod.__name__.rsplit('.', 1)[1]}  x {args.x}")
+          f"kernel {mod.__name__.rsplit('.', 1)[1]}  x {args.x}  {args.fmt}")
     for item in args.shapes.split(","):
         shape, threads = item.split(":")
         n, k = map(int, shape.split("x"))
@@ -53,20 +61,26 @@ def main() -> None:
         g = torch.Generator().manual_seed(0)
         w, x = torch.randn(n, k, generator=g) * 0.02, torch.randn(k, generator=g)
         if args.x == "bf16":
-            xs, xp = D.x_steps(x.to(torch.bfloat16), 16)
+            xs, xp = D.x_steps(x.to(torch.bfloat16), block)
         else:
-            xs, xp = mod.x_steps(x.numpy(), 16)
+            xs, xp = mod.x_steps(x.numpy(), block)
         chunk = numba_cpu._chunk(n, int(threads))
         rows = ((L.ROWS if k >= numba_cpu.MULTIROW_MIN_K_FP4 else 1),) if mod is L else ()
         calls, ys = {}, {}
         for name in ("before the loop", "in the loop"):
-            p = softfp8.quantize(w, "nvfp4")
-            assert mod.loop_decodes(p.scales)
-            kernel = mod.gemv_nvfp4 if name == "before the loop" else mod.gemv_nvfp4_raw
+            p = softfp8.quantize(w, args.fmt)
+            before = name == "before the loop"
+            if mx:
+                assert L.loop_decodes_e8m0(p.scales)
+                kernel = L.gemv_mxfp4 if before else L.gemv_mxfp4_raw
+                head = (p.words.numpy(), p.scales.numpy())
+            else:
+                assert mod.loop_decodes(p.scales)
+                kernel = mod.gemv_nvfp4 if before else mod.gemv_nvfp4_raw
+                head = (p.words.numpy(), p.scales.numpy(), np.float32(p.global_scale.item()))
             ys[name] = y = np.empty(n, np.float32)
-            calls[name] = (lambda kernel=kernel, p=p, y=y: kernel(
-                p.words.numpy(), p.scales.numpy(), np.float32(p.global_scale.item()), xs, xp, y,
-                chunk, *rows))
+            calls[name] = (lambda kernel=kernel, head=head, y=y: kernel(
+                *head, xs, xp, y, chunk, *rows))
         for fn in calls.values():
             fn()
         assert np.array_equal(*(y.view(np.uint32) for y in ys.values())), "results differ"
