@@ -1499,4 +1499,16 @@ e4h19)
   done
   pack e4h19
   ;;
+mov21)
+  # (twenty-first session) FP4 by injection at depth 1 with each tile's next-step loads right
+  # after the tile (SASS: ~32 register moves a step gone, NVFP4 M = 1 418 -> 386 instructions)
+  # against the commit before (variants/prev: git archive HEAD~1, not committed), interleaved
+  # twice; then the MMA GEMV's GPU tests of the injection decode
+  export SOFTFP8_FP8_DECODE=integer
+  mkdir -p "$OUT/r"
+  ab_bench token 75 python3 -m softfp8.bench token --preset llama2-7b --backends triton --formats nvfp4,mxfp4
+  run gputests 270 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_triton.py -k "mma_gemv_matches_reference and INJECT"
+  tail -3 "$OUT/gputests.txt"
+  pack mov21
+  ;;
 esac
