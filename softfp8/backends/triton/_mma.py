@@ -56,7 +56,7 @@ import triton.language as tl
 
 from ._const import Const
 from ._kernels import _pdl_exit, _pdl_start, _pdl_wait, _pdl_wait_after, _reduce_last
-from ._mma_loads import _prefetch_rows, _rows_pair, _rows_step, _x_step
+from ._mma_loads import _prefetch_rows, _rows_step, _x_step
 from ._mma_ring import (SLOT_BYTES, _ring_base, _ring_commit, _ring_drain, _ring_issue_weights,
                         _ring_issue_x, _ring_read, _ring_shifts)
 from ._mma_table import MMA_STEP_BYTES, MMA_TILE_ROWS
@@ -342,57 +342,27 @@ def mma_gemv_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr, cnt_ptr,
             xv = _x_step(x_wide, off, kb_hi, K, in_v, FP8, ZERO)
         for _ in range(kb_lo, kb_hi, stride):
             off += stride
+            # the next step's loads come before this step's arithmetic in the PTX; ptxas moves
+            # them after its mma (registers reused): one step in flight (DEPTH = 2: two)
+            n0, n1, n2, n3 = _rows_step(w_ptr, s_ptr, row, N, RB, SB, off, kb_hi, FMT, RS, ZERO)
+            if TILES == 4:
+                n4, n5, n6, n7 = _rows_step(w_ptr, s_ptr, row + 4 * RS, N, RB, SB, off, kb_hi, FMT,
+                                            RS, ZERO)
+            nx = _x_step(x_row, off, kb_hi, K, in_m, FP8, ZERO)
+            nv = nx
+            if WIDE:
+                nv = _x_step(x_wide, off, kb_hi, K, in_v, FP8, ZERO)
             if AHEAD > 0:
                 _prefetch_rows(w_ptr, row, N, RB, off + AHEAD * stride, kb_hi, RS)
-            if INJECT:
-                # the next step's loads into the registers this step has just read, each tile's
-                # rows right after it. Loaded before the arithmetic (below), ptxas issues them
-                # after the first mma anyway and then copies every loaded register into the
-                # loop's own, ~32 moves a step: this order saves them (SASS, sm_80 / sm_90, M = 1
-                # NVFP4 418 -> 386 instructions a step, MXFP4 465 -> 432, WIDE 487 -> 436),
-                # with the loads still mid-loop. Not for the other decodes: ptxas then sinks the
-                # loads to the loop's end (`python benchmarks/sass_mma_loop.py ... --dump`)
-                if WIDE:
-                    a, b, av, bv = _tiles(r0, r1, r2, r3, xw, xv, a, b, av, bv, FMT, DIAG, NAN,
-                                          WIDE, INJECT)
-                    r0, r1, r2, r3 = _rows_step(w_ptr, s_ptr, row, N, RB, SB, off, kb_hi, FMT, RS,
-                                                ZERO)
-                else:
-                    a = _tile(r0, r1, xw, a, FMT, DIAG, NAN, INJECT)
-                    r0, r1 = _rows_pair(w_ptr, s_ptr, row, N, RB, SB, off, kb_hi, FMT, RS, ZERO)
-                    b = _tile(r2, r3, xw, b, FMT, DIAG, NAN, INJECT)
-                    r2, r3 = _rows_pair(w_ptr, s_ptr, row + 2 * RS, N, RB, SB, off, kb_hi, FMT,
-                                        RS, ZERO)
-                if TILES == 4:
-                    c = _tile(r4, r5, xw, c, FMT, DIAG, NAN, INJECT)
-                    d = _tile(r6, r7, xw, d, FMT, DIAG, NAN, INJECT)
-                    r4, r5, r6, r7 = _rows_step(w_ptr, s_ptr, row + 4 * RS, N, RB, SB, off, kb_hi,
-                                                FMT, RS, ZERO)
-                xw = _x_step(x_row, off, kb_hi, K, in_m, FP8, ZERO)
-                xv = xw
-                if WIDE:
-                    xv = _x_step(x_wide, off, kb_hi, K, in_v, FP8, ZERO)
-            else:
-                # the next step's loads come before this step's arithmetic in the PTX; ptxas
-                # moves them after its mma (registers reused): one step in flight (DEPTH = 2: two)
-                n0, n1, n2, n3 = _rows_step(w_ptr, s_ptr, row, N, RB, SB, off, kb_hi, FMT, RS,
-                                            ZERO)
-                if TILES == 4:
-                    n4, n5, n6, n7 = _rows_step(w_ptr, s_ptr, row + 4 * RS, N, RB, SB, off, kb_hi,
-                                                FMT, RS, ZERO)
-                nx = _x_step(x_row, off, kb_hi, K, in_m, FP8, ZERO)
-                nv = nx
-                if WIDE:
-                    nv = _x_step(x_wide, off, kb_hi, K, in_v, FP8, ZERO)
-                a, b, av, bv = _tiles(r0, r1, r2, r3, xw, xv, a, b, av, bv, FMT, DIAG, NAN, WIDE,
-                                      INJECT)
-                if TILES == 4:
-                    c = _tile(r4, r5, xw, c, FMT, DIAG, NAN, INJECT)
-                    d = _tile(r6, r7, xw, d, FMT, DIAG, NAN, INJECT)
-                    r4, r5, r6, r7 = n4, n5, n6, n7
-                r0, r1, r2, r3, xw = n0, n1, n2, n3, nx
-                if WIDE:
-                    xv = nv
+            a, b, av, bv = _tiles(r0, r1, r2, r3, xw, xv, a, b, av, bv, FMT, DIAG, NAN, WIDE,
+                                  INJECT)
+            if TILES == 4:
+                c = _tile(r4, r5, xw, c, FMT, DIAG, NAN, INJECT)
+                d = _tile(r6, r7, xw, d, FMT, DIAG, NAN, INJECT)
+                r4, r5, r6, r7 = n4, n5, n6, n7
+            r0, r1, r2, r3, xw = n0, n1, n2, n3, nx
+            if WIDE:
+                xv = nv
     _pdl_exit(PDL)
     if RUNS > 0:
         row0 = pid_n * PROG_ROWS

@@ -85,15 +85,6 @@ def _rows_step(w_ptr, s_ptr, row, N, RB, SB, off, kb_hi, FMT: tl.constexpr, RS: 
 
 
 @triton.jit
-def _rows_pair(w_ptr, s_ptr, row, N, RB, SB, off, kb_hi, FMT: tl.constexpr, RS: tl.constexpr,
-               ZERO: tl.constexpr):
-    """`_rows_step`'s first two rows (one tile's): rows row and row + RS."""
-    ok = off < kb_hi
-    return (_row_step(w_ptr, s_ptr, row, N, RB, SB, off, ok, FMT, ZERO),
-            _row_step(w_ptr, s_ptr, row + RS, N, RB, SB, off, ok, FMT, ZERO))
-
-
-@triton.jit
 def _prefetch_row(w_ptr, row, N, RB, off, ok):
     return tl.inline_asm_elementwise(_PREFETCH, "=r,l,r", [w_ptr + row.to(tl.int64) * RB + off,
                                                            (ok & (row < N)).to(tl.int32)],
