@@ -94,11 +94,13 @@ def emit_rows(builder, operands, wpb, nrows, chains, codes_of=None):
 
 
 def x_steps(x, block, kp=None):
-    """x [K] as a bf16 torch tensor, zero-padded to kp -> (xs, xp): xs the uint16 bf16 steps
-    (module docstring) for the whole steps of 128 codes, xp _numba_lut.select_planes of x as
-    float32 for the blocks past them. None where the kernel would not give the fp32 kernel's
-    answer (a nonzero |x| < `TINY`) or x is not bf16. No torch op past the first view (right
-    after a GEMV each torch op costs 3-100 us), one numba pass."""
+    """x [K] or [1, K] as a bf16 torch tensor, zero-padded to kp -> (xs, xp): xs the uint16 bf16
+    steps (module docstring) for the whole steps of 128 codes, xp _numba_lut.select_planes of x
+    as float32 for the blocks past them. None where the kernel would not give the fp32 kernel's
+    answer (a nonzero |x| < `TINY`) or x is not bf16. Right after a GEMV each torch or numpy op
+    costs 10-90 us (BENCHMARKS.md, CPU, twenty-first session), so x goes to numpy in one view,
+    as it lies ([1, K] from numba_cpu: no row taken first), and one numba pass fills every
+    element of xs (padding included: no zeroed array first)."""
     import torch
 
     from ._numba_lut import _no_planes, select_planes
@@ -106,27 +108,31 @@ def x_steps(x, block, kp=None):
     if x.dtype != torch.bfloat16:
         return None
     u16 = x.view(torch.int16).numpy()
-    k = u16.shape[0]
+    if u16.ndim == 1:
+        u16 = u16[None]
+    k = u16.shape[1]
     kp = k if kp is None else kp
     steps = kp // (8 * LANES)
-    xs = np.zeros((steps, 4, 32), np.uint16)
+    xs = np.empty((steps, 4, 32), np.uint16)
     if not _fill_steps(u16, xs):
         return None
     if kp % (8 * LANES) == 0:
         return xs, _no_planes(block)
     xn = np.zeros(kp, np.float32)
-    xn[:k] = (u16.astype(np.int32) << 16).view(np.float32)
+    xn[:k] = (u16[0].astype(np.int32) << 16).view(np.float32)
     return xs, select_planes(xn, block, 8 * LANES)
 
 
 @nb.njit(**_JIT)
 def _fill_steps(u16, xs):
-    """xs[s, j, l] = u16[8 (16 s + l // 2) + 4 (l % 2) + j], the bf16 bits of x, for the
-    elements xs covers (xs zero-filled: the padding). False where a nonzero |x| < TINY."""
-    n = min(u16.shape[0], xs.shape[0] * 8 * LANES)
+    """xs[s, j, l] = u16[0, 8 (16 s + l // 2) + 4 (l % 2) + j], the bf16 bits of x, for the
+    elements xs covers, and 0 past x's end (the padding). False where a nonzero |x| < TINY."""
+    k = u16.shape[1]
     ok = True
-    for e in range(n):
-        b = np.int32(np.int32(u16[e]) & np.int32(0xFFFF))
+    for e in range(xs.shape[0] * 8 * LANES):
+        b = np.int32(0)
+        if e < k:
+            b = np.int32(np.int32(u16[0, e]) & np.int32(0xFFFF))
         mag = np.int32(np.int32(b << np.int32(16)) & np.int32(0x7FFFFFFF))
         ok = ok and not (mag != 0 and mag < _TINY_BITS)
         s, r = e // (8 * LANES), e % (8 * LANES)

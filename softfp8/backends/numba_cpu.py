@@ -337,9 +337,8 @@ class _Fp4TableGemv(_Fp4BitsGemv):
 
     def run(self, x, y, chunk, inject):
         L = self.table
-        steps = None
-        if self.bf16_steps is not None and x.dtype == torch.bfloat16:
-            steps = self.bf16_steps(x[0], self.block, self.kp)  # None: a tiny x
+        # None: no bf16 products here, x is not bf16, or a tiny x
+        steps = None if self.bf16_steps is None else self.bf16_steps(x, self.block, self.kp)
         xs, xp = steps if steps is not None else L.x_steps(_x_row(x, self.kp), self.block)
         if self.mx:
             self.kernel(self.words, self.scales, xs, xp, y, chunk, *self.group)
