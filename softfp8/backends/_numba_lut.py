@@ -165,52 +165,20 @@ def add_scaled(builder, srow, w0, wpb, parts, accs, intp, codes_of=None):
         builder.store(builder.call(fma, [part, scale, builder.load(acc)]), acc)
 
 
-@intrinsic
-def _nv_row(typingctx, words, r, s0, s1, xs, sc):
-    sig = rows_sig(ROWS, words, r, s0, s1, xs, sc)
-    return sig, lambda c, b, s, a: _emit_rows(c, b, s, a, 2, 1)
+def _rows_intrinsic(wpb, nrows, codes_of=None):
+    """A row intrinsic: `_emit_rows` for wpb words a block (NVFP4 2, MXFP4 4), nrows rows a pass,
+    the scales decoded before the loop (None) or in it from their codes ("e4m3", "e8m0")."""
+    def typer(typingctx, words, r, s0, s1, xs, sc):
+        sig = rows_sig(ROWS, words, r, s0, s1, xs, sc)
+        return sig, lambda c, b, s, a: _emit_rows(c, b, s, a, wpb, nrows, codes_of)
+    typer.__name__ = f"_rows_{wpb}_{nrows}_{codes_of}"
+    return intrinsic(typer)
 
 
-@intrinsic
-def _nv_rows(typingctx, words, r, s0, s1, xs, sc):
-    sig = rows_sig(ROWS, words, r, s0, s1, xs, sc)
-    return sig, lambda c, b, s, a: _emit_rows(c, b, s, a, 2, ROWS)
-
-
-@intrinsic
-def _nv_row_raw(typingctx, words, r, s0, s1, xs, sc):
-    sig = rows_sig(ROWS, words, r, s0, s1, xs, sc)
-    return sig, lambda c, b, s, a: _emit_rows(c, b, s, a, 2, 1, codes_of="e4m3")
-
-
-@intrinsic
-def _nv_rows_raw(typingctx, words, r, s0, s1, xs, sc):
-    sig = rows_sig(ROWS, words, r, s0, s1, xs, sc)
-    return sig, lambda c, b, s, a: _emit_rows(c, b, s, a, 2, ROWS, codes_of="e4m3")
-
-
-@intrinsic
-def _mx_row(typingctx, words, r, s0, s1, xs, sc):
-    sig = rows_sig(ROWS, words, r, s0, s1, xs, sc)
-    return sig, lambda c, b, s, a: _emit_rows(c, b, s, a, 4, 1)
-
-
-@intrinsic
-def _mx_rows(typingctx, words, r, s0, s1, xs, sc):
-    sig = rows_sig(ROWS, words, r, s0, s1, xs, sc)
-    return sig, lambda c, b, s, a: _emit_rows(c, b, s, a, 4, ROWS)
-
-
-@intrinsic
-def _mx_row_raw(typingctx, words, r, s0, s1, xs, sc):
-    sig = rows_sig(ROWS, words, r, s0, s1, xs, sc)
-    return sig, lambda c, b, s, a: _emit_rows(c, b, s, a, 4, 1, codes_of="e8m0")
-
-
-@intrinsic
-def _mx_rows_raw(typingctx, words, r, s0, s1, xs, sc):
-    sig = rows_sig(ROWS, words, r, s0, s1, xs, sc)
-    return sig, lambda c, b, s, a: _emit_rows(c, b, s, a, 4, ROWS, codes_of="e8m0")
+_nv_row, _nv_rows = _rows_intrinsic(2, 1), _rows_intrinsic(2, ROWS)
+_nv_row_raw, _nv_rows_raw = _rows_intrinsic(2, 1, "e4m3"), _rows_intrinsic(2, ROWS, "e4m3")
+_mx_row, _mx_rows = _rows_intrinsic(4, 1), _rows_intrinsic(4, ROWS)
+_mx_row_raw, _mx_rows_raw = _rows_intrinsic(4, 1, "e8m0"), _rows_intrinsic(4, ROWS, "e8m0")
 
 
 def rows_operands(context, builder, sig, args, nrows, ahead, own_scales=False):
