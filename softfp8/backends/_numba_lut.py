@@ -12,7 +12,9 @@ numba intrinsic, and the kernels around it stay plain numba.
 Layout: int32 words [N, Kp/8] (formats.py), one vector lane per word: a step is 16 consecutive
 words of a row (128 codes), loaded as they lie, no shuffles; x comes rearranged per call so that
 xs[s, j, lane] is the element code j of word 16 s + lane meets (`x_steps`); each lane's block
-scale is spread over its words in registers. ROWS rows per pass share each x load. The words
+scale is spread over its words in registers, decoded from its code in the loop where every code
+of the weight allows it (`loop_decodes`, `loop_decodes_e8m0`: the `*_raw` GEMVs), else in a pass
+over each row's scales before it. ROWS rows per pass share each x load. The words
 past the last whole step (rows whose word count is not a multiple of 16) take the bit-operation
 select path per block. x steps of uint16 (bf16 bits, `_numba_dpbf16.x_steps`) compile the same
 drivers to bf16 products instead (`_numba_dpbf16.emit_rows`). Only compiled where numba targets
