@@ -37,13 +37,17 @@ from softfp8.backends import _numba_dpbf16, numba_cpu  # noqa: E402
 BLOCK = {"nvfp4": 16, "mxfp4": 32}
 
 
-def kernel_call(mod, fmt, packed, steps, y, chunk, rows):
-    """A call of mod's GEMV on `packed` (scales decoded in the loop where the module can: an
-    older revision's may not)."""
+def kernel_call(mod, fmt, packed, steps, y, chunk, rows, in_loop=None):
+    """A call of mod's GEMV on `packed`: its block scales decoded in the loop where the module
+    can (an older revision's may not), or as `in_loop` says (True: the codes must allow it;
+    cpu_fp4_scales_ab.py)."""
     w, s = packed.words.numpy(), packed.scales.numpy()
     raw, check = {"nvfp4": ("gemv_nvfp4_raw", "loop_decodes"),
                   "mxfp4": ("gemv_mxfp4_raw", "loop_decodes_e8m0")}[fmt]
-    in_loop = hasattr(mod, raw) and hasattr(mod, check) and getattr(mod, check)(packed.scales)
+    can = hasattr(mod, raw) and hasattr(mod, check) and getattr(mod, check)(packed.scales)
+    if in_loop is None:
+        in_loop = can
+    assert can or not in_loop, f"{mod.__name__} can't decode these {fmt} scales in its loop"
     kernel = getattr(mod, raw if in_loop else f"gemv_{fmt}")
     head = (w, s, np.float32(packed.global_scale.item())) if fmt == "nvfp4" else (w, s)
     return lambda: kernel(*head, *steps, y, chunk, *rows)
@@ -75,8 +79,7 @@ def main() -> None:
         g = torch.Generator().manual_seed(0)
         w, x = torch.randn(n, k, generator=g) * 0.02, torch.randn(k, generator=g)
         chunk = numba_cpu._chunk(n, int(threads))
-        rows = (((this.ROWS if k >= numba_cpu.MULTIROW_MIN_K_FP4 else 1),) if this.ROWS > 1
-                else ())
+        rows = numba_cpu._fp4_group(this, k)
         for fmt in args.formats.split(","):
             steps = (_numba_dpbf16.x_steps(x.to(torch.bfloat16), BLOCK[fmt]) if args.x == "bf16"
                      else this.x_steps(x.numpy(), BLOCK[fmt]))

@@ -32,6 +32,7 @@ from softfp8.backends import _numba_dpbf16 as D  # noqa: E402
 from softfp8.backends import _numba_lut as L  # noqa: E402
 from softfp8.backends import _numba_pshufb as P  # noqa: E402
 from softfp8.backends import numba_cpu  # noqa: E402
+from cpu_fp4_kernel_ab import BLOCK, kernel_call  # noqa: E402
 from cpu_gemv import shuffled_medians  # noqa: E402
 
 
@@ -44,7 +45,7 @@ def main() -> None:
     ap.add_argument("--fmt", choices=["nvfp4", "mxfp4"], default="nvfp4")
     args = ap.parse_args()
     mx = args.fmt == "mxfp4"
-    block = 32 if mx else 16
+    block = BLOCK[args.fmt]
     mod = {"avx2": P, "avx512": L, None: numba_cpu._fp4_table_kernels()}[args.table]
     if mod is None or not mod.available():
         sys.exit(f"numba does not target the {args.table or 'table'} kernel here")
@@ -65,22 +66,12 @@ def main() -> None:
         else:
             xs, xp = mod.x_steps(x.numpy(), block)
         chunk = numba_cpu._chunk(n, int(threads))
-        rows = ((L.ROWS if k >= numba_cpu.MULTIROW_MIN_K_FP4 else 1),) if mod is L else ()
+        rows = numba_cpu._fp4_group(mod, k)
         calls, ys = {}, {}
         for name in ("before the loop", "in the loop"):
-            p = softfp8.quantize(w, args.fmt)
-            before = name == "before the loop"
-            if mx:
-                assert L.loop_decodes_e8m0(p.scales)
-                kernel = L.gemv_mxfp4 if before else L.gemv_mxfp4_raw
-                head = (p.words.numpy(), p.scales.numpy())
-            else:
-                assert mod.loop_decodes(p.scales)
-                kernel = mod.gemv_nvfp4 if before else mod.gemv_nvfp4_raw
-                head = (p.words.numpy(), p.scales.numpy(), np.float32(p.global_scale.item()))
             ys[name] = y = np.empty(n, np.float32)
-            calls[name] = (lambda kernel=kernel, head=head, y=y: kernel(
-                *head, xs, xp, y, chunk, *rows))
+            calls[name] = kernel_call(mod, args.fmt, softfp8.quantize(w, args.fmt), (xs, xp), y,
+                                      chunk, rows, in_loop=name == "in the loop")
         for fn in calls.values():
             fn()
         assert np.array_equal(*(y.view(np.uint32) for y in ys.values())), "results differ"

@@ -264,8 +264,7 @@ def _plan(packed: PackedWeight):
             packed.scales.numpy(), g)
     if table is None:
         return _Fp4BitsGemv(*args)
-    # rows a pass by K where the module runs several (AVX-512), else one (AVX2)
-    group = ((table.ROWS if kp >= MULTIROW_MIN_K_FP4 else 1),) if table.ROWS > 1 else ()
+    group = _fp4_group(table, kp)
     # scale codes the loop can decode are decoded there (NVFP4: positive, not NaN; MXFP4, in the
     # AVX-512 kernel only: 1..254), else in a pass over each row's scales before it
     if fmt is Format.MXFP4:
@@ -279,6 +278,13 @@ def _plan(packed: PackedWeight):
     else:
         bf16_steps = None
     return _Fp4TableGemv(*args, table, kernel, group, bf16_steps)
+
+
+def _fp4_group(table, kp: int) -> tuple:
+    """The FP4 table GEMV's trailing rows-a-pass argument for padded K `kp`: (ROWS,) from
+    MULTIROW_MIN_K_FP4 on, else (1,), where the module runs several rows a pass (AVX-512); none
+    where it runs one (AVX2). (benchmarks/cpu_fp4_*_ab.py call the kernels with it too.)"""
+    return ((table.ROWS if kp >= MULTIROW_MIN_K_FP4 else 1),) if table.ROWS > 1 else ()
 
 
 @dataclass(frozen=True)
