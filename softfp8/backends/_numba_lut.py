@@ -46,6 +46,17 @@ threads, each variant its own copy of the weight, receipts/cpu-rows-sweep-s18b.t
 / 2 / 4 passes ahead: NVFP4 11008 x 4096 one row a pass 1770 / 1380 / 1623 / 1509, MXFP4 1255 /
 1109 / 1139 / 1113; 4096 x 11008 four rows a pass 1676 / 1457 / 1381 / 1380 and 1498 / 1223 /
 1256 / 1257; E5M2 2120 / 2006 / 2047 / 1955, E4M3 2178 / 1943 / 1929 / 2028."""
+PREFETCH_LOCALITY = 1
+"""llvm.prefetch's locality for those prefetches: 1, prefetcht2, to the L2 (not 3, prefetcht0, to
+the L1, as until 2026-12-03). A prefetch into the L1 holds one of the L1's few miss buffers until
+its line arrives, so the lines in flight stopped at what those allow; into the L2 the L2's own
+(more) queue holds them. `python benchmarks/cpu_rows_sweep.py --ahead 4 --locality 3,2,1` on a
+2-vCPU Zen 4 (2026-12-03, 2 threads, three runs, receipts/cpu-prefetch-locality-s22.txt), us,
+locality 3 / 1, four rows a pass: E5M2 11008 x 4096 1483 / 1037, 1787 / 1453, 2490 / 1735;
+4096 x 11008 1633 / 1345, 1966 / 1438, 1833 / 1451; NVFP4 11008 x 4096 1203 / 990, 1520 / 1177,
+1500 / 1194; MXFP4 4096 x 11008 965 / 896, 1081 / 936, 1164 / 1124. Locality 2 (prefetcht1)
+within a few % of 1 either way; the AVX2 FP4 kernel (compiled for znver3 on that machine) 0.93 to
+1.03 of its locality-3 time."""
 _E2M1 = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0]
 _TABLE = _E2M1 + [-v for v in _E2M1]  # code -> value; code 8 is -0.0, as the reference
 
@@ -223,13 +234,15 @@ def row_pointers(builder, arr, r, offset, n, intp, clamp=False):
     return out
 
 
-def prefetch(builder, row, offset):
-    """IR: a prefetch (read, to all cache levels) of the line at element `offset` of `row`."""
+def prefetch(builder, row, offset, locality=PREFETCH_LOCALITY):
+    """IR: a prefetch (read) of the line at element `offset` of `row`; `locality` as
+    llvm.prefetch takes it (x86: 3 prefetcht0, to all cache levels; 2 prefetcht1, 1 prefetcht2,
+    0 prefetchnta)."""
     i8p, i32 = ir.IntType(8).as_pointer(), ir.IntType(32)
     fn = cgutils.get_or_insert_function(
         builder.module, ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32]), "llvm.prefetch.p0")
     builder.call(fn, [builder.bitcast(builder.gep(row, [offset]), i8p), ir.Constant(i32, 0),
-                      ir.Constant(i32, 3), ir.Constant(i32, 1)])
+                      ir.Constant(i32, locality), ir.Constant(i32, 1)])
 
 
 def rows_totals(context, builder, sig, accs, rows):
