@@ -246,6 +246,70 @@ def test_second_process_loads_kernels_from_the_disk_cache(tmp_path):
     print(f"\ncold (compile) {first['seconds']:.2f} s, second process {second['seconds']:.3f} s")
 
 
+_PAIR_PROBE = textwrap.dedent("""
+    import json, numpy as np
+    from softfp8.backends import _numba_fp8_rows as R
+    pair = R._pair(np.uint16(0x3C3C), R.E5M2_KIND)  # two E5M2 codes of 1.0
+    st = R._pair.stats
+    print(json.dumps({"pair": [float(v) for v in pair], "hits": sum(st.cache_hits.values()),
+                      "misses": sum(st.cache_misses.values())}))
+""")
+
+
+def test_an_edit_to_another_kernel_module_recompiles_cached_kernels(tmp_path):
+    """`_numba_fp8_rows._pair` inlines `_numba_decode.e5m2_pair`, from another file: numba alone
+    would reload the old code from its disk cache after an edit there (it stamps the defining
+    file only). Kernel caches carry a fingerprint of every kernel module (`_numba_cache`), so
+    the edit recompiles it, and the next process loads the new code from the cache. On a copy of
+    the package, with its own cache folder."""
+    import shutil
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    shutil.copytree(os.path.join(root, "softfp8"), tmp_path / "softfp8",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "cache"), PYTHONPATH=str(tmp_path))
+
+    def child():
+        out = subprocess.run([sys.executable, "-c", _PAIR_PROBE], env=env, cwd=tmp_path,
+                             capture_output=True, text=True, timeout=300, check=True)
+        return json.loads(out.stdout.strip().splitlines()[-1])
+
+    first = child()
+    assert first["pair"] == [1.0, 1.0] and first["misses"] == 1
+    decode = tmp_path / "softfp8" / "backends" / "_numba_decode.py"
+    old = "    return (_half_bits_to_f32(np.uint16(u << np.uint16(8))),"
+    src = decode.read_text()
+    assert old in src, "e5m2_pair changed: update this test"
+    decode.write_text(src.replace(old, old.replace("return (", "return (np.float32(7.0) + ")))
+    edited = child()
+    assert edited["pair"] == [8.0, 1.0] and edited["misses"] == 1  # recompiled, not the old code
+    again = child()
+    assert again["pair"] == [8.0, 1.0] and again["hits"] == 1 and again["misses"] == 0
+
+
+def test_every_cached_kernel_carries_the_kernel_sources_fingerprint():
+    """Every disk-cached function of every kernel module finds its cache through
+    `_numba_cache.KernelSourcesLocator` (a module that defined one before `_numba_decode`'s
+    import installed it would not): none is missed, and there are some."""
+    import importlib
+    import pathlib
+
+    from numba.core.dispatcher import Dispatcher
+
+    from softfp8.backends import _numba_cache
+
+    folder = pathlib.Path(_numba_cache.__file__).parent
+    found = 0
+    for path in sorted(folder.glob("_numba_*.py")):
+        mod = importlib.import_module(f"softfp8.backends.{path.stem}")
+        for name, obj in vars(mod).items():
+            if isinstance(obj, Dispatcher) and obj.__module__ == mod.__name__ and obj._cache:
+                locator = obj._cache._impl._locator
+                assert isinstance(locator, _numba_cache.KernelSourcesLocator), (path.name, name)
+                found += 1
+    assert found >= 20
+
+
 @pytest.mark.parametrize("fmt", ["nvfp4", "mxfp4"])
 @pytest.mark.parametrize("magnitude", [1e-30, 1e-15, 1.0, 1e17, 1e30])
 def test_fp4_inject_fold_holds_over_the_range_of_x(fmt, magnitude):

@@ -8,6 +8,10 @@ from llvmlite import ir
 from numba import types
 from numba.extending import intrinsic
 
+from ._numba_cache import install
+
+install()  # before any cache=True function is defined, here or in a module importing this one
+
 _FM = {"reassoc", "contract"}
 _JIT = dict(nogil=True, cache=True, fastmath=_FM)
 _INLINE = dict(nogil=True, cache=True, fastmath=_FM, inline="always")

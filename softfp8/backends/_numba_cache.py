@@ -1,0 +1,86 @@
+"""Numba's on-disk cache of the CPU kernels, made to notice an edit to any kernel module.
+
+Numba keeps a compiled function with the modification time and size of the file that defines
+it, and reuses it while those hold. The kernels here are built from several files: a GEMV of
+`_numba_fp8_rows` inlines decoders of `_numba_decode` and emits IR written in `_numba_lut`
+(`prefetch`, `rows_totals`), so an edit to one of those left the other files' cached GEMVs as
+they were: the old code ran, silently (it happened: `_numba_lut.PREFETCH_LOCALITY` changed, and
+the FP8 GEMV kept prefetcht0 from the cache; numba's own tracking of other files, numba PR
+#8396, was not merged). A checkout that pulls a fix to a decoder would keep the old decoder the
+same way. So every cached kernel of this package carries, beside numba's stamp of its own file,
+a fingerprint of all of them (`kernel_sources_fingerprint`): any change to any kernel module
+compiles them all afresh once.
+
+How: numba finds where a function's cache lives, and how fresh it is, through a list of locator
+classes (`numba.core.caching.CacheImpl._locator_classes`); `install` puts `KernelSourcesLocator`
+first, which answers only for this package's kernel files and defers to numba's own locators for
+the place. `NUMBA_CACHE_LOCATOR_CLASSES`, where a user sets it, replaces that list (theirs then).
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import pathlib
+
+_KERNELS = pathlib.Path(__file__).resolve().parent
+_PATTERN = "_numba_*.py"
+
+
+@functools.lru_cache(maxsize=None)
+def kernel_sources_fingerprint() -> str:
+    """A hash of the name and bytes of every kernel module (backends/_numba_*.py), read once a
+    process (~0.1 ms)."""
+    digest = hashlib.sha256()
+    for path in sorted(_KERNELS.glob(_PATTERN)):
+        digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()[:20]
+
+
+def _is_kernel_file(py_file: str) -> bool:
+    path = pathlib.Path(os.path.abspath(py_file))
+    return path.parent == _KERNELS and path.match(_PATTERN)
+
+
+class KernelSourcesLocator:
+    """Numba's locator for a kernel module's function, with the fingerprint of every kernel
+    module added to its freshness stamp; every other method is the wrapped locator's."""
+
+    def __init__(self, inner):
+        self._inner = inner
+
+    def __getattr__(self, name):
+        return getattr(self._inner, name)
+
+    def get_source_stamp(self):
+        return (self._inner.get_source_stamp(), kernel_sources_fingerprint())
+
+    @classmethod
+    def from_function(cls, py_func, py_file):
+        if not _is_kernel_file(py_file):
+            return None
+        for other in _numba_locators():
+            if other is cls:
+                continue
+            inner = other.from_function(py_func, py_file)
+            if inner is not None:
+                return cls(inner)
+        return None
+
+
+def _cache_impl():
+    from numba.core import caching
+
+    return getattr(caching, "CacheImpl", None) or caching._CacheImpl  # numba < 0.61: private
+
+
+def _numba_locators() -> list:
+    return _cache_impl()._locator_classes
+
+
+def install() -> None:
+    """Put KernelSourcesLocator first in numba's locator list (once; before the kernel modules'
+    `cache=True` functions are defined, which look their locator up there)."""
+    classes = _numba_locators()
+    if KernelSourcesLocator not in classes:
+        classes.insert(0, KernelSourcesLocator)
