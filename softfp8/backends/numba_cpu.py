@@ -167,12 +167,22 @@ cpu-rows-sweep-s18b.txt), us, one row against four a pass: E5M2 32768 x 1024 113
 1970, 16384 x 2048 1204 / 1745, E4M3 1139 / 1921, 1394 / 1764; 11008 x 4096 E5M2 2197 / 1703,
 E4M3 1686 / 1633; 4096 x 11008 E5M2 2866 / 1955, E4M3 2900 / 2028."""
 
-MULTIROW_MIN_K_FP4 = 5632
-"""The same for the AVX-512 FP4 table kernel (_numba_lut; _numba_pshufb runs one row): x (4 K
-bytes as float32) fits the L1 below. Same sweep and receipt, NVFP4 / MXFP4, one row against four:
-11008 x 4096 1509 / 1113 against 1695 / 1204, 16384 x 2048 1021 / 1441 against 1034 / 1555;
-4096 x 11008 1803 / 1768 against 1380 / 1257. (Without the prefetch, single core, 4096 rows:
-K = 5120 mixed, NVFP4 1.41 against 1.75 ms, MXFP4 1.02 against 0.92; from 6144 four won.)"""
+MULTIROW_MIN_K_FP4 = 1024
+"""The same for the AVX-512 FP4 table kernel (_numba_lut; _numba_pshufb runs one row) with
+float32 x steps. Since its prefetches go to the L2 (`_numba_lut.PREFETCH_LOCALITY`), four rows a
+pass won at every K swept: `python benchmarks/cpu_rows_sweep.py --ahead 4` on a 2-vCPU Zen 4
+(2026-12-03, 2 threads, receipts/cpu-rows-fp4-s22.txt), us, NVFP4 / MXFP4, one row against four:
+11008 x 4096 1081 / 1185 against 1005 / 1074, 8192 x 3072 641 / 645 against 562 / 640, 16384 x
+2048 972 / 1052 against 878 / 871, 32768 x 1024 1331 / 1199 against 1053 / 951 (and in the
+runs of receipts/cpu-prefetch-locality*-s22.txt). Below K = 1024 (not swept) one row, as before.
+With prefetches into the L1 (until 2026-12-03) one row had won below K = 5632 (receipts/
+cpu-rows-sweep-s18b.txt)."""
+
+MULTIROW_MIN_K_FP4_BF16 = 5632
+"""The same for bf16 x steps (_numba_dpbf16's products): there one row and four were within a
+few % of each other either way from K = 2048 to 4096 in the same sweep (`--x bf16`, two runs:
+11008 x 4096 NVFP4 991 / 920 against 1019 / 927, MXFP4 1051 / 1053 against 1101 / 1049), so the
+rule kept from before the L2 prefetch."""
 
 
 def _fp4_table_kernels():
@@ -264,7 +274,7 @@ def _plan(packed: PackedWeight):
             packed.scales.numpy(), g)
     if table is None:
         return _Fp4BitsGemv(*args)
-    group = _fp4_group(table, kp)
+    group, bf16_group = _fp4_group(table, kp), _fp4_group(table, kp, bf16=True)
     # scale codes the loop can decode are decoded there (NVFP4: positive, not NaN; MXFP4, in the
     # AVX-512 kernel only: 1..254), else in a pass over each row's scales before it
     if fmt is Format.MXFP4:
@@ -277,14 +287,16 @@ def _plan(packed: PackedWeight):
         from ._numba_dpbf16 import x_steps as bf16_steps
     else:
         bf16_steps = None
-    return _Fp4TableGemv(*args, table, kernel, group, bf16_steps)
+    return _Fp4TableGemv(*args, table, kernel, group, bf16_steps, bf16_group)
 
 
-def _fp4_group(table, kp: int) -> tuple:
+def _fp4_group(table, kp: int, bf16: bool = False) -> tuple:
     """The FP4 table GEMV's trailing rows-a-pass argument for padded K `kp`: (ROWS,) from
-    MULTIROW_MIN_K_FP4 on, else (1,), where the module runs several rows a pass (AVX-512); none
-    where it runs one (AVX2). (benchmarks/cpu_fp4_*_ab.py call the kernels with it too.)"""
-    return ((table.ROWS if kp >= MULTIROW_MIN_K_FP4 else 1),) if table.ROWS > 1 else ()
+    MULTIROW_MIN_K_FP4 on (bf16 x steps: MULTIROW_MIN_K_FP4_BF16), else (1,), where the module
+    runs several rows a pass (AVX-512); none where it runs one (AVX2). (benchmarks/cpu_fp4_*_ab.py
+    call the kernels with it too.)"""
+    least = MULTIROW_MIN_K_FP4_BF16 if bf16 else MULTIROW_MIN_K_FP4
+    return ((table.ROWS if kp >= least else 1),) if table.ROWS > 1 else ()
 
 
 @dataclass(frozen=True)
@@ -338,15 +350,20 @@ class _Fp4TableGemv(_Fp4BitsGemv):
     serves both decoders here."""
     table: object = None  # the module
     kernel: object = None  # its GEMV for this weight
-    group: tuple = ()  # its rows a pass, where it takes them
+    group: tuple = ()  # its rows a pass, where it takes them (float32 x steps)
     bf16_steps: object = None  # _numba_dpbf16.x_steps where bf16 x takes bf16 products
+    bf16_group: tuple = ()  # its rows a pass with bf16 x steps
 
     def run(self, x, y, chunk, inject):
         L = self.table
         # None: no bf16 products here, x is not bf16, or a tiny x
         steps = None if self.bf16_steps is None else self.bf16_steps(x, self.block, self.kp)
-        xs, xp = steps if steps is not None else L.x_steps(_x_row(x, self.kp), self.block)
-        if self.mx:
-            self.kernel(self.words, self.scales, xs, xp, y, chunk, *self.group)
+        if steps is None:
+            xs, xp = L.x_steps(_x_row(x, self.kp), self.block)
+            group = self.group
         else:
-            self.kernel(self.words, self.scales, self.g, xs, xp, y, chunk, *self.group)
+            (xs, xp), group = steps, self.bf16_group
+        if self.mx:
+            self.kernel(self.words, self.scales, xs, xp, y, chunk, *group)
+        else:
+            self.kernel(self.words, self.scales, self.g, xs, xp, y, chunk, *group)
