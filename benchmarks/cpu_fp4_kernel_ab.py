@@ -79,8 +79,8 @@ def main() -> None:
         g = torch.Generator().manual_seed(0)
         w, x = torch.randn(n, k, generator=g) * 0.02, torch.randn(k, generator=g)
         chunk = numba_cpu._chunk(n, int(threads))
-        rows = numba_cpu._fp4_group(this, k, bf16=args.x == "bf16")
         for fmt in args.formats.split(","):
+            rows = numba_cpu._fp4_group(this, k, fmt == "mxfp4", bf16=args.x == "bf16")
             steps = (_numba_dpbf16.x_steps(x.to(torch.bfloat16), BLOCK[fmt]) if args.x == "bf16"
                      else this.x_steps(x.numpy(), BLOCK[fmt]))
             calls, ys = {}, {}

@@ -66,7 +66,7 @@ def main() -> None:
         else:
             xs, xp = mod.x_steps(x.numpy(), block)
         chunk = numba_cpu._chunk(n, int(threads))
-        rows = numba_cpu._fp4_group(mod, k, bf16=args.x == "bf16")
+        rows = numba_cpu._fp4_group(mod, k, args.fmt == "mxfp4", bf16=args.x == "bf16")
         calls, ys = {}, {}
         for name in ("before the loop", "in the loop"):
             ys[name] = y = np.empty(n, np.float32)

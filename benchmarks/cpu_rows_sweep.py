@@ -9,7 +9,9 @@ For each shape and format: the FP8 kernel (_numba_fp8_rows) or this CPU's FP4 ta
 with `PREFETCH_ROWS * nrows` replaced by `A * nrows` (prefetch A passes ahead; 0 = none), each
 called directly (x prepared once, the backend's chunk) at 1 and 4 rows a pass, and torch's fp16
 mv, in rounds of random order (`cpu_gemv.shuffled_medians`). `--rows` builds the multi-row
-kernels for each row count given (`ROWS = 4` replaced); `--x bf16` gives the AVX-512 FP4 kernel
+kernels for each row count given (`ROWS = 4` replaced); FP4 runs the GEMV numba_cpu picks
+for the weight's scale codes (`numba_cpu._fp4_kernel`: the scales decoded in the loop, for
+quantize's codes). `--x bf16` gives the AVX-512 FP4 kernel
 bf16 activations (its bf16 products, _numba_dpbf16). `--locality` builds each with its
 prefetches of that llvm.prefetch locality (3 prefetcht0; 2 prefetcht1; 1 prefetcht2, the
 package's `_numba_lut.PREFETCH_LOCALITY`; 0 prefetchnta). Each variant reads its own copy of
@@ -84,11 +86,12 @@ def calls(fmt: str, w: torch.Tensor, x: torch.Tensor, mods: dict, y: np.ndarray,
                 continue
             group = (g,) if m.ROWS > 1 else ()
             wc, sc = words.copy(), scales.copy()
+            kernel = numba_cpu._fp4_kernel(m, fmt == "mxfp4", p.scales)
             if gs is None:
-                out[(a, g, loc)] = lambda m=m, group=group, wc=wc, sc=sc: m.gemv_mxfp4(
+                out[(a, g, loc)] = lambda kernel=kernel, group=group, wc=wc, sc=sc: kernel(
                     wc, sc, xs, xp, y, chunk, *group)
             else:
-                out[(a, g, loc)] = lambda m=m, group=group, wc=wc, sc=sc: m.gemv_nvfp4(
+                out[(a, g, loc)] = lambda kernel=kernel, group=group, wc=wc, sc=sc: kernel(
                     wc, sc, gs, xs, xp, y, chunk, *group)
     return out
 

@@ -130,10 +130,12 @@ def test_mxfp4_loop_decodes_every_scale_code(group, steps=None):
                                   (11, 6001)])
 def test_gemv_matches_fp64(fmt, n, k, table, monkeypatch):
     """Odd shapes through numba_cpu.matmul, with each table kernel (SOFTFP8_NUMBA_FP4_LUT=avx2
-    takes the AVX2 one on an AVX-512 CPU too); K = 4097 and 6001 are past MULTIROW_MIN_K_FP4, so
-    the AVX-512 kernel runs 4 rows a pass with leftover rows in its chunks, and 512 / 1000 below
-    it one; every kernel's prefetch runs past the last row (clamped to it)."""
-    assert 1000 < numba_cpu.MULTIROW_MIN_K_FP4 <= 4097
+    takes the AVX2 one on an AVX-512 CPU too); (11, 6001) is past MULTIROW_MIN_K_FP4 and MXFP4's
+    K = 4097 past MULTIROW_MIN_K_MXFP4, so the AVX-512 kernel runs 4 rows a pass with leftover
+    rows in its chunks, and one below; every kernel's prefetch runs past the last row (clamped
+    to it)."""
+    assert 4097 + 63 < numba_cpu.MULTIROW_MIN_K_FP4 <= 6001
+    assert 1000 < numba_cpu.MULTIROW_MIN_K_MXFP4 <= 4097
     monkeypatch.setenv("SOFTFP8_NUMBA_FP4_LUT", table)
     assert numba_cpu._fp4_table_kernels() is (L if table == "1" else P)
     g = torch.Generator().manual_seed(n + k)
@@ -311,21 +313,23 @@ def test_row_loops_prefetch_to_the_declared_cache_level(name):
 
 
 @needs_avx512
+@pytest.mark.parametrize("fmt", ["nvfp4", "mxfp4"])
 @pytest.mark.parametrize("k", [512, 4096, 6144])
-def test_rows_a_pass_follow_k_and_the_steps_taken(k):
+def test_rows_a_pass_follow_k_format_and_the_steps_taken(k, fmt):
     """numba_cpu's FP4 plan runs the AVX-512 kernel four rows a pass from MULTIROW_MIN_K_FP4 on
-    with float32 x steps and from MULTIROW_MIN_K_FP4_BF16 on with bf16 ones, one below: each
-    call hands its kernel the rows a pass of the steps it made (recorded by a wrapper)."""
+    (MXFP4 with float32 x steps: from MULTIROW_MIN_K_MXFP4), one below: each call hands its
+    kernel the rows a pass of the steps it made (recorded by a wrapper)."""
     import dataclasses
 
     from softfp8.backends import _numba_dpbf16
 
-    packed = softfp8.quantize(torch.randn(8, k), "nvfp4")
+    packed = softfp8.quantize(torch.randn(8, k), fmt)
+    first = 2 if fmt == "nvfp4" else 1  # the kernel's arguments before the x steps
     plan = numba_cpu._plan(packed)
     seen = []
 
     def kernel(*args):
-        seen.append((args[3].dtype, args[7:]))
+        seen.append((args[first + 1].dtype, args[first + 5:]))
         return plan.kernel(*args)
 
     recording = dataclasses.replace(plan, kernel=kernel)
@@ -334,6 +338,7 @@ def test_rows_a_pass_follow_k_and_the_steps_taken(k):
     recording.run(x, y, 8, False)
     if _numba_dpbf16.available():
         recording.run(x.bfloat16(), y, 8, False)
-    want = [(np.float32, (L.ROWS if k >= numba_cpu.MULTIROW_MIN_K_FP4 else 1,)),
-            (np.uint16, (L.ROWS if k >= numba_cpu.MULTIROW_MIN_K_FP4_BF16 else 1,))]
+    fp32_least = numba_cpu.MULTIROW_MIN_K_MXFP4 if fmt == "mxfp4" else numba_cpu.MULTIROW_MIN_K_FP4
+    want = [(np.float32, (L.ROWS if k >= fp32_least else 1,)),
+            (np.uint16, (L.ROWS if k >= numba_cpu.MULTIROW_MIN_K_FP4 else 1,))]
     assert seen == want[:len(seen)]

@@ -167,22 +167,24 @@ cpu-rows-sweep-s18b.txt), us, one row against four a pass: E5M2 32768 x 1024 113
 1970, 16384 x 2048 1204 / 1745, E4M3 1139 / 1921, 1394 / 1764; 11008 x 4096 E5M2 2197 / 1703,
 E4M3 1686 / 1633; 4096 x 11008 E5M2 2866 / 1955, E4M3 2900 / 2028."""
 
-MULTIROW_MIN_K_FP4 = 1024
-"""The same for the AVX-512 FP4 table kernel (_numba_lut; _numba_pshufb runs one row) with
-float32 x steps. Since its prefetches go to the L2 (`_numba_lut.PREFETCH_LOCALITY`), four rows a
-pass won at every K swept: `python benchmarks/cpu_rows_sweep.py --ahead 4` on a 2-vCPU Zen 4
-(2026-12-03, 2 threads, receipts/cpu-rows-fp4-s22.txt), us, NVFP4 / MXFP4, one row against four:
-11008 x 4096 1081 / 1185 against 1005 / 1074, 8192 x 3072 641 / 645 against 562 / 640, 16384 x
-2048 972 / 1052 against 878 / 871, 32768 x 1024 1331 / 1199 against 1053 / 951 (and in the
-runs of receipts/cpu-prefetch-locality*-s22.txt). Below K = 1024 (not swept) one row, as before.
-With prefetches into the L1 (until 2026-12-03) one row had won below K = 5632 (receipts/
-cpu-rows-sweep-s18b.txt)."""
+MULTIROW_MIN_K_FP4 = 5632
+"""The same for the AVX-512 FP4 table kernel (_numba_lut; _numba_pshufb runs one row): NVFP4,
+and MXFP4 with bf16 x steps (MXFP4 with float32 ones: MULTIROW_MIN_K_MXFP4). x (4 K bytes as
+float32) fits the L1 below. Same sweep and receipt, NVFP4 / MXFP4, one row against four: 11008 x
+4096 1509 / 1113 against 1695 / 1204, 16384 x 2048 1021 / 1441 against 1034 / 1555; 4096 x 11008
+1803 / 1768 against 1380 / 1257. (Without the prefetch, single core, 4096 rows: K = 5120 mixed,
+NVFP4 1.41 against 1.75 ms, MXFP4 1.02 against 0.92; from 6144 four won.) With the prefetches
+into the L2 (`_numba_lut.PREFETCH_LOCALITY`, 2026-12-03) NVFP4's kernel (scales decoded in the
+loop) and the bf16 steps came out even between one row and four from K = 2048 to 4096, within
+a few % either way (receipts/cpu-rows-fp4-s22.txt: NVFP4 11008 x 4096 1087 / 1139 against 1119 /
+1172 us, 16384 x 2048 904 / 840 against 963 / 791), so this rule stands for them."""
 
-MULTIROW_MIN_K_FP4_BF16 = 5632
-"""The same for bf16 x steps (_numba_dpbf16's products): there one row and four were within a
-few % of each other either way from K = 2048 to 4096 in the same sweep (`--x bf16`, two runs:
-11008 x 4096 NVFP4 991 / 920 against 1019 / 927, MXFP4 1051 / 1053 against 1101 / 1049), so the
-rule kept from before the L2 prefetch."""
+MULTIROW_MIN_K_MXFP4 = 1024
+"""MXFP4 with float32 x steps runs four rows a pass from this K on: with the prefetches into
+the L2, four won at every K swept (`python benchmarks/cpu_rows_sweep.py --ahead 4`, 2-vCPU Zen
+4, 2026-12-03, receipts/cpu-rows-fp4-s22.txt, us, one row against four: 11008 x 4096 1075 / 1106
+against 1041 / 963, 8192 x 3072 544 / 552 against 480 / 509, 16384 x 2048 859 / 856 against 797
+/ 784, 32768 x 1024 1199 against 951). Below K = 1024 (not swept) one row, as before."""
 
 
 def _fp4_table_kernels():
@@ -274,15 +276,9 @@ def _plan(packed: PackedWeight):
             packed.scales.numpy(), g)
     if table is None:
         return _Fp4BitsGemv(*args)
-    group, bf16_group = _fp4_group(table, kp), _fp4_group(table, kp, bf16=True)
-    # scale codes the loop can decode are decoded there (NVFP4: positive, not NaN; MXFP4, in the
-    # AVX-512 kernel only: 1..254), else in a pass over each row's scales before it
-    if fmt is Format.MXFP4:
-        raw = getattr(table, "gemv_mxfp4_raw", None)
-        kernel = (raw if raw is not None and table.loop_decodes_e8m0(packed.scales) else
-                  table.gemv_mxfp4)
-    else:
-        kernel = table.gemv_nvfp4_raw if table.loop_decodes(packed.scales) else table.gemv_nvfp4
+    mx = fmt is Format.MXFP4
+    group, bf16_group = _fp4_group(table, kp, mx), _fp4_group(table, kp, mx, bf16=True)
+    kernel = _fp4_kernel(table, mx, packed.scales)
     if _bf16_products(table, setting):
         from ._numba_dpbf16 import x_steps as bf16_steps
     else:
@@ -290,12 +286,22 @@ def _plan(packed: PackedWeight):
     return _Fp4TableGemv(*args, table, kernel, group, bf16_steps, bf16_group)
 
 
-def _fp4_group(table, kp: int, bf16: bool = False) -> tuple:
+def _fp4_kernel(table, mx: bool, scales: torch.Tensor):
+    """The FP4 table module's GEMV for these scale codes: where its loop can decode them (NVFP4:
+    positive, not NaN; MXFP4, in the AVX-512 kernel only: 1..254) the one that does, else the one
+    with a pass over each row's scales before its loop. (benchmarks/cpu_rows_sweep.py too.)"""
+    if mx:
+        raw = getattr(table, "gemv_mxfp4_raw", None)
+        return raw if raw is not None and table.loop_decodes_e8m0(scales) else table.gemv_mxfp4
+    return table.gemv_nvfp4_raw if table.loop_decodes(scales) else table.gemv_nvfp4
+
+
+def _fp4_group(table, kp: int, mx: bool, bf16: bool = False) -> tuple:
     """The FP4 table GEMV's trailing rows-a-pass argument for padded K `kp`: (ROWS,) from
-    MULTIROW_MIN_K_FP4 on (bf16 x steps: MULTIROW_MIN_K_FP4_BF16), else (1,), where the module
-    runs several rows a pass (AVX-512); none where it runs one (AVX2). (benchmarks/cpu_fp4_*_ab.py
-    call the kernels with it too.)"""
-    least = MULTIROW_MIN_K_FP4_BF16 if bf16 else MULTIROW_MIN_K_FP4
+    MULTIROW_MIN_K_FP4 on (MXFP4 with float32 x steps, `mx` and not `bf16`: MULTIROW_MIN_K_MXFP4),
+    else (1,), where the module runs several rows a pass (AVX-512); none where it runs one
+    (AVX2). (benchmarks/cpu_fp4_*_ab.py call the kernels with it too.)"""
+    least = MULTIROW_MIN_K_MXFP4 if mx and not bf16 else MULTIROW_MIN_K_FP4
     return ((table.ROWS if kp >= least else 1),) if table.ROWS > 1 else ()
 
 
