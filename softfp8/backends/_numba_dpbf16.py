@@ -57,7 +57,7 @@ def emit_rows(builder, operands, wpb, nrows, chains, codes_of=None):
     """IR of _numba_lut's row intrinsics for bf16 activation steps (`operands`: what
     _numba_lut.rows_operands returns, x's data being uint16): accumulators as allocas, one
     list per row, `chains` each; codes_of as _numba_lut.add_scaled takes it."""
-    from ._numba_lut import add_scaled, prefetch, vload
+    from ._numba_lut import add_scaled, for_steps, prefetch, vload
 
     intp, s0, s1, xdata, wrows, srows, ahead = operands
     f32, i32, i16 = ir.FloatType(), ir.IntType(32), ir.IntType(16)
@@ -73,7 +73,8 @@ def emit_rows(builder, operands, wpb, nrows, chains, codes_of=None):
     zero = ir.Constant(vf, None)
     accs = [[cgutils.alloca_once_value(builder, zero) for _ in range(chains)]
             for _ in range(nrows)]
-    with cgutils.for_range_slice(builder, s0, s1, ir.Constant(intp, 1), intp=intp) as (s, _):
+
+    def step(s, scales):
         w0 = builder.mul(s, ir.Constant(intp, LANES))
         x0 = builder.mul(s, ir.Constant(intp, 4 * 32))
         lanes = [vload(builder, wrows[i], w0, vh) for i in range(nrows)]
@@ -89,7 +90,10 @@ def emit_rows(builder, operands, wpb, nrows, chains, codes_of=None):
                 k = j % chains
                 part[i][k] = builder.call(dot, [part[i][k], vals[i][j], xv])
         for i in range(nrows):
-            add_scaled(builder, srows[i], w0, wpb, part[i], accs[i], intp, codes_of)
+            add_scaled(builder, srows[i], w0, wpb, part[i], accs[i], intp, codes_of,
+                       None if scales is None else scales[i])
+
+    for_steps(builder, s0, s1, intp, srows, wpb, codes_of, step)
     return accs
 
 

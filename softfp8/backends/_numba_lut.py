@@ -112,7 +112,8 @@ def _emit_rows(context, builder, sig, args, wpb, nrows, codes_of=None):
     table = ir.Constant(vf, [ir.Constant(f32, v) for v in _TABLE])
     accs = [[cgutils.alloca_once_value(builder, ir.Constant(vf, None)) for _ in range(chains)]
             for _ in range(nrows)]
-    with cgutils.for_range_slice(builder, s0, s1, ir.Constant(intp, 1), intp=intp) as (s, _):
+
+    def step(s, scales):
         w0 = builder.mul(s, ir.Constant(intp, LANES))
         x0 = builder.mul(w0, ir.Constant(intp, 8))
         lanes = [vload(builder, wrows[i], w0, vi) for i in range(nrows)]
@@ -129,8 +130,58 @@ def _emit_rows(context, builder, sig, args, wpb, nrows, codes_of=None):
                 part[i][k] = builder.fmul(val, xv) if part[i][k] is None else builder.call(
                     fma, [val, xv, part[i][k]])
         for i in range(nrows):
-            add_scaled(builder, srows[i], w0, wpb, part[i], accs[i], intp, codes_of)
+            add_scaled(builder, srows[i], w0, wpb, part[i], accs[i], intp, codes_of,
+                       None if scales is None else scales[i])
+
+    for_steps(builder, s0, s1, intp, srows, wpb, codes_of, step)
     return rows_totals(context, builder, sig, accs, ROWS)
+
+
+def for_steps(builder, s0, s1, intp, srows, wpb, codes_of, step):
+    """IR: step(s, scales) for each step s in [s0, s1) (this module's rows and _numba_dpbf16's).
+    scales is None (`add_scaled` decodes each row's scales for the step), or for NVFP4's E4M3
+    codes decoded in the loop (wpb 2, codes_of "e4m3") each row's float32 scale vector for the
+    step, decoded together with the other step of its pair: the pair's 16 codes widened and
+    converted once (`e4m3_pair_scales`), each step's 8 spread over its 16 lanes by one permute
+    (where a step alone spends the widening and conversion on its 8). An odd last step goes
+    alone."""
+    one = ir.Constant(intp, 1)
+    if codes_of != "e4m3" or wpb != 2:
+        with cgutils.for_range_slice(builder, s0, s1, one, intp=intp) as (s, _):
+            step(s, None)
+        return
+    two = ir.Constant(intp, 2)
+    end = builder.add(s0, builder.mul(builder.sdiv(builder.sub(s1, s0), two), two))
+    with cgutils.for_range_slice(builder, s0, end, two, intp=intp) as (s, _):
+        w0 = builder.mul(s, ir.Constant(intp, LANES))
+        pairs = [e4m3_pair_scales(builder, srow, w0, intp) for srow in srows]
+        step(s, [p[0] for p in pairs])
+        step(builder.add(s, one), [p[1] for p in pairs])
+    with builder.if_then(builder.icmp_signed("<", end, s1)):
+        step(end, None)
+
+
+def e4m3_pair_scales(builder, srow, w0, intp):
+    """IR: the float32 scale vectors of NVFP4 steps w0 / 16 and the next (16 lanes each, lane i
+    the scale of its word's block) from the 16 E4M3 codes of their blocks in the scale row
+    `srow`, decoded as one vector (`e4m3_div256`), then spread a step each."""
+    vb = ir.VectorType(ir.IntType(8), LANES)
+    dec = e4m3_div256(builder, vload(builder, srow, builder.udiv(w0, ir.Constant(intp, 2)), vb,
+                                     align=1))
+    return tuple(builder.shuffle_vector(dec, ir.Constant(dec.type, None), ir.Constant(
+        ir.VectorType(ir.IntType(32), LANES), [8 * h + lane // 2 for lane in range(LANES)]))
+        for h in (0, 1))
+
+
+def e4m3_div256(builder, codes):
+    """IR: float32 E4M3 / 256 of a vector of E4M3 codes (i8 lanes), each below 0x7F: code << 7
+    is that half (the code's 4 exponent bits in the half's 5, subnormals included), widened
+    exactly by vcvtph2ps."""
+    n = codes.type.count
+    vh = ir.VectorType(ir.IntType(16), n)
+    halves = builder.shl(builder.zext(codes, vh), ir.Constant(vh, [ir.Constant(vh.element, 7)] * n))
+    return builder.fpext(builder.bitcast(halves, ir.VectorType(ir.HalfType(), n)),
+                         ir.VectorType(ir.FloatType(), n))
 
 
 def vload(builder, base, offset, vty, align=4):
@@ -140,42 +191,42 @@ def vload(builder, base, offset, vty, align=4):
                         align=align)
 
 
-def add_scaled(builder, srow, w0, wpb, parts, accs, intp, codes_of=None):
+def add_scaled(builder, srow, w0, wpb, parts, accs, intp, codes_of=None, scale=None):
     """IR: each accumulator (alloca) in accs += its part (a float32 vector, lane i summing word
-    w0 + i's codes) times the step's 16 / wpb block scales from the scale row `srow`, each
-    spread over its words' lanes by one permute (spreading them in memory per row cost ~0.15 us
-    a row: a scalar loop). codes_of "e4m3": srow holds E4M3 codes below 0x7F, and code << 7 is
-    the half E4M3 / 256 (its 4 exponent bits in the half's 5, subnormals included), widened
-    exactly by vcvtph2ps; "e8m0": codes in 1..254, and code << 23 is the float32 2^(code -
-    127)."""
+    w0 + i's codes) times the step's 16 / wpb block scales: `scale`, where the caller decoded
+    them (`for_steps`), else `step_scales` of the scale row `srow`."""
+    vf = ir.VectorType(ir.FloatType(), LANES)
+    fma = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vf, [vf, vf, vf]),
+                                         "llvm.fma.v16f32")
+    if scale is None:
+        scale = step_scales(builder, srow, w0, wpb, intp, codes_of)
+    for part, acc in zip(parts, accs):
+        builder.store(builder.call(fma, [part, scale, builder.load(acc)]), acc)
+
+
+def step_scales(builder, srow, w0, wpb, intp, codes_of=None):
+    """IR: the float32 scales of the step at word w0 from the scale row `srow`, each of its
+    16 / wpb blocks' spread over its words' lanes by one permute (spreading them in memory per
+    row cost ~0.15 us a row: a scalar loop). codes_of None: srow holds float32 scales; "e4m3":
+    E4M3 codes below 0x7F, decoded as E4M3 / 256 (`e4m3_div256`); "e8m0": codes in 1..254, and
+    code << 23 is the float32 2^(code - 127)."""
     f32, i32 = ir.FloatType(), ir.IntType(32)
     nblk = LANES // wpb
     vf, few = ir.VectorType(f32, LANES), ir.VectorType(f32, nblk)
-    fma = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vf, [vf, vf, vf]),
-                                         "llvm.fma.v16f32")
     spread = ir.Constant(ir.VectorType(i32, LANES), [lane // wpb for lane in range(LANES)])
     first = builder.udiv(w0, ir.Constant(intp, wpb))
+    if codes_of is None:
+        return builder.shuffle_vector(vload(builder, srow, first, few), ir.Constant(few, None),
+                                      spread)
+    vb = ir.VectorType(ir.IntType(8), nblk)
+    codes = builder.shuffle_vector(vload(builder, srow, first, vb, align=1),
+                                   ir.Constant(vb, None), spread)
     if codes_of == "e4m3":
-        i8, i16 = ir.IntType(8), ir.IntType(16)
-        vb = ir.VectorType(i8, nblk)
-        codes = builder.shuffle_vector(vload(builder, srow, first, vb, align=1),
-                                       ir.Constant(vb, None), spread)
-        vh = ir.VectorType(i16, LANES)
-        seven = ir.Constant(vh, [ir.Constant(i16, 7)] * LANES)
-        halves = builder.shl(builder.zext(codes, vh), seven)
-        scale = builder.fpext(builder.bitcast(halves, ir.VectorType(ir.HalfType(), LANES)), vf)
-    elif codes_of == "e8m0":
-        vb = ir.VectorType(ir.IntType(8), nblk)
-        codes = builder.shuffle_vector(vload(builder, srow, first, vb, align=1),
-                                       ir.Constant(vb, None), spread)
-        vi = ir.VectorType(i32, LANES)
-        scale = builder.bitcast(builder.shl(builder.zext(codes, vi), ir.Constant(
-            vi, [ir.Constant(i32, 23)] * LANES)), vf)
-    else:
-        scale = builder.shuffle_vector(vload(builder, srow, first, few), ir.Constant(few, None),
-                                       spread)
-    for part, acc in zip(parts, accs):
-        builder.store(builder.call(fma, [part, scale, builder.load(acc)]), acc)
+        return e4m3_div256(builder, codes)
+    assert codes_of == "e8m0", codes_of
+    vi = ir.VectorType(i32, LANES)
+    return builder.bitcast(builder.shl(builder.zext(codes, vi), ir.Constant(
+        vi, [ir.Constant(i32, 23)] * LANES)), vf)
 
 
 def _rows_intrinsic(wpb, nrows, codes_of=None):
