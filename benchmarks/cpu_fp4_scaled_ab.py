@@ -23,7 +23,7 @@ ACCS = ("    accs = [[cgutils.alloca_once_value(builder, ir.Constant(vf, None)) 
 ACCS8 = ACCS.replace("range(2)", "range(8)")  # 8 accumulators a row, not 2
 PART = "            part = [None, None]\n"
 SCALES_FIRST = '''            few = ir.VectorType(f32, nblk)
-            sv = vload(srows[i], builder.udiv(w0, ir.Constant(intp, wpb)), few)
+            sv = vload(builder, srows[i], builder.udiv(w0, ir.Constant(intp, wpb)), few)
             sv = builder.shuffle_vector(sv, ir.Constant(few, None),
                                         ir.Constant(vi, [ir.Constant(i32, j % nblk)
                                                          for j in range(8)]))
