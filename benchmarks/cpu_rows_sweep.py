@@ -14,9 +14,9 @@ for the weight's scale codes (`numba_cpu._fp4_kernel`: the scales decoded in the
 quantize's codes). `--x bf16` gives the AVX-512 FP4 kernel
 bf16 activations (its bf16 products, _numba_dpbf16). `--locality` builds each with its
 prefetches of that llvm.prefetch locality (3 prefetcht0; 2 prefetcht1; 1 prefetcht2, the
-package's `_numba_lut.PREFETCH_LOCALITY`; 0 prefetchnta). Each variant reads its own copy of
+package's `_numba_ir.PREFETCH_LOCALITY`; 0 prefetchnta). Each variant reads its own copy of
 the weight, so no call finds the previous call's weight in the L3 (an FP4 11008 x 4096 weight,
-25 MB, fits a 32 MB L3). The values behind `_numba_lut.PREFETCH_ROWS` and `numba_cpu.
+25 MB, fits a 32 MB L3). The values behind `_numba_ir.PREFETCH_ROWS` and `numba_cpu.
 MULTIROW_MIN_K` / `MULTIROW_MIN_K_FP4`. Medians, us; every variant's result is checked against
 the first.
 """
@@ -36,7 +36,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import softfp8  # noqa: E402
 from cpu_fp4_ablate import from_source  # noqa: E402
 from cpu_gemv import shuffled_medians  # noqa: E402
-from softfp8.backends import _numba_dpbf16, _numba_fp8_rows, _numba_lut, numba_cpu  # noqa: E402
+from softfp8.backends import (_numba_dpbf16, _numba_fp8_rows, _numba_ir, _numba_lut,  # noqa: E402
+                              numba_cpu)
 from softfp8.formats import SPECS  # noqa: E402
 
 AHEAD = "PREFETCH_ROWS * nrows"
@@ -45,14 +46,14 @@ AHEAD = "PREFETCH_ROWS * nrows"
 ROWS = "ROWS = 4\n"
 
 
-def with_ahead(mod, ahead: int, rows: int = 4, locality: int = _numba_lut.PREFETCH_LOCALITY):
+def with_ahead(mod, ahead: int, rows: int = 4, locality: int = _numba_ir.PREFETCH_LOCALITY):
     """`mod` rebuilt from its source with the prefetch `ahead` passes ahead, `rows` rows a
     pass in its multi-row kernel and prefetches of `locality`."""
     src = inspect.getsource(mod)
     assert AHEAD in src and (ROWS in src or rows == 4), f"{mod.__name__} changed: update me"
     new = from_source(f"{mod.__name__.rsplit('.', 1)[-1]}_ahead{ahead}_rows{rows}_loc{locality}",
                       src.replace(AHEAD, f"{ahead} * nrows").replace(ROWS, f"ROWS = {rows}\n"))
-    new.prefetch = functools.partial(_numba_lut.prefetch, locality=locality)  # its IR's calls
+    new.prefetch = functools.partial(_numba_ir.prefetch, locality=locality)  # its IR's calls
     return new
 
 
@@ -102,7 +103,7 @@ def main() -> None:
     ap.add_argument("--formats", default="e5m2,e4m3,nvfp4,mxfp4")
     ap.add_argument("--ahead", default="0,1,2,4")
     ap.add_argument("--rows", default="4", help="row counts of the multi-row kernels")
-    ap.add_argument("--locality", default=str(_numba_lut.PREFETCH_LOCALITY),
+    ap.add_argument("--locality", default=str(_numba_ir.PREFETCH_LOCALITY),
                     help="llvm.prefetch localities of the variants")
     ap.add_argument("--x", default="fp32", choices=["fp32", "bf16"])
     ap.add_argument("--reps", type=int, default=15)
@@ -111,7 +112,7 @@ def main() -> None:
     bf16 = args.x == "bf16"
     if bf16 and (fp4 is not _numba_lut or not _numba_dpbf16.available()):
         raise SystemExit("--x bf16 needs the AVX-512 FP4 kernel and AVX-512 BF16")
-    if bf16 and args.locality != str(_numba_lut.PREFETCH_LOCALITY):
+    if bf16 and args.locality != str(_numba_ir.PREFETCH_LOCALITY):
         raise SystemExit("--locality applies to float32 steps (the bf16 rows take the package's)")
     variants = [(int(a), int(r), int(loc)) for a in args.ahead.split(",")
                 for r in args.rows.split(",") for loc in args.locality.split(",")]

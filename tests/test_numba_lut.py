@@ -13,6 +13,7 @@ from softfp8.dispatch import E2M1Decode
 numba = pytest.importorskip("numba")
 L = pytest.importorskip("softfp8.backends._numba_lut")
 from softfp8.backends import _numba_pshufb as P  # noqa: E402
+from softfp8.backends import _numba_ir as I  # noqa: E402
 from softfp8.backends import numba_cpu  # noqa: E402
 
 np = pytest.importorskip("numpy")
@@ -291,7 +292,7 @@ def _row_kernels():
     return out
 
 
-@pytest.mark.skipif(not L.numba_targets("sse"), reason="x86 prefetch instructions")
+@pytest.mark.skipif(not I.numba_targets("sse"), reason="x86 prefetch instructions")
 @pytest.mark.parametrize("name", [name for name, _, _ in _row_kernels()])
 def test_row_loops_prefetch_to_the_declared_cache_level(name):
     """Each row loop's prefetches compile to the instruction of `PREFETCH_LOCALITY` (prefetcht2,
@@ -309,7 +310,7 @@ def test_row_loops_prefetch_to_the_declared_cache_level(name):
     fn.compile(argtypes)
     found = re.findall(r"\bprefetch\w*", fn.inspect_asm(argtypes))
     assert found, f"{name}: no prefetch in the compiled loop"
-    assert set(found) == {_PREFETCH_INSTRUCTION[L.PREFETCH_LOCALITY]}, (name, sorted(set(found)))
+    assert set(found) == {_PREFETCH_INSTRUCTION[I.PREFETCH_LOCALITY]}, (name, sorted(set(found)))
 
 
 @needs_avx512

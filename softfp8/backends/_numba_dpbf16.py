@@ -48,16 +48,17 @@ nothing."""
 def available() -> bool:
     """Whether numba compiles for a CPU with AVX-512 BF16 and BW (vdpbf16ps, vpermw): Zen 4,
     Cooper Lake, Sapphire Rapids and later."""
-    from ._numba_lut import numba_targets
+    from ._numba_ir import numba_targets
 
     return all(numba_targets(f) for f in ("avx512f", "avx512bw", "avx512bf16"))
 
 
 def emit_rows(builder, operands, wpb, nrows, chains, codes_of=None):
     """IR of _numba_lut's row intrinsics for bf16 activation steps (`operands`: what
-    _numba_lut.rows_operands returns, x's data being uint16): accumulators as allocas, one
-    list per row, `chains` each; codes_of as _numba_lut.add_scaled takes it."""
-    from ._numba_lut import add_scaled, for_steps, prefetch, vload
+    _numba_ir.rows_operands returns, x's data being uint16): accumulators as allocas, one
+    list per row, `chains` each; codes_of as _numba_scales.add_scaled takes it."""
+    from ._numba_ir import prefetch, vload
+    from ._numba_scales import add_scaled, for_steps
 
     intp, s0, s1, xdata, wrows, srows, ahead = operands
     f32, i32, i16 = ir.FloatType(), ir.IntType(32), ir.IntType(16)

@@ -24,7 +24,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from ._numba_decode import _JIT, e4m3_pair_div256, e4m3_pair_div256_finite, e5m2_pair
-from ._numba_lut import PREFETCH_ROWS, prefetch, row_pointers, rows_totals, vload
+from ._numba_ir import PREFETCH_ROWS, prefetch, row_pointers, rows_totals, vload
 
 E5M2_KIND, E4M3_KIND, E4M3_FINITE_KIND = 0, 1, 2
 """gemv_fp8's `kind`: E5M2, E4M3, or E4M3 whose codes hold no NaN (no NaN fix; numba_cpu asks

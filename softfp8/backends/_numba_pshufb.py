@@ -34,8 +34,10 @@ from numba.extending import intrinsic
 
 from ._numba_decode import _JIT, e4m3_i32_div256, e8m0_i32
 from ._numba_kernels import _mx_select, _nv_select
-from ._numba_lut import (PREFETCH_ROWS, loop_decodes, numba_targets, prefetch,  # noqa: F401
-                          rows_operands, rows_sig, rows_totals, select_planes, vload)
+from ._numba_ir import (PREFETCH_ROWS, numba_targets, prefetch, rows_operands, rows_sig,
+                        rows_totals, vload)
+from ._numba_lut import select_planes
+from ._numba_scales import loop_decodes  # noqa: F401  (numba_cpu asks the kernel module)
 
 STEP_BYTES = 32
 STEP_WORDS = STEP_BYTES // 4
@@ -52,7 +54,7 @@ _LOW = [b & 0xFF for b in _BF16]
 @functools.lru_cache(maxsize=None)
 def available() -> bool:
     """Whether numba compiles for a CPU with AVX2 (`vpshufb` on 32 bytes), by numba's own
-    target choice (_numba_lut.numba_targets); asked once."""
+    target choice (_numba_ir.numba_targets); asked once."""
     return numba_targets("avx2")
 
 

@@ -174,7 +174,7 @@ float32) fits the L1 below. Same sweep and receipt, NVFP4 / MXFP4, one row again
 4096 1509 / 1113 against 1695 / 1204, 16384 x 2048 1021 / 1441 against 1034 / 1555; 4096 x 11008
 1803 / 1768 against 1380 / 1257. (Without the prefetch, single core, 4096 rows: K = 5120 mixed,
 NVFP4 1.41 against 1.75 ms, MXFP4 1.02 against 0.92; from 6144 four won.) With the prefetches
-into the L2 (`_numba_lut.PREFETCH_LOCALITY`, 2026-12-03) NVFP4's kernel (scales decoded in the
+into the L2 (`_numba_ir.PREFETCH_LOCALITY`, 2026-12-03) NVFP4's kernel (scales decoded in the
 loop) and the bf16 steps came out even between one row and four from K = 2048 to 4096, within
 a few % either way (receipts/cpu-rows-fp4-s22.txt: NVFP4 11008 x 4096 1087 / 1139 against 1119 /
 1172 us, 16384 x 2048 904 / 840 against 963 / 791), so this rule stands for them."""
