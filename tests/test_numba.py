@@ -287,6 +287,20 @@ def test_an_edit_to_another_kernel_module_recompiles_cached_kernels(tmp_path):
     assert again["pair"] == [8.0, 1.0] and again["hits"] == 1 and again["misses"] == 0
 
 
+def test_kernel_files_are_recognised_through_a_symlinked_path(tmp_path):
+    """The locator answers for a kernel module reached through a symlink too (numba hands it
+    the path the module was imported by); not for other files."""
+    import pathlib
+
+    from softfp8.backends import _numba_cache, _numba_fp8_rows
+
+    link = tmp_path / "pkg"
+    link.symlink_to(pathlib.Path(_numba_fp8_rows.__file__).parent, target_is_directory=True)
+    assert _numba_cache._is_kernel_file(str(link / "_numba_fp8_rows.py"))
+    assert not _numba_cache._is_kernel_file(str(link / "numba_cpu.py"))
+    assert not _numba_cache._is_kernel_file(str(tmp_path / "_numba_fp8_rows.py"))
+
+
 def test_every_cached_kernel_carries_the_kernel_sources_fingerprint():
     """Every disk-cached function of every kernel module finds its cache through
     `_numba_cache.KernelSourcesLocator` (a module that defined one before `_numba_decode`'s

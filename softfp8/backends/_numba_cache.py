@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import os
 import pathlib
 
 _KERNELS = pathlib.Path(__file__).resolve().parent
@@ -38,7 +37,7 @@ def kernel_sources_fingerprint() -> str:
 
 
 def _is_kernel_file(py_file: str) -> bool:
-    path = pathlib.Path(os.path.abspath(py_file))
+    path = pathlib.Path(py_file).resolve()  # as _KERNELS: a symlinked install path matches too
     return path.parent == _KERNELS and path.match(_PATTERN)
 
 
