@@ -13,8 +13,9 @@ from ._numba_ir import vload
 
 LANES = 16
 
+
 def for_steps(builder, s0, s1, intp, srows, wpb, codes_of, step):
-    """IR: step(s, scales) for each step s in [s0, s1) (this module's rows and _numba_dpbf16's).
+    """IR: step(s, scales) for each step s in [s0, s1) (_numba_lut's rows and _numba_dpbf16's).
     scales is None (`add_scaled` decodes each row's scales for the step), or for NVFP4's E4M3
     codes decoded in the loop (wpb 2, codes_of "e4m3") each row's float32 scale vector for the
     step, decoded together with the other step of its pair: the pair's 16 codes widened and
