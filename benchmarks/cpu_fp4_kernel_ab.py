@@ -37,6 +37,25 @@ from softfp8.backends import _numba_dpbf16, numba_cpu  # noqa: E402
 BLOCK = {"nvfp4": 16, "mxfp4": 32}
 
 
+def shape_case(item: str):
+    """One "NxK:threads" item of --shapes (here and cpu_fp4_scales_ab.py): numba set to that many
+    threads; (n, k, threads, w, x, chunk), w and x random from seed 0, chunk the backend's."""
+    shape, threads = item.split(":")
+    n, k = map(int, shape.split("x"))
+    threads = int(threads)
+    numba.set_num_threads(threads)
+    g = torch.Generator().manual_seed(0)
+    w, x = torch.randn(n, k, generator=g) * 0.02, torch.randn(k, generator=g)
+    return n, k, threads, w, x, numba_cpu._chunk(n, threads)
+
+
+def x_steps(mod, x, fmt, bf16):
+    """x's steps for table module `mod`'s GEMV: bf16 ones (_numba_dpbf16) or the module's own."""
+    if bf16:
+        return _numba_dpbf16.x_steps(x.to(torch.bfloat16), BLOCK[fmt])
+    return mod.x_steps(x.numpy(), BLOCK[fmt])
+
+
 def kernel_call(mod, fmt, packed, steps, y, chunk, rows, in_loop=None):
     """A call of mod's GEMV on `packed`: its block scales decoded in the loop where the module
     can (an older revision's may not), or as `in_loop` says (True: the codes must allow it;
@@ -73,16 +92,10 @@ def main() -> None:
     print(f"# {time.strftime('%Y-%m-%d %H:%M')}  torch {torch.__version__}  numba "
           f"{numba.__version__}  kernel {name}  x {args.x}  base {args.base}; median ms")
     for item in args.shapes.split(","):
-        shape, threads = item.split(":")
-        n, k = map(int, shape.split("x"))
-        numba.set_num_threads(int(threads))
-        g = torch.Generator().manual_seed(0)
-        w, x = torch.randn(n, k, generator=g) * 0.02, torch.randn(k, generator=g)
-        chunk = numba_cpu._chunk(n, int(threads))
+        n, k, threads, w, x, chunk = shape_case(item)
         for fmt in args.formats.split(","):
             rows = numba_cpu._fp4_group(this, k, fmt == "mxfp4", bf16=args.x == "bf16")
-            steps = (_numba_dpbf16.x_steps(x.to(torch.bfloat16), BLOCK[fmt]) if args.x == "bf16"
-                     else this.x_steps(x.numpy(), BLOCK[fmt]))
+            steps = x_steps(this, x, fmt, args.x == "bf16")
             calls, ys = {}, {}
             for side, mod in (("base", base), ("this", this)):
                 ys[side] = y = np.empty(n, np.float32)
@@ -92,7 +105,7 @@ def main() -> None:
                 fn()
             diff = float(np.abs(ys["base"] - ys["this"]).max())
             med = shuffled_medians(calls, args.reps if n * k <= 1 << 20 else args.reps // 5)
-            print(f"{shape} {threads} thread(s) {fmt}: base {med['base'] * 1e3:.4f}  this "
+            print(f"{n}x{k} {threads} thread(s) {fmt}: base {med['base'] * 1e3:.4f}  this "
                   f"{med['this'] * 1e3:.4f}  this/base {med['this'] / med['base']:.3f}  "
                   f"(results differ by up to {diff:.3g})", flush=True)
 

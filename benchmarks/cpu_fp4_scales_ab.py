@@ -32,7 +32,7 @@ from softfp8.backends import _numba_dpbf16 as D  # noqa: E402
 from softfp8.backends import _numba_lut as L  # noqa: E402
 from softfp8.backends import _numba_pshufb as P  # noqa: E402
 from softfp8.backends import numba_cpu  # noqa: E402
-from cpu_fp4_kernel_ab import BLOCK, kernel_call  # noqa: E402
+from cpu_fp4_kernel_ab import kernel_call, shape_case, x_steps  # noqa: E402
 from cpu_gemv import shuffled_medians  # noqa: E402
 
 
@@ -45,7 +45,6 @@ def main() -> None:
     ap.add_argument("--fmt", choices=["nvfp4", "mxfp4"], default="nvfp4")
     args = ap.parse_args()
     mx = args.fmt == "mxfp4"
-    block = BLOCK[args.fmt]
     mod = {"avx2": P, "avx512": L, None: numba_cpu._fp4_table_kernels()}[args.table]
     if mod is None or not mod.available():
         sys.exit(f"numba does not target the {args.table or 'table'} kernel here")
@@ -56,21 +55,13 @@ def main() -> None:
     print(f"# torch {torch.__version__}  numba {numba.__version__}  reps {args.reps}  "
           f"kernel {mod.__name__.rsplit('.', 1)[1]}  x {args.x}  {args.fmt}")
     for item in args.shapes.split(","):
-        shape, threads = item.split(":")
-        n, k = map(int, shape.split("x"))
-        numba.set_num_threads(int(threads))
-        g = torch.Generator().manual_seed(0)
-        w, x = torch.randn(n, k, generator=g) * 0.02, torch.randn(k, generator=g)
-        if args.x == "bf16":
-            xs, xp = D.x_steps(x.to(torch.bfloat16), block)
-        else:
-            xs, xp = mod.x_steps(x.numpy(), block)
-        chunk = numba_cpu._chunk(n, int(threads))
+        n, k, threads, w, x, chunk = shape_case(item)
+        steps = x_steps(mod, x, args.fmt, args.x == "bf16")
         rows = numba_cpu._fp4_group(mod, k, args.fmt == "mxfp4", bf16=args.x == "bf16")
         calls, ys = {}, {}
         for name in ("before the loop", "in the loop"):
             ys[name] = y = np.empty(n, np.float32)
-            calls[name] = kernel_call(mod, args.fmt, softfp8.quantize(w, args.fmt), (xs, xp), y,
+            calls[name] = kernel_call(mod, args.fmt, softfp8.quantize(w, args.fmt), steps, y,
                                       chunk, rows, in_loop=name == "in the loop")
         for fn in calls.values():
             fn()
