@@ -6,7 +6,7 @@
    iteration, 8 independent chains), to see which share an execution port: _numba_lut's step is
    7 shifts, 9 permutes and 12 multiply-adds per 128 codes. Part 2: one-row NVFP4-shaped GEMV
    loops over 256 rows x 4096 codes (512 KB of weights, in L2): A the vpermps table with float32
-   x (as _numba_lut; and with its shifts by multiplies), B a vpermw bf16 table with vdpbf16ps on 1, 2 or 3 bf16 terms of x (1: bf16
+   x (as _numba_lut; with its shifts by multiplies; with 16-bit shifts), B a vpermw bf16 table with vdpbf16ps on 1, 2 or 3 bf16 terms of x (1: bf16
    activations, as _numba_dpbf16; 2: fp16; 3: float32), Gcodes/s. The block scales are all 1 and
    the weights random: a timing loop, not a kernel (tests/test_numba_*.py check the kernels).
    Cycles come from a dependent chain of integer adds (1 cycle each). */
@@ -70,6 +70,33 @@ __attribute__((noinline)) static void kernel_vpermps(void) {
       p1 = _mm512_fmadd_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(v, 20), tab), _mm512_loadu_ps(x + 80), p1);
       p2 = _mm512_fmadd_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(v, 24), tab), _mm512_loadu_ps(x + 96), p2);
       p3 = _mm512_fmadd_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(v, 28), tab), _mm512_loadu_ps(x + 112), p3);
+      __m512 sv = scale16(sc, s);
+      a0 = _mm512_fmadd_ps(p0, sv, a0); a1 = _mm512_fmadd_ps(p1, sv, a1);
+      a2 = _mm512_fmadd_ps(p2, sv, a2); a3 = _mm512_fmadd_ps(p3, sv, a3);
+    }
+    Y[r] = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
+  }
+}
+
+/* A with 16-bit shifts (vpsrlw): the permute reads the low 4 bits of each 32-bit lane, so codes
+   1..3 come down by shifting the lane's 16-bit halves, and codes 5..7 the same after one 32-bit
+   shift by 16 (code 4): 1 vpsrld and 6 vpsrlw a step in place of 7 vpsrld */
+__attribute__((noinline)) static void kernel_vpermps_w16(void) {
+  __m512 tab = _mm512_loadu_ps(E2M1);
+  for (int r = 0; r < ROWS; r++) {
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    const int32_t *w = W + r * WPR; const float *sc = SC + r * (WPR / 2);
+    for (int s = 0; s < STEPS; s++) {
+      __m512i v = _mm512_loadu_si512(w + 16 * s); const float *x = X + 128 * s;
+      __m512i h = _mm512_srli_epi32(v, 16);
+      __m512 p0 = _mm512_mul_ps(_mm512_permutexvar_ps(v, tab), _mm512_loadu_ps(x));
+      __m512 p1 = _mm512_mul_ps(_mm512_permutexvar_ps(_mm512_srli_epi16(v, 4), tab), _mm512_loadu_ps(x + 16));
+      __m512 p2 = _mm512_mul_ps(_mm512_permutexvar_ps(_mm512_srli_epi16(v, 8), tab), _mm512_loadu_ps(x + 32));
+      __m512 p3 = _mm512_mul_ps(_mm512_permutexvar_ps(_mm512_srli_epi16(v, 12), tab), _mm512_loadu_ps(x + 48));
+      p0 = _mm512_fmadd_ps(_mm512_permutexvar_ps(h, tab), _mm512_loadu_ps(x + 64), p0);
+      p1 = _mm512_fmadd_ps(_mm512_permutexvar_ps(_mm512_srli_epi16(h, 4), tab), _mm512_loadu_ps(x + 80), p1);
+      p2 = _mm512_fmadd_ps(_mm512_permutexvar_ps(_mm512_srli_epi16(h, 8), tab), _mm512_loadu_ps(x + 96), p2);
+      p3 = _mm512_fmadd_ps(_mm512_permutexvar_ps(_mm512_srli_epi16(h, 12), tab), _mm512_loadu_ps(x + 112), p3);
       __m512 sv = scale16(sc, s);
       a0 = _mm512_fmadd_ps(p0, sv, a0); a1 = _mm512_fmadd_ps(p1, sv, a1);
       a2 = _mm512_fmadd_ps(p2, sv, a2); a3 = _mm512_fmadd_ps(p3, sv, a3);
@@ -163,6 +190,8 @@ int main(void) {
     printf("  vpermps, float32 x:        %5.1f Gcodes/s\n", gcodes(kernel_vpermps, 0));
     float a = Y[7];
     printf("  the same, multiply shifts: %5.1f Gcodes/s%s\n", gcodes(kernel_vpermps_mul, 0),
+           Y[7] == a ? "" : "  (WRONG SUM)");
+    printf("  the same, 16-bit shifts:   %5.1f Gcodes/s%s\n", gcodes(kernel_vpermps_w16, 0),
            Y[7] == a ? "" : "  (WRONG SUM)");
     for (int t = 1; t <= 3; t++)
       printf("  vpermw + vdpbf16ps, %d term%s %5.1f Gcodes/s\n", t, t > 1 ? "s:" : ": ", gcodes(NULL, t));
