@@ -343,3 +343,51 @@ def test_rows_a_pass_follow_k_format_and_the_steps_taken(k, fmt):
     want = [(np.float32, (L.ROWS if k >= fp32_least else 1,)),
             (np.uint16, (L.ROWS if k >= numba_cpu.MULTIROW_MIN_K_FP4 else 1,))]
     assert seen == want[:len(seen)]
+
+
+@needs_avx512
+@pytest.mark.parametrize("fmt", ["nvfp4", "mxfp4"])
+@pytest.mark.parametrize("k", [16, 120, 200, 4096, 4160])
+def test_the_gemvs_make_x_steps_from_x_as_x_steps_does(fmt, k):
+    """Given x [1, K] and None for the planes, the AVX-512 GEMVs make x's steps and planes
+    themselves (`_steps_here`, what numba_cpu.matmul hands them for float32 x): the arrays
+    x_steps makes of x zero-padded to Kp, whole steps, tail blocks and padding alike, so the same
+    bits out of every GEMV (scale pass and in-loop scales); a strided x as a contiguous one."""
+    blk = BLOCK[fmt]
+    torch.manual_seed(k)
+    n = 11
+    packed = softfp8.quantize(torch.randn(n, k), fmt)
+    x = torch.randn(1, k)
+    kp = packed.padded_k
+    xpad = torch.zeros(kp)
+    xpad[:k] = x[0]
+    want = L.x_steps(xpad, blk)
+    got = L._fill_steps(x.numpy(), kp, packed.scales.shape[1])
+    assert all(np.array_equal(a, b) and a.shape == b.shape for a, b in zip(got, want))
+    words, scales = packed.words.numpy(), packed.scales.numpy()
+    g = () if fmt == "mxfp4" else (np.float32(packed.global_scale.item()),)
+    for name in (f"gemv_{fmt}", f"gemv_{fmt}_raw"):
+        # x in one and four rows a pass; another x, strided (a column of a [K, 3] tensor)
+        for xi, group in ((x, 1), (x, L.ROWS), (torch.randn(k, 3)[:, 1:2].T, 1)):
+            xi_pad = torch.zeros(kp)
+            xi_pad[:k] = xi[0]
+            ys, yx = np.zeros(n, np.float32), np.zeros(n, np.float32)
+            getattr(L, name)(words, scales, *g, *L.x_steps(xi_pad, blk), ys, 8, group)
+            getattr(L, name)(words, scales, *g, xi.numpy(), None, yx, 8, group)
+            assert same_bits(torch.from_numpy(yx), torch.from_numpy(ys)).all(), (name, group)
+    plan = numba_cpu._plan(packed)
+    assert plan.fills_steps
+    ys = np.zeros(n, np.float32)
+    plan.kernel(words, scales, *g, *L.x_steps(xpad, blk), ys, numba_cpu._chunk(n, 1), *plan.group)
+    assert same_bits(numba_cpu.matmul(x, packed)[0], torch.from_numpy(ys)).all()
+
+
+@needs_avx512
+def test_the_gemvs_refuse_an_x_longer_than_the_weight():
+    """x [1, K] with more columns than the packed (padded) K: a ValueError naming x, not the
+    first Kp columns' product."""
+    packed = softfp8.quantize(torch.randn(4, 256), "nvfp4")
+    y = np.zeros(4, np.float32)
+    with pytest.raises(ValueError, match="x: more columns"):
+        L.gemv_nvfp4_raw(packed.words.numpy(), packed.scales.numpy(), np.float32(1.0),
+                         np.zeros((1, 264), np.float32), None, y, 8, 1)
