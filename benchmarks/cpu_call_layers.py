@@ -6,9 +6,9 @@ the issue's command runs (torch's fp32 and fp16 mv interleaved, each round in a 
 
 L0 the GEMV kernel alone (x's steps and y made once); L1 with x's steps made each call from a
 float32 numpy x (`x_steps`); L2 with that x taken from the torch tensor each call (`_x_row`);
-L3 with y allocated and returned as a tensor; L4 the whole `numba_cpu.matmul`; and, where the
-GEMV makes x's steps itself (_numba_lut), Lx: the GEMV given x.numpy() each call (as L2, the
-steps made inside the call). Medians, ms.
+L3 with y allocated and returned as a tensor; L4 the whole `numba_cpu.matmul`. Medians, ms.
+(Session 23's receipt has a layer Lx, the GEMV making x's steps itself from x.numpy(): a change
+measured and not kept, BENCHMARKS.md log.)
 """
 from __future__ import annotations
 
@@ -51,8 +51,6 @@ def layer(level: int, w: torch.Tensor, x: torch.Tensor, fmt: str):
         return lambda: kernel(*plan.table.x_steps(xr, plan.block), y)
     if level == 2:
         return lambda: kernel(*plan.table.x_steps(numba_cpu._x_row(x, kp), plan.block), y)
-    if level == "x":
-        return lambda: kernel(x.numpy(), None, y)
 
     def full():
         yn = np.empty((1, n), np.float32)
@@ -76,10 +74,7 @@ def main() -> None:
     for name, dt in (("fp32", torch.float32), ("fp16", torch.float16)):
         wd, xd = w.to(dt), x[0].to(dt)
         calls[f"torch {name} mv"] = (lambda wd=wd, xd=xd: torch.mv(wd, xd))
-    levels = list(range(5))
-    if hasattr(numba_cpu._fp4_table_kernels(), "_steps_here"):
-        levels.append("x")
-    for level in levels:
+    for level in range(5):
         calls[f"L{level}"] = layer(level, w, x, args.fmt)
     ref = calls["L4"]()[0].numpy()
     for fn in calls.values():
@@ -87,7 +82,7 @@ def main() -> None:
             fn()
     print(f"# {args.shape} {args.fmt}  torch {torch.__version__}  threads {torch.get_num_threads()}"
           f"  medians of {args.reps} rounds, ms (L0 kernel, L1 +x steps, L2 +x from torch, "
-          f"L3 +y, L4 numba_cpu.matmul, Lx the GEMV given x)")
+          f"L3 +y, L4 numba_cpu.matmul)")
     for seed in range(args.seeds):
         ms = shuffled_medians(calls, args.reps, seed)
         print("  ".join(f"{key} {v * 1e3:.3f}" for key, v in ms.items()), flush=True)

@@ -11,8 +11,7 @@ numba intrinsic, and the kernels around it stay plain numba.
 
 Layout: int32 words [N, Kp/8] (formats.py), one vector lane per word: a step is 16 consecutive
 words of a row (128 codes), loaded as they lie, no shuffles; x comes rearranged per call so that
-xs[s, j, lane] is the element code j of word 16 s + lane meets (`x_steps`; a GEMV given x itself
-and None makes them in the call: `_steps_here`, numba_cpu's float32 path); each lane's block
+xs[s, j, lane] is the element code j of word 16 s + lane meets (`x_steps`); each lane's block
 scale is spread over its words in registers, decoded from its code in the loop where every code
 of the weight allows it (`loop_decodes`, `loop_decodes_e8m0`: the `*_raw` GEMVs), else in a pass
 over each row's scales before it. ROWS rows per pass share each x load. The words
@@ -30,7 +29,7 @@ import numpy as np
 from llvmlite import ir
 from numba import types
 from numba.core import cgutils
-from numba.extending import intrinsic, overload
+from numba.extending import intrinsic
 
 from . import _numba_dpbf16
 from ._numba_decode import _JIT, e4m3_i32_div256, e8m0_i32
@@ -214,7 +213,6 @@ def _mxfp4_rows_raw(words, scales, xs, xp, y, r0, r1, group):
 @nb.njit(parallel=True, **_JIT)
 def gemv_mxfp4_raw(words, scales, xs, xp, y, chunk, group):
     """gemv_mxfp4 where every scale code is in 1..254 (`loop_decodes_e8m0`)."""
-    xs, xp = _steps_here(xs, xp, words.shape[1], scales.shape[1])
     n = words.shape[0]
     for c in nb.prange((n + chunk - 1) // chunk):
         _mxfp4_rows_raw(words, scales, xs, xp, y, c * chunk, min(n, (c + 1) * chunk), group)
@@ -223,8 +221,7 @@ def gemv_mxfp4_raw(words, scales, xs, xp, y, chunk, group):
 @nb.njit(parallel=True, **_JIT)
 def gemv_nvfp4(words, scales, g, xs, xp, y, chunk, group):
     """y[r] = row r . x for NVFP4 words [N, Kp/8], g the tensor scale; xs and xp as `x_steps`
-    returns them, or x [1, K] float32 and None (`_steps_here`). Select decode by table lookup."""
-    xs, xp = _steps_here(xs, xp, words.shape[1], scales.shape[1])
+    returns them. Select decode by table lookup."""
     n = words.shape[0]
     for c in nb.prange((n + chunk - 1) // chunk):
         _nvfp4_rows(words, scales, g, xs, xp, y, c * chunk, min(n, (c + 1) * chunk), group)
@@ -234,7 +231,6 @@ def gemv_nvfp4(words, scales, g, xs, xp, y, chunk, group):
 def gemv_nvfp4_raw(words, scales, g, xs, xp, y, chunk, group):
     """gemv_nvfp4 where every scale code is below 0x7F (`loop_decodes`): the loop decodes the
     scales itself."""
-    xs, xp = _steps_here(xs, xp, words.shape[1], scales.shape[1])
     n = words.shape[0]
     for c in nb.prange((n + chunk - 1) // chunk):
         _nvfp4_rows_raw(words, scales, g, xs, xp, y, c * chunk, min(n, (c + 1) * chunk), group)
@@ -242,51 +238,11 @@ def gemv_nvfp4_raw(words, scales, g, xs, xp, y, chunk, group):
 
 @nb.njit(parallel=True, **_JIT)
 def gemv_mxfp4(words, scales, xs, xp, y, chunk, group):
-    """y[r] = row r . x for MXFP4 words [N, Kp/8]; xs and xp as `x_steps` returns them, or x
-    [1, K] float32 and None (`_steps_here`). Select decode by table lookup."""
-    xs, xp = _steps_here(xs, xp, words.shape[1], scales.shape[1])
+    """y[r] = row r . x for MXFP4 words [N, Kp/8]; xs and xp as `x_steps` returns them. Select
+    decode by table lookup."""
     n = words.shape[0]
     for c in nb.prange((n + chunk - 1) // chunk):
         _mxfp4_rows(words, scales, xs, xp, y, c * chunk, min(n, (c + 1) * chunk), group)
-
-
-def _steps_here(xs, xp, kw, nblk):
-    """The GEMVs' x steps and select planes: (xs, xp) as given, or, where xp is None, made here
-    from xs = x [1, K] float32 (K <= 8 kw, zero past K) as `x_steps` makes them. Made inside
-    the GEMV call, a float32 x costs no numpy call of its own: right after the previous GEMV
-    streamed its weight the numpy calls of `x_steps` take ~25-85 us (benchmarks/cpu_cold_ops.py;
-    BENCHMARKS.md, CPU, twenty-third session). Chosen by x's type at compile time."""
-    raise NotImplementedError("called from the numba GEMVs only")
-
-
-@overload(_steps_here)
-def _steps_here_overload(xs, xp, kw, nblk):
-    if isinstance(xp, types.NoneType):
-        return lambda xs, xp, kw, nblk: _fill_steps(xs, kw * 8, nblk)
-    return lambda xs, xp, kw, nblk: (xs, xp)
-
-
-@nb.njit(**_JIT)
-def _fill_steps(x, kp, nblk):
-    k = x.shape[1]
-    if k > kp:
-        raise ValueError("x: more columns than the packed weight's (padded) K")
-    steps = kp // (8 * LANES)
-    xs = np.empty((steps, 8, LANES), np.float32)
-    for s in range(steps):
-        for lane in range(LANES):
-            for j in range(8):
-                e = 8 * (LANES * s + lane) + j
-                xs[s, j, lane] = x[0, e] if e < k else np.float32(0.0)
-    block = kp // nblk
-    if steps * 8 * LANES == kp:  # no block past the whole steps: no planes (`select_planes`)
-        return xs, np.zeros((block, 0), np.float32)
-    xp = np.empty((block, nblk), np.float32)  # xp[j, b] = x[block b + j], as select_planes
-    for b in range(nblk):
-        for j in range(block):
-            e = block * b + j
-            xp[j, b] = x[0, e] if e < k else np.float32(0.0)
-    return xs, xp
 
 
 def x_steps(x, block):

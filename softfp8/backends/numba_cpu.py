@@ -283,8 +283,7 @@ def _plan(packed: PackedWeight):
         from ._numba_dpbf16 import x_steps as bf16_steps
     else:
         bf16_steps = None
-    return _Fp4TableGemv(*args, table, kernel, group, bf16_steps, bf16_group,
-                         hasattr(table, "_steps_here"))
+    return _Fp4TableGemv(*args, table, kernel, group, bf16_steps, bf16_group)
 
 
 def _fp4_kernel(table, mx: bool, scales: torch.Tensor):
@@ -360,17 +359,13 @@ class _Fp4TableGemv(_Fp4BitsGemv):
     group: tuple = ()  # its rows a pass, where it takes them (float32 x steps)
     bf16_steps: object = None  # _numba_dpbf16.x_steps where bf16 x takes bf16 products
     bf16_group: tuple = ()  # its rows a pass with bf16 x steps
-    fills_steps: bool = False  # its GEMV takes x [1, K] and None for (xs, xp) (_numba_lut)
 
     def run(self, x, y, chunk, inject):
         L = self.table
         # None: no bf16 products here, x is not bf16, or a tiny x
         steps = None if self.bf16_steps is None else self.bf16_steps(x, self.block, self.kp)
         if steps is None:
-            if self.fills_steps:  # x [1, K] as it lies; the GEMV makes its steps (no numpy call)
-                xs, xp = (x if x.dtype == torch.float32 else x.to(torch.float32)).numpy(), None
-            else:
-                xs, xp = L.x_steps(_x_row(x, self.kp), self.block)
+            xs, xp = L.x_steps(_x_row(x, self.kp), self.block)
             group = self.group
         else:
             (xs, xp), group = steps, self.bf16_group
