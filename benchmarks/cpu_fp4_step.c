@@ -37,7 +37,11 @@ static double ghz(void) {
 #define NOP(a)
 #define R8(OP, p) OP(p##0); OP(p##1); OP(p##2); OP(p##3); OP(p##4); OP(p##5); OP(p##6); OP(p##7);
 #define BAR(p) __asm__ volatile("" ::"v"(p##0), "v"(p##1), "v"(p##2), "v"(p##3), "v"(p##4), "v"(p##5), "v"(p##6), "v"(p##7));
-#define DECL(p) __m512i p##0 = _mm512_set1_epi32(1), p##1 = p##0, p##2 = p##0, p##3 = p##0, p##4 = p##0, p##5 = p##0, p##6 = p##0, p##7 = p##0;
+/* the 8 registers made opaque before the loop (the asm statement "changes" them): with equal
+   known values gcc merged the 8 chains of an op into one (until 2026-12-03: part 1's vpsrlw,
+   vfmadd, vpermw, vdpbf16ps and vpmulhuw rows timed one dependent instruction an iteration) */
+#define DECL(p) __m512i p##0 = _mm512_set1_epi32(1), p##1 = p##0, p##2 = p##0, p##3 = p##0, p##4 = p##0, p##5 = p##0, p##6 = p##0, p##7 = p##0; \
+  __asm__ volatile("" : "+v"(p##0), "+v"(p##1), "+v"(p##2), "+v"(p##3), "+v"(p##4), "+v"(p##5), "+v"(p##6), "+v"(p##7));
 #define MIX(NAME, OA, OB, OC) { DECL(a) DECL(b) DECL(c) __m512i t = _mm512_set1_epi32(5); double s = now(); \
   for (long i = 0; i < N1; i++) { __asm__ volatile("" : "+v"(t)); R8(OA, a) R8(OB, b) R8(OC, c) BAR(a) BAR(b) BAR(c) } \
   printf("  %-26s %5.2f cycles an iteration\n", NAME, (now() - s) / N1 * hz); }

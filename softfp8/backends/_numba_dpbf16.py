@@ -2,8 +2,8 @@
 
 _numba_lut's rows spend one vpermps and one shift per 16 codes, and those two contend for the
 same ports, which bound the loop (benchmarks/cpu_fp4_step.c on a Zen 4: vpermd and vpsrld one a
-cycle each, eight of each 12.6 cycles together; the multiply-adds, two a cycle, run beside them;
-the vpermps loop 27 Gcodes/s in cache, ~17 cycles a 128-code step). Every E2M1 value is a bf16
+cycle each, eight of each 12.5-13 cycles together; the multiply-adds, one a cycle, run beside
+them; the vpermps loop 25-27 Gcodes/s in cache, ~17 cycles a 128-code step). Every E2M1 value is a bf16
 too, so a vpermw on a 32-word bf16 table decodes 32 codes (4 nibbles a 16-bit word: 3 shifts and
 4 permutes a step instead of 7 and 8), and vdpbf16ps multiplies 32 codes by 32 bf16 activations
 into 16 float32 lanes, lane i summing the codes of word i, so the block scales spread over the
