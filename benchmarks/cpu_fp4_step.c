@@ -59,84 +59,55 @@ static __m512 scale16(const float *sc, int s) {  /* 8 block scales spread over 1
                                _mm512_castps256_ps512(_mm256_loadu_ps(sc + 8 * s)));
 }
 
-__attribute__((noinline)) static void kernel_vpermps(void) {
-  __m512 tab = _mm512_loadu_ps(E2M1);
-  for (int r = 0; r < ROWS; r++) {
-    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-    const int32_t *w = W + r * WPR; const float *sc = SC + r * (WPR / 2);
-    for (int s = 0; s < STEPS; s++) {
-      __m512i v = _mm512_loadu_si512(w + 16 * s); const float *x = X + 128 * s;
-      __m512 p0 = _mm512_mul_ps(_mm512_permutexvar_ps(v, tab), _mm512_loadu_ps(x));
-      __m512 p1 = _mm512_mul_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(v, 4), tab), _mm512_loadu_ps(x + 16));
-      __m512 p2 = _mm512_mul_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(v, 8), tab), _mm512_loadu_ps(x + 32));
-      __m512 p3 = _mm512_mul_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(v, 12), tab), _mm512_loadu_ps(x + 48));
-      p0 = _mm512_fmadd_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(v, 16), tab), _mm512_loadu_ps(x + 64), p0);
-      p1 = _mm512_fmadd_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(v, 20), tab), _mm512_loadu_ps(x + 80), p1);
-      p2 = _mm512_fmadd_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(v, 24), tab), _mm512_loadu_ps(x + 96), p2);
-      p3 = _mm512_fmadd_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(v, 28), tab), _mm512_loadu_ps(x + 112), p3);
-      __m512 sv = scale16(sc, s);
-      a0 = _mm512_fmadd_ps(p0, sv, a0); a1 = _mm512_fmadd_ps(p1, sv, a1);
-      a2 = _mm512_fmadd_ps(p2, sv, a2); a3 = _mm512_fmadd_ps(p3, sv, a3);
-    }
-    Y[r] = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
-  }
+/* A: the vpermps table, float32 x, one row a step of 16 words (128 codes); the index of code j
+   is I<j> (code 0: the word itself), with PRE run first in the step */
+#define VPERMPS_KERNEL(NAME, PRE, I1, I2, I3, I4, I5, I6, I7) \
+__attribute__((noinline)) static void NAME(void) { \
+  __m512 tab = _mm512_loadu_ps(E2M1); \
+  for (int r = 0; r < ROWS; r++) { \
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0; \
+    const int32_t *w = W + r * WPR; const float *sc = SC + r * (WPR / 2); \
+    for (int s = 0; s < STEPS; s++) { \
+      __m512i v = _mm512_loadu_si512(w + 16 * s); const float *x = X + 128 * s; \
+      PRE \
+      __m512 p0 = _mm512_mul_ps(_mm512_permutexvar_ps(v, tab), _mm512_loadu_ps(x)); \
+      __m512 p1 = _mm512_mul_ps(_mm512_permutexvar_ps(I1, tab), _mm512_loadu_ps(x + 16)); \
+      __m512 p2 = _mm512_mul_ps(_mm512_permutexvar_ps(I2, tab), _mm512_loadu_ps(x + 32)); \
+      __m512 p3 = _mm512_mul_ps(_mm512_permutexvar_ps(I3, tab), _mm512_loadu_ps(x + 48)); \
+      p0 = _mm512_fmadd_ps(_mm512_permutexvar_ps(I4, tab), _mm512_loadu_ps(x + 64), p0); \
+      p1 = _mm512_fmadd_ps(_mm512_permutexvar_ps(I5, tab), _mm512_loadu_ps(x + 80), p1); \
+      p2 = _mm512_fmadd_ps(_mm512_permutexvar_ps(I6, tab), _mm512_loadu_ps(x + 96), p2); \
+      p3 = _mm512_fmadd_ps(_mm512_permutexvar_ps(I7, tab), _mm512_loadu_ps(x + 112), p3); \
+      __m512 sv = scale16(sc, s); \
+      a0 = _mm512_fmadd_ps(p0, sv, a0); a1 = _mm512_fmadd_ps(p1, sv, a1); \
+      a2 = _mm512_fmadd_ps(p2, sv, a2); a3 = _mm512_fmadd_ps(p3, sv, a3); \
+    } \
+    Y[r] = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3))); \
+  } \
 }
+#define D32(a, n) _mm512_srli_epi32(a, n)
+#define D16(a, n) _mm512_srli_epi16(a, n)
 
-/* A with 16-bit shifts (vpsrlw): the permute reads the low 4 bits of each 32-bit lane, so codes
+/* as _numba_lut: seven 32-bit shifts a step */
+VPERMPS_KERNEL(kernel_vpermps, , D32(v, 4), D32(v, 8), D32(v, 12), D32(v, 16), D32(v, 20),
+               D32(v, 24), D32(v, 28))
+
+/* with 16-bit shifts (vpsrlw): the permute reads the low 4 bits of each 32-bit lane, so codes
    1..3 come down by shifting the lane's 16-bit halves, and codes 5..7 the same after one 32-bit
    shift by 16 (code 4): 1 vpsrld and 6 vpsrlw a step in place of 7 vpsrld */
-__attribute__((noinline)) static void kernel_vpermps_w16(void) {
-  __m512 tab = _mm512_loadu_ps(E2M1);
-  for (int r = 0; r < ROWS; r++) {
-    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-    const int32_t *w = W + r * WPR; const float *sc = SC + r * (WPR / 2);
-    for (int s = 0; s < STEPS; s++) {
-      __m512i v = _mm512_loadu_si512(w + 16 * s); const float *x = X + 128 * s;
-      __m512i h = _mm512_srli_epi32(v, 16);
-      __m512 p0 = _mm512_mul_ps(_mm512_permutexvar_ps(v, tab), _mm512_loadu_ps(x));
-      __m512 p1 = _mm512_mul_ps(_mm512_permutexvar_ps(_mm512_srli_epi16(v, 4), tab), _mm512_loadu_ps(x + 16));
-      __m512 p2 = _mm512_mul_ps(_mm512_permutexvar_ps(_mm512_srli_epi16(v, 8), tab), _mm512_loadu_ps(x + 32));
-      __m512 p3 = _mm512_mul_ps(_mm512_permutexvar_ps(_mm512_srli_epi16(v, 12), tab), _mm512_loadu_ps(x + 48));
-      p0 = _mm512_fmadd_ps(_mm512_permutexvar_ps(h, tab), _mm512_loadu_ps(x + 64), p0);
-      p1 = _mm512_fmadd_ps(_mm512_permutexvar_ps(_mm512_srli_epi16(h, 4), tab), _mm512_loadu_ps(x + 80), p1);
-      p2 = _mm512_fmadd_ps(_mm512_permutexvar_ps(_mm512_srli_epi16(h, 8), tab), _mm512_loadu_ps(x + 96), p2);
-      p3 = _mm512_fmadd_ps(_mm512_permutexvar_ps(_mm512_srli_epi16(h, 12), tab), _mm512_loadu_ps(x + 112), p3);
-      __m512 sv = scale16(sc, s);
-      a0 = _mm512_fmadd_ps(p0, sv, a0); a1 = _mm512_fmadd_ps(p1, sv, a1);
-      a2 = _mm512_fmadd_ps(p2, sv, a2); a3 = _mm512_fmadd_ps(p3, sv, a3);
-    }
-    Y[r] = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
-  }
-}
+VPERMPS_KERNEL(kernel_vpermps_w16, __m512i h = D32(v, 16);, D16(v, 4), D16(v, 8), D16(v, 12), h,
+               D16(h, 4), D16(h, 8), D16(h, 12))
 
-/* A with the index shifts done by 16-bit multiplies (vpmulhuw: w >> 4j within each 16-bit half,
-   vpmaddwd by (0, 1): the high half brought down), which part 1 shows off vpermd's port */
-__attribute__((noinline)) static void kernel_vpermps_mul(void) {
-  __m512 tab = _mm512_loadu_ps(E2M1);
-  __m512i hi = _mm512_set1_epi32(0x00010000);
-  for (int r = 0; r < ROWS; r++) {
-    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-    const int32_t *w = W + r * WPR; const float *sc = SC + r * (WPR / 2);
-    for (int s = 0; s < STEPS; s++) {
-      __m512i v = _mm512_loadu_si512(w + 16 * s); const float *x = X + 128 * s;
-      __m512i m1 = _mm512_mulhi_epu16(v, _mm512_set1_epi16(1 << 12));
-      __m512i m2 = _mm512_mulhi_epu16(v, _mm512_set1_epi16(1 << 8));
-      __m512i m3 = _mm512_mulhi_epu16(v, _mm512_set1_epi16(1 << 4));
-      __m512 p0 = _mm512_mul_ps(_mm512_permutexvar_ps(v, tab), _mm512_loadu_ps(x));
-      __m512 p1 = _mm512_mul_ps(_mm512_permutexvar_ps(m1, tab), _mm512_loadu_ps(x + 16));
-      __m512 p2 = _mm512_mul_ps(_mm512_permutexvar_ps(m2, tab), _mm512_loadu_ps(x + 32));
-      __m512 p3 = _mm512_mul_ps(_mm512_permutexvar_ps(m3, tab), _mm512_loadu_ps(x + 48));
-      p0 = _mm512_fmadd_ps(_mm512_permutexvar_ps(_mm512_madd_epi16(v, hi), tab), _mm512_loadu_ps(x + 64), p0);
-      p1 = _mm512_fmadd_ps(_mm512_permutexvar_ps(_mm512_madd_epi16(m1, hi), tab), _mm512_loadu_ps(x + 80), p1);
-      p2 = _mm512_fmadd_ps(_mm512_permutexvar_ps(_mm512_madd_epi16(m2, hi), tab), _mm512_loadu_ps(x + 96), p2);
-      p3 = _mm512_fmadd_ps(_mm512_permutexvar_ps(_mm512_madd_epi16(m3, hi), tab), _mm512_loadu_ps(x + 112), p3);
-      __m512 sv = scale16(sc, s);
-      a0 = _mm512_fmadd_ps(p0, sv, a0); a1 = _mm512_fmadd_ps(p1, sv, a1);
-      a2 = _mm512_fmadd_ps(p2, sv, a2); a3 = _mm512_fmadd_ps(p3, sv, a3);
-    }
-    Y[r] = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
-  }
-}
+/* with the index shifts done by 16-bit multiplies (vpmulhuw: w >> 4j within each 16-bit half,
+   vpmaddwd by (0, 1): the high half brought down), which the nineteenth session took to run
+   off vpermd's port (part 1 then timed one vpmulhuw chain; it contends: BENCHMARKS.md, CPU,
+   twenty-third session) */
+#define MUL_PRE __m512i hi = _mm512_set1_epi32(0x00010000); \
+  __m512i m1 = _mm512_mulhi_epu16(v, _mm512_set1_epi16(1 << 12)); \
+  __m512i m2 = _mm512_mulhi_epu16(v, _mm512_set1_epi16(1 << 8)); \
+  __m512i m3 = _mm512_mulhi_epu16(v, _mm512_set1_epi16(1 << 4));
+VPERMPS_KERNEL(kernel_vpermps_mul, MUL_PRE, m1, m2, m3, _mm512_madd_epi16(v, hi),
+               _mm512_madd_epi16(m1, hi), _mm512_madd_epi16(m2, hi), _mm512_madd_epi16(m3, hi))
 
 #define DP(acc, v, xp) acc = _mm512_dpbf16_ps(acc, (__m512bh)(v), (__m512bh)_mm512_loadu_si512(xp))
 #define DP4(acc, x) DP(acc, v0, x); DP(acc, v1, x + 32); DP(acc, v2, x + 64); DP(acc, v3, x + 96)
