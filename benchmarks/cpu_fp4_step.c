@@ -3,11 +3,13 @@
      gcc -O2 -march=native benchmarks/cpu_fp4_step.c -o /tmp/cpu_fp4_step && /tmp/cpu_fp4_step
 
    Part 1: cycles per iteration of independent zmm operations, alone and mixed (8 of each kind an
-   iteration, 8 independent chains), to see which share an execution port: _numba_lut's step is
-   7 shifts, 9 permutes and 12 multiply-adds per 128 codes. Part 2: one-row NVFP4-shaped GEMV
-   loops over 256 rows x 4096 codes (512 KB of weights, in L2): A the vpermps table with float32
-   x (as _numba_lut; with its shifts by multiplies; with 16-bit shifts), B a vpermw bf16 table with vdpbf16ps on 1, 2 or 3 bf16 terms of x (1: bf16
-   activations, as _numba_dpbf16; 2: fp16; 3: float32), Gcodes/s. The block scales are all 1 and
+   iteration, 8 independent chains), to see which share an execution port: _numba_lut's one-row
+   step is 7 shifts, 9 permutes and 10 multiply-adds per 128 codes (loop A below: 12).
+   Part 2: one-row NVFP4-shaped GEMV loops over 256 rows x 4096 codes (512 KB of weights, in
+   L2): A the vpermps table with float32
+   x (as _numba_lut; with its shifts by multiplies; with 16-bit shifts), B a vpermw bf16 table
+   with vdpbf16ps on 1, 2 or 3 bf16 terms of x (1: bf16 activations, as _numba_dpbf16; 2: fp16;
+   3: float32), Gcodes/s. The block scales are all 1 and
    the weights random: a timing loop, not a kernel (tests/test_numba_*.py check the kernels).
    Cycles come from a dependent chain of integer adds (1 cycle each). */
 #include <immintrin.h>

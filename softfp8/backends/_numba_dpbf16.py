@@ -3,11 +3,11 @@
 _numba_lut's rows spend one vpermps and one shift per 16 codes, and those two contend for the
 same ports, which bound the loop (benchmarks/cpu_fp4_step.c on a Zen 4: vpermd and vpsrld one a
 cycle each, eight of each 12.5-13 cycles together; the multiply-adds, one a cycle, run beside
-them; the vpermps loop 25-27 Gcodes/s in cache, ~17 cycles a 128-code step). Every E2M1 value is a bf16
-too, so a vpermw on a 32-word bf16 table decodes 32 codes (4 nibbles a 16-bit word: 3 shifts and
-4 permutes a step instead of 7 and 8), and vdpbf16ps multiplies 32 codes by 32 bf16 activations
-into 16 float32 lanes, lane i summing the codes of word i, so the block scales spread over the
-lanes as in _numba_lut (the same loop in C: 47-49 Gcodes/s).
+them; the vpermps loop 25-27 Gcodes/s in cache, ~17 cycles a 128-code step). Every E2M1 value is
+a bf16 too, so a vpermw on a 32-word bf16 table decodes 32 codes (4 nibbles a 16-bit word: 3
+shifts and 4 permutes a step instead of 7 and 8), and vdpbf16ps multiplies 32 codes by 32 bf16
+activations into 16 float32 lanes, lane i summing the codes of word i, so the block scales
+spread over the lanes as in _numba_lut (the same loop in C: 47-49 Gcodes/s).
 
 Exact for bf16 activations: a product of a bf16 E2M1 value (2 significant bits) and a bf16
 activation (8) is exact in float32, and each is added in float32 as the fp32 kernel's
