@@ -58,9 +58,12 @@ print(json.dumps([first, second]))
 """
 
 
-def cold_start(fmt: str, cache_dir: str) -> tuple[float, float]:
+def cold_start(fmt: str, cache_dir: str, root: str = ROOT) -> tuple[float, float]:
+    """(first, second) call of a 256 x 512 GEMV in a fresh process with NUMBA_CACHE_DIR
+    `cache_dir`, seconds; `root` holds the softfp8 package it imports (cpu_gemv_ab.py --cold
+    gives a revision's)."""
     env = dict(os.environ, NUMBA_CACHE_DIR=cache_dir)
-    out = subprocess.run([sys.executable, "-c", _COLD.format(root=ROOT, fmt=fmt)], env=env,
+    out = subprocess.run([sys.executable, "-c", _COLD.format(root=root, fmt=fmt)], env=env,
                          capture_output=True, text=True, check=True)
     first, second = json.loads(out.stdout.strip().splitlines()[-1])
     return first, second

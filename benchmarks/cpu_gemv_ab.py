@@ -1,7 +1,7 @@
 """The CPU GEMV of this checkout against the one of a git revision, in one process, interleaved.
 
     python benchmarks/cpu_gemv_ab.py --base HEAD~1 [--shapes 11008x4096,4096x11008]
-        [--formats e5m2,e4m3,nvfp4,mxfp4] [--reps 20] [--x fp32|bf16|fp16]
+        [--formats e5m2,e4m3,nvfp4,mxfp4] [--reps 20] [--x fp32|bf16|fp16] [--cold N]
 
 A 2-vCPU VM moves by 20-40% from minute to minute (BENCHMARKS.md, CPU), more than most changes
 to a kernel; only calls interleaved round by round in one process compare. The revision's
@@ -10,7 +10,9 @@ imports are relative) and quantizes its own copy of the same weights; each round
 fp16 mv, then every format through both packages' `numba_cpu.matmul`, in a new random order a
 round (`cpu_gemv.shuffled_medians`). Both results are compared first (same bits expected unless
 a change says why not: the difference is printed). Numba compiles the base kernels afresh.
-`--x` is the activations' dtype (both sides get the same x; torch's mv stays fp16).
+`--x` is the activations' dtype (both sides get the same x; torch's mv stays fp16). `--cold N`
+then times each format's first call in a fresh process, with an empty numba cache and with it
+filled (`cpu_gemv.cold_start`), the revision's and this checkout's in turn, N times.
 """
 import argparse
 import importlib
@@ -27,16 +29,22 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import softfp8  # noqa: E402
-from cpu_gemv import DTYPES, shuffled_medians  # noqa: E402
+from cpu_gemv import DTYPES, cold_start, shuffled_medians  # noqa: E402
 from softfp8.backends import numba_cpu  # noqa: E402
 
 
-def base_package(rev: str):
-    """The revision's softfp8 as the module softfp8_base (from a temporary folder)."""
+def unpacked(rev: str) -> str:
+    """A temporary folder holding the revision's softfp8 package."""
     where = tempfile.mkdtemp()
     archive = subprocess.run(["git", "-C", ROOT, "archive", rev, "softfp8"], check=True,
                              capture_output=True).stdout
     subprocess.run(["tar", "-x", "-C", where], input=archive, check=True)
+    return where
+
+
+def base_package(rev: str):
+    """The revision's softfp8 as the module softfp8_base (from a temporary folder)."""
+    where = unpacked(rev)
     os.rename(os.path.join(where, "softfp8"), os.path.join(where, "softfp8_base"))
     sys.path.insert(0, where)
     base = importlib.import_module("softfp8_base")
@@ -50,6 +58,8 @@ def main() -> None:
     ap.add_argument("--formats", default="e5m2,e4m3,nvfp4,mxfp4")
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--x", default="fp32", choices=["fp32", "bf16", "fp16"])
+    ap.add_argument("--cold", type=int, default=0, metavar="N",
+                    help="then N rounds of cold starts, base and this (cpu_gemv.cold_start)")
     args = ap.parse_args()
     base, base_cpu = base_package(args.base)
     head = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], check=True,
@@ -86,6 +96,25 @@ def main() -> None:
             b, t = ms[(fmt, "base")], ms[(fmt, "this")]
             print(f"  {fmt:>6}: base {b:.3f} ({fp16 / b:.2f}x fp16)  this {t:.3f} "
                   f"({fp16 / t:.2f}x)  this/base {t / b:.3f}")
+    if args.cold:
+        cold_starts(args.base, args.formats.split(","), args.cold)
+
+
+def cold_starts(rev: str, formats: list, rounds: int) -> None:
+    """Each format's first call in a fresh process with an empty numba cache, then with that
+    cache filled, for the revision's package and this checkout's, alternating, `rounds` times."""
+    roots = {"base": unpacked(rev), "this": ROOT}
+    print("cold start, 256x512 GEMV in a fresh process: first call with an empty cache / with "
+          "it filled, s")
+    for _ in range(rounds):
+        for fmt in formats:
+            cells = []
+            for side, root in roots.items():
+                with tempfile.TemporaryDirectory() as cache:
+                    empty = cold_start(fmt, cache, root)[0]
+                    filled = cold_start(fmt, cache, root)[0]
+                cells.append(f"{side} {empty:.2f} / {filled:.3f}")
+            print(f"  {fmt:>6}: " + "   ".join(cells), flush=True)
 
 
 if __name__ == "__main__":

@@ -209,6 +209,45 @@ def test_x_steps_planes_only_for_a_tail(mod, step):
         assert np.array_equal(xs_t, xs) and np.array_equal(xp_t, xp)
 
 
+@pytest.mark.parametrize("k, kp", [(512, 512), (500, 512), (1, 128), (129, 256), (4096, 4096)])
+def test_row_steps_are_x_steps_of_the_padded_row(k, kp):
+    """_numba_lut.row_steps (compiled; any CPU numba runs on) gives x_steps' xs of x zero-padded
+    to kp, bit for bit."""
+    x = torch.randn(1, k, generator=torch.Generator().manual_seed(k))
+    padded = torch.zeros(kp)
+    padded[:k] = x[0]
+    want, planes = L.x_steps(padded.numpy(), 16)
+    got = L.row_steps(x.numpy(), kp)
+    assert planes.shape == (16, 0)
+    assert got.dtype == np.float32 and got.shape == want.shape and np.array_equal(got, want)
+
+
+@needs_avx512
+@pytest.mark.parametrize("fmt", ["nvfp4", "mxfp4"])
+def test_matmul_takes_row_steps_for_float32_x_only(fmt, monkeypatch):
+    """numba_cpu's FP4 GEMV makes float32 x's steps by row_steps where whole steps cover the
+    padded K (x's own K zero-padded; a strided x copied first), else by x_steps; every route
+    within 1e-6 of fp64."""
+    calls = []
+    real = L.row_steps
+    monkeypatch.setattr(L, "row_steps", lambda x, kp: calls.append(x.flags["C_CONTIGUOUS"])
+                        or real(x, kp))
+    monkeypatch.setenv("SOFTFP8_NUMBA_FP4_LUT", "1")
+    g = torch.Generator().manual_seed(3)
+    for k, covered in ((1024, True), (1000, True), (1040, False)):  # padded K 1024, 1024, 1056
+        packed = softfp8.quantize(torch.randn(9, k, generator=g), fmt)
+        wide = torch.randn(1, 2 * k, generator=g)
+        want = wide[:, ::2].double() @ softfp8.dequantize(packed).double().T
+        for x in (wide[:, ::2].contiguous(), wide[:, ::2], wide[:, ::2].half()):
+            before = len(calls)
+            y = numba_cpu.matmul(x, packed)
+            taken = len(calls) - before
+            assert taken == (1 if covered and x.dtype == torch.float32 else 0), (k, x.stride())
+            tol = 1e-6 if x.dtype == torch.float32 else 1e-2  # fp16 x: x itself rounded
+            assert rel_err(y.double(), want) <= tol
+    assert calls == [True] * 4
+
+
 def test_avx2_ablation_scripts_still_edit_the_kernel():
     """benchmarks/cpu_fp4_ablate.py, cpu_fp4_scaled_ab.py and cpu_fp4_chains_ab.py build their
     variants by replacing lines of _numba_pshufb's source: each line they replace is still there

@@ -11,7 +11,8 @@ numba intrinsic, and the kernels around it stay plain numba.
 
 Layout: int32 words [N, Kp/8] (formats.py), one vector lane per word: a step is 16 consecutive
 words of a row (128 codes), loaded as they lie, no shuffles; x comes rearranged per call so that
-xs[s, j, lane] is the element code j of word 16 s + lane meets (`x_steps`); each lane's block
+xs[s, j, lane] is the element code j of word 16 s + lane meets (`x_steps`; `row_steps` in one
+compiled pass for float32 x where whole steps cover Kp, as numba_cpu calls it); each lane's block
 scale is spread over its words in registers, decoded from its code in the loop where every code
 of the weight allows it (`loop_decodes`, `loop_decodes_e8m0`: the `*_raw` GEMVs), else in a pass
 over each row's scales before it. ROWS rows per pass share each x load. The words
@@ -254,6 +255,23 @@ def x_steps(x, block):
     steps = xn.shape[0] // (8 * LANES)
     xs = np.ascontiguousarray(xn[:steps * LANES * 8].reshape(steps, LANES, 8).transpose(0, 2, 1))
     return xs, select_planes(xn, block, 8 * LANES)
+
+
+@nb.njit(**_JIT)
+def row_steps(x, kp):
+    """`x_steps`' xs for x [1, K] float32 (numpy, C-contiguous), zero-padded to kp, a multiple
+    of 128 (no planes then): one compiled pass, where `x_steps` of the padded row spends four
+    numpy and torch calls, each 10-50 us right after a GEMV has streamed its weight. Through
+    numba_cpu.matmul, FP4 at 11008 x 4096 and 4096 x 11008: 0.88-1.02 of the time, ~0.95 at
+    the median (BENCHMARKS.md, CPU, twenty-fourth session)."""
+    k = x.shape[1]
+    xs = np.empty((kp // (8 * LANES), 8, LANES), np.float32)
+    for s in range(xs.shape[0]):
+        for lane in range(LANES):
+            first = 8 * (LANES * s + lane)
+            for j in range(8):
+                xs[s, j, lane] = x[0, first + j] if first + j < k else np.float32(0.0)
+    return xs
 
 
 def select_planes(xn, block, step_codes):

@@ -283,7 +283,12 @@ def _plan(packed: PackedWeight):
         from ._numba_dpbf16 import x_steps as bf16_steps
     else:
         bf16_steps = None
-    return _Fp4TableGemv(*args, table, kernel, group, bf16_steps, bf16_group)
+    row_steps = getattr(table, "row_steps", None)
+    if row_steps is not None and kp % (8 * table.LANES):
+        row_steps = None  # the planes past the whole steps come from the padded row
+    no_planes = table.select_planes(np.zeros(kp, np.float32), SPECS[fmt].block, kp)
+    return _Fp4TableGemv(*args, table, kernel, group, bf16_steps, bf16_group, row_steps,
+                         no_planes)
 
 
 def _fp4_kernel(table, mx: bool, scales: torch.Tensor):
@@ -359,16 +364,22 @@ class _Fp4TableGemv(_Fp4BitsGemv):
     group: tuple = ()  # its rows a pass, where it takes them (float32 x steps)
     bf16_steps: object = None  # _numba_dpbf16.x_steps where bf16 x takes bf16 products
     bf16_group: tuple = ()  # its rows a pass with bf16 x steps
+    row_steps: object = None  # the module's row_steps, where it has one and the steps cover Kp
+    no_planes: object = None  # the planes that go with them: none
 
     def run(self, x, y, chunk, inject):
-        L = self.table
-        # None: no bf16 products here, x is not bf16, or a tiny x
-        steps = None if self.bf16_steps is None else self.bf16_steps(x, self.block, self.kp)
-        if steps is None:
-            xs, xp = L.x_steps(_x_row(x, self.kp), self.block)
-            group = self.group
+        if self.row_steps is not None and x.dtype == torch.float32:
+            # [1, K] as it lies (copied where it is not contiguous: no other specialisation)
+            xs = self.row_steps(np.ascontiguousarray(x.numpy()), self.kp)
+            xp, group = self.no_planes, self.group
         else:
-            (xs, xp), group = steps, self.bf16_group
+            # None: no bf16 products here, x is not bf16, or a tiny x
+            steps = None if self.bf16_steps is None else self.bf16_steps(x, self.block, self.kp)
+            if steps is None:
+                xs, xp = self.table.x_steps(_x_row(x, self.kp), self.block)
+                group = self.group
+            else:
+                (xs, xp), group = steps, self.bf16_group
         if self.mx:
             self.kernel(self.words, self.scales, xs, xp, y, chunk, *group)
         else:
