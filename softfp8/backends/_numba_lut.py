@@ -40,6 +40,8 @@ from ._numba_kernels import _mx_select, _nv_select
 from ._numba_scales import add_scaled, for_steps, loop_decodes, loop_decodes_e8m0  # noqa: F401
 
 LANES = 16
+STEP_CODES = 8 * LANES
+"""Codes a step of the row loop covers (16 words, one 64-byte line of a row)."""
 ROWS = 4
 """Weight rows per pass of the multi-row kernel (each x vector load serves all of them)."""
 _E2M1 = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0]
@@ -252,20 +254,20 @@ def x_steps(x, block):
     contiguous 512-byte slab per step), and `select_planes` for the remaining blocks. In numpy
     (torch's copies start its thread pool: ~0.1 ms a call)."""
     xn = x if isinstance(x, np.ndarray) else x.numpy()
-    steps = xn.shape[0] // (8 * LANES)
+    steps = xn.shape[0] // STEP_CODES
     xs = np.ascontiguousarray(xn[:steps * LANES * 8].reshape(steps, LANES, 8).transpose(0, 2, 1))
-    return xs, select_planes(xn, block, 8 * LANES)
+    return xs, select_planes(xn, block, STEP_CODES)
 
 
 @nb.njit(**_JIT)
 def row_steps(x, kp):
     """`x_steps`' xs for x [1, K] float32 (numpy, C-contiguous), zero-padded to kp, a multiple
-    of 128 (no planes then): one compiled pass, where `x_steps` of the padded row spends four
-    numpy and torch calls, each 10-50 us right after a GEMV has streamed its weight. Through
-    numba_cpu.matmul, FP4 at 11008 x 4096 and 4096 x 11008: 0.88-1.02 of the time, ~0.95 at
-    the median (BENCHMARKS.md, CPU, twenty-fourth session)."""
+    of STEP_CODES (no planes then): one compiled pass, where `x_steps` of the padded row spends
+    four numpy and torch calls, each 10-50 us right after a GEMV has streamed its weight.
+    Through numba_cpu.matmul, FP4 at 11008 x 4096 and 4096 x 11008: 0.88-1.02 of the time,
+    ~0.95 at the median (BENCHMARKS.md, CPU, twenty-fourth session)."""
     k = x.shape[1]
-    xs = np.empty((kp // (8 * LANES), 8, LANES), np.float32)
+    xs = np.empty((kp // STEP_CODES, 8, LANES), np.float32)
     for s in range(xs.shape[0]):
         for lane in range(LANES):
             first = 8 * (LANES * s + lane)

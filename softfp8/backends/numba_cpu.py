@@ -284,7 +284,7 @@ def _plan(packed: PackedWeight):
     else:
         bf16_steps = None
     row_steps = getattr(table, "row_steps", None)
-    if row_steps is not None and kp % (8 * table.LANES):
+    if row_steps is not None and kp % table.STEP_CODES:
         row_steps = None  # the planes past the whole steps come from the padded row
     no_planes = table.select_planes(np.zeros(kp, np.float32), SPECS[fmt].block, kp)
     return _Fp4TableGemv(*args, table, kernel, group, bf16_steps, bf16_group, row_steps,
