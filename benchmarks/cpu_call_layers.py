@@ -5,8 +5,10 @@ the issue's command runs (torch's fp32 and fp16 mv interleaved, each round in a 
     python benchmarks/cpu_call_layers.py [--shape 11008x4096] [--fmt nvfp4] [--reps 30] [--seeds 3]
 
 L0 the GEMV kernel alone (x's steps and y made once); L1 with x's steps made each call from a
-float32 numpy x (`x_steps`); L2 with that x taken from the torch tensor each call (`_x_row`);
-L3 with y allocated and returned as a tensor; L4 the whole `numba_cpu.matmul`. Medians, ms.
+float32 numpy x, as numba_cpu makes them (`row_steps` where whole steps cover the padded K, since
+the twenty-fourth session; else `x_steps`); L2 with that x taken from the torch tensor each call
+(`x.numpy()`, or `_x_row`); L3 with y allocated and returned as a tensor; L4 the whole
+`numba_cpu.matmul`. Medians, ms.
 (Session 23's receipt has a layer Lx, the GEMV making x's steps itself from x.numpy(): a change
 measured and not kept, BENCHMARKS.md log.)
 """
@@ -42,19 +44,32 @@ def layer(level: int, w: torch.Tensor, x: torch.Tensor, fmt: str):
     def kernel(xs, xp, y):
         plan.kernel(*head, xs, xp, y, chunk, *plan.group)
 
-    xr = numba_cpu._x_row(x, kp)
-    xs, xp = plan.table.x_steps(xr, plan.block)
+    if plan.row_steps is not None:  # numba_cpu's route for float32 x where steps cover Kp
+        def numpy_x():
+            return np.ascontiguousarray(x.numpy())
+
+        def steps(xn):
+            return plan.row_steps(xn, kp), plan.no_planes
+    else:
+        def numpy_x():
+            return numba_cpu._x_row(x, kp)
+
+        def steps(xn):
+            return plan.table.x_steps(xn, plan.block)
+
+    xr = numpy_x()
+    xs, xp = steps(xr)
     y = np.empty(n, np.float32)
     if level == 0:
         return lambda: kernel(xs, xp, y)
     if level == 1:
-        return lambda: kernel(*plan.table.x_steps(xr, plan.block), y)
+        return lambda: kernel(*steps(xr), y)
     if level == 2:
-        return lambda: kernel(*plan.table.x_steps(numba_cpu._x_row(x, kp), plan.block), y)
+        return lambda: kernel(*steps(numpy_x()), y)
 
     def full():
         yn = np.empty((1, n), np.float32)
-        kernel(*plan.table.x_steps(numba_cpu._x_row(x, kp), plan.block), yn[0])
+        kernel(*steps(numpy_x()), yn[0])
         return torch.from_numpy(yn)
     return full
 
