@@ -38,44 +38,33 @@ def one_process(shape: str, fmt: str, reps: int) -> None:
     import numpy as np
     import torch
 
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-    import softfp8
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from cpu_call_layers import layer
     from softfp8.backends import numba_cpu
 
     n, k = map(int, shape.split("x"))
     g = torch.Generator().manual_seed(0)
     w = torch.randn(n, k, generator=g) * 0.02
     x = torch.randn(1, k, generator=g)
-    plans = []
-    for scale in (1.0, 1.1):
-        p = softfp8.quantize(w * scale, fmt)
-        numba_cpu.matmul(x, p)  # loads the kernels
-        plans.append(numba_cpu._plan(p))
-    plan, other = plans
-    if not hasattr(plan, "kernel"):
-        raise SystemExit("this CPU runs the bit-operation FP4 kernels: no table kernel to time")
-    xs, xp = plan.table.x_steps(numba_cpu._x_row(x, plan.kp), plan.block)
-    y = np.empty(n, np.float32)
 
-    def call(pl, threads):
-        head = (pl.words, pl.scales) if pl.mx else (pl.words, pl.scales, pl.g)
-        pl.kernel(*head, xs, xp, y, numba_cpu._chunk(n, threads), *pl.group)
-
-    def median(threads: int) -> float:
+    def median(threads: int) -> tuple[float, dict, dict]:
+        """The kernel alone (cpu_call_layers' L0) with numba at `threads`, after a call on a
+        second copy of the weight each round: median us, and /proc/stat before and after the
+        rounds."""
         numba.set_num_threads(threads)
+        call, other = layer(0, w, x, fmt), layer(0, w * 1.1, x, fmt)
         times = []
+        before = cpu_ticks()
         for _ in range(reps):
-            call(other, threads)
+            other()
             start = time.perf_counter()
-            call(plan, threads)
+            call()
             times.append(time.perf_counter() - start)
-        return float(np.median(times)) * 1e6
+        return float(np.median(times)) * 1e6, before, cpu_ticks()
 
     threads = numba_cpu._threads(numba.config.NUMBA_NUM_THREADS)
-    before = cpu_ticks()
-    many = median(threads)
-    after = cpu_ticks()
-    single = median(1)
+    many, before, after = median(threads)
+    single = median(1)[0]
     ticks = "  ".join(f"{c} " + " ".join(f"{f} {after[c][f] - before[c][f]}" for f in FIELDS)
                       for c in sorted(after))
     print(f"{threads} threads {many:7.0f} us  1 thread {single:7.0f} us  ({many / single:.2f})  "
