@@ -7,7 +7,18 @@ us a kernel (H200 sweep, BENCHMARKS.md), so the 8-bit token sits at ~80% of read
 If a chain of plain reads of the same bytes pays the same fixed cost, the token target is a
 property of launching 128 dependent kernels, not of the decode.
 
+--pdl launches each chain under programmatic dependent launch too (sm_90+), placed as softfp8's
+kernels place it, so the ceiling is that of kernels which may overlap as softfp8's do:
+  off        plain launches (the chain before the twenty-fifth session);
+  late       wait first, the next kernel let in after the loads (softfp8's 8-bit default);
+  early      the next kernel let in at once, the first load before the wait and the rest after
+             it (a GEMV may hold only its first steps of weights before x is known);
+  early-all  as early with every load before the wait: the most overlap any kernel could have,
+             not a GEMV's (its later weights need registers that x's arithmetic frees).
+Each kernel's store comes after its wait, so the chain stays ordered.
+
     python benchmarks/gpu_read_chain.py [--preset llama2-7b] [--reps 50] [--json FILE]
+        [--pdl off,late,early,early-all] [--tiles 4096x8x8,2048x4x4,1024x4x4] [--formats ...]
 """
 from __future__ import annotations
 
@@ -18,23 +29,44 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
+import numpy as np  # noqa: E402
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait  # noqa: E402
 
 from softfp8.bench.memory import measure_memory  # noqa: E402
 from softfp8.bench.presets import preset  # noqa: E402
+from softfp8.backends.triton._kernels import _pdl_wait_after  # noqa: E402
 from softfp8.bench.timing import measure  # noqa: E402
+
+PDL_MODES = {"off": 0, "early": 1, "late": 2, "early-all": 3}
+"""--pdl's names and the kernel's PDL value (softfp8's: 0 off, 1 early, 2 late)."""
 
 
 @triton.jit
-def _read(x_ptr, out_ptr, BLOCK: tl.constexpr, ITERS: tl.constexpr):
-    """Sum BLOCK x ITERS consecutive int32 words (XOR: no float work) into one output word."""
+def _read(x_ptr, out_ptr, nonzero, BLOCK: tl.constexpr, ITERS: tl.constexpr,
+          PDL: tl.constexpr = 0):
+    """XOR BLOCK x ITERS consecutive int32 words (no float work) into one output word. PDL (see
+    the module's docstring): 1 and 3 let the next kernel launch at once and wait after the first
+    (1) or every (3) load, 2 waits first and lets it launch after the loads. The early waits are
+    predicated on the loaded words (`_pdl_wait_after`: ptxas hoists a plain wait above every
+    load); `nonzero` is never 0."""
     start = tl.program_id(0).to(tl.int64) * (BLOCK * ITERS)
-    acc = tl.zeros([BLOCK], dtype=tl.int32)
-    for i in tl.static_range(ITERS):
+    if PDL == 1 or PDL == 3:
+        gdc_launch_dependents()
+    if PDL == 2:
+        gdc_wait()
+    acc = tl.load(x_ptr + start + tl.arange(0, BLOCK))
+    if PDL == 1:
+        _pdl_wait_after(acc, nonzero, PDL)
+    for i in tl.static_range(1, ITERS):
         acc ^= tl.load(x_ptr + start + i * BLOCK + tl.arange(0, BLOCK))
+    if PDL == 3:
+        _pdl_wait_after(acc, nonzero, PDL)
+    if PDL == 2:
+        gdc_launch_dependents()
     tl.store(out_ptr + tl.program_id(0), tl.xor_sum(acc, axis=0))
 
 
@@ -49,7 +81,17 @@ def main() -> None:
     ap.add_argument("--preset", default="llama2-7b")
     ap.add_argument("--reps", type=int, default=50)
     ap.add_argument("--json")
+    ap.add_argument("--pdl", default="off", help="comma-separated: " + ",".join(PDL_MODES))
+    ap.add_argument("--tiles", default="4096x8x8,2048x4x4,1024x4x4",
+                    help="BLOCKxITERSxWARPS of a program, comma-separated")
+    ap.add_argument("--formats", default="fp16,e5m2,nvfp4")
     a = ap.parse_args()
+    modes = a.pdl.split(",")
+    for m in modes:
+        if m not in PDL_MODES:
+            raise SystemExit(f"--pdl: {m!r} is not one of {', '.join(PDL_MODES)}")
+    tiles = [tuple(int(v) for v in t.split("x")) for t in a.tiles.split(",")]
+    fmts = a.formats.split(",")
     dev = torch.device("cuda")
     linears = preset(a.preset).token_linears(head=False)
     mem = measure_memory(dev, 1 << 30, warmup=3, reps=20)
@@ -70,8 +112,10 @@ def main() -> None:
                 reps=a.reps)
     report("fp16 F.linear token", t.seconds * len(ws) * 1e3, sum(w.nbytes for w in ws))
     del ws
-    for fmt in ("fp16", "e5m2", "nvfp4"):
-        for block, iters, warps in ((4096, 8, 8), (2048, 4, 4), (1024, 4, 4)):
+    if any(PDL_MODES[m] for m in modes) and torch.cuda.get_device_capability() < (9, 0):
+        raise SystemExit("--pdl other than off needs sm_90+")
+    for fmt in fmts:
+        for block, iters, warps in tiles:
             chunk = block * iters  # int32 words a program reads
             bufs = []
             for s in linears:
@@ -80,12 +124,24 @@ def main() -> None:
                                           dtype=torch.int32))
             outs = [torch.empty(b.numel() // chunk, device=dev, dtype=torch.int32) for b in bufs]
 
-            def call(b, o, block=block, iters=iters, warps=warps):
-                _read[(o.numel(),)](b, o, BLOCK=block, ITERS=iters, num_warps=warps)
-            t = measure([lambda b=b, o=o: call(b, o) for b, o in zip(bufs, outs)], dev, warmup=3,
-                        reps=a.reps)
-            report(f"read chain {fmt} {block}x{iters} w{warps}", t.seconds * len(bufs) * 1e3,
-                   sum(b.nbytes for b in bufs), fmt=fmt, block=block, iters=iters, warps=warps)
+            for mode in modes:
+                pdl = PDL_MODES[mode]
+                launch = dict(launch_pdl=True) if pdl else {}
+
+                def call(b, o, block=block, iters=iters, warps=warps, pdl=pdl, launch=launch):
+                    _read[(o.numel(),)](b, o, 12345, BLOCK=block, ITERS=iters, PDL=pdl,
+                                        num_warps=warps, **launch)
+                for b, o in zip(bufs[:1], outs[:1]):  # the kernel reads what it should
+                    call(b, o)
+                    want = b.view(o.numel(), -1).cpu().numpy()
+                    want = np.bitwise_xor.reduce(want, axis=1)
+                    if not np.array_equal(o.cpu().numpy(), want):
+                        raise SystemExit(f"read chain {fmt} {mode}: wrong XOR")
+                t = measure([lambda b=b, o=o: call(b, o) for b, o in zip(bufs, outs)], dev,
+                            warmup=3, reps=a.reps)
+                report(f"read chain {fmt} {block}x{iters} w{warps} pdl {mode}",
+                       t.seconds * len(bufs) * 1e3, sum(b.nbytes for b in bufs), fmt=fmt,
+                       block=block, iters=iters, warps=warps, pdl=mode)
             del bufs, outs
     meta = dict(device=torch.cuda.get_device_name(), torch=torch.__version__,
                 triton=triton.__version__, read_bw=read_bw, preset=a.preset,

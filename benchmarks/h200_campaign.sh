@@ -1511,4 +1511,17 @@ mov21)
   tail -3 "$OUT/gputests.txt"
   pack mov21
   ;;
+pdl25)
+  # (twenty-fifth session) is 1.654 ms (E5M2's bytes) the ceiling of 128 kernels once they
+  # overlap under PDL as softfp8's do? The read chain under each PDL mode; then the 8-bit token
+  # (every M = 1 shape on the ring) under late (auto) and early, interleaved twice
+  export SOFTFP8_FP8_DECODE=integer
+  mkdir -p "$OUT/r"
+  run readchain 300 python3 benchmarks/gpu_read_chain.py --pdl off,late,early,early-all --json "$OUT/r/readchain.json"
+  for v in late early late2 early2; do
+    run "token-$v" 100 env SOFTFP8_PDL=${v%2} python3 -m softfp8.bench token --preset llama2-7b --backends triton --formats e5m2,e4m3 --out "$OUT/r/token-$v.json"
+  done
+  grep "read chain\|F.linear" "$OUT/readchain.txt"
+  pack pdl25
+  ;;
 esac
