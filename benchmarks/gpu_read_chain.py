@@ -14,7 +14,9 @@ kernels place it, so the ceiling is that of kernels which may overlap as softfp8
   early      the next kernel let in at once, the first load before the wait and the rest after
              it (a GEMV may hold only its first steps of weights before x is known);
   early-all  as early with every load before the wait: the most overlap any kernel could have,
-             not a GEMV's (its later weights need registers that x's arithmetic frees).
+             not a GEMV's (its later weights need registers that x's arithmetic frees);
+  early-l2   as early, after one bulk prefetch of the program's bytes into L2 (no registers
+             held: what a GEMV could do with SOFTFP8_PDL=early SOFTFP8_PDL_PREFETCH=bytes).
 Each kernel's store comes after its wait, so the chain stays ordered.
 
     python benchmarks/gpu_read_chain.py [--preset llama2-7b] [--reps 50] [--json FILE]
@@ -38,10 +40,10 @@ from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait  # noqa: 
 
 from softfp8.bench.memory import measure_memory  # noqa: E402
 from softfp8.bench.presets import preset  # noqa: E402
-from softfp8.backends.triton._kernels import _pdl_wait_after  # noqa: E402
+from softfp8.backends.triton._kernels import _pdl_wait_after, _prefetch_l2  # noqa: E402
 from softfp8.bench.timing import measure  # noqa: E402
 
-PDL_MODES = {"off": 0, "early": 1, "late": 2, "early-all": 3}
+PDL_MODES = {"off": 0, "early": 1, "late": 2, "early-all": 3, "early-l2": 4}
 """--pdl's names and the kernel's PDL value (softfp8's: 0 off, 1 early, 2 late)."""
 
 
@@ -49,17 +51,20 @@ PDL_MODES = {"off": 0, "early": 1, "late": 2, "early-all": 3}
 def _read(x_ptr, out_ptr, nonzero, BLOCK: tl.constexpr, ITERS: tl.constexpr,
           PDL: tl.constexpr = 0):
     """XOR BLOCK x ITERS consecutive int32 words (no float work) into one output word. PDL (see
-    the module's docstring): 1 and 3 let the next kernel launch at once and wait after the first
-    (1) or every (3) load, 2 waits first and lets it launch after the loads. The early waits are
+    the module's docstring): 1, 3 and 4 let the next kernel launch at once and wait after the
+    first (1; 4 after an L2 prefetch of all) or every (3) load, 2 waits first and lets it launch
+    after the loads. The early waits are
     predicated on the loaded words (`_pdl_wait_after`: ptxas hoists a plain wait above every
     load); `nonzero` is never 0."""
     start = tl.program_id(0).to(tl.int64) * (BLOCK * ITERS)
-    if PDL == 1 or PDL == 3:
+    if PDL == 1 or PDL >= 3:
         gdc_launch_dependents()
+    if PDL == 4:
+        _prefetch_l2(x_ptr + start, BLOCK * ITERS * 4)
     if PDL == 2:
         gdc_wait()
     acc = tl.load(x_ptr + start + tl.arange(0, BLOCK))
-    if PDL == 1:
+    if PDL == 1 or PDL == 4:
         _pdl_wait_after(acc, nonzero, PDL)
     for i in tl.static_range(1, ITERS):
         acc ^= tl.load(x_ptr + start + i * BLOCK + tl.arange(0, BLOCK))

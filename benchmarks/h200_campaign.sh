@@ -1524,4 +1524,25 @@ pdl25)
   grep "read chain\|F.linear" "$OUT/readchain.txt"
   pack pdl25
   ;;
+pf25)
+  # (twenty-fifth session) pdl25: the read chain gained 0.09-0.16 ms (E5M2's bytes) when each
+  # kernel loaded all its bytes before its PDL wait (early-all). Here: a bulk L2 prefetch of each
+  # program's weights before the wait (early-l2; softfp8: SOFTFP8_PDL=early with
+  # SOFTFP8_PDL_PREFETCH, the ring and the FP4 loads-first path now honour it), the token
+  # interleaved twice, then the graph tests under the prefetch
+  export SOFTFP8_FP8_DECODE=integer
+  mkdir -p "$OUT/r"
+  run readchain 150 python3 benchmarks/gpu_read_chain.py --pdl late,early,early-all,early-l2 --tiles 2048x4x4,1024x4x4 --formats e5m2,nvfp4 --json "$OUT/r/readchain.json"
+  for v in auto pf32k pf128k auto2 pf32k2 pf128k2; do
+    case ${v%2} in
+      auto) e="SOFTFP8_PDL=auto" ;;
+      pf32k) e="SOFTFP8_PDL=early SOFTFP8_PDL_PREFETCH=32768" ;;
+      pf128k) e="SOFTFP8_PDL=early SOFTFP8_PDL_PREFETCH=131072" ;;
+    esac
+    run "token-$v" 70 env $e python3 -m softfp8.bench token --preset llama2-7b --backends triton --out "$OUT/r/token-$v.json"
+  done
+  run gputests 120 env SOFTFP8_PDL_PREFETCH=32768 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_gpu_graphs.py
+  grep "read chain\|F.linear" "$OUT/readchain.txt"
+  pack pf25
+  ;;
 esac

@@ -55,7 +55,8 @@ import triton
 import triton.language as tl
 
 from ._const import Const
-from ._kernels import _pdl_exit, _pdl_start, _pdl_wait, _pdl_wait_after, _reduce_last
+from ._kernels import (_pdl_exit, _pdl_start, _pdl_wait, _pdl_wait_after, _prefetch_l2,
+                       _reduce_last)
 from ._mma_loads import _prefetch_rows, _rows_step, _x_step
 from ._mma_ring import (SLOT_BYTES, _ring_base, _ring_commit, _ring_drain, _ring_issue_weights,
                         _ring_issue_x, _ring_read, _ring_shifts)
@@ -70,10 +71,15 @@ STEP_BYTES = Const(MMA_STEP_BYTES)  # a warp's bytes of each row a loop step
 def _pdl_wait_weights(words, w_ptr, row0, N, RB, kb_lo, kb_hi, BLOCK_N: tl.constexpr,
                       PDL: tl.constexpr, PREFETCH: tl.constexpr):
     """The PDL wait after a program's first weight loads (`words`: one word of each). Under an
-    early launch (no L2 prefetch asked) it waits for those words, so ptxas keeps the loads in
-    flight while the previous kernel finishes; late or no PDL: the plain wait, which ptxas places
-    first (nothing to overlap there, and x's loads would wait for the weights)."""
-    if PDL == 1 and PREFETCH == 0:
+    early launch it waits for those words (after the L2 prefetch, where one is asked), so ptxas
+    keeps the loads in flight while the previous kernel finishes; late or no PDL: the plain wait,
+    which ptxas places first (nothing to overlap there, and x's loads would wait for the
+    weights)."""
+    if PDL == 1:
+        if PREFETCH > 0:
+            rows = tl.minimum(N - row0, BLOCK_N)
+            nbytes = tl.minimum((rows - 1) * RB + (kb_hi - kb_lo), PREFETCH)
+            _prefetch_l2(w_ptr + row0.to(tl.int64) * RB + kb_lo, nbytes)
         _pdl_wait_after(words, RB, PDL)
     else:
         _pdl_wait(w_ptr, row0, N, RB, kb_lo, kb_hi, BLOCK_N, PDL, PREFETCH)
@@ -263,7 +269,7 @@ def mma_gemv_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr, cnt_ptr,
         for j in tl.static_range(RING - 1):
             _ring_issue_weights(slot0 + j * STAGE, pstride, w_ptr, s_ptr, row, N, RB, SB,
                                 off + j * stride, kb_hi, RS, FMT)
-        _pdl_wait(w_ptr, pid_n * PROG_ROWS, N, RB, kb_lo, kb_hi, PROG_ROWS, PDL, 0)
+        _pdl_wait(w_ptr, pid_n * PROG_ROWS, N, RB, kb_lo, kb_hi, PROG_ROWS, PDL, PREFETCH)
         for j in tl.static_range(RING - 1):  # each closes one step's group
             if RING_X:
                 _ring_issue_x(slot0 + j * STAGE, pstride, x_row, off + j * stride, kb_hi, K,
