@@ -1545,4 +1545,33 @@ pf25)
   grep "read chain\|F.linear" "$OUT/readchain.txt"
   pack pf25
   ;;
+ring25)
+  # (twenty-fifth session) pf25: an L2 prefetch before the PDL wait loses (token E5M2 1.731 ->
+  # 2.03 ms); the read chain gains only where a kernel holds its bytes before the wait. The 8-bit
+  # ring holds RING - 1 steps: 4 stages (3 steps) in 2 warps or 1, per shape (sweep, whose best
+  # rows then serve as a table) and in the token (tables from fp8_ring_all_table.json), the
+  # built-in table beside, interleaved twice; r4w2e: 4 stages under an early launch
+  export SOFTFP8_FP8_DECODE=integer
+  mkdir -p "$OUT/r"
+  run ringsweep 200 python3 benchmarks/sweep_gemv.py --formats e5m2,e4m3 --kernels mma_gemv --mma-pipes 1:0:3,1:0:4 --mma-warps 1,2 --mma-tiles 2 --shapes "12288,4096;4096,4096;22016,4096;4096,11008" --budget 180 --out "$OUT/r/ringsweep.json"
+  grep -E "x4096 M=|x11008 M=|BEST|WRONG|FAILED" "$OUT/ringsweep.txt" | cut -c1-120
+  python3 - "$OUT/r" <<'PY'
+import json, sys
+base = json.load(open("benchmarks/fp8_ring_all_table.json"))
+for name, ring, warps in (("r4w2", 4, 2), ("r4w1", 4, 1)):
+    rows = [dict(r, ring=ring, num_warps=warps, block_n=4 * warps) for r in base["best"]]
+    with open(f"{sys.argv[1]}/table-{name}.json", "w") as f:
+        json.dump(dict(best=rows, note=f"fp8_ring_all_table.json, ring {ring}, {warps} warps"), f)
+PY
+  for v in base r4w2 r4w1 sweep r4w2e base2 r4w2b r4w1b sweep2 r4w2e2; do
+    case $v in
+      base*) t= ; p=auto ;;
+      sweep*) t=$OUT/r/ringsweep.json; p=auto ;;
+      r4w2e*) t=$OUT/r/table-r4w2.json; p=early ;;
+      *) t=$OUT/r/table-${v:0:4}.json; p=auto ;;
+    esac
+    run "token-$v" 60 env SOFTFP8_TRITON_TABLE=$t SOFTFP8_PDL=$p python3 -m softfp8.bench token --preset llama2-7b --backends triton --formats e5m2,e4m3 --out "$OUT/r/token-$v.json"
+  done
+  pack ring25
+  ;;
 esac
