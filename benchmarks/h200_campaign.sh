@@ -1574,4 +1574,31 @@ PY
   done
   pack ring25
   ;;
+deep25)
+  # (twenty-fifth session) ring25: 4 stages in 2 warps under an early launch took the E5M2 token
+  # 1.728 -> 1.650-1.653 ms (E4M3 1.822 -> 1.805-1.809): each program holds 3 of its steps before
+  # the PDL wait. Deeper: 6 and 8 stages in one warp (5 and 7 of a 4096-byte row's 8 steps),
+  # 4 in one warp, all under early, the built-in table (late) beside, interleaved twice; then the
+  # ring's GPU tests (every stage count)
+  export SOFTFP8_FP8_DECODE=integer
+  mkdir -p "$OUT/r"
+  python3 - "$OUT/r" <<'PY'
+import json, sys
+base = json.load(open("benchmarks/fp8_ring_all_table.json"))
+for name, ring, warps in (("r4w2", 4, 2), ("r4w1", 4, 1), ("r6w1", 6, 1), ("r8w1", 8, 1)):
+    rows = [dict(r, ring=ring, num_warps=warps, block_n=4 * warps) for r in base["best"]]
+    with open(f"{sys.argv[1]}/table-{name}.json", "w") as f:
+        json.dump(dict(best=rows, note=f"fp8_ring_all_table.json, ring {ring}, {warps} warps"), f)
+PY
+  for v in base r4w2 r8w1 r6w1 r4w1 base2 r4w2b r8w1b r6w1b r4w1b; do
+    case $v in
+      base*) t= ; p=auto ;;
+      *) t=$OUT/r/table-${v:0:4}.json; p=early ;;
+    esac
+    run "token-$v" 60 env SOFTFP8_TRITON_TABLE=$t SOFTFP8_PDL=$p python3 -m softfp8.bench token --preset llama2-7b --backends triton --formats e5m2,e4m3 --out "$OUT/r/token-$v.json"
+  done
+  run gputests 200 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_triton.py -k "ring"
+  tail -3 "$OUT/gputests.txt"
+  pack deep25
+  ;;
 esac

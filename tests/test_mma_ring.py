@@ -8,6 +8,7 @@ import pytest
 from ptx_emulator import Memory, Warp
 
 R = pytest.importorskip("softfp8.backends.triton._mma_ring")
+MMA_RING_STAGES = pytest.importorskip("softfp8.backends.triton._mma_table").MMA_RING_STAGES
 
 NT = 32  # one warp: the piece stride is NT * 16 bytes
 STRIDE = NT * 16
@@ -56,8 +57,9 @@ def _step(rng, mem, stage, fmt):
     return issue_w, issue_x, rows, xs, shifts
 
 
+@pytest.mark.parametrize("stages", MMA_RING_STAGES)
 @pytest.mark.parametrize("fmt", ["nvfp4", "mxfp4", "e5m2", "e4m3"])
-def test_ring_reads_back_each_lanes_copies(fmt):
+def test_ring_reads_back_each_lanes_copies(fmt, stages):
     fp4 = fmt in ("nvfp4", "mxfp4")
     rng = np.random.default_rng(7)
     mem = Memory(2 * STAGE)
@@ -67,7 +69,7 @@ def test_ring_reads_back_each_lanes_copies(fmt):
     for w_ops, x_ops, *_ in steps:  # both stages copied before either is read
         issue_w.run(w_ops)
         issue_x.run(x_ops)
-    read = Warp(R._read_asm(3, fp4), mem)
+    read = Warp(R._read_asm(stages, fp4), mem)
     read_x = Warp(R._read_x_asm(4 if fp4 else 2), mem)
     width = 16 if fmt == "nvfp4" else 8
     for stage, (_, _, rows, xs, shifts) in enumerate(steps):

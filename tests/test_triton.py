@@ -808,7 +808,7 @@ def test_gpu_mma_gemv_ring_matches_reference(fmt, e2m1, n, k, m, split):
     packed, x, bias, g = _mma_case(fmt, n, k, m, split)
     mp = min(8, 1 << (m - 1).bit_length())
     want = reference.matmul(x, packed, bias)
-    for w, r in ((1, 4), (2, 3), (4, 2), (1, 2), (2, 2)):
+    for w, r in ((1, 4), (2, 3), (4, 2), (1, 2), (2, 2), (2, 4), (1, 6), (1, 8)):
         cfg = LaunchConfig(Kernel.MMA_GEMV, mp, triton_backend.mma_rows(mp, w, 2), 128, split,
                            w, 0, ring=r)
         y = run(x, packed, bias, cfg, e2m1=e2m1)

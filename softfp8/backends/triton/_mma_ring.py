@@ -123,9 +123,13 @@ _ISSUE_X_FP8 = Const(_issue_x_asm(2))
 _READ_FP4_2 = Const(_read_asm(2, True))
 _READ_FP4_3 = Const(_read_asm(3, True))
 _READ_FP4_4 = Const(_read_asm(4, True))
+_READ_FP4_6 = Const(_read_asm(6, True))
+_READ_FP4_8 = Const(_read_asm(8, True))
 _READ_FP8_2 = Const(_read_asm(2, False))
 _READ_FP8_3 = Const(_read_asm(3, False))
 _READ_FP8_4 = Const(_read_asm(4, False))
+_READ_FP8_6 = Const(_read_asm(6, False))
+_READ_FP8_8 = Const(_read_asm(8, False))
 _READ_X_FP4 = Const(_read_x_asm(4))
 _READ_X_FP8 = Const(_read_x_asm(2))
 _COMMIT = Const("{\ncp.async.commit_group;\nmov.b32 $0, 0;\n}")
@@ -219,8 +223,14 @@ def _ring_read(slot, stride, shifts, STAGES: tl.constexpr, FMT: tl.constexpr):
     elif FP8 and STAGES == 3:
         o = tl.inline_asm_elementwise(_READ_FP8_3, C, a, (tl.int32,) * 20, is_pure=False,
                                       pack=1)
-    elif FP8:
+    elif FP8 and STAGES == 4:
         o = tl.inline_asm_elementwise(_READ_FP8_4, C, a, (tl.int32,) * 20, is_pure=False,
+                                      pack=1)
+    elif FP8 and STAGES == 6:
+        o = tl.inline_asm_elementwise(_READ_FP8_6, C, a, (tl.int32,) * 20, is_pure=False,
+                                      pack=1)
+    elif FP8:
+        o = tl.inline_asm_elementwise(_READ_FP8_8, C, a, (tl.int32,) * 20, is_pure=False,
                                       pack=1)
     elif STAGES == 2:
         o = tl.inline_asm_elementwise(_READ_FP4_2, C, a, (tl.int32,) * 20, is_pure=False,
@@ -228,8 +238,14 @@ def _ring_read(slot, stride, shifts, STAGES: tl.constexpr, FMT: tl.constexpr):
     elif STAGES == 3:
         o = tl.inline_asm_elementwise(_READ_FP4_3, C, a, (tl.int32,) * 20, is_pure=False,
                                       pack=1)
-    else:
+    elif STAGES == 4:
         o = tl.inline_asm_elementwise(_READ_FP4_4, C, a, (tl.int32,) * 20, is_pure=False,
+                                      pack=1)
+    elif STAGES == 6:
+        o = tl.inline_asm_elementwise(_READ_FP4_6, C, a, (tl.int32,) * 20, is_pure=False,
+                                      pack=1)
+    else:
+        o = tl.inline_asm_elementwise(_READ_FP4_8, C, a, (tl.int32,) * 20, is_pure=False,
                                       pack=1)
     CX: tl.constexpr = "=r," * 16 + "r,r"
     if FP8:

@@ -85,8 +85,9 @@ MMA_RUN_TILES = (2, 4)
 """16-row mma tiles a warp of the run mapping holds."""
 
 
-MMA_RING_STAGES = (2, 3, 4)
-"""Stages of Kernel.MMA_GEMV's shared-memory ring (LaunchConfig.ring; `_mma_ring`)."""
+MMA_RING_STAGES = (2, 3, 4, 6, 8)
+"""Stages of Kernel.MMA_GEMV's shared-memory ring (LaunchConfig.ring; `_mma_ring`); 6 and 8 in
+one warp only (MMA_RING_PROGRAM_SLOTS)."""
 MMA_RING_SLOT_BYTES = 144
 """A thread's bytes of one ring stage (`_mma_ring`)."""
 MMA_RING_PROGRAM_SLOTS = (2, 3, 4, 6, 8)
