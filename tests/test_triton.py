@@ -324,7 +324,9 @@ def test_mma_gemv_domain():
             assert (cfg.block_n, cfg.num_warps, cfg.split_k) == (4, 1, 1), (n, cfg)
         for n in (8191, 16384):
             assert launch_config(n, 4096, 1, fmt, h200).num_warps == 2
-        assert launch_config(11008, 4096, 1, Format.E5M2, h200).num_warps == 2  # FP4 only
+        a100 = triton_backend.DeviceInfo(sm_count=108, capability=(8, 0), interpreter=False)
+        # FP4's rule only (8-bit M = 1 from sm_90: one warp on the ring, MMA_FP8_RING_M1)
+        assert launch_config(11008, 4096, 1, Format.E5M2, a100).num_warps == 2
         assert launch_config(11008, 4096, 2, fmt, h200).num_warps == 4  # M = 1 only
         # M = 2 (NVFP4 also 3..4, MXFP4 3..4 on vocabulary heads): the runs, 4 warps
         runs = [(4096, 2), (128256, 4)] + ([(4096, 4)] if fmt is Format.NVFP4 else [])
@@ -372,13 +374,14 @@ def test_mma_gemv_domain():
     for fmt in (Format.NVFP4, Format.MXFP4):
         assert launch_config(128256, 4096, 16, fmt, h200).kernel is Kernel.MMA_GEMV
     # M = 1: 2 warps, K split until ~12 warps an SM or <= 3.5 KB of a row a program; 8-bit
-    # M <= 4 on the shared-memory ring from sm_90 (3 stages, 2 warps; M = 1 ~6 warps an SM, no
-    # split by row length; M = 2 ~3 and rows in 7 KB pieces; M = 3..4 ~12), below it M = 2..4
-    # in two register buffers (depth 2)
+    # M <= 4 on the shared-memory ring from sm_90 (M = 1 in one warp of 4 stages, launched
+    # early; M = 2..4 3 stages, 2 warps; M = 1 ~6 warps an SM, no split by row length; M = 2 ~3
+    # and rows in 7 KB pieces; M = 3..4 ~12), below it M = 2..4 in two register buffers
     for n in (4096, 12288, 128256):
         ring = launch_config(n, 11008, 1, Format.E4M3, h200)
-        assert (ring.depth, ring.ring, ring.split_k, ring.num_warps) == (1, 3, 1, 2)
+        assert (ring.depth, ring.ring, ring.split_k, ring.num_warps) == (1, 4, 1, 1)
         assert triton_backend.mma_ring_fits(ring.ring, ring.num_warps)
+        assert triton_backend.pdl_settings(h200, Format.E4M3, ring) == (1, 0)  # early
     assert launch_config(1024, 4096, 1, Format.E5M2, h200).split_k > 1  # fills the GPU
     a100 = triton_backend.DeviceInfo(sm_count=108, capability=(8, 0), interpreter=False)
     a100_cfg = launch_config(4096, 11008, 1, Format.E4M3, a100)  # measured on the H200 only
@@ -391,6 +394,7 @@ def test_mma_gemv_domain():
         ring = launch_config(4096, 4096, m, Format.E5M2, h200)
         assert (ring.depth, ring.ring, ring.num_warps) == (1, 3, 2)
         assert ring.split_k == (1 if m == 2 else 7)
+        assert triton_backend.pdl_settings(h200, Format.E5M2, ring) == (2, 0)  # late
     assert launch_config(4096, 14336, 2, Format.E5M2, h200).split_k == 2  # 7 KB of a row
     assert launch_config(4096, 4096, 1, Format.NVFP4, h200).ring == 0
     assert launch_config(4096, 4096, 1, Format.E5M2, h200).split_k == 1
@@ -400,7 +404,7 @@ def test_mma_gemv_domain():
     assert launch_config(28672, 4096, 1, Format.E5M2, h200).split_k == 1  # 4 KB rows
     # a vocabulary head's 8-bit rows: the runs on the ring as every 8-bit M = 1 shape
     head = launch_config(128256, 4096, 1, Format.E5M2, h200)
-    assert (head.kernel, head.num_warps, head.ring) == (Kernel.MMA_GEMV, 2, 3)
+    assert (head.kernel, head.num_warps, head.ring) == (Kernel.MMA_GEMV, 1, 4)
     for m in (2, 4):  # M = 2..4 heads: the ring from sm_90 (M = 2 in 4 warps, 2 stages), else
         # the dot kernel from MMA_FP8_MAX_N rows (the bench decided)
         ring = launch_config(128256, 4096, m, Format.E4M3, h200)
@@ -566,6 +570,12 @@ def test_pdl_settings(monkeypatch):
     assert triton_backend.pdl_settings(a100, Format.E5M2) == (0, 0)  # no PDL before sm_90
     assert triton_backend.pdl_settings(h200, Format.E5M2) == (2, 0)  # measured: late, no prefetch
     assert triton_backend.pdl_settings(h200, Format.NVFP4) == (1, 0)  # measured: early
+    # 8-bit: early on the M = 1 ring only (its copies fly before the wait); late elsewhere
+    m1 = launch_config(4096, 4096, 1, Format.E5M2, h200)
+    dot = launch_config(4096, 4096, 8, Format.E5M2, h200)
+    assert m1.ring and triton_backend.pdl_settings(h200, Format.E5M2, m1) == (1, 0)
+    assert not dot.ring and triton_backend.pdl_settings(h200, Format.E5M2, dot) == (2, 0)
+    assert triton_backend.pdl_settings(a100, Format.E5M2, m1) == (0, 0)
     monkeypatch.setenv(triton_backend.PDL_ENV, "off")
     assert triton_backend.pdl_settings(h200, Format.NVFP4) == (0, 0)
     monkeypatch.setenv(triton_backend.PDL_ENV, "sometimes")
@@ -703,7 +713,7 @@ def test_plan_follows_the_settings_environment(monkeypatch):
         env = tuple(read() for read in triton_backend._PLAN_ENV_READERS)  # as matmul keys it
         plan = triton_backend._plan(*args, env)
         assert plan == (launch_config(*args), triton_backend.uses_hardware_fp8(Format.E5M2, h200),
-                        triton_backend.pdl_settings(h200, Format.E5M2))
+                        triton_backend.pdl_settings(h200, Format.E5M2, launch_config(*args)))
         seen.append(plan)
     assert seen[0][1] and not seen[1][1] and seen[2] == seen[0]  # hardware E5M2 decode, then not
     monkeypatch.setenv(triton_backend.PDL_ENV, "bogus")

@@ -91,8 +91,8 @@ def _plan(n: int, k: int, m: int, fmt: Format, info: DeviceInfo, dtype: torch.dt
     function of the shape, the device, x's dtype and the values `env` of _PLAN_ENV (a table
     file's contents are cached by its path already), so cached: the rules cost ~10 us of an
     eager call's host time. Errors (a bad setting) are not cached: they raise on every call."""
-    return (launch_config(n, k, m, fmt, info, dtype), uses_hardware_fp8(fmt, info),
-            pdl_settings(info, fmt))
+    cfg = launch_config(n, k, m, fmt, info, dtype)
+    return cfg, uses_hardware_fp8(fmt, info), pdl_settings(info, fmt, cfg)
 
 
 def matmul(x: torch.Tensor, packed: PackedWeight, bias: torch.Tensor | None = None, *,
@@ -166,7 +166,7 @@ def _launch(x: torch.Tensor, packed: PackedWeight, bias: torch.Tensor | None, cf
     ws = torch.empty((split, m, n), dtype=torch.float32, device=x.device) if split > 1 else y
     info = device_info(x.device)
     asm = uses_ptx_decode(info, hw_fp8)
-    pdl, prefetch = pdl if pdl is not None else pdl_settings(info, packed.fmt)
+    pdl, prefetch = pdl if pdl is not None else pdl_settings(info, packed.fmt, cfg)
     launch = dict(launch_pdl=True) if pdl else {}  # pdl: a mode, 0 = off
     nan = not (asm and codes_nan_free(packed))  # only the PTX decode has a NaN-free variant
     args = (x, w, s, g, b, y, ws)  # then the counters, then (m, n, k, rb, sb, per_split)

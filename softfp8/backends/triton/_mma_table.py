@@ -149,8 +149,9 @@ def mma_split(programs: int, warps: int, info: DeviceInfo, per_sm: int = 12) -> 
 
 
 MMA_FP8_RING_STAGES = 3
-"""8-bit weights run M = 1 on the shared-memory ring (`_mma_ring`) with this many stages, 2 warps,
-K split only to fill the GPU, not in two register buffers. Measured on the H200 (2026-12-02):
+"""8-bit weights run M = 2..4 on the shared-memory ring (`_mma_ring`) with this many stages, 2
+warps (M = 1 did too until MMA_FP8_RING_M1), K split only to fill the GPU, not in two register
+buffers. Measured on the H200 (2026-12-02):
 per shape (`ring16e` sweep, E5M2, us, the ring against depth 2) 4096 x 4096 6.1 against 6.9,
 4096 x 11008 13.3 against 14.7, 12288 x 4096 15.4 against 14.8, 22016 x 4096 24.3 against
 24.1, the 128256-row head 120.1 against 119.8. Taken for every shape, not only where it wins:
@@ -160,6 +161,19 @@ although each of its shapes was faster alone (`ring16f`); with every shape on it
 after one without (the L1/shared split changes between them) is the likely cost: not measured
 apart. FP4 gained nothing from the ring (its loop is bound by the decode once the loads fly:
 22016 x 4096 NVFP4 ring 2 24.5 us, its loads alone 18.0, the table 23.1; `ring16e` probe)."""
+
+
+MMA_FP8_RING_M1 = (1, 4)
+"""(warps, stages) of the 8-bit M = 1 ring, launched early under PDL (`_table.pdl_auto`): each
+program holds 3 of its steps (of 8 in a 4096-byte row) before its PDL wait, so it reads while
+the kernel before finishes. Measured on the H200 (2026-12-03, `softfp8-bench token --preset
+llama2-7b`, tables over the four shapes, interleaved twice; BENCHMARKS.md twenty-fifth
+session), ms, E5M2 / E4M3: 3 stages in 2 warps, late (before) 1.742-1.745 / 1.837-1.838; early
+1.754-1.757 / 1.878-1.881 (`pdl25`); 4 stages in 2 warps late 1.715-1.717 / 1.850-1.853, early
+1.650-1.668 / 1.805-1.817; **4 stages in 1 warp, early 1.607 / 1.782-1.784**; 6 in 1 warp
+1.696-1.698 / 1.914-1.915; 8 in 1 warp 1.952-1.958 / 2.200-2.207 (`ring25`, `deep25`). A plain
+read of the token's bytes by 128 kernels gains the same way only where each holds its bytes
+before the wait (`gpu_read_chain.py --pdl`); an L2 prefetch in their place lost (`pf25`)."""
 
 
 MMA_RING_MIN_CC = (9, 0)
@@ -278,9 +292,10 @@ def mma_config(n: int, k: int, m: int, fmt: Format, info: DeviceInfo) -> LaunchC
     groups = -(-m // block_m)  # block_m = 8 at M = 9..16 (explicit configs): two groups
     if fp8 and _fp8_ring(m, info):
         # the shared-memory ring, 3 stages (2 ahead): as many bytes a warp as depth 2, so the
-        # same resident warps fill the GPU, and at M = 1 no split by row length
-        # (MMA_FP8_RING_STAGES, MMA_FP8_RING_MAX_M)
-        warps, stages = (4, 2) if m == 2 and n >= MMA_FP8_MAX_N else (2, MMA_FP8_RING_STAGES)
+        # same resident warps fill the GPU, and at M = 1 no split by row length; M = 1 in one
+        # warp of 4 stages (MMA_FP8_RING_STAGES, MMA_FP8_RING_M1, MMA_FP8_RING_MAX_M)
+        warps, stages = ((4, 2) if m == 2 and n >= MMA_FP8_MAX_N
+                         else MMA_FP8_RING_M1 if m == 1 else (2, MMA_FP8_RING_STAGES))
         rows = mma_rows(block_m, warps)
         split = mma_split(-(-n // rows), warps, info, {1: 6, 2: 3}.get(m, 12))
         if m == 2 and k > 4096:

@@ -29,7 +29,7 @@ multiple of 16; 0 = none)."""
 _PDL_MODES = {"off": 0, "early": 1, "late": 2}
 
 
-def pdl_auto(fmt: Format) -> tuple[str, int]:
+def pdl_auto(fmt: Format, cfg: LaunchConfig | None = None) -> tuple[str, int]:
     """Measured on the H200 (2026-11-29, `bench token --preset llama2-7b`; BENCHMARKS.md), ms per
     token. 8-bit (campaign steps pdl1, pdl2), off -> late -> early + 32 KiB prefetch: E5M2 2.121
     -> 2.079 -> 2.518, E4M3 3.384 -> 3.308 -> 4.521; the waiting programs of an early launch
@@ -38,14 +38,22 @@ def pdl_auto(fmt: Format) -> tuple[str, int]:
     1.926 -> 1.817 -> 1.802 -> 1.871, MXFP4 2.043 -> 1.909 -> 1.919 -> 1.889 (the prefetch
     that helped the FMA GEMV no longer does). Since 4e7562a the MMA GEMV under an early launch
     issues its first weight loads before the wait (`_mma`); `pdlw1` (2026-12-01), late / early:
-    E5M2 1.794 / 1.790, E4M3 1.943 / 1.958, NVFP4 1.793 / 1.753, MXFP4 1.946 / 1.871."""
-    return ("late", 0) if fmt in (Format.E5M2, Format.E4M3) else ("early", 0)
+    E5M2 1.794 / 1.790, E4M3 1.943 / 1.958, NVFP4 1.793 / 1.753, MXFP4 1.946 / 1.871.
+    8-bit M = 1 on the ring in one warp of 4 stages (`cfg`; MMA_FP8_RING_M1, 2026-12-03): early,
+    its first 3 steps copied before the wait: E5M2 1.742 -> 1.607 ms, E4M3 1.837 -> 1.782."""
+    if fmt not in (Format.E5M2, Format.E4M3):
+        return ("early", 0)
+    ring_m1 = (cfg is not None and cfg.kernel is Kernel.MMA_GEMV and cfg.ring > 0
+               and cfg.block_m == 1)
+    return ("early", 0) if ring_m1 else ("late", 0)
 
 
-def pdl_settings(info: DeviceInfo, fmt: Format) -> tuple[int, int]:
-    """(PDL mode: 0 off, 1 early, 2 late; prefetch bytes) for launches on this device."""
+def pdl_settings(info: DeviceInfo, fmt: Format,
+                 cfg: LaunchConfig | None = None) -> tuple[int, int]:
+    """(PDL mode: 0 off, 1 early, 2 late; prefetch bytes) for launches of `cfg` (auto: by
+    format where not given) on this device."""
     wanted = os.environ.get(PDL_ENV, "auto").strip().lower()
-    auto_mode, auto_bytes = pdl_auto(fmt)
+    auto_mode, auto_bytes = pdl_auto(fmt, cfg)
     if wanted == "auto":
         wanted = auto_mode
     if wanted not in _PDL_MODES:
