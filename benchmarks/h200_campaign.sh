@@ -1601,4 +1601,21 @@ PY
   tail -3 "$OUT/gputests.txt"
   pack deep25
   ;;
+final25)
+  # (twenty-fifth session) the final kernels (8-bit M = 1: the ring in one warp of 4 stages,
+  # launched early): the token, the graph tests under every PDL mode and the parity tests, the
+  # llama3-8b shapes and small M, a second token; files left loose in $OUT (no pack), so a run
+  # cut short by the device budget still brings back what it finished
+  export SOFTFP8_FP8_DECODE=integer
+  mkdir -p "$OUT/r"
+  run token 60 python3 -m softfp8.bench token --preset llama2-7b --backends triton --out "$OUT/r/token.json"
+  run gputests 90 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_gpu_graphs.py tests/test_triton.py -k "graph or parity_3840"
+  tail -2 "$OUT/gputests.txt"
+  run shapes 120 python3 -m softfp8.bench shapes --preset llama3-8b --backends triton --out "$OUT/r/shapes.json"
+  smallm_all 100
+  run token2 60 python3 -m softfp8.bench token --preset llama2-7b --backends triton --out "$OUT/r/token2.json"
+  for f in "$OUT"/r/token*.md "$OUT"/r/shapes.md; do
+    echo "== $f"; grep -E "^\| *(torch float16|e5m2|e4m3|nvfp4|mxfp4|lm_head|gate_up|down|qkv|o) " "$f" | grep -v bfloat | cut -c1-120
+  done
+  ;;
 esac
