@@ -236,8 +236,9 @@ def mma_config(n: int, k: int, m: int, fmt: Format, info: DeviceInfo) -> LaunchC
       and the 8-bit formats at M <= 8 (M = 5..8 up to MMA_FP8_M8_MAX_CODES):
       block_m = the next power of two >= M, 2 tiles a warp; M = 1 in 2 warps (FP4 in
       MMA_FP4_M1_ONE_WARP_ROWS: 1), else 4. 8-bit M = 1 runs on the shared-memory ring from
-      sm_90 (MMA_FP8_RING_STAGES, MMA_RING_MIN_CC; before it, and below sm_90, from 16384 rows
-      in 4 warps), and so does M = 2..4 (MMA_FP8_RING_MAX_M). Otherwise the 8-bit formats at
+      sm_90 in one warp of 4 stages (MMA_FP8_RING_M1, MMA_RING_MIN_CC; before it, and below
+      sm_90, from 16384 rows in 4 warps), and so does M = 2..4 in 2 warps of 3
+      (MMA_FP8_RING_STAGES, MMA_FP8_RING_MAX_M). Otherwise the 8-bit formats at
       M = 2..8 hold two steps in registers (depth 2): with one, ptxas issues the next step's
       loads after this step's mma (SASS, sm_90), so a warp had one step in flight;
       `pipe1` sweep, M = 1, best per shape against depth 1: 22016 x 4096 E5M2 24.0 against
