@@ -134,6 +134,14 @@ def variants(backend: str, arch):
                 c = dict(FMT=fmt, HAS_BIAS=True, WARPS=2, PARTIAL=False, PDL=1, PREFETCH=0,
                          AHEAD=0, RUNS=1, TILES=2, HAS_SCALE=True, DEPTH=2)
                 yield f"mma_gemv-r1t2d2-pdl-early-{fmt}-fp16", _mma.mma_gemv_kernel, c, "fp16", 2, 1
+            # the table's M = 1 ring from sm_90 (MMA_FP8_RING_M1: one warp, 4 stages, early)
+            cfg = launch_config(4096, 4096, 1, Format(fmt), info, torch.float16)
+            if cfg.ring:
+                c = dict(FMT=fmt, HAS_BIAS=True, WARPS=cfg.num_warps, PARTIAL=False,
+                         PDL=pdl_settings(info, Format(fmt), cfg)[0], PREFETCH=0, AHEAD=0,
+                         RUNS=1, TILES=2, HAS_SCALE=True, DEPTH=1, RING=cfg.ring)
+                yield (f"mma_gemv-r1t2-ring{cfg.ring}-w{cfg.num_warps}-{fmt}-fp16",
+                       _mma.mma_gemv_kernel, c, "fp16", cfg.num_warps, 1)
         if not hw:  # the large-M slab decode (portable decoders only)
             c = dict(FMT=fmt, HAS_SCALE=fmt in FP8, INJECT=inject, BLOCK_R=16,
                      BLOCK_KB=512 * (8 if fmt in FP8 else 4) // 8, CHECK=xd != "fp32",
