@@ -1618,4 +1618,27 @@ final25)
     echo "== $f"; grep -E "^\| *(torch float16|e5m2|e4m3|nvfp4|mxfp4|lm_head|gate_up|down|qkv|o) " "$f" | grep -v bfloat | cut -c1-120
   done
   ;;
+fp4ring25)
+  # (twenty-fifth session) 8-bit gained 8% in the token from the ring at 4 stages in one warp
+  # launched early, though no faster alone. FP4 (auto early, one step of registers before the
+  # wait) on the ring the same way: tables over the llama2-7b shapes, the built-in beside,
+  # interleaved twice
+  export SOFTFP8_FP8_DECODE=integer
+  mkdir -p "$OUT/r"
+  python3 - "$OUT/r" <<'PY'
+import json, sys
+for name, ring, warps in (("f4w1", 4, 1), ("f3w2", 3, 2)):
+    rows = [dict(n=n, k=k, m=1, fmt=f, kernel="mma_gemv", block_m=1, block_n=4 * warps,
+                 block_k=128, split_k=1, num_warps=warps, num_stages=0, depth=1, ring=ring)
+            for n, k in ((12288, 4096), (4096, 4096), (22016, 4096), (4096, 11008))
+            for f in ("nvfp4", "mxfp4")]
+    with open(f"{sys.argv[1]}/table-{name}.json", "w") as f:
+        json.dump(dict(best=rows, note=f"FP4 M = 1 on the ring, {ring} stages, {warps} warps"), f)
+PY
+  for v in base f4w1 f3w2 base2 f4w1b f3w2b; do
+    case $v in base*) t= ;; *) t=$OUT/r/table-${v:0:4}.json ;; esac
+    run "token-$v" 60 env SOFTFP8_TRITON_TABLE=$t python3 -m softfp8.bench token --preset llama2-7b --backends triton --formats nvfp4,mxfp4 --out "$OUT/r/token-$v.json"
+  done
+  for f in "$OUT"/r/token*.md; do echo "== $f"; grep -E "^\| *(torch float16|nvfp4|mxfp4) " "$f" | cut -c1-110; done
+  ;;
 esac
