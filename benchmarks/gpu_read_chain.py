@@ -53,9 +53,8 @@ def _read(x_ptr, out_ptr, nonzero, BLOCK: tl.constexpr, ITERS: tl.constexpr,
     """XOR BLOCK x ITERS consecutive int32 words (no float work) into one output word. PDL (see
     the module's docstring): 1, 3 and 4 let the next kernel launch at once and wait after the
     first (1; 4 after an L2 prefetch of all) or every (3) load, 2 waits first and lets it launch
-    after the loads. The early waits are
-    predicated on the loaded words (`_pdl_wait_after`: ptxas hoists a plain wait above every
-    load); `nonzero` is never 0."""
+    after the loads. The early waits are predicated on the loaded words (`_pdl_wait_after`:
+    ptxas hoists a plain wait above every load); `nonzero` is never 0."""
     start = tl.program_id(0).to(tl.int64) * (BLOCK * ITERS)
     if PDL == 1 or PDL >= 3:
         gdc_launch_dependents()

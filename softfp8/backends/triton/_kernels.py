@@ -149,11 +149,19 @@ def _pdl_wait(w_ptr, row0, N, RB, kb_lo, kb_hi, BLOCK_N: tl.constexpr, PDL: tl.c
     previous kernel) and wait until the previous kernel has finished and its writes are
     visible. Loads of weights may come before it; of x, and every store, after."""
     if PDL != 0:
-        if PREFETCH > 0:
-            rows = tl.minimum(N - row0, BLOCK_N)
-            nbytes = tl.minimum((rows - 1) * RB + (kb_hi - kb_lo), PREFETCH)
-            _prefetch_l2(w_ptr + row0.to(tl.int64) * RB + kb_lo, nbytes)
+        _prefetch_program(w_ptr, row0, N, RB, kb_lo, kb_hi, BLOCK_N, PREFETCH)
         gdc_wait()
+
+
+@triton.jit
+def _prefetch_program(w_ptr, row0, N, RB, kb_lo, kb_hi, BLOCK_N: tl.constexpr,
+                      PREFETCH: tl.constexpr):
+    """The first PREFETCH bytes of this program's weights (rows row0.., bytes kb_lo..kb_hi of
+    each) toward L2 in one bulk prefetch; nothing where PREFETCH is 0."""
+    if PREFETCH > 0:
+        rows = tl.minimum(N - row0, BLOCK_N)
+        nbytes = tl.minimum((rows - 1) * RB + (kb_hi - kb_lo), PREFETCH)
+        _prefetch_l2(w_ptr + row0.to(tl.int64) * RB + kb_lo, nbytes)
 
 
 @triton.jit

@@ -55,7 +55,7 @@ import triton
 import triton.language as tl
 
 from ._const import Const
-from ._kernels import (_pdl_exit, _pdl_start, _pdl_wait, _pdl_wait_after, _prefetch_l2,
+from ._kernels import (_pdl_exit, _pdl_start, _pdl_wait, _pdl_wait_after, _prefetch_program,
                        _reduce_last)
 from ._mma_loads import _prefetch_rows, _rows_step, _x_step
 from ._mma_ring import (SLOT_BYTES, _ring_base, _ring_commit, _ring_drain, _ring_issue_weights,
@@ -76,10 +76,7 @@ def _pdl_wait_weights(words, w_ptr, row0, N, RB, kb_lo, kb_hi, BLOCK_N: tl.const
     which ptxas places first (nothing to overlap there, and x's loads would wait for the
     weights)."""
     if PDL == 1:
-        if PREFETCH > 0:
-            rows = tl.minimum(N - row0, BLOCK_N)
-            nbytes = tl.minimum((rows - 1) * RB + (kb_hi - kb_lo), PREFETCH)
-            _prefetch_l2(w_ptr + row0.to(tl.int64) * RB + kb_lo, nbytes)
+        _prefetch_program(w_ptr, row0, N, RB, kb_lo, kb_hi, BLOCK_N, PREFETCH)
         _pdl_wait_after(words, RB, PDL)
     else:
         _pdl_wait(w_ptr, row0, N, RB, kb_lo, kb_hi, BLOCK_N, PDL, PREFETCH)

@@ -170,7 +170,7 @@ the kernel before finishes. Measured on the H200 (2026-12-03, `softfp8-bench tok
 llama2-7b`, tables over the four shapes, interleaved twice; BENCHMARKS.md twenty-fifth
 session), ms, E5M2 / E4M3: 3 stages in 2 warps, late (before) 1.742-1.745 / 1.837-1.838; early
 1.754-1.757 / 1.878-1.881 (`pdl25`); 4 stages in 2 warps late 1.715-1.717 / 1.850-1.853, early
-1.650-1.668 / 1.805-1.817; **4 stages in 1 warp, early 1.607 / 1.782-1.784**; 6 in 1 warp
+1.650-1.668 / 1.805-1.817; 4 stages in 1 warp, early 1.607 / 1.782-1.784 (kept); 6 in 1 warp
 1.696-1.698 / 1.914-1.915; 8 in 1 warp 1.952-1.958 / 2.200-2.207 (`ring25`, `deep25`). A plain
 read of the token's bytes by 128 kernels gains the same way only where each holds its bytes
 before the wait (`gpu_read_chain.py --pdl`); an L2 prefetch in their place lost (`pf25`)."""
