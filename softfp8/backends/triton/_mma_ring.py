@@ -217,36 +217,18 @@ def _ring_read(slot, stride, shifts, STAGES: tl.constexpr, FMT: tl.constexpr):
     C: tl.constexpr = "=r," * 20 + "r,r,r,r"
     width = tl.full(slot.shape, 16 if FMT == "nvfp4" else 8, tl.int32)
     a = [slot, shifts, width, stride]
-    if FP8 and STAGES == 2:
-        o = tl.inline_asm_elementwise(_READ_FP8_2, C, a, (tl.int32,) * 20, is_pure=False,
-                                      pack=1)
-    elif FP8 and STAGES == 3:
-        o = tl.inline_asm_elementwise(_READ_FP8_3, C, a, (tl.int32,) * 20, is_pure=False,
-                                      pack=1)
-    elif FP8 and STAGES == 4:
-        o = tl.inline_asm_elementwise(_READ_FP8_4, C, a, (tl.int32,) * 20, is_pure=False,
-                                      pack=1)
-    elif FP8 and STAGES == 6:
-        o = tl.inline_asm_elementwise(_READ_FP8_6, C, a, (tl.int32,) * 20, is_pure=False,
-                                      pack=1)
-    elif FP8:
-        o = tl.inline_asm_elementwise(_READ_FP8_8, C, a, (tl.int32,) * 20, is_pure=False,
-                                      pack=1)
-    elif STAGES == 2:
-        o = tl.inline_asm_elementwise(_READ_FP4_2, C, a, (tl.int32,) * 20, is_pure=False,
-                                      pack=1)
+    # the block for this stage count (its cp.async.wait_group takes an immediate)
+    if STAGES == 2:
+        READ: tl.constexpr = _READ_FP8_2 if FP8 else _READ_FP4_2
     elif STAGES == 3:
-        o = tl.inline_asm_elementwise(_READ_FP4_3, C, a, (tl.int32,) * 20, is_pure=False,
-                                      pack=1)
+        READ: tl.constexpr = _READ_FP8_3 if FP8 else _READ_FP4_3
     elif STAGES == 4:
-        o = tl.inline_asm_elementwise(_READ_FP4_4, C, a, (tl.int32,) * 20, is_pure=False,
-                                      pack=1)
+        READ: tl.constexpr = _READ_FP8_4 if FP8 else _READ_FP4_4
     elif STAGES == 6:
-        o = tl.inline_asm_elementwise(_READ_FP4_6, C, a, (tl.int32,) * 20, is_pure=False,
-                                      pack=1)
+        READ: tl.constexpr = _READ_FP8_6 if FP8 else _READ_FP4_6
     else:
-        o = tl.inline_asm_elementwise(_READ_FP4_8, C, a, (tl.int32,) * 20, is_pure=False,
-                                      pack=1)
+        READ: tl.constexpr = _READ_FP8_8 if FP8 else _READ_FP4_8
+    o = tl.inline_asm_elementwise(READ, C, a, (tl.int32,) * 20, is_pure=False, pack=1)
     CX: tl.constexpr = "=r," * 16 + "r,r"
     if FP8:
         xw = tl.inline_asm_elementwise(_READ_X_FP8, CX, [slot, stride], (tl.int32,) * 16,
