@@ -286,7 +286,8 @@ def _plan(packed: PackedWeight):
     row_steps = getattr(table, "row_steps", None)
     if row_steps is not None and kp % table.STEP_CODES:
         row_steps = None  # the planes past the whole steps come from the padded row
-    no_planes = table.select_planes(np.zeros(kp, np.float32), SPECS[fmt].block, kp)
+    no_planes = None if row_steps is None else table.select_planes(
+        np.zeros(kp, np.float32), SPECS[fmt].block, kp)  # row_steps' planes: none
     return _Fp4TableGemv(*args, table, kernel, group, bf16_steps, bf16_group, row_steps,
                          no_planes)
 
