@@ -1641,4 +1641,34 @@ PY
   done
   for f in "$OUT"/r/token*.md; do echo "== $f"; grep -E "^\| *(torch float16|nvfp4|mxfp4) " "$f" | cut -c1-110; done
   ;;
+ring26)
+  # (twenty-sixth session) the 8-bit ring's loop with its row mask computed once and its stages
+  # by running address (SASS, sm_90: E5M2 110 -> 94 instructions a step, E4M3 173 -> 157), and
+  # 8-bit stages of 96 bytes a thread, not FP4's 144 (12 KB a one-warp program of 4 stages, not
+  # 18 KB). The token against the commit before (variants/prev), interleaved twice; the same
+  # code on 3 / 6 stages in one warp and 4 in two (tables, early); the ring's GPU tests and the
+  # graph / parity tests; then the llama3-8b shapes, small M and prefill. Steps past 500 s of
+  # the call are skipped, so the pack always runs
+  export SOFTFP8_FP8_DECODE=integer
+  mkdir -p "$OUT/r"
+  ab_bench token 70 python3 -m softfp8.bench token --preset llama2-7b --backends triton --formats e5m2,e4m3
+  python3 - "$OUT/r" <<'PY'
+import json, sys
+base = json.load(open("benchmarks/fp8_ring_all_table.json"))
+for name, ring, warps in (("r3w1", 3, 1), ("r6w1", 6, 1), ("r4w2", 4, 2)):
+    rows = [dict(r, ring=ring, num_warps=warps, block_n=4 * warps) for r in base["best"]]
+    with open(f"{sys.argv[1]}/table-{name}.json", "w") as f:
+        json.dump(dict(best=rows, note=f"fp8_ring_all_table.json, ring {ring}, {warps} warps"), f)
+PY
+  for v in r3w1 r6w1 r4w2 r3w1b r6w1b r4w2b; do
+    [ $SECONDS -lt 400 ] || break
+    run "token-$v" 60 env SOFTFP8_TRITON_TABLE=$OUT/r/table-${v:0:4}.json SOFTFP8_PDL=early python3 -m softfp8.bench token --preset llama2-7b --backends triton --formats e5m2,e4m3 --out "$OUT/r/token-$v.json"
+  done
+  run gputests 150 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_gpu_graphs.py tests/test_triton.py -k "ring or graph or parity_3840"
+  tail -2 "$OUT/gputests.txt"
+  [ $SECONDS -lt 440 ] && run shapes 60 python3 -m softfp8.bench shapes --preset llama3-8b --backends triton --formats e5m2,e4m3 --out "$OUT/r/shapes.json"
+  [ $SECONDS -lt 470 ] && run smallm 70 python3 -m softfp8.bench small-m --preset llama3-8b --backends triton --formats e5m2,e4m3 --m 1,2,4,8,12,16 --out "$OUT/r/smallm.json"
+  grep -A14 "over all shapes" "$OUT/smallm.txt" | tail -14
+  pack ring26
+  ;;
 esac

@@ -58,8 +58,9 @@ from ._const import Const
 from ._kernels import (_pdl_exit, _pdl_start, _pdl_wait, _pdl_wait_after, _prefetch_program,
                        _reduce_last)
 from ._mma_loads import _prefetch_rows, _rows_step, _x_step
-from ._mma_ring import (SLOT_BYTES, _ring_base, _ring_commit, _ring_drain, _ring_issue_weights,
-                        _ring_issue_x, _ring_read, _ring_shifts)
+from ._mma_ring import (SLOT_BYTES, SLOT_BYTES_FP8, _ring_base, _ring_commit, _ring_drain,
+                        _ring_issue_weights, _ring_issue_x, _ring_read, _ring_rows_in,
+                        _ring_shifts)
 from ._mma_table import MMA_STEP_BYTES, MMA_TILE_ROWS
 from ._mma_tile import _tile, _tiles
 
@@ -256,15 +257,16 @@ def mma_gemv_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr, cnt_ptr,
     if RING > 0:
         tl.static_assert(RUNS > 0 and TILES == 2 and DEPTH == 1 and not WIDE and DIAG != 1,
                          "RING: the run mapping, 2 tiles, depth 1, not WIDE")
-        STAGE: tl.constexpr = NT * SLOT_BYTES
-        slot0 = _ring_base(tid, RING, WARPS)
+        STAGE: tl.constexpr = NT * (SLOT_BYTES_FP8 if FP8 else SLOT_BYTES)
+        slot0 = _ring_base(tid, RING, WARPS, FP8)
         pstride = tl.full((NT,), NT * 16, tl.int32)  # one piece of every thread
         shifts = tl.zeros_like(tid)
         if not FP8:
             shifts = _ring_shifts(s_ptr, row, N, RB, SB, off, RS, FMT)
         # weights don't depend on the previous kernel: their copies start before the PDL wait
+        rows_in = _ring_rows_in(row, N, RS)  # loop-invariant: computed once
         for j in tl.static_range(RING - 1):
-            _ring_issue_weights(slot0 + j * STAGE, pstride, w_ptr, s_ptr, row, N, RB, SB,
+            _ring_issue_weights(slot0 + j * STAGE, pstride, w_ptr, s_ptr, row, rows_in, RB, SB,
                                 off + j * stride, kb_hi, RS, FMT)
         _pdl_wait(w_ptr, pid_n * PROG_ROWS, N, RB, kb_lo, kb_hi, PROG_ROWS, PDL, PREFETCH)
         for j in tl.static_range(RING - 1):  # each closes one step's group
@@ -275,23 +277,25 @@ def mma_gemv_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr, cnt_ptr,
                 _ring_commit(tid)
         if not RING_X:  # x by registers, one step ahead (diagnostics: gpu_mma_probe.py)
             xr = _x_step(x_row, off, kb_hi, K, in_m, FP8, True)
-        st = 0  # the stage of this step; the step RING - 1 ahead goes to the one before it
+        # this step's stage, and the one the step RING - 1 ahead goes to: the stage read by
+        # the step before (a running address, no multiply or modulo a step)
+        rd = slot0
+        wr = slot0 + (RING - 1) * STAGE
         for _ in range(kb_lo, kb_hi, stride):
-            ahead = tl.where(st == 0, RING - 1, st - 1)
-            _ring_issue_weights(slot0 + ahead * STAGE, pstride, w_ptr, s_ptr, row, N, RB, SB,
+            _ring_issue_weights(wr, pstride, w_ptr, s_ptr, row, rows_in, RB, SB,
                                 off + (RING - 1) * stride, kb_hi, RS, FMT)
             if RING_X:
-                _ring_issue_x(slot0 + ahead * STAGE, pstride, x_row, off + (RING - 1) * stride,
-                              kb_hi, K, in_m, FP8)
+                _ring_issue_x(wr, pstride, x_row, off + (RING - 1) * stride, kb_hi, K, in_m, FP8)
             else:
                 _ring_commit(tid)
-            rw, xw = _ring_read(slot0 + st * STAGE, pstride, shifts, RING, FMT)
+            rw, xw = _ring_read(rd, pstride, shifts, RING, FMT)
             if not RING_X:
                 xw = xr
                 xr = _x_step(x_row, off + stride, kb_hi, K, in_m, FP8, True)
             a, b, av, bv = _tiles(rw[0], rw[1], rw[2], rw[3], xw, xw, a, b, av, bv, FMT, DIAG,
                                   NAN, WIDE, INJECT)
-            st = tl.where(st == RING - 1, 0, st + 1)
+            wr = rd
+            rd = tl.where(rd == slot0 + (RING - 1) * STAGE, slot0, rd + STAGE)
             off += stride
         _ring_drain(tid)
     elif DEPTH == 2:
