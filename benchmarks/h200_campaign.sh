@@ -1671,4 +1671,21 @@ PY
   grep -A14 "over all shapes" "$OUT/smallm.txt" | tail -14
   pack ring26
   ;;
+slot26)
+  # (twenty-sixth session) ring26: the leaner 8-bit ring loop with 96-byte stages took the E5M2
+  # token 1.608 -> 1.628 ms, E4M3 1.786 -> 1.777, and in the shapes bench qkv / o slower (E5M2
+  # 86 -> 73%, 67 -> 59% of read), gate_up / down faster. Which change: the same loop with
+  # FP4's 144-byte stages (variants/s144) beside the commit before (prev) and this one (cur),
+  # token and llama3-8b shapes (8-bit), interleaved twice
+  export SOFTFP8_FP8_DECODE=integer
+  mkdir -p "$OUT/r"
+  for v in prev s144 cur prev2 s1442 cur2; do
+    case $v in cur*) d=$PWD ;; *) d=$PWD/variants/${v%2} ;; esac
+    in_variant "$d" "token-$v" 60 python3 -m softfp8.bench token --preset llama2-7b --backends triton --formats e5m2,e4m3 --out "$OUT/r/token-$v.json"
+    in_variant "$d" "shapes-$v" 60 python3 -m softfp8.bench shapes --preset llama3-8b --backends triton --formats e5m2,e4m3 --out "$OUT/r/shapes-$v.json"
+  done
+  # ring26's test run ran out of time (177 passed, none failed): the ring's tests alone
+  run gputests 200 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_triton.py -k ring
+  pack slot26
+  ;;
 esac
