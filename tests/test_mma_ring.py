@@ -8,17 +8,11 @@ import pytest
 from ptx_emulator import Memory, Warp
 
 R = pytest.importorskip("softfp8.backends.triton._mma_ring")
-T = pytest.importorskip("softfp8.backends.triton._mma_table")
-MMA_RING_STAGES = T.MMA_RING_STAGES
+MMA_RING_STAGES = pytest.importorskip("softfp8.backends.triton._mma_table").MMA_RING_STAGES
 
 NT = 32  # one warp: the piece stride is NT * 16 bytes
 STRIDE = NT * 16
-STAGE = NT * T.MMA_RING_SLOT_BYTES
-
-
-def _stage_bytes(fmt):
-    """A stage of `fmt`'s ring (the 8-bit formats' is smaller: their pieces end at x's second)."""
-    return NT * T.mma_ring_slot_bytes(fmt in ("e5m2", "e4m3"))
+STAGE = NT * R.MMA_RING_SLOT_BYTES
 W_BASE, S_BASE, X_BASE = 0x7F0000010000, 0x7F0000200000, 0x7F0000300000
 
 
@@ -37,7 +31,7 @@ def _step(rng, mem, stage, fmt):
     for lane in range(NT):
         mask = int(rng.integers(0, 16))
         bits = int(rng.integers(0, 1 << pieces))
-        slot = stage * _stage_bytes(fmt) + lane * 16
+        slot = stage * STAGE + lane * 16
         code_at = [w0 + (lane * 4 + q) * 16 for q in range(4)]
         # a scale byte anywhere (MXFP4), an even one for NVFP4's pair (its rows are whole blocks
         # of 16 codes, K padded to 32: every row's scale bytes start on an even offset)
@@ -81,10 +75,9 @@ def test_ring_reads_back_each_lanes_copies(fmt, stages):
     read_x = Warp(R._read_x_asm(4 if fp4 else 2), mem)
     width = 16 if fmt == "nvfp4" else 8
     for stage, (_, _, rows, xs, shifts) in enumerate(steps):
-        slot = stage * _stage_bytes(fmt)
-        out = read.run([[0] * 20 + [slot + lane * 16, shifts[lane], width, STRIDE]
+        out = read.run([[0] * 20 + [stage * STAGE + lane * 16, shifts[lane], width, STRIDE]
                         for lane in range(NT)])
-        got_x = read_x.run([[0] * 16 + [slot + lane * 16, STRIDE] for lane in range(NT)])
+        got_x = read_x.run([[0] * 16 + [stage * STAGE + lane * 16, STRIDE] for lane in range(NT)])
         for lane in range(NT):
             o = out[lane]
             got = [(*o[4 * q:4 * q + 4], o[16 + q]) for q in range(4)]

@@ -58,9 +58,8 @@ from ._const import Const
 from ._kernels import (_pdl_exit, _pdl_start, _pdl_wait, _pdl_wait_after, _prefetch_program,
                        _reduce_last)
 from ._mma_loads import _prefetch_rows, _rows_step, _x_step
-from ._mma_ring import (SLOT_BYTES, SLOT_BYTES_FP8, _ring_base, _ring_commit, _ring_drain,
-                        _ring_issue_weights, _ring_issue_x, _ring_read, _ring_rows_in,
-                        _ring_shifts)
+from ._mma_ring import (SLOT_BYTES, _ring_base, _ring_commit, _ring_drain, _ring_issue_weights,
+                        _ring_issue_x, _ring_read, _ring_rows_in, _ring_shifts)
 from ._mma_table import MMA_STEP_BYTES, MMA_TILE_ROWS
 from ._mma_tile import _tile, _tiles
 
@@ -257,8 +256,8 @@ def mma_gemv_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr, cnt_ptr,
     if RING > 0:
         tl.static_assert(RUNS > 0 and TILES == 2 and DEPTH == 1 and not WIDE and DIAG != 1,
                          "RING: the run mapping, 2 tiles, depth 1, not WIDE")
-        STAGE: tl.constexpr = NT * (SLOT_BYTES_FP8 if FP8 else SLOT_BYTES)
-        slot0 = _ring_base(tid, RING, WARPS, FP8)
+        STAGE: tl.constexpr = NT * SLOT_BYTES
+        slot0 = _ring_base(tid, RING, WARPS)
         pstride = tl.full((NT,), NT * 16, tl.int32)  # one piece of every thread
         shifts = tl.zeros_like(tid)
         if not FP8:

@@ -9,8 +9,7 @@ BENCHMARKS.md fifteenth session: occupancy- and latency-bound, half the issue sl
 Bytes in flight in shared memory cost no registers. Each thread reads back only what it copied
 itself, so `cp.async.wait_group` alone orders the copies and the reads (no barrier).
 
-A stage is 9 pieces of 16 bytes a thread (SLOT_BYTES; the 8-bit formats' 6, SLOT_BYTES_FP8:
-pieces 0..5), each piece laid thread after thread
+A stage is 9 pieces of 16 bytes a thread (SLOT_BYTES), each piece laid thread after thread
 (piece p of thread i at p * 16 * threads + 16 i: a warp's copy or read of a piece is 512
 contiguous bytes): pieces 0..3 the 4 rows' codes, 4..7 x (FP4: 64 bytes, 32 codes' worth;
 8-bit: the first two), 8 the rows' scale words (FP4; the 4-byte word that holds each row's
@@ -25,10 +24,9 @@ import triton.language as tl
 
 from ._const import Const
 from ._mma_loads import _x_pieces
-from ._mma_table import MMA_RING_PROGRAM_SLOTS, mma_ring_slot_bytes
+from ._mma_table import MMA_RING_PROGRAM_SLOTS, MMA_RING_SLOT_BYTES
 
-SLOT_BYTES = Const(mma_ring_slot_bytes(False))
-SLOT_BYTES_FP8 = Const(mma_ring_slot_bytes(True))
+SLOT_BYTES = Const(MMA_RING_SLOT_BYTES)
 X_PIECE = 4  # pieces 0..3: the rows' codes; 4..7: x; 8: the 4 rows' scale words
 SCALE_PIECE = 8
 
@@ -112,13 +110,12 @@ def _read_x_asm(pieces: int) -> str:
     return "{\n" + "\n".join(lines) + "\n}"
 
 
-_DECL = {(p, fp8): Const(_decl_asm(p * 32 * mma_ring_slot_bytes(fp8)))
-         for p in MMA_RING_PROGRAM_SLOTS for fp8 in (False, True)}
-_DECL_2, _DECL_FP8_2 = _DECL[2, False], _DECL[2, True]
-_DECL_3, _DECL_FP8_3 = _DECL[3, False], _DECL[3, True]
-_DECL_4, _DECL_FP8_4 = _DECL[4, False], _DECL[4, True]
-_DECL_6, _DECL_FP8_6 = _DECL[6, False], _DECL[6, True]
-_DECL_8, _DECL_FP8_8 = _DECL[8, False], _DECL[8, True]
+_DECL = {p: Const(_decl_asm(p * 32 * MMA_RING_SLOT_BYTES)) for p in MMA_RING_PROGRAM_SLOTS}
+_DECL_2 = _DECL[2]
+_DECL_3 = _DECL[3]
+_DECL_4 = _DECL[4]
+_DECL_6 = _DECL[6]
+_DECL_8 = _DECL[8]
 _ISSUE_W_FP4 = Const(_issue_weights_asm(True))
 _ISSUE_W_FP8 = Const(_issue_weights_asm(False))
 _ISSUE_X_FP4 = Const(_issue_x_asm(4))
@@ -140,22 +137,23 @@ _WAIT_ALL = Const("{\ncp.async.wait_all;\nmov.b32 $0, 0;\n}")
 
 
 @triton.jit
-def _ring_base(tid, STAGES: tl.constexpr, WARPS: tl.constexpr, FP8: tl.constexpr):
+def _ring_base(tid, STAGES: tl.constexpr, WARPS: tl.constexpr):
     """This thread's slot of stage 0: its 16 bytes of piece 0 (piece p: + p * 32 * WARPS * 16;
-    stage s: + s * 32 * WARPS * SLOT_BYTES, or SLOT_BYTES_FP8)."""
+    stage s: + s * 32 * WARPS * SLOT_BYTES)."""
     P: tl.constexpr = STAGES * WARPS
     tl.static_assert(P == 2 or P == 3 or P == 4 or P == 6 or P == 8,
                      "RING: stages * warps in (2, 3, 4, 6, 8)")
+    # the declaration for this many slots, picked as a constexpr and issued by one call
     if P == 2:
-        DECL: tl.constexpr = _DECL_FP8_2 if FP8 else _DECL_2
+        DECL: tl.constexpr = _DECL_2
     elif P == 3:
-        DECL: tl.constexpr = _DECL_FP8_3 if FP8 else _DECL_3
+        DECL: tl.constexpr = _DECL_3
     elif P == 4:
-        DECL: tl.constexpr = _DECL_FP8_4 if FP8 else _DECL_4
+        DECL: tl.constexpr = _DECL_4
     elif P == 6:
-        DECL: tl.constexpr = _DECL_FP8_6 if FP8 else _DECL_6
+        DECL: tl.constexpr = _DECL_6
     else:
-        DECL: tl.constexpr = _DECL_FP8_8 if FP8 else _DECL_8
+        DECL: tl.constexpr = _DECL_8
     base = tl.inline_asm_elementwise(DECL, "=r,r", [tid], tl.int32, is_pure=False, pack=1)
     return base + tid * 16
 

@@ -89,17 +89,13 @@ MMA_RING_STAGES = (2, 3, 4, 6, 8)
 """Stages of Kernel.MMA_GEMV's shared-memory ring (LaunchConfig.ring; `_mma_ring`); 6 and 8 in
 one warp only (MMA_RING_PROGRAM_SLOTS)."""
 MMA_RING_SLOT_BYTES = 144
-"""A thread's bytes of one ring stage (`_mma_ring`): FP4's 9 pieces of 16 bytes."""
-MMA_RING_SLOT_BYTES_FP8 = 96
-"""The 8-bit formats' stage: 6 of the pieces (no scale word, half of FP4's x), so a program
-declares two thirds of FP4's shared memory and more of them fit an SM."""
+"""A thread's bytes of one ring stage (`_mma_ring`), every format: 8-bit stages of the 96 bytes
+they use (two thirds of the shared memory, more programs an SM) were measured slower on the
+H200 (2026-12-03, `slot26`: token E5M2 1.610-1.611 -> 1.622 ms, E4M3 the same; qkv 6144 x
+4096 88 -> 74% of read, down 4096 x 14336 76 -> 81%; BENCHMARKS.md twenty-sixth session)."""
 MMA_RING_PROGRAM_SLOTS = (2, 3, 4, 6, 8)
 """stages * warps a ring may take: its static shared memory (<= 8 * 32 * 144 bytes) stays
 under the 48 KB a kernel may declare."""
-
-
-def mma_ring_slot_bytes(fp8: bool) -> int:
-    return MMA_RING_SLOT_BYTES_FP8 if fp8 else MMA_RING_SLOT_BYTES
 
 
 def mma_ring_fits(stages: int, warps: int) -> bool:
