@@ -80,15 +80,19 @@ def candidates(fmt, n, k, m, info, dtype, kernels, mma_pipes=((1, 0),), mma_warp
                         out.append(tb.LaunchConfig(tb.Kernel.GEMV, max(1, m), bn,
                                                    kbytes * 8 // bits, 1, nw, st))
     if m <= 16 and "small_m" in kernels:
-        for bn in (16, 32, 64, 128):
-            for bk in ((128, 256) if bits == 8 else ((32,) if mx else (128, 256))):
-                for nw, st in ((4, 3), (8, 3)):
-                    out.append(tb.LaunchConfig(tb.Kernel.SMALL_M, 16, bn, bk, 1, nw, st))
+        tiles = [(bn, bk, nw, 3) for bn in (16, 32, 64, 128)
+                 for bk in ((128, 256) if bits == 8 else ((32,) if mx else (128, 256)))
+                 for nw in (4, 8)]
         if bits == 8:  # deeper pipelines for the large shapes (lm_head)
-            for bn, bk, nw, st in ((64, 256, 4, 4), (64, 256, 4, 5), (64, 512, 4, 3),
-                                   (128, 256, 8, 4), (128, 128, 4, 4), (128, 256, 4, 4),
-                                   (128, 512, 4, 3), (256, 256, 8, 3), (256, 128, 8, 4)):
-                out.append(tb.LaunchConfig(tb.Kernel.SMALL_M, 16, bn, bk, 1, nw, st))
+            tiles += [(64, 256, 4, 4), (64, 256, 4, 5), (64, 512, 4, 3), (128, 256, 8, 4),
+                      (128, 128, 4, 4), (128, 256, 4, 4), (128, 512, 4, 3), (256, 256, 8, 3),
+                      (256, 128, 8, 4)]
+        for bn, bk, nw, st in tiles:
+            # unsplit, and K split for about 2 and 4 programs an SM (the table's rule: 4)
+            programs, steps = -(-n // bn), -(-k // bk)
+            for split in sorted({1} | {min(16, steps, -(-per_sm * info.sm_count // programs))
+                                       for per_sm in (2, 4)}):
+                out.append(tb.LaunchConfig(tb.Kernel.SMALL_M, 16, bn, bk, split, nw, st))
     if m <= tb.MMA_GROUPS_MAX_M and "mma_gemv" in kernels and tb.mma_gemv_runs(
             k, m, softfp8.Format(fmt), info, dtype):
         # the run mapping laid out for the next power of two >= M, 2 or 4 tiles a warp, splits
