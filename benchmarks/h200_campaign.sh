@@ -1710,7 +1710,7 @@ PY
     run "tall-$v" 60 env SOFTFP8_TRITON_TABLE=$t python3 -m softfp8.bench shapes --shape 28672,4096 --shape 128256,4096 --backends triton --formats e5m2,e4m3 --out "$OUT/r/tall-$v.json"
     grep -E "^(gate_up|lm_head|28672|128256).*(e5m2|e4m3)" "$OUT/tall-$v.txt" | cut -c1-80
   done
-  run downsweep 150 python3 benchmarks/sweep_gemv.py --formats e5m2,e4m3 --kernels small_m --ms 8,12,16 --shapes "4096,14336" --budget 140 --out "$OUT/r/downsweep.json"
+  run downsweep 120 python3 benchmarks/sweep_gemv.py --formats e5m2,e4m3 --kernels small_m --ms 8,12,16 --shapes "4096,14336" --budget 100 --out "$OUT/r/downsweep.json"
   grep -E "M=|BEST" "$OUT/downsweep.txt" | cut -c1-120 | tail -12
   smallm_ab 60 "$OUT/r/downsweep.json" 1,8,12,16 base down baseb downb
   pack tune26
