@@ -1710,9 +1710,12 @@ PY
     run "tall-$v" 60 env SOFTFP8_TRITON_TABLE=$t python3 -m softfp8.bench shapes --shape 28672,4096 --shape 128256,4096 --backends triton --formats e5m2,e4m3 --out "$OUT/r/tall-$v.json"
     grep -E "^(gate_up|lm_head|28672|128256).*(e5m2|e4m3)" "$OUT/tall-$v.txt" | cut -c1-80
   done
-  run downsweep 120 python3 benchmarks/sweep_gemv.py --formats e5m2,e4m3 --kernels small_m --ms 8,12,16 --shapes "4096,14336" --budget 100 --out "$OUT/r/downsweep.json"
+  # each step only where the call has time left for it (the pack must run)
+  [ $SECONDS -lt 200 ] && run downsweep 110 python3 benchmarks/sweep_gemv.py --formats e5m2,e4m3 --kernels small_m --ms 8,12,16 --shapes "4096,14336" --budget 90 --out "$OUT/r/downsweep.json"
   grep -E "M=|BEST" "$OUT/downsweep.txt" | cut -c1-120 | tail -12
-  smallm_ab 60 "$OUT/r/downsweep.json" 1,8,12,16 base down baseb downb
+  for v in base down baseb downb; do
+    [ $SECONDS -lt 330 ] && smallm_ab 45 "$OUT/r/downsweep.json" 1,8,12,16 $v
+  done
   pack tune26
   ;;
 esac
