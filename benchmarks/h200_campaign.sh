@@ -1718,4 +1718,14 @@ PY
   done
   pack tune26
   ;;
+heads)
+  # (written in the twenty-sixth session, not run yet) the M = 1 vocabulary head's two speeds:
+  # per process, per weight copy, or per run? benchmarks/gpu_head_modes.py in three processes
+  export SOFTFP8_FP8_DECODE=integer
+  mkdir -p "$OUT/r"
+  for i in 1 2 3; do
+    run "heads-$i" 150 python3 benchmarks/gpu_head_modes.py --json "$OUT/r/heads-$i.json"
+  done
+  pack heads
+  ;;
 esac
