@@ -5,11 +5,11 @@ decode change gets predicted before device time is spent (BENCHMARKS.md, fifteen
     python benchmarks/sass_mma_loop.py nvfp4 --set INJECT=1 [--warps N] [--arch 90] [--dump]
 
 The kernel's settings default to what the table picks for a 4096 x 4096 weight at M = 1 on that
-GPU (`launch_config`: the run mapping, its warps, depth and ring; the PDL mode `pdl_settings`
-gives it), with whole steps; --warps and --set NAME=VALUE override (ints). Prints registers,
-spills, the loop's instruction count and its opcodes (modifiers dropped), and the integer-ALU
-share: the opcodes that issue to sm_80/sm_90's ALU pipe (PRMT, LOP3, SHF, ISETP, IADD3, SEL,
-LEA, VIADD, VIMNMX) against those on the FMA pipe (IMAD*, HMUL2, HFMA2, FFMA).
+GPU (`triton_compile_worker.table_m1`: the run mapping, its warps, depth, ring and PDL mode),
+with whole steps; --warps and --set NAME=VALUE override (ints). Prints registers, spills, the
+loop's instruction count and its opcodes (modifiers dropped), and the integer-ALU share: the
+opcodes that issue to sm_80/sm_90's ALU pipe (PRMT, LOP3, SHF, ISETP, IADD3, SEL, LEA, VIADD,
+VIMNMX) against those on the FMA pipe (IMAD*, HMUL2, HFMA2, FFMA).
 """
 from __future__ import annotations
 
@@ -28,10 +28,7 @@ from triton.backends.compiler import GPUTarget  # noqa: E402
 
 import triton_compile_worker as worker  # noqa: E402
 from triton_compile_worker import ALU_OPS, FMA_OPS, loop_ops, opcode  # noqa: E402
-import torch  # noqa: E402
-
-from softfp8.backends.triton import DeviceInfo, _mma, launch_config, pdl_settings  # noqa: E402
-from softfp8.formats import Format  # noqa: E402
+from softfp8.backends.triton import DeviceInfo, _mma  # noqa: E402
 
 
 def main() -> None:
@@ -42,14 +39,11 @@ def main() -> None:
     ap.add_argument("--set", action="append", default=[], metavar="NAME=VALUE")
     ap.add_argument("--dump", action="store_true", help="print the loop's instructions too")
     args = ap.parse_args()
-    fp8 = args.fmt in ("e5m2", "e4m3")
     info = DeviceInfo(sm_count=132, capability=(args.arch // 10, args.arch % 10),
                       interpreter=False)
-    cfg = launch_config(4096, 4096, 1, Format(args.fmt), info, torch.float16)
-    warps = args.warps or cfg.num_warps
-    c = dict(FMT=args.fmt, HAS_BIAS=False, WARPS=warps, PARTIAL=False,
-             PDL=pdl_settings(info, Format(args.fmt), cfg)[0], PREFETCH=0, AHEAD=0, RUNS=1,
-             TILES=2, ZERO=False, HAS_SCALE=fp8, DEPTH=cfg.depth, RING=cfg.ring)
+    _, c = worker.table_m1(args.fmt, info, ZERO=False)
+    if args.warps:
+        c["WARPS"] = args.warps
     for kv in args.set:
         name, value = kv.split("=", 1)
         c[name] = int(value)

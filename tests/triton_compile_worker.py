@@ -38,6 +38,17 @@ DIV16 = ("RB", "KB_SPLIT")  # what Triton's launcher specialises as multiples of
 SHAPES = {"gemv": 1, "small_m": 8, "tiled": 128}  # M per kernel; N = K = 4096
 
 
+def table_m1(fmt: str, info: DeviceInfo, **override):
+    """(LaunchConfig, constexprs) of Kernel.MMA_GEMV as the table runs a 4096 x 4096 weight at
+    M = 1 on `info` (the run mapping, 2 tiles; its warps, depth, ring and PDL mode), no bias,
+    whole steps left to ZERO's default; `override` replaces any constexpr."""
+    cfg = launch_config(4096, 4096, 1, Format(fmt), info, torch.float16)
+    c = dict(FMT=fmt, HAS_BIAS=False, WARPS=cfg.num_warps, PARTIAL=False,
+             PDL=pdl_settings(info, Format(fmt), cfg)[0], PREFETCH=0, AHEAD=0, RUNS=1, TILES=2,
+             HAS_SCALE=fmt in ("e5m2", "e4m3"), DEPTH=cfg.depth, RING=cfg.ring)
+    return cfg, dict(c, **override)
+
+
 def variants(backend: str, arch):
     """(name, kernel, constexprs, x dtype, num_warps, num_stages): every kernel (GEMV, small-M,
     tiled) x every decode (format, select/inject, hardware FP8 where the target has it), with the
@@ -135,11 +146,8 @@ def variants(backend: str, arch):
                          AHEAD=0, RUNS=1, TILES=2, HAS_SCALE=True, DEPTH=2)
                 yield f"mma_gemv-r1t2d2-pdl-early-{fmt}-fp16", _mma.mma_gemv_kernel, c, "fp16", 2, 1
             # the table's M = 1 ring from sm_90 (MMA_FP8_RING_M1: one warp, 4 stages, early)
-            cfg = launch_config(4096, 4096, 1, Format(fmt), info, torch.float16)
+            cfg, c = table_m1(fmt, info, HAS_BIAS=True)
             if cfg.ring:
-                c = dict(FMT=fmt, HAS_BIAS=True, WARPS=cfg.num_warps, PARTIAL=False,
-                         PDL=pdl_settings(info, Format(fmt), cfg)[0], PREFETCH=0, AHEAD=0,
-                         RUNS=1, TILES=2, HAS_SCALE=True, DEPTH=1, RING=cfg.ring)
                 yield (f"mma_gemv-r1t2-ring{cfg.ring}-w{cfg.num_warps}-{fmt}-fp16",
                        _mma.mma_gemv_kernel, c, "fp16", cfg.num_warps, 1)
         if not hw:  # the large-M slab decode (portable decoders only)
