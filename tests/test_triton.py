@@ -311,6 +311,7 @@ def test_launch_table_is_deterministic_and_splits_small_n():
 def test_mma_gemv_domain():
     """FP4, fp16 x, M <= 16, K % 8 == 0, NVIDIA sm_80+; everything else keeps its kernel."""
     h200 = triton_backend.DeviceInfo(sm_count=132, capability=(9, 0), interpreter=False)
+    a100 = triton_backend.DeviceInfo(sm_count=108, capability=(8, 0), interpreter=False)
     t4 = triton_backend.DeviceInfo(sm_count=40, capability=(7, 5), interpreter=False)
     mi250 = triton_backend.DeviceInfo(sm_count=104, capability=None, interpreter=False)
     for fmt in (Format.NVFP4, Format.MXFP4):
@@ -324,7 +325,6 @@ def test_mma_gemv_domain():
             assert (cfg.block_n, cfg.num_warps, cfg.split_k) == (4, 1, 1), (n, cfg)
         for n in (8191, 16384):
             assert launch_config(n, 4096, 1, fmt, h200).num_warps == 2
-        a100 = triton_backend.DeviceInfo(sm_count=108, capability=(8, 0), interpreter=False)
         # FP4's rule only (8-bit M = 1 from sm_90: one warp on the ring, MMA_FP8_RING_M1)
         assert launch_config(11008, 4096, 1, Format.E5M2, a100).num_warps == 2
         assert launch_config(11008, 4096, 2, fmt, h200).num_warps == 4  # M = 1 only
@@ -383,7 +383,6 @@ def test_mma_gemv_domain():
         assert triton_backend.mma_ring_fits(ring.ring, ring.num_warps)
         assert triton_backend.pdl_settings(h200, Format.E4M3, ring) == (1, 0)  # early
     assert launch_config(1024, 4096, 1, Format.E5M2, h200).split_k > 1  # fills the GPU
-    a100 = triton_backend.DeviceInfo(sm_count=108, capability=(8, 0), interpreter=False)
     a100_cfg = launch_config(4096, 11008, 1, Format.E4M3, a100)  # measured on the H200 only
     assert (a100_cfg.kernel, a100_cfg.depth, a100_cfg.ring) == (Kernel.MMA_GEMV, 2, 0)
     a100_head = launch_config(128256, 4096, 1, Format.E5M2, a100)

@@ -295,9 +295,10 @@ def mma_config(n: int, k: int, m: int, fmt: Format, info: DeviceInfo) -> LaunchC
         warps = 8 if -(-n // MMA_TILE_ROWS) < 256 else 4
     groups = -(-m // block_m)  # block_m = 8 at M = 9..16 (explicit configs): two groups
     if fp8 and _fp8_ring(m, info):
-        # the shared-memory ring, 3 stages (2 ahead): as many bytes a warp as depth 2, so the
-        # same resident warps fill the GPU, and at M = 1 no split by row length; M = 1 in one
-        # warp of 4 stages (MMA_FP8_RING_STAGES, MMA_FP8_RING_M1, MMA_FP8_RING_MAX_M)
+        # the shared-memory ring: M = 1 in one warp of 4 stages (3 ahead), no split by row
+        # length; M = 2..4 in 2 warps of 3 stages (2 ahead: as many bytes a warp as depth 2,
+        # so the same resident warps fill the GPU) (MMA_FP8_RING_M1, MMA_FP8_RING_STAGES,
+        # MMA_FP8_RING_MAX_M)
         warps, stages = ((4, 2) if m == 2 and n >= MMA_FP8_MAX_N
                          else MMA_FP8_RING_M1 if m == 1 else (2, MMA_FP8_RING_STAGES))
         rows = mma_rows(block_m, warps)
