@@ -56,6 +56,19 @@ sweep_l3() {
   run "$name" "$secs" python3 benchmarks/sweep_gemv.py "$@" --shapes "6144,4096;4096,4096;28672,4096;4096,14336;128256,4096" --out "$OUT/r/$name.json"
   grep -E "x4096 M=|x14336 M=|table:|BEST:" "$OUT/$name.txt" | cut -c1-110
 }
+# ring_tables STAGES:WARPS..: $OUT/r/table-rSwW.json for each, benchmarks/fp8_ring_all_table.json's
+# rows (the llama2-7b M = 1 shapes, 8-bit) on the ring with S stages in W warps
+ring_tables() {
+  python3 - "$OUT/r" "$@" <<'PY'
+import json, sys
+base = json.load(open("benchmarks/fp8_ring_all_table.json"))
+for spec in sys.argv[2:]:
+    ring, warps = map(int, spec.split(":"))
+    rows = [dict(r, ring=ring, num_warps=warps, block_n=4 * warps) for r in base["best"]]
+    with open(f"{sys.argv[1]}/table-r{ring}w{warps}.json", "w") as f:
+        json.dump(dict(best=rows, note=f"fp8_ring_all_table.json, ring {ring}, {warps} warps"), f)
+PY
+}
 # pack STEP: $OUT/r (and the logs) into $OUT/STEP.tgz, printing the token/shape rows last
 pack() {
   cp "$OUT"/*.txt "$OUT/r/"
@@ -1555,14 +1568,7 @@ ring25)
   mkdir -p "$OUT/r"
   run ringsweep 200 python3 benchmarks/sweep_gemv.py --formats e5m2,e4m3 --kernels mma_gemv --mma-pipes 1:0:3,1:0:4 --mma-warps 1,2 --mma-tiles 2 --shapes "12288,4096;4096,4096;22016,4096;4096,11008" --budget 180 --out "$OUT/r/ringsweep.json"
   grep -E "x4096 M=|x11008 M=|BEST|WRONG|FAILED" "$OUT/ringsweep.txt" | cut -c1-120
-  python3 - "$OUT/r" <<'PY'
-import json, sys
-base = json.load(open("benchmarks/fp8_ring_all_table.json"))
-for name, ring, warps in (("r4w2", 4, 2), ("r4w1", 4, 1)):
-    rows = [dict(r, ring=ring, num_warps=warps, block_n=4 * warps) for r in base["best"]]
-    with open(f"{sys.argv[1]}/table-{name}.json", "w") as f:
-        json.dump(dict(best=rows, note=f"fp8_ring_all_table.json, ring {ring}, {warps} warps"), f)
-PY
+  ring_tables 4:2 4:1
   for v in base r4w2 r4w1 sweep r4w2e base2 r4w2b r4w1b sweep2 r4w2e2; do
     case $v in
       base*) t= ; p=auto ;;
@@ -1582,14 +1588,7 @@ deep25)
   # ring's GPU tests (every stage count)
   export SOFTFP8_FP8_DECODE=integer
   mkdir -p "$OUT/r"
-  python3 - "$OUT/r" <<'PY'
-import json, sys
-base = json.load(open("benchmarks/fp8_ring_all_table.json"))
-for name, ring, warps in (("r4w2", 4, 2), ("r4w1", 4, 1), ("r6w1", 6, 1), ("r8w1", 8, 1)):
-    rows = [dict(r, ring=ring, num_warps=warps, block_n=4 * warps) for r in base["best"]]
-    with open(f"{sys.argv[1]}/table-{name}.json", "w") as f:
-        json.dump(dict(best=rows, note=f"fp8_ring_all_table.json, ring {ring}, {warps} warps"), f)
-PY
+  ring_tables 4:2 4:1 6:1 8:1
   for v in base r4w2 r8w1 r6w1 r4w1 base2 r4w2b r8w1b r6w1b r4w1b; do
     case $v in
       base*) t= ; p=auto ;;
@@ -1652,14 +1651,7 @@ ring26)
   export SOFTFP8_FP8_DECODE=integer
   mkdir -p "$OUT/r"
   ab_bench token 70 python3 -m softfp8.bench token --preset llama2-7b --backends triton --formats e5m2,e4m3
-  python3 - "$OUT/r" <<'PY'
-import json, sys
-base = json.load(open("benchmarks/fp8_ring_all_table.json"))
-for name, ring, warps in (("r3w1", 3, 1), ("r6w1", 6, 1), ("r4w2", 4, 2)):
-    rows = [dict(r, ring=ring, num_warps=warps, block_n=4 * warps) for r in base["best"]]
-    with open(f"{sys.argv[1]}/table-{name}.json", "w") as f:
-        json.dump(dict(best=rows, note=f"fp8_ring_all_table.json, ring {ring}, {warps} warps"), f)
-PY
+  ring_tables 3:1 6:1 4:2
   for v in r3w1 r6w1 r4w2 r3w1b r6w1b r4w2b; do
     [ $SECONDS -lt 400 ] || break
     run "token-$v" 60 env SOFTFP8_TRITON_TABLE=$OUT/r/table-${v:0:4}.json SOFTFP8_PDL=early python3 -m softfp8.bench token --preset llama2-7b --backends triton --formats e5m2,e4m3 --out "$OUT/r/token-$v.json"
