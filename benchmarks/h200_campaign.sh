@@ -1710,6 +1710,25 @@ PY
   done
   pack tune26
   ;;
+wide27)
+  # 8-bit M = 9..16 on the ring (WIDE: x row g + 8 in the slot), and how a layout for more x
+  # rows (shorter runs of each row a step) costs at M = 1
+  export SOFTFP8_FP8_DECODE=integer
+  mkdir -p "$OUT/r"
+  run gputests 170 python3 -m pytest -q -x -m gpu -p no:cacheprovider tests/test_triton.py -k "ring_wide or ring_needs"
+  run layouts 60 python3 benchmarks/sweep_gemv.py --formats e5m2,e4m3 --kernels mma_gemv --ms 1 --mma-pipes 1:0:4 --mma-warps 1 --mma-tiles 2 --mma-runs 1,2,4,8 --shapes "28672,4096" --out "$OUT/r/layouts.json"
+  grep -E "M=|BEST|table" "$OUT/layouts.txt" | cut -c1-110
+  python3 - "$OUT/r/layouts.json" <<'PY'
+import json, sys
+for r in json.load(open(sys.argv[1]))["results"]:
+    print(r["fmt"], "block_m", r["block_m"], "split", r["split_k"], f'{r["us"]:.1f} us', f'{r["gbps"]:.0f} GB/s')
+PY
+  [ $SECONDS -lt 260 ] && sweep_l3 widesweep 240 --formats e5m2 --kernels mma_gemv --ms 8,16 --mma-pipes 1:0:4,1:0:3 --mma-warps 1,2 --mma-tiles 2 --budget 210
+  for v in base wide baseb wideb; do
+    [ $SECONDS -lt 520 ] && smallm_ab 40 "$OUT/r/widesweep.json" 1,8,16 $v
+  done
+  pack wide27
+  ;;
 heads)
   # (written in the twenty-sixth session, not run yet) the M = 1 vocabulary head's two speeds:
   # per process, per weight copy, or per run? benchmarks/gpu_head_modes.py in three processes

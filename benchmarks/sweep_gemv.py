@@ -62,11 +62,13 @@ def graph_time(fns, reps=10):
 
 
 def candidates(fmt, n, k, m, info, dtype, kernels, mma_pipes=((1, 0),), mma_warps=None,
-               mma_tiles=tb.MMA_RUN_TILES):
+               mma_tiles=tb.MMA_RUN_TILES, mma_runs=None):
     """The settings tried: the current table's choice, then a grid around it, for the kernels
     named in `kernels` (gemv, small_m, mma_gemv, tiled, dequant). mma_pipes: the (depth, L2
     prefetch steps[, ring stages]) settings tried on the run mapping (depth 2 and the ring only
-    with 2 tiles a warp; the ring at depth 1 where `mma_ring_fits`)."""
+    with 2 tiles a warp; the ring at depth 1 where `mma_ring_fits`, at M = 9..16 (WIDE) 8-bit
+    only). mma_runs: the run mapping's layouts (x rows, each >= M) tried, default the next
+    power of two >= M (a wider one reads shorter runs of each row a step)."""
     bits = 8 if fmt in FP8 else 4
     mx = fmt == "mxfp4"
     out = [tb.launch_config(n, k, m, softfp8.Format(fmt), info, dtype)]
@@ -98,8 +100,10 @@ def candidates(fmt, n, k, m, info, dtype, kernels, mma_pipes=((1, 0),), mma_warp
         # the run mapping laid out for the next power of two >= M, 2 or 4 tiles a warp, splits
         # for ~12 (M = 1: and ~24, M > 1: and ~6) resident warps an SM and none; M > 1 also the
         # 32-row tiles (block_m 8)
-        mp = min(tb.MMA_MAX_M, 1 << (m - 1).bit_length())
-        for nw in mma_warps or ((2, 4, 8) if m == 1 else (4, 8)) if m <= tb.MMA_MAX_M else ():
+        mp0 = min(tb.MMA_MAX_M, 1 << (m - 1).bit_length())
+        layouts = [mp0] if not mma_runs else [v for v in mma_runs if v >= mp0]
+        for mp, nw in [(mp, nw) for mp in layouts for nw in (
+                mma_warps or ((2, 4, 8) if m == 1 else (4, 8)) if m <= tb.MMA_MAX_M else ())]:
             for tiles in mma_tiles:
                 rows = tb.mma_rows(mp, nw, tiles)
                 splits = {1} | {tb.mma_split(-(-n // rows), nw, info, per_sm)
@@ -130,6 +134,16 @@ def candidates(fmt, n, k, m, info, dtype, kernels, mma_pipes=((1, 0),), mma_warp
                     for depth in (1, 2):
                         out.append(tb.LaunchConfig(tb.Kernel.MMA_GEMV, tb.MMA_WIDE_M, rows, 128,
                                                    s, nw, 0, depth))
+            # 8-bit on the ring (x row g + 8 in the slot): the pipes' ring stages, the warps
+            # asked (default 1, 2), splits for ~6 and ~12 warps an SM and none
+            rings = [r[2] for r in mma_pipes if len(r) > 2 and r[2]] if fmt in FP8 else []
+            for nw in mma_warps or (1, 2):
+                rows = tb.mma_rows(tb.MMA_MAX_M, nw, 2)
+                for ring in (r for r in rings if tb.mma_ring_fits(r, nw)):
+                    for s in sorted({1} | {tb.mma_split(-(-n // rows), nw, info, per_sm)
+                                           for per_sm in (6, 12)}):
+                        out.append(tb.LaunchConfig(tb.Kernel.MMA_GEMV, tb.MMA_WIDE_M, rows, 128,
+                                                   s, nw, 0, 1, ring))
     if m > 16:
         bk = 32 if mx else 64
         if "dequant" in kernels:  # slab rows; block_k = codes per dequant program
@@ -170,6 +184,9 @@ def main(argv=None):
                          "1:0,2:0,2:4,1:0:3 (ring: stages of the shared-memory ring)")
     ap.add_argument("--mma-warps", default=None, help="Kernel.MMA_GEMV warps tried (default 2,4,8 at M = 1)")
     ap.add_argument("--mma-tiles", default="2,4", help="Kernel.MMA_GEMV run mapping: tiles a warp")
+    ap.add_argument("--mma-runs", default=None,
+                    help="Kernel.MMA_GEMV run mapping: layouts (x rows) tried, e.g. 1,2,4,8 "
+                         "(default: the next power of two >= M)")
     ap.add_argument("--budget", type=float, default=400, help="seconds; stop sweeping after")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
@@ -215,8 +232,9 @@ def main(argv=None):
                 pipes = [tuple(map(int, v.split(":"))) for v in args.mma_pipes.split(",")]
                 warps = [int(v) for v in args.mma_warps.split(",")] if args.mma_warps else None
                 tiles = tuple(int(v) for v in args.mma_tiles.split(","))
+                runs = [int(v) for v in args.mma_runs.split(",")] if args.mma_runs else None
                 for c0 in candidates(fmt, n, k, m, info, x.dtype, args.kernels.split(","),
-                                     pipes, warps, tiles):
+                                     pipes, warps, tiles, runs):
                     for split in with_split(c0, n, m, info.sm_count):
                         c = dataclasses.replace(c0, split_k=split)
                         try:
