@@ -1729,6 +1729,22 @@ PY
   done
   pack wide27
   ;;
+ncu27)
+  # E4M3's M = 1 ring is ~20% slower than E5M2's on gate_up (wide27 layouts: 35.2 against 29.4
+  # us) with a loop not issue-bound on paper: Nsight Compute on both (the table's setting),
+  # then E4M3's per-instruction stalls; then the head's two speeds (the heads step)
+  export SOFTFP8_FP8_DECODE=integer
+  mkdir -p "$OUT/r"
+  NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+  run ncu27 200 "$NCU" --clock-control none --section SpeedOfLight --section SchedulerStats --section WarpStateStats --section Occupancy --section InstructionStats --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis -k regex:mma_gemv --launch-skip 1 -c 3 python3 benchmarks/gpu_ncu_target.py --formats e5m2,e4m3 --shape 28672,4096 --launches 0
+  grep -E "^(e5m2|e4m3)|Duration|DRAM Throughput|Registers Per|Achieved Active|Warp Cycles Per Issued|Issue Slots|Eligible|Issued Warp|No Eligible" "$OUT/ncu27.txt" | head -60
+  run ncusrc27 150 "$NCU" --clock-control none --section SourceCounters --section WarpStateStats --page source --print-source sass -k regex:mma_gemv --launch-skip 3 -c 1 python3 benchmarks/gpu_ncu_target.py --formats e5m2,e4m3 --shape 28672,4096 --launches 0
+  for i in 1 2 3; do
+    [ $SECONDS -lt 480 ] && run "heads-$i" 100 python3 benchmarks/gpu_head_modes.py --json "$OUT/r/heads-$i.json"
+    tail -20 "$OUT/heads-$i.txt"
+  done
+  pack ncu27
+  ;;
 heads)
   # (written in the twenty-sixth session, not run yet) the M = 1 vocabulary head's two speeds:
   # per process, per weight copy, or per run? benchmarks/gpu_head_modes.py in three processes
