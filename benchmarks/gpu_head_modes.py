@@ -3,7 +3,7 @@ weight lies, or of the run? (BENCHMARKS.md, twenty-sixth session: the llama3-8b 
 or 0.136 ms for E4M3, 0.118 or 0.135 for E5M2, one speed per bench run, same code.)
 
     python benchmarks/gpu_head_modes.py [--formats e5m2,e4m3] [--shape 128256,4096]
-                                        [--allocs 6] [--repeats 3] [--json FILE]
+                                        [--allocs 6] [--repeats 3] [--trace W] [--json FILE]
 
 Per format, the weight is quantized once; then `allocs` times a fresh copy of it is made
 behind a spacer allocation whose size changes each time (so the copy's address moves), and the
@@ -12,8 +12,10 @@ median: `softfp8.bench.timing.measure`), each row with the copy's address modulo
 SM clock nvidia-smi reports after it. Reading it: one speed for every copy and repeat in a
 process but another in the next process: a state of the process or the GPU; the speed moving
 with the copy: where the weight lies; moving between repeats of one copy: the run. Run it in
-two or three processes (it prints which one it is by pid). `--device cpu --backend torch`: a
-dry run of the script itself.
+two or three processes (it prints which one it is by pid). --trace W: right after each
+format's quantize, W back-to-back windows of 20 replays (the slow speed's time course: in
+ncu27 the slow speed came only as a process's first E4M3 timing). `--device cpu --backend
+torch`: a dry run of the script itself (no trace there).
 """
 from __future__ import annotations
 
@@ -43,6 +45,26 @@ def sm_clock_mhz() -> int | None:
         return None
 
 
+def trace(call, windows: int, per_window: int = 20) -> list:
+    """[(ms since the first window's start, us a call)] over `windows` back-to-back windows of
+    `per_window` replays of a one-call CUDA graph, enqueued without a sync between them (one
+    eager call first: it compiles)."""
+    call()
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        call()
+    ev = [torch.cuda.Event(enable_timing=True) for _ in range(windows + 1)]
+    ev[0].record()
+    for i in range(windows):
+        for _ in range(per_window):
+            g.replay()
+        ev[i + 1].record()
+    torch.cuda.synchronize()
+    return [(ev[0].elapsed_time(ev[i]), ev[i].elapsed_time(ev[i + 1]) * 1e3 / per_window)
+            for i in range(windows)]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--formats", default="e5m2,e4m3")
@@ -53,6 +75,9 @@ def main() -> None:
     ap.add_argument("--json", default=None)
     ap.add_argument("--device", default="cuda", help="cpu with --backend torch: a dry run")
     ap.add_argument("--backend", default="triton")
+    ap.add_argument("--trace", type=int, default=0, metavar="WINDOWS",
+                    help="also, right after each format's quantize: WINDOWS back-to-back windows "
+                         "of 20 graph replays each, timed by events (the speed's time course)")
     args = ap.parse_args()
     dev = torch.device(args.device)
     if dev.type == "cuda" and not torch.cuda.is_available():
@@ -67,9 +92,14 @@ def main() -> None:
     print(f"pid {os.getpid()}, {name_of}, shape {n}x{k}, backend {backend}, M = 1")
     print(f"{'format':6s} {'copy':>4s} {'addr % 2 MiB':>12s} {'repeat':>6s} {'us':>8s} "
           f"{'GB/s':>7s} {'SM MHz':>6s}")
+    traces = {}
     for name in args.formats.split(","):
         packed = quantize(w, Format(name))
         nbytes = packed.nbytes
+        if args.trace and dev.type == "cuda":
+            traces[name] = trace(lambda p=packed: linear(x, p, backend=backend), args.trace)
+            print(f"{name} trace, us a call per window of 20 (time from the first window's "
+                  f"start, ms): " + " ".join(f"{us:.1f}@{ms:.0f}" for ms, us in traces[name]))
         for a in range(args.allocs):
             # a spacer of (a + 1) * 1.25 MiB before the copy moves its address
             spacer = torch.empty(int((a + 1) * 1.25 * 2**20), dtype=torch.uint8, device=dev)
@@ -91,7 +121,7 @@ def main() -> None:
     if args.json:
         with open(args.json, "w") as f:
             json.dump(dict(argv=sys.argv, device=name_of,
-                           torch=torch.__version__, rows=rows), f, indent=1)
+                           torch=torch.__version__, rows=rows, traces=traces), f, indent=1)
 
 
 if __name__ == "__main__":
