@@ -1745,6 +1745,23 @@ ncu27)
   done
   pack ncu27
   ;;
+len27)
+  # (1) the head's slow first timing: its time course right after quantize (--trace), two
+  # processes; (2) how a program's length (steps a program: K) moves the 8-bit M = 1 ring, same
+  # bytes, 8 / 16 / 32 steps a program, with the scales prefetched at the start (cur) or not
+  # (prev); (3) the llama2-7b token, prev / cur
+  export SOFTFP8_FP8_DECODE=integer
+  mkdir -p "$OUT/r"
+  for i in 1 2; do
+    run "trace-$i" 90 python3 benchmarks/gpu_head_modes.py --allocs 1 --repeats 2 --trace 60 --json "$OUT/r/trace-$i.json"
+    grep -E "trace|e5m2 |e4m3 " "$OUT/trace-$i.txt" | cut -c1-400
+  done
+  run ringtest 150 python3 -m pytest -q -x -m gpu -p no:cacheprovider tests/test_triton.py -k "ring and (e4m3 or e5m2) and not wide"
+  ab_bench len 70 python3 -m softfp8.bench shapes --shape 25344,4096 --shape 12672,8192 --shape 6336,16384 --shape 28672,4096 --backends triton --formats e5m2,e4m3
+  for v in prev cur prev2 cur2; do grep -E "^[0-9]+x[0-9]+ .*(e5m2|e4m3)" "$OUT/len-$v.txt" | cut -c1-90; done
+  [ $SECONDS -lt 420 ] && ab_bench token 60 python3 -m softfp8.bench token --preset llama2-7b --backends triton --formats e5m2,e4m3
+  pack len27
+  ;;
 heads)
   # (written in the twenty-sixth session, not run yet) the M = 1 vocabulary head's two speeds:
   # per process, per weight copy, or per run? benchmarks/gpu_head_modes.py in three processes
