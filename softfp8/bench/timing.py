@@ -88,29 +88,42 @@ def _measure_host(calls, *, warmup: int, reps: int) -> Timing:
                   "cpu perf_counter per call, median")
 
 
-WARM_GPU_S = 0.05
-"""Before the timed replays, the GPU runs the pass untimed for at least this long. Measured on the
-H200 (benchmarks/gpu_bench_bisect.py, 2026-12-01): right after quantizing (or after the bench's
-1 GiB copy), 3 warm-up passes and 50 replays of the 128256 x 4096 E5M2 GEMV took 135.6 us each;
-timed again at once, 120.2: the first ~7 ms ran slow (fp16 F.linear showed the same, 274 us
-first and 240 late in one run; the cause is not established -- clocks coming up fit, but a
-preset run still timed E4M3's head at 136 us against 122 alone). `softfp8-bench shapes` timed
-a single large GEMV in that state."""
+WARM_GPU_S = 0.2
+"""Before the timed replays, the GPU runs the pass untimed until it has been busy this long (by
+its own events, not a count of passes). Measured on the H200 (2026-12-03, `len27`,
+benchmarks/gpu_head_modes.py --trace): right after quantizing, the 128256 x 4096 M = 1 GEMV
+ran at 132-135 us for the first 50-54 ms of back-to-back replays, then at 116-119 us from
+one 2.5 ms window to the next, both formats, in both processes; so this was 50 ms before,
+and every bench run timed the vocabulary head at one of two speeds (0.121 or 0.136 ms) as the
+warm-up ended just before or just after the step. The cause is not established (the SM clock
+nvidia-smi reports is 1980 MHz in both; a clock that comes up after ~50 ms of load fits). The
+first measurement (2026-12-01, benchmarks/gpu_bench_bisect.py): 3 warm-up passes and 50
+replays right after quantizing took 135.6 us, timed again at once 120.2."""
+
+WARM_CHUNK_S = 0.01  # GPU time enqueued between syncs while warming
 
 
 def _warm_clocks(step: Callable[[], object]) -> int:
-    """Run `step` untimed until the GPU has been busy WARM_GPU_S (one timed pass sets the count;
-    at most 1000 more). Returns how many passes ran."""
+    """Run `step` untimed until the GPU has been busy WARM_GPU_S, in chunks of about
+    WARM_CHUNK_S each timed by events (a sync between chunks: small steps enqueue faster than
+    the host can, large ones slower). Returns how many passes ran."""
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     start.record()
     step()
     end.record()
     end.synchronize()
-    once = max(start.elapsed_time(end) / 1e3, 1e-6)
-    extra = min(1000, int(WARM_GPU_S / once))
-    for _ in range(extra):
-        step()
-    return extra + 1
+    busy = max(start.elapsed_time(end) / 1e3, 1e-6)
+    chunk = max(1, min(2000, int(WARM_CHUNK_S / busy)))
+    passes = 1
+    while busy < WARM_GPU_S:
+        start.record()
+        for _ in range(chunk):
+            step()
+        end.record()
+        end.synchronize()
+        busy += start.elapsed_time(end) / 1e3
+        passes += chunk
+    return passes
 
 
 def _measure_cuda(calls, device: torch.device, *, warmup: int, reps: int, graph: bool) -> Timing:
