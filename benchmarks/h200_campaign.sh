@@ -1762,6 +1762,23 @@ len27)
   [ $SECONDS -lt 420 ] && ab_bench token 60 python3 -m softfp8.bench token --preset llama2-7b --backends triton --formats e5m2,e4m3
   pack len27
   ;;
+final27)
+  # the issue-5 numbers on this session's kernels (scales prefetched) and the bench's longer
+  # warm-up (200 ms busy): token, shapes, small-m twice each, prefill
+  export SOFTFP8_FP8_DECODE=integer
+  mkdir -p "$OUT/r"
+  run benchtests 120 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_bench.py
+  tail -2 "$OUT/benchtests.txt"
+  for i in 1 2; do
+    run "token-$i" 90 python3 -m softfp8.bench token --preset llama2-7b --backends triton --out "$OUT/r/token-$i.json"
+    run "shapes-$i" 120 python3 -m softfp8.bench shapes --preset llama3-8b --backends triton --out "$OUT/r/shapes-$i.json"
+    [ $SECONDS -lt 400 ] && run "smallm-$i" 110 python3 -m softfp8.bench small-m --preset llama3-8b --backends triton --formats e5m2,e4m3 --m 1,2,4,8,12,16 --out "$OUT/r/smallm-$i.json"
+    grep -A12 "over all shapes" "$OUT/smallm-$i.txt" | tail -12
+  done
+  [ $SECONDS -lt 480 ] && run prefill 100 python3 -m softfp8.bench prefill --preset llama3-8b --backends triton --out "$OUT/r/prefill.json"
+  grep -A12 "over all shapes" "$OUT/prefill.txt" | tail -12
+  pack final27
+  ;;
 heads)
   # (written in the twenty-sixth session, not run yet) the M = 1 vocabulary head's two speeds:
   # per process, per weight copy, or per run? benchmarks/gpu_head_modes.py in three processes
