@@ -66,9 +66,9 @@ def candidates(fmt, n, k, m, info, dtype, kernels, mma_pipes=((1, 0),), mma_warp
     """The settings tried: the current table's choice, then a grid around it, for the kernels
     named in `kernels` (gemv, small_m, mma_gemv, tiled, dequant). mma_pipes: the (depth, L2
     prefetch steps[, ring stages]) settings tried on the run mapping (depth 2 and the ring only
-    with 2 tiles a warp; the ring at depth 1 where `mma_ring_fits`, at M = 9..16 (WIDE) 8-bit
-    only). mma_runs: the run mapping's layouts (x rows, each >= M) tried, default the next
-    power of two >= M (a wider one reads shorter runs of each row a step)."""
+    with 2 tiles a warp; the ring at depth 1 where `mma_ring_fits`). mma_runs: the run
+    mapping's layouts (x rows, each >= M) tried, default the next power of two >= M (a wider
+    one reads shorter runs of each row a step)."""
     bits = 8 if fmt in FP8 else 4
     mx = fmt == "mxfp4"
     out = [tb.launch_config(n, k, m, softfp8.Format(fmt), info, dtype)]
@@ -134,16 +134,6 @@ def candidates(fmt, n, k, m, info, dtype, kernels, mma_pipes=((1, 0),), mma_warp
                     for depth in (1, 2):
                         out.append(tb.LaunchConfig(tb.Kernel.MMA_GEMV, tb.MMA_WIDE_M, rows, 128,
                                                    s, nw, 0, depth))
-            # 8-bit on the ring (x row g + 8 in the slot): the pipes' ring stages, the warps
-            # asked (default 1, 2), splits for ~6 and ~12 warps an SM and none
-            rings = [r[2] for r in mma_pipes if len(r) > 2 and r[2]] if fmt in FP8 else []
-            for nw in mma_warps or (1, 2):
-                rows = tb.mma_rows(tb.MMA_MAX_M, nw, 2)
-                for ring in (r for r in rings if tb.mma_ring_fits(r, nw)):
-                    for s in sorted({1} | {tb.mma_split(-(-n // rows), nw, info, per_sm)
-                                           for per_sm in (6, 12)}):
-                        out.append(tb.LaunchConfig(tb.Kernel.MMA_GEMV, tb.MMA_WIDE_M, rows, 128,
-                                                   s, nw, 0, 1, ring))
     if m > 16:
         bk = 32 if mx else 64
         if "dequant" in kernels:  # slab rows; block_k = codes per dequant program

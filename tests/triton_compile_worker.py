@@ -137,10 +137,6 @@ def variants(backend: str, arch):
             yield (f"mma_gemv-r8t2d2-wide-{fmt}-fp16", _mma.mma_gemv_kernel,
                    dict(c, RUNS=8, TILES=2, PARTIAL=True, NAN=True, DEPTH=2, WIDE=True), "fp16",
                    4, 1)
-            # ... and on the shared-memory ring, x row g + 8 in the slot (one warp, 4 stages)
-            yield (f"mma_gemv-r8t2-ring4-wide-{fmt}-fp16", _mma.mma_gemv_kernel,
-                   dict(c, WARPS=1, RUNS=8, TILES=2, PARTIAL=True, NAN=True, DEPTH=1, WIDE=True,
-                        RING=4), "fp16", 1, 1)
             c = dict(c, RUNS=1, TILES=2, PARTIAL=False, NAN=True, DEPTH=2, ZERO=False)
             yield f"mma_gemv-r1t2d2-keep-{fmt}-fp16", _mma.mma_gemv_kernel, c, "fp16", 4, 1
             yield (f"mma_gemv-r2t2-ring2-{fmt}-fp16", _mma.mma_gemv_kernel,

@@ -192,12 +192,11 @@ def _launch(x: torch.Tensor, packed: PackedWeight, bias: torch.Tensor | None, cf
         if cfg.depth not in (1, 2) or (cfg.depth == 2 and (runs == 0 or tiles != 2)):
             raise ValueError(f"cfg: Kernel.MMA_GEMV takes depth 1, or 2 on the run mapping with "
                              f"2 tiles a warp; got {cfg}")
-        fp8 = packed.fmt in (Format.E5M2, Format.E4M3)
-        if cfg.ring and not (runs and tiles == 2 and cfg.depth == 1 and (fp8 or not wide)
+        if cfg.ring and not (runs and tiles == 2 and cfg.depth == 1 and not wide
                              and mma_ring_fits(cfg.ring, cfg.num_warps)):
             raise ValueError(f"cfg: Kernel.MMA_GEMV's ring takes the run mapping with 2 tiles a "
-                             f"warp, depth 1, M <= 8 (8-bit: 16), stages in {MMA_RING_STAGES} "
-                             f"and stages * num_warps <= 8; got {cfg}")
+                             f"warp, depth 1, M <= 8, stages in {MMA_RING_STAGES} and stages * "
+                             f"num_warps <= 8; got {cfg}")
         grid = (-(-n // cfg.block_n) * groups, split)
         cnt, last = _counters(split, x.device, grid[0], w)
         mma_gemv_kernel[grid](*args, cnt, *sizes, LAST=last, FMT=packed.fmt.value,

@@ -206,10 +206,12 @@ def mma_gemv_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr, cnt_ptr,
     program, each step's weights decoded once for both halves of x's rows (B's columns 0..7 are
     x rows 0..7, a second mma's 8..15), against GROUPS' two programs that each decode them.
     LAST (PARTIAL): the last of a block's K programs adds the parts (`_kernels._reduce_last`).
-    RING > 0 (run mapping, 2 tiles, depth 1; WIDE 8-bit only, its second x row in the slot's
-    pieces FP4's x would fill): weights, scale bytes and x reach each
+    RING > 0 (run mapping, 2 tiles, depth 1, not WIDE): weights, scale bytes and x reach each
     thread through its own shared-memory slots, copied RING - 1 steps ahead (`_mma_ring`);
     RING_X = False (diagnostics only, benchmarks/gpu_mma_probe.py --ring): x by registers.
+    SCALE_AHEAD (the ring with 8-bit row scales, unsplit): the rows' scales are prefetched to L2
+    at the program's start (False: as before it; `len27`: E4M3 token 1.759-1.762 -> 1.730-1.733
+    ms on the H200).
     Needs num_warps == WARPS, K % 8 == 0 and a 16-byte aligned x (the launcher checks)."""
     NT: tl.constexpr = 32 * WARPS
     FP8: tl.constexpr = FMT == "e5m2" or FMT == "e4m3"
@@ -256,8 +258,8 @@ def mma_gemv_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr, cnt_ptr,
     av = a  # WIDE: the sums of x rows 8..15
     bv = a
     if RING > 0:
-        tl.static_assert(RUNS > 0 and TILES == 2 and DEPTH == 1 and (FP8 or not WIDE)
-                         and DIAG != 1, "RING: the run mapping, 2 tiles, depth 1, WIDE 8-bit")
+        tl.static_assert(RUNS > 0 and TILES == 2 and DEPTH == 1 and not WIDE and DIAG != 1,
+                         "RING: the run mapping, 2 tiles, depth 1, not WIDE")
         STAGE: tl.constexpr = NT * SLOT_BYTES
         slot0 = _ring_base(tid, RING, WARPS)
         pstride = tl.full((NT,), NT * 16, tl.int32)  # one piece of every thread
@@ -277,7 +279,7 @@ def mma_gemv_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr, cnt_ptr,
         for j in tl.static_range(RING - 1):  # each closes one step's group
             if RING_X:
                 _ring_issue_x(slot0 + j * STAGE, pstride, x_row, off + j * stride, kb_hi, K,
-                              in_m, FP8, x_wide, in_v, WIDE)
+                              in_m, FP8)
             else:
                 _ring_commit(tid)
         if not RING_X:  # x by registers, one step ahead (diagnostics: gpu_mma_probe.py)
@@ -290,19 +292,14 @@ def mma_gemv_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr, cnt_ptr,
             _ring_issue_weights(wr, pstride, w_ptr, s_ptr, row, rows_in, RB, SB,
                                 off + (RING - 1) * stride, kb_hi, RS, FMT)
             if RING_X:
-                _ring_issue_x(wr, pstride, x_row, off + (RING - 1) * stride, kb_hi, K, in_m, FP8,
-                              x_wide, in_v, WIDE)
+                _ring_issue_x(wr, pstride, x_row, off + (RING - 1) * stride, kb_hi, K, in_m, FP8)
             else:
                 _ring_commit(tid)
-            rw, xw = _ring_read(rd, pstride, shifts, RING, FMT, WIDE)
-            xv = xw
-            if WIDE:  # x row g + 8's 8 words (the 8-bit step reads the first 8 of each)
-                xv = (xw[8], xw[9], xw[10], xw[11], xw[12], xw[13], xw[14], xw[15],
-                      xw[8], xw[9], xw[10], xw[11], xw[12], xw[13], xw[14], xw[15])
+            rw, xw = _ring_read(rd, pstride, shifts, RING, FMT)
             if not RING_X:
                 xw = xr
                 xr = _x_step(x_row, off + stride, kb_hi, K, in_m, FP8, True)
-            a, b, av, bv = _tiles(rw[0], rw[1], rw[2], rw[3], xw, xv, a, b, av, bv, FMT, DIAG,
+            a, b, av, bv = _tiles(rw[0], rw[1], rw[2], rw[3], xw, xw, a, b, av, bv, FMT, DIAG,
                                   NAN, WIDE, INJECT)
             wr = rd
             rd = tl.where(rd == slot0 + (RING - 1) * STAGE, slot0, rd + STAGE)

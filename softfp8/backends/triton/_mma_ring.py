@@ -12,10 +12,10 @@ itself, so `cp.async.wait_group` alone orders the copies and the reads (no barri
 A stage is 9 pieces of 16 bytes a thread (SLOT_BYTES), each piece laid thread after thread
 (piece p of thread i at p * 16 * threads + 16 i: a warp's copy or read of a piece is 512
 contiguous bytes): pieces 0..3 the 4 rows' codes, 4..7 x (FP4: 64 bytes, 32 codes' worth;
-8-bit: the first two, and under WIDE x row g + 8's the other two), 8 the rows' scale words
-(FP4; the 4-byte word that holds each row's scale byte(s), the byte offset inside it being the
-same every step). (The first layout, each thread's 144 bytes together, ran 7x slower: Nsight
-Compute showed the warps stalled on a full MIO queue; BENCHMARKS.md, sixteenth session.)
+8-bit: the first two), 8 the rows' scale words (FP4; the 4-byte word that holds each row's
+scale byte(s), the byte offset inside it being the same every step). (The first layout, each
+thread's 144 bytes together, ran 7x slower: Nsight Compute showed the warps stalled on a full
+MIO queue; BENCHMARKS.md, sixteenth session.)
 Copies that fall outside the rows, the K range or x's row copy no bytes and fill zeros
 (src-size 0), so a step past the end adds nothing.
 """
@@ -68,18 +68,15 @@ def _issue_weights_asm(fp4: bool) -> str:
     return "{\n" + "\n".join(lines + ["mov.b32 $0, 0;"]) + "\n}"
 
 
-def _issue_x_asm(pieces: int, wide: bool = False) -> str:
+def _issue_x_asm(pieces: int) -> str:
     """$1: the slot; $2: x's address; $3: bit v set where x's 16 bytes v lie inside; $4: the
-    piece stride; wide (8-bit WIDE: x rows g and g + 8, `pieces` each): $5, $6 the second
-    row's address and bits, into the pieces after the first row's; then the commit that
-    closes this step's group."""
+    piece stride; then the commit that closes this step's group."""
     lines = [".reg .pred p;", ".reg .b32 v, n, d;"]
-    for v in range(2 * pieces if wide else pieces):
-        src, bits, u = ("$5", "$6", v - pieces) if v >= pieces else ("$2", "$3", v)
+    for v in range(pieces):
         lines += [_piece("d", "$1", "$4", X_PIECE + v)]
         # through L1: every warp of every SM reads the same x, and .cg sent each copy to the
         # same few L2 lines (ring16d: 5x slower than x by registers, which L1 serves)
-        lines += _copy("d", f"{src}+{16 * u}" if u else src, 16, u, bits, "ca")
+        lines += _copy("d", f"$2+{16 * v}" if v else "$2", 16, v, "$3", "ca")
     return "{\n" + "\n".join(lines + ["cp.async.commit_group;", "mov.b32 $0, 0;"]) + "\n}"
 
 
@@ -123,7 +120,6 @@ _ISSUE_W_FP4 = Const(_issue_weights_asm(True))
 _ISSUE_W_FP8 = Const(_issue_weights_asm(False))
 _ISSUE_X_FP4 = Const(_issue_x_asm(4))
 _ISSUE_X_FP8 = Const(_issue_x_asm(2))
-_ISSUE_X_WIDE = Const(_issue_x_asm(2, wide=True))
 _READ_FP4_2 = Const(_read_asm(2, True))
 _READ_FP4_3 = Const(_read_asm(3, True))
 _READ_FP4_4 = Const(_read_asm(4, True))
@@ -210,19 +206,11 @@ def _ring_issue_weights(slot, stride, w_ptr, s_ptr, row, rows_in, RB, SB, off, k
 
 
 @triton.jit
-def _ring_issue_x(slot, stride, x_row, off, kb_hi, K, in_m, FP8: tl.constexpr,
-                  x_wide=None, in_v=None, WIDE: tl.constexpr = False):
-    """x of the step at byte `off` (the pieces `_mma_loads._x_step` loads; WIDE, 8-bit: and
-    x row g + 8's, `x_wide` / `in_v`, into the two pieces FP4 would use), then this step's
+def _ring_issue_x(slot, stride, x_row, off, kb_hi, K, in_m, FP8: tl.constexpr):
+    """x of the step at byte `off` (the pieces `_mma_loads._x_step` loads), then this step's
     commit."""
     k0, bits = _x_pieces(off, kb_hi, K, in_m, FP8)
-    if WIDE:
-        tl.static_assert(FP8, "RING with WIDE: 8-bit only (FP4's x fills the slot)")
-        _, bits_v = _x_pieces(off, kb_hi, K, in_v, FP8)
-        tl.inline_asm_elementwise(_ISSUE_X_WIDE, "=r,r,l,r,r,l,r",
-                                  [slot, x_row + k0, bits, stride, x_wide + k0, bits_v],
-                                  tl.int32, is_pure=False, pack=1)
-    elif FP8:
+    if FP8:
         tl.inline_asm_elementwise(_ISSUE_X_FP8, "=r,r,l,r,r", [slot, x_row + k0, bits, stride],
                                   tl.int32, is_pure=False, pack=1)
     else:
@@ -231,10 +219,8 @@ def _ring_issue_x(slot, stride, x_row, off, kb_hi, K, in_m, FP8: tl.constexpr,
 
 
 @triton.jit
-def _ring_read(slot, stride, shifts, STAGES: tl.constexpr, FMT: tl.constexpr,
-               WIDE: tl.constexpr = False):
-    """(4 rows' (4 words, scale), x's 16 words) of the step in `slot`, once it has landed
-    (8-bit: x's 8 words, WIDE then x row g + 8's in words 8..15)."""
+def _ring_read(slot, stride, shifts, STAGES: tl.constexpr, FMT: tl.constexpr):
+    """(4 rows' (4 words, scale), x's 16 words) of the step in `slot`, once it has landed."""
     FP8: tl.constexpr = FMT == "e5m2" or FMT == "e4m3"
     C: tl.constexpr = "=r," * 20 + "r,r,r,r"
     width = tl.full(slot.shape, 16 if FMT == "nvfp4" else 8, tl.int32)
@@ -252,7 +238,7 @@ def _ring_read(slot, stride, shifts, STAGES: tl.constexpr, FMT: tl.constexpr,
         READ: tl.constexpr = _READ_FP8_8 if FP8 else _READ_FP4_8
     o = tl.inline_asm_elementwise(READ, C, a, (tl.int32,) * 20, is_pure=False, pack=1)
     CX: tl.constexpr = "=r," * 16 + "r,r"
-    if FP8 and not WIDE:
+    if FP8:
         xw = tl.inline_asm_elementwise(_READ_X_FP8, CX, [slot, stride], (tl.int32,) * 16,
                                        is_pure=False, pack=1)
     else:
