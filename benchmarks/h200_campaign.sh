@@ -1780,6 +1780,37 @@ final27)
   grep -A12 "over all shapes" "$OUT/prefill.txt" | tail -12
   pack final27
   ;;
+blk27)
+  # the ring running on across a program's row blocks (LaunchConfig.blocks): one fill and
+  # one drain a program; len27 had E4M3 at 85% of read with 8 steps a program and 88.7% with
+  # 32 (E5M2 90% either way). GPU tests, then tables (1 warp, 4 stages) with blocks per shape
+  # (NAME:N=B,..), the single GEMVs and the llama2-7b token against the built-in table
+  export SOFTFP8_FP8_DECODE=integer
+  mkdir -p "$OUT/r"
+  run blocktests 150 python3 -m pytest -q -x -m gpu -p no:cacheprovider tests/test_triton.py -k "ring_blocks"
+  tail -3 "$OUT/blocktests.txt"
+  python3 - "$OUT/r" b2:12288=2,22016=2,28672=2,128256=2 b4:12288=2,22016=4,28672=4,128256=8 <<'PY'
+import json, sys
+for spec in sys.argv[2:]:
+    name, pairs = spec.split(":")
+    rows = [dict(n=int(n), k=4096, m=1, fmt=f, kernel="mma_gemv", block_m=1, block_n=4,
+                 block_k=128, split_k=1, num_warps=1, num_stages=0, depth=1, ring=4,
+                 blocks=int(b))
+            for n, b in (p.split("=") for p in pairs.split(",")) for f in ("e5m2", "e4m3")]
+    with open(f"{sys.argv[1]}/table-{name}.json", "w") as f:
+        json.dump(dict(best=rows, note=f"ring 4 stages, 1 warp, blocks {pairs}"), f)
+PY
+  for v in base b2 b4 baseb b2b b4b; do
+    case $v in base*) t= ;; *) t=$OUT/r/table-${v%b}.json ;; esac
+    [ $SECONDS -lt 300 ] && run "blk-$v" 60 env SOFTFP8_TRITON_TABLE=$t python3 -m softfp8.bench shapes --shape 12288,4096 --shape 22016,4096 --shape 28672,4096 --shape 128256,4096 --backends triton --formats e5m2,e4m3 --out "$OUT/r/blk-$v.json"
+    grep -E "^custom.*(e5m2|e4m3)" "$OUT/blk-$v.txt" | cut -c1-90
+  done
+  for v in base b2 b4 baseb b2b b4b; do
+    case $v in base*) t= ;; *) t=$OUT/r/table-${v%b}.json ;; esac
+    [ $SECONDS -lt 500 ] && run "token-$v" 50 env SOFTFP8_TRITON_TABLE=$t python3 -m softfp8.bench token --preset llama2-7b --backends triton --formats e5m2,e4m3 --out "$OUT/r/token-$v.json"
+  done
+  pack blk27
+  ;;
 heads)
   # (written in the twenty-sixth session, not run yet) the M = 1 vocabulary head's two speeds:
   # per process, per weight copy, or per run? benchmarks/gpu_head_modes.py in three processes
