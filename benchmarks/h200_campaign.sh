@@ -1784,7 +1784,8 @@ blk27)
   # the ring running on across a program's row blocks (LaunchConfig.blocks): one fill and
   # one drain a program; len27 had E4M3 at 85% of read with 8 steps a program and 88.7% with
   # 32 (E5M2 90% either way). GPU tests, then tables (1 warp, 4 stages) with blocks per shape
-  # (NAME:N=B,..), the single GEMVs and the llama2-7b token against the built-in table
+  # (NAME:N=B,..), the single GEMVs and the llama2-7b token against the built-in table.
+  # (LaunchConfig.blocks lost everywhere but qkv and was removed after this step.)
   export SOFTFP8_FP8_DECODE=integer
   mkdir -p "$OUT/r"
   run blocktests 150 python3 -m pytest -q -x -m gpu -p no:cacheprovider tests/test_triton.py -k "ring_blocks"

@@ -9,7 +9,6 @@ every activation dtype runs once, on a shape drawn from N, K in {1, 3, 17, 4097}
 kernel's range of {1, 2, 5, 16, 33} by a seeded generator that never puts 4097 on both N and K;
 bias alternates. Split-K and every code of every format are covered by their own tests.
 """
-import dataclasses
 import functools
 import itertools
 import random
@@ -826,42 +825,6 @@ def test_gpu_mma_gemv_ring_matches_reference(fmt, e2m1, n, k, m, split):
     # the table's own setting (from sm_90: 8-bit M <= 4 on the ring, its K split by the rule)
     cfg = launch_config(n, k, m, fmt, device_info(torch.device("cuda")), torch.float16)
     assert rel_err(run(x, packed, bias, cfg, e2m1=e2m1), want) <= tolerance(torch.float16), cfg
-
-
-@pytest.mark.gpu
-@pytest.mark.skipif(not HAS_GPU, reason="needs a CUDA GPU")
-@pytest.mark.parametrize("fmt", [Format.E5M2, Format.E4M3])
-@pytest.mark.parametrize("n, k, m", [(c[0], c[1], c[2]) for c in MMA_CASES
-                                     if c[3] == 1 and c[2] <= 4 and c[1] >= 2048])
-def test_gpu_mma_gemv_ring_blocks_match_reference(fmt, n, k, m):
-    """The ring running on across a program's row blocks (LaunchConfig.blocks): 2 and 3 blocks a
-    program, the last program's blocks partly or wholly past N, K % 64 != 0, M <= 4."""
-    packed, x, bias, g = _mma_case(fmt, n, k, m, 1)
-    mp = min(8, 1 << (m - 1).bit_length())
-    want = reference.matmul(x, packed, bias)
-    for w, r in ((1, 4), (2, 3)):
-        for blocks in (2, 3):
-            cfg = LaunchConfig(Kernel.MMA_GEMV, mp, triton_backend.mma_rows(mp, w, 2), 128, 1, w,
-                               0, ring=r, blocks=blocks)
-            y = run(x, packed, bias, cfg)
-            assert rel_err(y, want) <= tolerance(torch.float16), cfg
-
-
-@pytest.mark.gpu
-@pytest.mark.skipif(not HAS_GPU, reason="needs a CUDA GPU")
-def test_gpu_mma_gemv_ring_blocks_refused_where_they_cannot_run():
-    """blocks > 1 takes the ring, 8-bit, unsplit, at least ring - 1 steps a block: else a clear
-    error, not a launch."""
-    e5m2 = softfp8.quantize(torch.randn(64, 4096), Format.E5M2).to("cuda")
-    short = softfp8.quantize(torch.randn(64, 512), Format.E5M2).to("cuda")  # 1 step a block
-    nvfp4 = softfp8.quantize(torch.randn(64, 4096), Format.NVFP4).to("cuda")
-    x = torch.randn(1, 4096).half().cuda()
-    ring = LaunchConfig(Kernel.MMA_GEMV, 1, 4, 128, 1, 1, 0, ring=4, blocks=2)
-    for xx, packed, cfg in ((x, e5m2, dataclasses.replace(ring, ring=0)),
-                            (x, e5m2, dataclasses.replace(ring, split_k=2)),
-                            (x[:, :512], short, ring), (x, nvfp4, ring)):
-        with pytest.raises(ValueError, match="blocks > 1 only on the ring"):
-            run(xx.contiguous(), packed, None, cfg)
 
 
 @pytest.mark.gpu

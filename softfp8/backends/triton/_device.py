@@ -39,8 +39,7 @@ class LaunchConfig:
     (Kernel.MMA_GEMV's run mapping only): loop steps of weights each thread holds in registers,
     1 or 2 (two buffers, each refilled after its own step). ring (Kernel.MMA_GEMV's run mapping
     only): stages of the shared-memory ring that carries each step to the threads (`_mma_ring`),
-    0 for none. blocks (the ring, 8-bit, unsplit): row blocks of block_n rows each program takes
-    in turn, the ring running on from one to the next."""
+    0 for none."""
 
     kernel: Kernel
     block_m: int
@@ -51,7 +50,6 @@ class LaunchConfig:
     num_stages: int = 2
     depth: int = 1
     ring: int = 0
-    blocks: int = 1
 
 
 @dataclass(frozen=True)

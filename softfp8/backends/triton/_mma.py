@@ -178,7 +178,7 @@ def mma_gemv_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr, cnt_ptr,
                     GROUPS: tl.constexpr = 1, WIDE: tl.constexpr = False,
                     LAST: tl.constexpr = False, INJECT: tl.constexpr = False,
                     RING: tl.constexpr = 0, RING_X: tl.constexpr = True,
-                    SCALE_AHEAD: tl.constexpr = True, BLOCKS: tl.constexpr = 1):
+                    SCALE_AHEAD: tl.constexpr = True):
     """Program (pid_n, pid_k) over bytes [pid_k * KB_SPLIT, +KB_SPLIT) of its rows.
     RUNS = 0 (the tile mapping): rows pid_n * 32 .. +32, two 16-row tiles; warp w takes the
     64-byte steps w, w + WARPS, ...; the warps' sums are added at the end.
@@ -212,8 +212,6 @@ def mma_gemv_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr, cnt_ptr,
     SCALE_AHEAD (the ring with 8-bit row scales, unsplit): the rows' scales are prefetched to L2
     at the program's start (False: as before it; `len27`: E4M3 token 1.759-1.762 -> 1.730-1.733
     ms on the H200).
-    BLOCKS > 1 (the ring, 8-bit, unsplit): a program takes BLOCKS row blocks in turn, the ring
-    running on from one to the next (its steps a block >= RING - 1: the launcher checks).
     Needs num_warps == WARPS, K % 8 == 0 and a 16-byte aligned x (the launcher checks)."""
     NT: tl.constexpr = 32 * WARPS
     FP8: tl.constexpr = FMT == "e5m2" or FMT == "e4m3"
@@ -225,7 +223,7 @@ def mma_gemv_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr, cnt_ptr,
     tl.static_assert(RUNS > 0 or TILES == 2, "the tile mapping has two tiles a warp")
     tl.static_assert(not WIDE or ((RUNS == 0 or RUNS == 8) and TILES == 2 and GROUPS == 1
                                   and DIAG == 0), "WIDE: 8 x rows a tile, 2 tiles, one group")
-    pid_n = tl.program_id(0) // GROUPS * BLOCKS  # the first of this program's row blocks
+    pid_n = tl.program_id(0) // GROUPS
     m0 = (tl.program_id(0) % GROUPS) * (MP if RUNS > 0 else 8)  # this group's first x row
     pid_k = tl.program_id(1)
     tid = tl.arange(0, NT)
@@ -290,66 +288,22 @@ def mma_gemv_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr, cnt_ptr,
         # the step before (a running address, no multiply or modulo a step)
         rd = slot0
         wr = slot0 + (RING - 1) * STAGE
-        if BLOCKS > 1:
-            # BLOCKS row blocks one after another, the ring running on across them: the next
-            # block's first steps are copied while this block's last ones are read, and its
-            # sums stored (one fill and one drain a program, not one a block)
-            tl.static_assert(FP8 and not PARTIAL and RING_X, "BLOCKS > 1: 8-bit, unsplit")
-            S = tl.cdiv(kb_hi - kb_lo, stride)  # steps a block (the launcher: >= RING - 1)
-            i_off = off + (RING - 1) * stride  # the step RING - 1 ahead: offset, rows, mask
-            i_s = kb_lo * 0 + (RING - 1)
-            i_row = row
-            i_in = rows_in
-            r_s = kb_lo * 0
-            r_row0 = pid_n * PROG_ROWS
-            for _ in range(0, S * BLOCKS):
-                if i_s == S:  # the copies reach the next block (past the program's: none)
-                    i_s = kb_lo * 0
-                    i_off = off
-                    i_row = i_row + PROG_ROWS
-                    i_in = tl.where(i_row < row + BLOCKS * PROG_ROWS,
-                                    _ring_rows_in(i_row, N, RS), 0)
-                    if HAS_SCALE and SCALE_AHEAD:
-                        _prefetch_rows(s_ptr, i_row, N, 1, 0, 1, RS)
-                _ring_issue_weights(wr, pstride, w_ptr, s_ptr, i_row, i_in, RB, SB, i_off, kb_hi,
-                                    RS, FMT)
-                _ring_issue_x(wr, pstride, x_row, i_off, kb_hi, K, in_m, FP8)
-                rw, xw = _ring_read(rd, pstride, shifts, RING, FMT)
-                a, b, av, bv = _tiles(rw[0], rw[1], rw[2], rw[3], xw, xw, a, b, av, bv, FMT,
-                                      DIAG, NAN, WIDE, INJECT)
-                wr = rd
-                rd = tl.where(rd == slot0 + (RING - 1) * STAGE, slot0, rd + STAGE)
-                i_off += stride
-                i_s += 1
-                r_s += 1
-                if r_s == S:  # a block's last step read: its sums out, the next from zero
-                    _store_runs(a, r_row0, m0, y_ptr, ws_ptr, s_ptr, g_ptr, b_ptr, pid_k, M, N,
-                                FMT, HAS_SCALE, HAS_BIAS, PARTIAL, WARPS, MP, WARP_ROWS)
-                    _store_runs(b, r_row0 + 2 * MP, m0, y_ptr, ws_ptr, s_ptr, g_ptr, b_ptr,
-                                pid_k, M, N, FMT, HAS_SCALE, HAS_BIAS, PARTIAL, WARPS, MP,
-                                WARP_ROWS)
-                    a = (zero, zero, zero, zero)
-                    b = a
-                    r_s = kb_lo * 0
-                    r_row0 += PROG_ROWS
-        else:
-            for _ in range(kb_lo, kb_hi, stride):
-                _ring_issue_weights(wr, pstride, w_ptr, s_ptr, row, rows_in, RB, SB,
-                                    off + (RING - 1) * stride, kb_hi, RS, FMT)
-                if RING_X:
-                    _ring_issue_x(wr, pstride, x_row, off + (RING - 1) * stride, kb_hi, K, in_m,
-                                  FP8)
-                else:
-                    _ring_commit(tid)
-                rw, xw = _ring_read(rd, pstride, shifts, RING, FMT)
-                if not RING_X:
-                    xw = xr
-                    xr = _x_step(x_row, off + stride, kb_hi, K, in_m, FP8, True)
-                a, b, av, bv = _tiles(rw[0], rw[1], rw[2], rw[3], xw, xw, a, b, av, bv, FMT,
-                                      DIAG, NAN, WIDE, INJECT)
-                wr = rd
-                rd = tl.where(rd == slot0 + (RING - 1) * STAGE, slot0, rd + STAGE)
-                off += stride
+        for _ in range(kb_lo, kb_hi, stride):
+            _ring_issue_weights(wr, pstride, w_ptr, s_ptr, row, rows_in, RB, SB,
+                                off + (RING - 1) * stride, kb_hi, RS, FMT)
+            if RING_X:
+                _ring_issue_x(wr, pstride, x_row, off + (RING - 1) * stride, kb_hi, K, in_m, FP8)
+            else:
+                _ring_commit(tid)
+            rw, xw = _ring_read(rd, pstride, shifts, RING, FMT)
+            if not RING_X:
+                xw = xr
+                xr = _x_step(x_row, off + stride, kb_hi, K, in_m, FP8, True)
+            a, b, av, bv = _tiles(rw[0], rw[1], rw[2], rw[3], xw, xw, a, b, av, bv, FMT, DIAG,
+                                  NAN, WIDE, INJECT)
+            wr = rd
+            rd = tl.where(rd == slot0 + (RING - 1) * STAGE, slot0, rd + STAGE)
+            off += stride
         _ring_drain(tid)
     elif DEPTH == 2:
         # two register buffers: each refills right after its own step's arithmetic, so the
@@ -424,7 +378,7 @@ def mma_gemv_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr, cnt_ptr,
             if WIDE:
                 xv = nv
     _pdl_exit(PDL)
-    if RUNS > 0 and BLOCKS == 1:
+    if RUNS > 0:
         row0 = pid_n * PROG_ROWS
         _store_runs(a, row0, m0, y_ptr, ws_ptr, s_ptr, g_ptr, b_ptr, pid_k, M, N, FMT, HAS_SCALE,
                     HAS_BIAS, PARTIAL, WARPS, MP, WARP_ROWS)
@@ -440,7 +394,7 @@ def mma_gemv_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr, cnt_ptr,
                         HAS_SCALE, HAS_BIAS, PARTIAL, WARPS, MP, WARP_ROWS)
             _store_runs(d, row0 + 6 * MP, m0, y_ptr, ws_ptr, s_ptr, g_ptr, b_ptr, pid_k, M, N, FMT,
                         HAS_SCALE, HAS_BIAS, PARTIAL, WARPS, MP, WARP_ROWS)
-    elif RUNS == 0:
+    else:
         # lane (g, t) holds rows g, g+8 of each tile for columns 2t, 2t+1: add the warps' sums
         _store_tile(a[0], a[1], a[2], a[3], pid_n * ROWS, m0, y_ptr, ws_ptr, s_ptr, g_ptr, b_ptr,
                     pid_k, M, N, FMT, HAS_SCALE, HAS_BIAS, PARTIAL, WARPS)
