@@ -1812,6 +1812,20 @@ PY
   done
   pack blk27
   ;;
+sweep27)
+  # sweep_gemv.graph_time now times as the bench does (200 ms busy first, replays back to back):
+  # its head should read what the bench reads (final27: 0.118 / 0.120 ms at M = 1). Then the
+  # dot kernel's head at M = 8 and 16 in the bench, three runs (final27: E4M3 0.129-0.171 ms)
+  export SOFTFP8_FP8_DECODE=integer
+  mkdir -p "$OUT/r"
+  run headsweep 150 python3 benchmarks/sweep_gemv.py --formats e5m2,e4m3 --kernels small_m,mma_gemv --mma-pipes 1:0:4 --mma-warps 1 --mma-tiles 2 --ms 1,16 --shapes "128256,4096" --budget 110 --out "$OUT/r/headsweep.json"
+  grep -E "M=|table:|BEST:" "$OUT/headsweep.txt" | cut -c1-110
+  for i in 1 2 3; do
+    [ $SECONDS -lt 330 ] && run "headm-$i" 60 python3 -m softfp8.bench small-m --shape 128256,4096 --backends triton --formats e5m2,e4m3 --m 1,8,16 --out "$OUT/r/headm-$i.json"
+    grep -E "^custom.*(e5m2|e4m3)" "$OUT/headm-$i.txt" | cut -c1-80
+  done
+  pack sweep27
+  ;;
 heads)
   # (written in the twenty-sixth session, not run yet) the M = 1 vocabulary head's two speeds:
   # per process, per weight copy, or per run? benchmarks/gpu_head_modes.py in three processes

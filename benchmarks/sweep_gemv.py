@@ -14,7 +14,6 @@ import argparse
 import dataclasses
 import json
 import os
-import statistics
 import sys
 import time
 
@@ -25,6 +24,7 @@ import torch.nn.functional as F  # noqa: E402
 
 import softfp8  # noqa: E402
 from softfp8.backends import triton as tb  # noqa: E402
+from softfp8.bench.timing import measure  # noqa: E402
 
 SHAPES = [(4096, 4096), (22016, 4096), (4096, 11008), (128256, 4096)]
 FP8 = ("e5m2", "e4m3")
@@ -48,17 +48,13 @@ def capture_graph(fns):
 
 
 def graph_time(fns, reps=10):
-    """Median ms per call of a CUDA graph that runs every fn once."""
-    g = capture_graph(fns)
-    times = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        g.replay()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b) / len(fns))
-    return statistics.median(times)
+    """Median ms per call of a CUDA graph that runs every fn once, timed as the bench times
+    (`softfp8.bench.timing.measure`: replays untimed until the GPU has been busy WARM_GPU_S,
+    then `reps` back to back between events). Before (2026-12-03), 10 replays with a sync each
+    and no warm-up: a shape's first settings ran in the ~50 ms slow phase after its quantize
+    (BENCHMARKS.md, twenty-seventh session), which is why sweeps had the head 10-15% slower
+    than the bench did."""
+    return measure(fns, torch.device("cuda"), warmup=1, reps=reps).seconds * 1e3
 
 
 def candidates(fmt, n, k, m, info, dtype, kernels, mma_pipes=((1, 0),), mma_warps=None,
@@ -211,14 +207,6 @@ def main(argv=None):
                 default = tb.launch_config(n, k, m, p.fmt, info, x.dtype)
                 best = None
                 e2m1 = tb.E2M1Decode(args.e2m1)
-                # one untimed pass of the table's setting: the first setting timed for a shape
-                # and format ran 2-4 us slow (m16sweep, sweep9: the same setting timed again later
-                # in the grid was that much faster), which made the table's setting look worse
-                try:
-                    graph_time([lambda p_=p_: tb.run(x, p_, None, default, hw_fp8=hw, e2m1=e2m1)
-                                for p_ in ps])
-                except Exception as e:  # the candidates' loop reports what fails
-                    print(f"  {fmt} warm-up with the table's setting failed: {type(e).__name__}")
                 pipes = [tuple(map(int, v.split(":"))) for v in args.mma_pipes.split(",")]
                 warps = [int(v) for v in args.mma_warps.split(",")] if args.mma_warps else None
                 tiles = tuple(int(v) for v in args.mma_tiles.split(","))
