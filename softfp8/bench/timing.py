@@ -95,10 +95,10 @@ benchmarks/gpu_head_modes.py --trace): right after quantizing, the 128256 x 4096
 ran at 132-135 us for the first 50-54 ms of back-to-back replays, then at 116-119 us from
 one 2.5 ms window to the next, both formats, in both processes. With the 50 ms warm-up of
 before (at most 1000 passes), each bench run timed the vocabulary head at one of two speeds
-(0.121 or 0.136 ms) as the warm-up ended just before or just after that step. The cause is not established (the SM clock
-nvidia-smi reports is 1980 MHz in both; a clock that comes up after ~50 ms of load fits). The
-first measurement (2026-12-01, benchmarks/gpu_bench_bisect.py): 3 warm-up passes and 50
-replays right after quantizing took 135.6 us, timed again at once 120.2."""
+(0.121 or 0.136 ms) as the warm-up ended just before or just after that step. The cause is not
+established (the SM clock nvidia-smi reports is 1980 MHz in both; a clock that comes up after
+~50 ms of load fits). The first measurement (2026-12-01, benchmarks/gpu_bench_bisect.py): 3
+warm-up passes and 50 replays right after quantizing took 135.6 us, timed again at once 120.2."""
 
 WARM_CHUNK_S = 0.01  # GPU time enqueued between syncs while warming
 
