@@ -177,8 +177,7 @@ def mma_gemv_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr, cnt_ptr,
                     DEPTH: tl.constexpr = 1, ZERO: tl.constexpr = True,
                     GROUPS: tl.constexpr = 1, WIDE: tl.constexpr = False,
                     LAST: tl.constexpr = False, INJECT: tl.constexpr = False,
-                    RING: tl.constexpr = 0, RING_X: tl.constexpr = True,
-                    SCALE_AHEAD: tl.constexpr = True):
+                    RING: tl.constexpr = 0, RING_X: tl.constexpr = True):
     """Program (pid_n, pid_k) over bytes [pid_k * KB_SPLIT, +KB_SPLIT) of its rows.
     RUNS = 0 (the tile mapping): rows pid_n * 32 .. +32, two 16-row tiles; warp w takes the
     64-byte steps w, w + WARPS, ...; the warps' sums are added at the end.
@@ -209,9 +208,8 @@ def mma_gemv_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr, cnt_ptr,
     RING > 0 (run mapping, 2 tiles, depth 1, not WIDE): weights, scale bytes and x reach each
     thread through its own shared-memory slots, copied RING - 1 steps ahead (`_mma_ring`);
     RING_X = False (diagnostics only, benchmarks/gpu_mma_probe.py --ring): x by registers.
-    SCALE_AHEAD (the ring with 8-bit row scales, unsplit): the rows' scales are prefetched to L2
-    at the program's start (False: as before it; `len27`: E4M3 token 1.759-1.762 -> 1.730-1.733
-    ms on the H200).
+    The ring with 8-bit row scales, unsplit, prefetches the rows' scales to L2 at the program's
+    start (`len27`: E4M3 token 1.759-1.762 -> 1.730-1.733 ms on the H200).
     Needs num_warps == WARPS, K % 8 == 0 and a 16-byte aligned x (the launcher checks)."""
     NT: tl.constexpr = 32 * WARPS
     FP8: tl.constexpr = FMT == "e5m2" or FMT == "e4m3"
@@ -266,7 +264,7 @@ def mma_gemv_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr, cnt_ptr,
         shifts = tl.zeros_like(tid)
         if not FP8:
             shifts = _ring_shifts(s_ptr, row, N, RB, SB, off, RS, FMT)
-        if HAS_SCALE and not PARTIAL and SCALE_AHEAD:
+        if HAS_SCALE and not PARTIAL:
             # the rows' scales toward L2 now: the epilogue's loads of them waited on DRAM at
             # the end of every program (E4M3 M = 1, Nsight Compute: 5% of the warps' samples)
             _prefetch_rows(s_ptr, row, N, 1, 0, 1, RS)
