@@ -60,6 +60,7 @@ from ._kernels import (_pdl_exit, _pdl_start, _pdl_wait, _pdl_wait_after, _prefe
 from ._mma_loads import _prefetch_rows, _rows_step, _x_step
 from ._mma_ring import (SLOT_BYTES, _ring_base, _ring_commit, _ring_drain, _ring_issue_weights,
                         _ring_issue_x, _ring_read, _ring_rows_in, _ring_shifts)
+from ._mma_store import _program_terms, _store_runs, _store_tile
 from ._mma_table import MMA_STEP_BYTES, MMA_TILE_ROWS
 from ._mma_tile import _tile, _tiles
 
@@ -80,90 +81,6 @@ def _pdl_wait_weights(words, w_ptr, row0, N, RB, kb_lo, kb_hi, BLOCK_N: tl.const
         _pdl_wait_after(words, RB, PDL)
     else:
         _pdl_wait(w_ptr, row0, N, RB, kb_lo, kb_hi, BLOCK_N, PDL, PREFETCH)
-
-
-@triton.jit
-def _store_rows(v, rows, cols, y_ptr, ws_ptr, s_ptr, g_ptr, b_ptr, pid_k, M, N,
-                FMT: tl.constexpr, HAS_SCALE: tl.constexpr, HAS_BIAS: tl.constexpr,
-                PARTIAL: tl.constexpr):
-    mask = (rows < N) & (cols < M)
-    if FMT == "nvfp4" or FMT == "e4m3":
-        v = v * 256.0  # the E4M3 codes or block scales were read as value * 2^-8
-    if PARTIAL:
-        tl.store(ws_ptr + (pid_k * M + cols).to(tl.int64) * N + rows, v, mask=mask)
-    else:
-        if HAS_SCALE:
-            v = v * tl.load(s_ptr + rows, mask=rows < N, other=1.0)
-        if FMT == "nvfp4":
-            v = v * tl.load(g_ptr)
-        if HAS_BIAS:
-            v = v + tl.load(b_ptr + rows, mask=rows < N, other=0.0).to(tl.float32)
-        tl.store(y_ptr + cols.to(tl.int64) * N + rows, v.to(y_ptr.dtype.element_ty), mask=mask)
-
-
-@triton.jit
-def _store_tile(c0, c1, c2, c3, row0, m0, y_ptr, ws_ptr, s_ptr, g_ptr, b_ptr, pid_k, M, N,
-                FMT: tl.constexpr, HAS_SCALE: tl.constexpr, HAS_BIAS: tl.constexpr,
-                PARTIAL: tl.constexpr, WARPS: tl.constexpr):
-    lanes = tl.arange(0, 32)
-    rows = row0 + lanes // 4
-    cols = m0 + 2 * (lanes % 4)
-    c0 = tl.sum(tl.reshape(c0, (WARPS, 32)), axis=0)
-    c1 = tl.sum(tl.reshape(c1, (WARPS, 32)), axis=0)
-    c2 = tl.sum(tl.reshape(c2, (WARPS, 32)), axis=0)
-    c3 = tl.sum(tl.reshape(c3, (WARPS, 32)), axis=0)
-    _store_rows(c0, rows, cols, y_ptr, ws_ptr, s_ptr, g_ptr, b_ptr, pid_k, M, N, FMT, HAS_SCALE,
-                HAS_BIAS, PARTIAL)
-    _store_rows(c1, rows, cols + 1, y_ptr, ws_ptr, s_ptr, g_ptr, b_ptr, pid_k, M, N, FMT,
-                HAS_SCALE, HAS_BIAS, PARTIAL)
-    _store_rows(c2, rows + 8, cols, y_ptr, ws_ptr, s_ptr, g_ptr, b_ptr, pid_k, M, N, FMT,
-                HAS_SCALE, HAS_BIAS, PARTIAL)
-    _store_rows(c3, rows + 8, cols + 1, y_ptr, ws_ptr, s_ptr, g_ptr, b_ptr, pid_k, M, N, FMT,
-                HAS_SCALE, HAS_BIAS, PARTIAL)
-
-
-@triton.jit
-def _store_runs(c, row0, m0, y_ptr, ws_ptr, s_ptr, g_ptr, b_ptr, pid_k, M, N, FMT: tl.constexpr,
-                HAS_SCALE: tl.constexpr, HAS_BIAS: tl.constexpr, PARTIAL: tl.constexpr,
-                WARPS: tl.constexpr, MP: tl.constexpr, WARP_ROWS: tl.constexpr):
-    """The run mapping's sums of one tile (rows row0 + WARP_ROWS * warp ..): lane (g, t) holds
-    D[g][2t + s] in c[s] and D[g + 8][2t + s] in c[2 + s]. A's row i is weight row i // C
-    (i < 8; MP + (i - 8) // C below) restricted to K-chunk i % C, B's column j is x row j // C's
-    chunk j % C (C = 8 // MP): D[i][j] counts where the chunks agree, and the C chunks' entries
-    of one (x row, weight row) add up to its dot. M = 1 (C = 8): the diagonal D[g][g].
-    m0: the first x row of this program's group."""
-    C: tl.constexpr = 8 // MP
-    NT: tl.constexpr = 32 * WARPS
-    lane = tl.arange(0, NT) % 32
-    g = lane // 4
-    t = lane % 4
-    if C == 1:  # every entry counts, none to add: D[i][j] is y[j][row i]
-        rows = row0 + WARP_ROWS * (tl.arange(0, NT) // 32) + g
-        cols = m0 + 2 * t
-        _store_rows(c[0], rows, cols, y_ptr, ws_ptr, s_ptr, g_ptr, b_ptr, pid_k, M, N, FMT,
-                    HAS_SCALE, HAS_BIAS, PARTIAL)
-        _store_rows(c[1], rows, cols + 1, y_ptr, ws_ptr, s_ptr, g_ptr, b_ptr, pid_k, M, N, FMT,
-                    HAS_SCALE, HAS_BIAS, PARTIAL)
-        _store_rows(c[2], rows + 8, cols, y_ptr, ws_ptr, s_ptr, g_ptr, b_ptr, pid_k, M, N, FMT,
-                    HAS_SCALE, HAS_BIAS, PARTIAL)
-        _store_rows(c[3], rows + 8, cols + 1, y_ptr, ws_ptr, s_ptr, g_ptr, b_ptr, pid_k, M, N,
-                    FMT, HAS_SCALE, HAS_BIAS, PARTIAL)
-    else:
-        # column 2t + s is chunk 2 (t % (C/2)) + s of x row t // (C/2): one s (or none) agrees
-        ok0 = (2 * t) % C == g % C
-        ok1 = (2 * t + 1) % C == g % C
-        top = tl.where(ok0, c[0], 0.0) + tl.where(ok1, c[1], 0.0)
-        low = tl.where(ok0, c[2], 0.0) + tl.where(ok1, c[3], 0.0)
-        # lane = 4 (C q + chunk) + (C / 2) m + t % (C / 2): add over chunk and t % (C / 2)
-        top = tl.sum(tl.sum(tl.reshape(top, (WARPS, MP, C, MP, C // 2)), axis=4), axis=2)
-        low = tl.sum(tl.sum(tl.reshape(low, (WARPS, MP, C, MP, C // 2)), axis=4), axis=2)
-        rows = (row0 + WARP_ROWS * tl.arange(0, WARPS)[:, None, None]
-                + tl.arange(0, MP)[None, :, None])
-        cols = m0 + tl.arange(0, MP)[None, None, :]
-        _store_rows(top, rows, cols, y_ptr, ws_ptr, s_ptr, g_ptr, b_ptr, pid_k, M, N, FMT,
-                    HAS_SCALE, HAS_BIAS, PARTIAL)
-        _store_rows(low, rows + MP, cols, y_ptr, ws_ptr, s_ptr, g_ptr, b_ptr, pid_k, M, N, FMT,
-                    HAS_SCALE, HAS_BIAS, PARTIAL)
 
 
 @triton.jit
@@ -208,8 +125,9 @@ def mma_gemv_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr, cnt_ptr,
     RING > 0 (run mapping, 2 tiles, depth 1, not WIDE): weights, scale bytes and x reach each
     thread through its own shared-memory slots, copied RING - 1 steps ahead (`_mma_ring`);
     RING_X = False (diagnostics only, benchmarks/gpu_mma_probe.py --ring): x by registers.
-    The ring with 8-bit row scales, unsplit, prefetches the rows' scales to L2 at the program's
-    start (`len27`: E4M3 token 1.759-1.762 -> 1.730-1.733 ms on the H200).
+    The rows' scales, tensor scale and bias are loaded before any store (`_mma_store`): with
+    the ring at the program's start (they arrive during the loop), else after the loop (FP4's
+    loop holds ~128 registers).
     Needs num_warps == WARPS, K % 8 == 0 and a 16-byte aligned x (the launcher checks)."""
     NT: tl.constexpr = 32 * WARPS
     FP8: tl.constexpr = FMT == "e5m2" or FMT == "e4m3"
@@ -248,6 +166,9 @@ def mma_gemv_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr, cnt_ptr,
         x_wide = x_ptr + tl.minimum(m0 + 8 + g, M - 1).to(tl.int64) * K
         off = kb_lo + STEP_BYTES * (tid // 32) + 16 * t
         stride = STEP_BYTES * WARPS
+    if RING > 0:  # each stored row's scale and bias, loaded now: they arrive during the loop
+        terms = _program_terms(pid_n * PROG_ROWS, s_ptr, g_ptr, b_ptr, N, FMT, HAS_SCALE,
+                               HAS_BIAS, PARTIAL, WARPS, RUNS, TILES)
     zero = tl.zeros((NT,), tl.float32)
     a = (zero, zero, zero, zero)
     b = a
@@ -264,10 +185,6 @@ def mma_gemv_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr, cnt_ptr,
         shifts = tl.zeros_like(tid)
         if not FP8:
             shifts = _ring_shifts(s_ptr, row, N, RB, SB, off, RS, FMT)
-        if HAS_SCALE and not PARTIAL:
-            # the rows' scales toward L2 now: the epilogue's loads of them waited on DRAM at
-            # the end of every program (E4M3 M = 1, Nsight Compute: 5% of the warps' samples)
-            _prefetch_rows(s_ptr, row, N, 1, 0, 1, RS)
         # weights don't depend on the previous kernel: their copies start before the PDL wait
         rows_in = _ring_rows_in(row, N, RS)  # loop-invariant: computed once
         for j in tl.static_range(RING - 1):
@@ -376,34 +293,38 @@ def mma_gemv_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr, cnt_ptr,
             if WIDE:
                 xv = nv
     _pdl_exit(PDL)
+    if RING == 0:  # after the loop (FP4's loop holds ~128 registers), still before any store
+        terms = _program_terms(pid_n * PROG_ROWS, s_ptr, g_ptr, b_ptr, N, FMT, HAS_SCALE,
+                               HAS_BIAS, PARTIAL, WARPS, RUNS, TILES)
+    ta, la, tb, lb, tc, lc, td, ld = terms
     if RUNS > 0:
         row0 = pid_n * PROG_ROWS
-        _store_runs(a, row0, m0, y_ptr, ws_ptr, s_ptr, g_ptr, b_ptr, pid_k, M, N, FMT, HAS_SCALE,
+        _store_runs(a, ta, la, row0, m0, y_ptr, ws_ptr, pid_k, M, N, FMT, HAS_SCALE, HAS_BIAS,
+                    PARTIAL, WARPS, MP, WARP_ROWS)
+        _store_runs(b, tb, lb, row0 + 2 * MP, m0, y_ptr, ws_ptr, pid_k, M, N, FMT, HAS_SCALE,
                     HAS_BIAS, PARTIAL, WARPS, MP, WARP_ROWS)
-        _store_runs(b, row0 + 2 * MP, m0, y_ptr, ws_ptr, s_ptr, g_ptr, b_ptr, pid_k, M, N, FMT,
-                    HAS_SCALE, HAS_BIAS, PARTIAL, WARPS, MP, WARP_ROWS)
         if WIDE:
-            _store_runs(av, row0, m0 + 8, y_ptr, ws_ptr, s_ptr, g_ptr, b_ptr, pid_k, M, N, FMT,
+            _store_runs(av, ta, la, row0, m0 + 8, y_ptr, ws_ptr, pid_k, M, N, FMT, HAS_SCALE,
+                        HAS_BIAS, PARTIAL, WARPS, MP, WARP_ROWS)
+            _store_runs(bv, tb, lb, row0 + 2 * MP, m0 + 8, y_ptr, ws_ptr, pid_k, M, N, FMT,
                         HAS_SCALE, HAS_BIAS, PARTIAL, WARPS, MP, WARP_ROWS)
-            _store_runs(bv, row0 + 2 * MP, m0 + 8, y_ptr, ws_ptr, s_ptr, g_ptr, b_ptr, pid_k, M,
-                        N, FMT, HAS_SCALE, HAS_BIAS, PARTIAL, WARPS, MP, WARP_ROWS)
         if TILES == 4:
-            _store_runs(c, row0 + 4 * MP, m0, y_ptr, ws_ptr, s_ptr, g_ptr, b_ptr, pid_k, M, N, FMT,
-                        HAS_SCALE, HAS_BIAS, PARTIAL, WARPS, MP, WARP_ROWS)
-            _store_runs(d, row0 + 6 * MP, m0, y_ptr, ws_ptr, s_ptr, g_ptr, b_ptr, pid_k, M, N, FMT,
-                        HAS_SCALE, HAS_BIAS, PARTIAL, WARPS, MP, WARP_ROWS)
+            _store_runs(c, tc, lc, row0 + 4 * MP, m0, y_ptr, ws_ptr, pid_k, M, N, FMT, HAS_SCALE,
+                        HAS_BIAS, PARTIAL, WARPS, MP, WARP_ROWS)
+            _store_runs(d, td, ld, row0 + 6 * MP, m0, y_ptr, ws_ptr, pid_k, M, N, FMT, HAS_SCALE,
+                        HAS_BIAS, PARTIAL, WARPS, MP, WARP_ROWS)
     else:
         # lane (g, t) holds rows g, g+8 of each tile for columns 2t, 2t+1: add the warps' sums
-        _store_tile(a[0], a[1], a[2], a[3], pid_n * ROWS, m0, y_ptr, ws_ptr, s_ptr, g_ptr, b_ptr,
-                    pid_k, M, N, FMT, HAS_SCALE, HAS_BIAS, PARTIAL, WARPS)
-        _store_tile(b[0], b[1], b[2], b[3], pid_n * ROWS + 16, m0, y_ptr, ws_ptr, s_ptr, g_ptr,
-                    b_ptr, pid_k, M, N, FMT, HAS_SCALE, HAS_BIAS, PARTIAL, WARPS)
+        row0 = pid_n * ROWS
+        _store_tile(a[0], a[1], a[2], a[3], ta, la, row0, m0, y_ptr, ws_ptr, pid_k, M, N, FMT,
+                    HAS_SCALE, HAS_BIAS, PARTIAL, WARPS)
+        _store_tile(b[0], b[1], b[2], b[3], tb, lb, row0 + 16, m0, y_ptr, ws_ptr, pid_k, M, N,
+                    FMT, HAS_SCALE, HAS_BIAS, PARTIAL, WARPS)
         if WIDE:
-            _store_tile(av[0], av[1], av[2], av[3], pid_n * ROWS, m0 + 8, y_ptr, ws_ptr, s_ptr,
-                        g_ptr, b_ptr, pid_k, M, N, FMT, HAS_SCALE, HAS_BIAS, PARTIAL, WARPS)
-            _store_tile(bv[0], bv[1], bv[2], bv[3], pid_n * ROWS + 16, m0 + 8, y_ptr, ws_ptr,
-                        s_ptr, g_ptr, b_ptr, pid_k, M, N, FMT, HAS_SCALE, HAS_BIAS, PARTIAL,
-                        WARPS)
+            _store_tile(av[0], av[1], av[2], av[3], ta, la, row0, m0 + 8, y_ptr, ws_ptr, pid_k, M,
+                        N, FMT, HAS_SCALE, HAS_BIAS, PARTIAL, WARPS)
+            _store_tile(bv[0], bv[1], bv[2], bv[3], tb, lb, row0 + 16, m0 + 8, y_ptr, ws_ptr,
+                        pid_k, M, N, FMT, HAS_SCALE, HAS_BIAS, PARTIAL, WARPS)
     if LAST:
         XR: tl.constexpr = 16 if WIDE else (MP if RUNS > 0 else 8)  # x rows of this program
         _reduce_last(cnt_ptr, tl.program_id(0), m0 + tl.arange(0, XR),
