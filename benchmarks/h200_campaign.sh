@@ -1826,6 +1826,50 @@ sweep27)
   done
   pack sweep27
   ;;
+epi28)
+  # the epilogue's row terms (scale, tensor scale, bias) loaded before any store (`_mma_store`):
+  # E4M3's four scale loads no longer wait one after another behind the stores. GPU tests of
+  # Kernel.MMA_GEMV, then the commit before (prev) and after (cur), interleaved twice: the
+  # llama2-7b token (all formats), the llama3-8b shapes (8-bit), small M on the ring (M <= 4)
+  export SOFTFP8_FP8_DECODE=integer
+  mkdir -p "$OUT/r"
+  run gputests 200 python3 -m pytest -q -x -m gpu -p no:cacheprovider tests/test_triton.py -k "mma"
+  tail -3 "$OUT/gputests.txt"
+  ab_bench token 60 python3 -m softfp8.bench token --preset llama2-7b --backends triton
+  for v in prev cur prev2 cur2; do grep -E "triton" "$OUT/token-$v.txt" | cut -c1-100; done
+  [ $SECONDS -lt 380 ] && ab_bench shapes 70 python3 -m softfp8.bench shapes --preset llama3-8b --backends triton --formats e5m2,e4m3
+  [ $SECONDS -lt 500 ] && ab_bench smallm 60 python3 -m softfp8.bench small-m --preset llama3-8b --backends triton --formats e5m2,e4m3 --m 1,2,4
+  pack epi28
+  ;;
+final28)
+  # the issue-5 numbers on this session's kernels (row terms loaded before the stores): token,
+  # shapes, small-m twice each, prefill (as final27)
+  export SOFTFP8_FP8_DECODE=integer
+  mkdir -p "$OUT/r"
+  for i in 1 2; do
+    run "token-$i" 90 python3 -m softfp8.bench token --preset llama2-7b --backends triton --out "$OUT/r/token-$i.json"
+    [ $SECONDS -lt 200 ] && run "shapes-$i" 120 python3 -m softfp8.bench shapes --preset llama3-8b --backends triton --out "$OUT/r/shapes-$i.json"
+    [ $SECONDS -lt 240 ] && run "smallm-$i" 110 python3 -m softfp8.bench small-m --preset llama3-8b --backends triton --formats e5m2,e4m3 --m 1,2,4,8,12,16 --out "$OUT/r/smallm-$i.json"
+    grep -A12 "over all shapes" "$OUT/smallm-$i.txt" | tail -12
+  done
+  [ $SECONDS -lt 290 ] && run prefill 100 python3 -m softfp8.bench prefill --preset llama3-8b --backends triton --out "$OUT/r/prefill.json"
+  grep -A12 "over all shapes" "$OUT/prefill.txt" | tail -12
+  pack final28
+  ;;
+tests28)
+  # epi28's GPU tests ran out of time (25 of 112 passed in 200 s, compiling): every
+  # Kernel.MMA_GEMV GPU test, in 6 processes at once (the compiles are CPU-bound; 16 cores)
+  mkdir -p "$OUT/r"
+  python3 -m pytest --collect-only -q -m gpu -p no:cacheprovider tests/test_triton.py -k "mma" 2>/dev/null | grep "::" > "$OUT/ids.txt"
+  wc -l < "$OUT/ids.txt"
+  for i in 0 1 2 3 4 5; do
+    awk -v i=$i 'NR % 6 == i' "$OUT/ids.txt" > "$OUT/ids-$i.txt"
+    (timeout 480 python3 -m pytest -q -m gpu -p no:cacheprovider $(cat "$OUT/ids-$i.txt") > "$OUT/mmatests-$i.txt" 2>&1; echo "rc=$?" >> "$OUT/mmatests-$i.txt") &
+  done
+  wait
+  for i in 0 1 2 3 4 5; do tail -2 "$OUT/mmatests-$i.txt"; done
+  pack tests28
+  ;;
 heads)
   # (written in the twenty-sixth session, not run yet) the M = 1 vocabulary head's two speeds:
   # per process, per weight copy, or per run? benchmarks/gpu_head_modes.py in three processes
