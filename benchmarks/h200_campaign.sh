@@ -1870,6 +1870,16 @@ tests28)
   for i in 0 1 2 3 4 5; do tail -2 "$OUT/mmatests-$i.txt"; done
   pack tests28
   ;;
+pdl28)
+  # 8-bit M = 5..16 launches late under PDL (`_table.pdl_auto`; measured on the M = 1 token
+  # only): qkv and o run at 0.56-0.62 of their M = 1 bandwidth from M = 8 (`final28`), ~5 us
+  # above their bytes' time. Small M with every launch early (SOFTFP8_PDL=early) against auto
+  mkdir -p "$OUT/r"
+  for v in auto early auto2 early2; do
+    [ $SECONDS -lt 150 ] && run "smallm-$v" 50 env SOFTFP8_PDL=${v%2} SOFTFP8_FP8_DECODE=integer python3 -m softfp8.bench small-m --preset llama3-8b --backends triton --formats e5m2,e4m3 --m 1,8,16 --out "$OUT/r/smallm-$v.json"
+  done
+  pack pdl28
+  ;;
 heads)
   # (written in the twenty-sixth session, not run yet) the M = 1 vocabulary head's two speeds:
   # per process, per weight copy, or per run? benchmarks/gpu_head_modes.py in three processes
