@@ -54,7 +54,7 @@ def _store_rows(v, rows, cols, terms, y_ptr, ws_ptr, pid_k, M, N, FMT: tl.conste
 
 
 @triton.jit
-def _tile_rows(row0, WARPS: tl.constexpr):
+def _tile_rows(row0):
     """The tile mapping's rows of a tile's sums c0, c1 (c2, c3: + 8), every warp the same."""
     return row0 + tl.arange(0, 32) // 4
 
@@ -66,7 +66,7 @@ def _store_tile(c0, c1, c2, c3, top, low, row0, m0, y_ptr, ws_ptr, pid_k, M, N,
     """The tile mapping's sums of one 16-row tile: the warps' sums added; `top` / `low` the
     terms of rows `_tile_rows(row0)` and + 8."""
     lanes = tl.arange(0, 32)
-    rows = _tile_rows(row0, WARPS)
+    rows = _tile_rows(row0)
     cols = m0 + 2 * (lanes % 4)
     c0 = tl.sum(tl.reshape(c0, (WARPS, 32)), axis=0)
     c1 = tl.sum(tl.reshape(c1, (WARPS, 32)), axis=0)
@@ -108,7 +108,7 @@ def _program_terms(row0, s_ptr, g_ptr, b_ptr, N, FMT: tl.constexpr, HAS_SCALE: t
         rows = _runs_rows(row0, WARPS, MP, 2 * MP * TILES)
     else:
         MP: tl.constexpr = 8
-        rows = _tile_rows(row0, WARPS)
+        rows = _tile_rows(row0)
     ta = _row_terms(rows, s_ptr, g_ptr, b_ptr, N, FMT, HAS_SCALE, HAS_BIAS, PARTIAL)
     la = _row_terms(rows + MP, s_ptr, g_ptr, b_ptr, N, FMT, HAS_SCALE, HAS_BIAS, PARTIAL)
     tb = _row_terms(rows + 2 * MP, s_ptr, g_ptr, b_ptr, N, FMT, HAS_SCALE, HAS_BIAS, PARTIAL)
