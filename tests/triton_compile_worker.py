@@ -106,7 +106,8 @@ def variants(backend: str, arch):
             # ... or in one program that decodes once for both (WIDE)
             yield (f"mma_gemv-r0t2-wide-{fmt}-fp16", _mma.mma_gemv_kernel, dict(c, WIDE=True),
                    "fp16", 4, 1)
-            c = dict(c, RUNS=1, TILES=2, AHEAD=0, ZERO=False)
+            # (unsplit: the epilogue that finishes the rows, NVFP4's tensor scale and the bias)
+            c = dict(c, RUNS=1, TILES=2, AHEAD=0, ZERO=False, PARTIAL=False)
             yield f"mma_gemv-r1t2-keep-{fmt}-fp16", _mma.mma_gemv_kernel, c, "fp16", 4, 1
             # the decode by exponent injection (e2m1=inject), the same settings as -keep-
             # (its WIDE form is checked by the PTX emulator and the GPU tests)
@@ -249,6 +250,16 @@ def loads_before_pdl_wait(sass: str | None, op: str = "LDG.E.128") -> int | None
     return sass[:sass.index("ACQBULK")].count(op)
 
 
+def loads_after_store(sass: str | None) -> int | None:
+    """Global loads (`LDG`, not the ring's `LDGSTS`) after the kernel's first global store
+    (`STG`), None without SASS or without a store. ptxas keeps a load behind a store it can't
+    prove apart, so such a load waits for the store, and what needs it waits for the load."""
+    if sass is None or "STG" not in sass:
+        return None
+    tail = sass[sass.index("STG"):]
+    return len(re.findall(r"\bLDG\.", tail))
+
+
 ALU_OPS = ("PRMT", "LOP3", "SHF", "ISETP", "IADD3", "SEL", "LEA", "VIADD", "VIMNMX")
 """SASS opcodes that issue to the integer ALU pipe of sm_80/sm_90 (modifiers dropped)."""
 FMA_OPS = ("IMAD", "HMUL2", "HFMA2", "FFMA")
@@ -298,6 +309,8 @@ def main(backend: str, arch: str, warp: int) -> None:
                     rec["pdl"] = constexprs["PDL"]
                     rec["loads_before_wait"] = loads_before_pdl_wait(sass)
                     rec["copies_before_wait"] = loads_before_pdl_wait(sass, "LDGSTS")
+                    rec["partial"] = bool(constexprs.get("PARTIAL"))
+                    rec["loads_after_store"] = loads_after_store(sass)
                     if sass is not None:  # the K loop's integer-ALU instructions
                         rec["loop_alu"] = sum(opcode(i) in ALU_OPS for i in loop_ops(sass))
         except Exception as e:  # reported, and the test decides whether it is acceptable
