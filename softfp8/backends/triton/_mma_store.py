@@ -1,12 +1,15 @@
 """Kernel.MMA_GEMV's epilogue: a warp's mma sums -> y (or a K-split's part in ws).
 
 Each output row's terms (its row scale, NVFP4's tensor scale, its bias) are loaded by
-`_row_terms` before any store, at the program's start: loaded beside the stores, each load came
-after the previous row's store in program order, and ptxas keeps a global load behind a global
-store it cannot prove apart (y and the scales may alias for all it knows), so a program's four
-row-scale loads and the shuffle reductions waiting on them ran one after another at the end of
-every program (SASS, sm_90: E4M3 at M = 1; Nsight Compute had 20% of E4M3's warp samples after
-the loop, `ncu27`). Loaded at the start, they arrive while the loop runs.
+`_row_terms` before any store: on the shared-memory ring at the program's start (they arrive
+while the loop runs), elsewhere right after the loop (FP4's loop holds ~128 registers). Loaded
+beside the stores, each load came after the previous row's store in program order, and ptxas
+keeps a global load behind a global store it cannot prove apart (y and the scales may alias for
+all it knows), so a program's four row-scale loads and the shuffle reductions waiting on them
+ran one after another at the end of every program (SASS, sm_90: E4M3 at M = 1; Nsight Compute
+had 20% of E4M3's warp samples after the loop, `ncu27`). Measured on the H200: the llama2-7b
+token E4M3 1.726 -> 1.621 ms, NVFP4 1.590 -> 1.56 (BENCHMARKS.md, twenty-eighth session).
+tests/test_triton_compile.py checks the SASS for a load after a store.
 """
 import triton
 import triton.language as tl
@@ -36,8 +39,8 @@ def _row_terms(rows, s_ptr, g_ptr, b_ptr, N, FMT: tl.constexpr, HAS_SCALE: tl.co
 def _store_rows(v, rows, cols, terms, y_ptr, ws_ptr, pid_k, M, N, FMT: tl.constexpr,
                 HAS_SCALE: tl.constexpr, HAS_BIAS: tl.constexpr, PARTIAL: tl.constexpr):
     """v (sums of rows x cols) -> y, finished with `terms` (`_row_terms` of these rows), or
-    -> ws unfinished (PARTIAL). The operations and their order are the ones the loads beside
-    the stores had: the results are the same to the bit."""
+    -> ws unfinished (PARTIAL). The same operations in the same order as when each row's
+    terms were loaded here."""
     mask = (rows < N) & (cols < M)
     if FMT == "nvfp4" or FMT == "e4m3":
         v = v * 256.0  # the E4M3 codes or block scales were read as value * 2^-8
