@@ -1880,6 +1880,39 @@ pdl28)
   done
   pack pdl28
   ;;
+shapes29)
+  # (prepared in session 28, not yet run) o and down of llama2-7b (4096 rows) run as 1024
+  # one-warp ring programs on 1584 slots (0.65 of a wave); o's programs have 8 steps, 3 of them
+  # copied before the PDL wait. Tables for just those two shapes: K split 2 / 3 (more programs
+  # an SM), and o with 8 stages (all its steps before the wait); the token against the built-in
+  # table, interleaved twice. Then the same tables' single GEMVs.
+  export SOFTFP8_FP8_DECODE=integer
+  mkdir -p "$OUT/r"
+  python3 - "$OUT/r" <<'PY'
+import json, sys
+def row(n, k, fmt, split, ring):
+    return dict(n=n, k=k, m=1, fmt=fmt, kernel="mma_gemv", block_m=1, block_n=4, block_k=128,
+                split_k=split, num_warps=1, num_stages=0, depth=1, ring=ring)
+specs = {"s2": [(4096, 4096, 2, 4), (4096, 11008, 2, 4)],
+         "s3": [(4096, 4096, 3, 4), (4096, 11008, 3, 4)],
+         "o8": [(4096, 4096, 1, 8)]}
+for name, shapes in specs.items():
+    rows = [row(n, k, f, sp, rg) for n, k, sp, rg in shapes for f in ("e5m2", "e4m3")]
+    with open(f"{sys.argv[1]}/table-{name}.json", "w") as f:
+        json.dump(dict(best=rows, note=f"session 28's shapes29: {shapes}"), f)
+PY
+  for v in base s2 s3 o8 base2 s2b s3b o8b; do
+    case $v in base*) t= ;; *) t=$OUT/r/table-${v%b}.json ;; esac
+    [ $SECONDS -lt 330 ] && run "token-$v" 50 env SOFTFP8_TRITON_TABLE=$t python3 -m softfp8.bench token --preset llama2-7b --backends triton --formats e5m2,e4m3 --out "$OUT/r/token-$v.json"
+    grep -E "^(e5m2|e4m3) triton" "$OUT/token-$v.txt" | cut -c1-80
+  done
+  for v in base s2 s3 o8; do
+    case $v in base) t= ;; *) t=$OUT/r/table-$v.json ;; esac
+    [ $SECONDS -lt 480 ] && run "gemv-$v" 50 env SOFTFP8_TRITON_TABLE=$t python3 -m softfp8.bench shapes --shape 4096,4096 --shape 4096,11008 --backends triton --formats e5m2,e4m3 --out "$OUT/r/gemv-$v.json"
+    grep -E "^custom.*(e5m2|e4m3)" "$OUT/gemv-$v.txt" | cut -c1-90
+  done
+  pack shapes29
+  ;;
 heads)
   # (written in the twenty-sixth session, not run yet) the M = 1 vocabulary head's two speeds:
   # per process, per weight copy, or per run? benchmarks/gpu_head_modes.py in three processes
