@@ -16,20 +16,17 @@ import triton.language as tl
 
 
 @triton.jit
-def _row_terms(rows, s_ptr, g_ptr, b_ptr, N, FMT: tl.constexpr, HAS_SCALE: tl.constexpr,
-               HAS_BIAS: tl.constexpr, PARTIAL: tl.constexpr):
-    """(row scale, tensor scale, bias) of `rows`, as `_store_rows` applies them: ones and zeros
-    where the format or the launch has none, or where a K-split part is stored (the reduction
-    applies them)."""
+def _row_terms(rows, g, s_ptr, b_ptr, N, HAS_SCALE: tl.constexpr, HAS_BIAS: tl.constexpr,
+               PARTIAL: tl.constexpr):
+    """(row scale, tensor scale g, bias) of `rows`, as `_store_rows` applies them: ones and
+    zeros where the launch has none, or where a K-split part is stored (the reduction applies
+    them). g: the tensor scale, loaded once a program (`_program_terms`)."""
     inside = rows < N
     s = tl.full(rows.shape, 1.0, tl.float32)
-    g = tl.full(rows.shape, 1.0, tl.float32)
     b = tl.full(rows.shape, 0.0, tl.float32)
     if not PARTIAL:
         if HAS_SCALE:
             s = tl.load(s_ptr + rows, mask=inside, other=1.0)
-        if FMT == "nvfp4":
-            g = g * tl.load(g_ptr)
         if HAS_BIAS:
             b = tl.load(b_ptr + rows, mask=inside, other=0.0).to(tl.float32)
     return s, g, b
@@ -112,16 +109,19 @@ def _program_terms(row0, s_ptr, g_ptr, b_ptr, N, FMT: tl.constexpr, HAS_SCALE: t
     else:
         MP: tl.constexpr = 8
         rows = _tile_rows(row0)
-    ta = _row_terms(rows, s_ptr, g_ptr, b_ptr, N, FMT, HAS_SCALE, HAS_BIAS, PARTIAL)
-    la = _row_terms(rows + MP, s_ptr, g_ptr, b_ptr, N, FMT, HAS_SCALE, HAS_BIAS, PARTIAL)
-    tb = _row_terms(rows + 2 * MP, s_ptr, g_ptr, b_ptr, N, FMT, HAS_SCALE, HAS_BIAS, PARTIAL)
-    lb = _row_terms(rows + 3 * MP, s_ptr, g_ptr, b_ptr, N, FMT, HAS_SCALE, HAS_BIAS, PARTIAL)
+    g = tl.full(rows.shape, 1.0, tl.float32)
+    if FMT == "nvfp4" and not PARTIAL:
+        g = g * tl.load(g_ptr)
+    ta = _row_terms(rows, g, s_ptr, b_ptr, N, HAS_SCALE, HAS_BIAS, PARTIAL)
+    la = _row_terms(rows + MP, g, s_ptr, b_ptr, N, HAS_SCALE, HAS_BIAS, PARTIAL)
+    tb = _row_terms(rows + 2 * MP, g, s_ptr, b_ptr, N, HAS_SCALE, HAS_BIAS, PARTIAL)
+    lb = _row_terms(rows + 3 * MP, g, s_ptr, b_ptr, N, HAS_SCALE, HAS_BIAS, PARTIAL)
     tc, lc, td, ld = ta, la, tb, lb
     if TILES == 4:
-        tc = _row_terms(rows + 4 * MP, s_ptr, g_ptr, b_ptr, N, FMT, HAS_SCALE, HAS_BIAS, PARTIAL)
-        lc = _row_terms(rows + 5 * MP, s_ptr, g_ptr, b_ptr, N, FMT, HAS_SCALE, HAS_BIAS, PARTIAL)
-        td = _row_terms(rows + 6 * MP, s_ptr, g_ptr, b_ptr, N, FMT, HAS_SCALE, HAS_BIAS, PARTIAL)
-        ld = _row_terms(rows + 7 * MP, s_ptr, g_ptr, b_ptr, N, FMT, HAS_SCALE, HAS_BIAS, PARTIAL)
+        tc = _row_terms(rows + 4 * MP, g, s_ptr, b_ptr, N, HAS_SCALE, HAS_BIAS, PARTIAL)
+        lc = _row_terms(rows + 5 * MP, g, s_ptr, b_ptr, N, HAS_SCALE, HAS_BIAS, PARTIAL)
+        td = _row_terms(rows + 6 * MP, g, s_ptr, b_ptr, N, HAS_SCALE, HAS_BIAS, PARTIAL)
+        ld = _row_terms(rows + 7 * MP, g, s_ptr, b_ptr, N, HAS_SCALE, HAS_BIAS, PARTIAL)
     return ta, la, tb, lb, tc, lc, td, ld
 
 
