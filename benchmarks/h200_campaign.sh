@@ -1913,6 +1913,46 @@ PY
   done
   pack shapes29
   ;;
+cyc29)
+  # LaunchConfig.cyclic: the 8-bit M = 1 ring with as many programs as the SMs hold (12 an SM
+  # here: 4 stages of one warp, 19 KB of shared memory each), each taking row blocks p, p + G,
+  # ... in turn with the ring running on (len27: E4M3 ~3% faster with 4x longer programs;
+  # blk27's consecutive blocks lost by a program count off the slots). GPU tests of the ring
+  # first, then tables: every M = 1 shape of the two presets cyclic 12 (c12) or 11 (c11)
+  # against the built-in table, the token interleaved twice, then the llama3-8b GEMVs
+  export SOFTFP8_FP8_DECODE=integer
+  mkdir -p "$OUT/r"
+  python3 -m pytest --collect-only -q -m gpu -p no:cacheprovider tests/test_triton.py -k "cyclic or (ring_matches and (e5m2 or e4m3))" 2>/dev/null | grep "::" > "$OUT/ids.txt"
+  wc -l < "$OUT/ids.txt"
+  for i in 0 1 2 3; do
+    awk -v i=$i 'NR % 4 == i' "$OUT/ids.txt" > "$OUT/ids-$i.txt"
+    (timeout 150 python3 -m pytest -q -m gpu -p no:cacheprovider $(cat "$OUT/ids-$i.txt") > "$OUT/cyctests-$i.txt" 2>&1; echo "rc=$?" >> "$OUT/cyctests-$i.txt") &
+  done
+  wait
+  for i in 0 1 2 3; do tail -3 "$OUT/cyctests-$i.txt"; done
+  python3 - "$OUT/r" <<'PY'
+import json, sys
+shapes = [(12288, 4096), (4096, 4096), (22016, 4096), (4096, 11008), (32000, 4096),
+          (6144, 4096), (28672, 4096), (4096, 14336), (128256, 4096)]
+for c in (12, 11):
+    rows = [dict(n=n, k=k, m=1, fmt=f, kernel="mma_gemv", block_m=1, block_n=4, block_k=128,
+                 split_k=1, num_warps=1, num_stages=0, depth=1, ring=4, cyclic=c)
+            for n, k in shapes for f in ("e5m2", "e4m3")]
+    with open(f"{sys.argv[1]}/table-c{c}.json", "w") as f:
+        json.dump(dict(best=rows, note=f"session 29's cyc29: every M = 1 shape cyclic {c}"), f)
+PY
+  for v in base c12 c11 base2 c12b c11b; do
+    case $v in base*) t= ;; *) t=$OUT/r/table-${v%b}.json ;; esac
+    [ $SECONDS -lt 400 ] && run "token-$v" 50 env SOFTFP8_TRITON_TABLE=$t python3 -m softfp8.bench token --preset llama2-7b --backends triton --formats e5m2,e4m3 --out "$OUT/r/token-$v.json"
+    grep -E "^(e5m2|e4m3) triton" "$OUT/token-$v.txt" | cut -c1-80
+  done
+  for v in base c12 base2 c12b; do
+    case $v in base*) t= ;; *) t=$OUT/r/table-${v%b}.json ;; esac
+    [ $SECONDS -lt 520 ] && run "shapes-$v" 60 env SOFTFP8_TRITON_TABLE=$t python3 -m softfp8.bench shapes --preset llama3-8b --backends triton --formats e5m2,e4m3 --out "$OUT/r/shapes-$v.json"
+    grep -E "^(qkv|o |gate|down|lm_head).*(e5m2|e4m3)" "$OUT/shapes-$v.txt" | cut -c1-90
+  done
+  pack cyc29
+  ;;
 heads)
   # (written in the twenty-sixth session, not run yet) the M = 1 vocabulary head's two speeds:
   # per process, per weight copy, or per run? benchmarks/gpu_head_modes.py in three processes
