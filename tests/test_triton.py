@@ -829,54 +829,6 @@ def test_gpu_mma_gemv_ring_matches_reference(fmt, e2m1, n, k, m, split):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not HAS_GPU, reason="needs a CUDA GPU")
-@pytest.mark.parametrize("fmt", [Format.E5M2, Format.E4M3])
-@pytest.mark.parametrize("n, k, m", [(4103, 4096, 1), (1000, 11008, 3), (37, 2048, 1),
-                                     (4103, 1536, 2), (300, 4080, 4)])
-def test_gpu_mma_gemv_cyclic_matches_reference(fmt, n, k, m):
-    """The ring's programs taking row blocks in turn (LaunchConfig.cyclic): one to ~30 blocks
-    a program, rows past N in the last block, blocks of exactly ring - 1 steps (K = 1536: 3
-    steps of 512 bytes at M = 1), K % 64 != 0, M <= block_m, row scales and a bias."""
-    packed, x, bias, g = _mma_case(fmt, n, k, m, 1)
-    mp = min(8, 1 << (m - 1).bit_length())
-    want = reference.matmul(x, packed, bias)
-    step = 512 // mp
-    for w, r in ((1, 4), (2, 3), (4, 2), (1, 8)):
-        if -(-k // step) < r - 1:
-            continue
-        for cyclic in (1, 2, 12):
-            cfg = LaunchConfig(Kernel.MMA_GEMV, mp, triton_backend.mma_rows(mp, w, 2), 128, 1,
-                               w, 0, ring=r, cyclic=cyclic)
-            y = run(x, packed, bias, cfg)
-            assert rel_err(y, want) <= tolerance(torch.float16), cfg
-
-
-@pytest.mark.gpu
-@pytest.mark.skipif(not HAS_GPU, reason="needs a CUDA GPU")
-def test_gpu_mma_gemv_cyclic_needs_the_unsplit_8bit_ring():
-    """cyclic > 0 only on the ring, 8-bit, unsplit, one group of x rows, with at least
-    ring - 1 steps a row block: anything else is refused by name, not launched."""
-    e5m2 = softfp8.quantize(torch.randn(64, 4096), Format.E5M2).to("cuda")
-    short = softfp8.quantize(torch.randn(64, 1024), Format.E5M2).to("cuda")  # 2 steps
-    nvfp4 = softfp8.quantize(torch.randn(64, 4096), Format.NVFP4).to("cuda")
-    x = torch.randn(1, 4096).half().cuda()
-    x16 = torch.randn(16, 4096).half().cuda()
-    ring = LaunchConfig(Kernel.MMA_GEMV, 1, 4, 128, 1, 1, 0, ring=4, cyclic=12)
-    for xx, packed, bad in ((x, e5m2, LaunchConfig(Kernel.MMA_GEMV, 1, 4, 128, 1, 1, 0,
-                                                   cyclic=12)),  # no ring
-                            (x, e5m2, LaunchConfig(Kernel.MMA_GEMV, 1, 4, 128, 2, 1, 0, ring=4,
-                                                   cyclic=12)),  # split
-                            (x, nvfp4, ring),
-                            (x[:, :1024], short, ring),
-                            (x16, e5m2, LaunchConfig(Kernel.MMA_GEMV, 8, 32, 128, 1, 1, 0,
-                                                     ring=4, cyclic=12)),  # 2 groups of 8
-                            (x, e5m2, LaunchConfig(Kernel.MMA_GEMV, 1, 4, 128, 1, 1, 0, ring=4,
-                                                   cyclic=-1))):
-        with pytest.raises(ValueError, match="takes cyclic > 0 only on the ring"):
-            run(xx, packed, None, bad)
-
-
-@pytest.mark.gpu
-@pytest.mark.skipif(not HAS_GPU, reason="needs a CUDA GPU")
 def test_gpu_mma_gemv_ring_needs_the_runs_at_depth_one():
     """The ring takes the run mapping, 2 tiles a warp, depth 1, at most 8 stage slots: anything
     else is refused by name, not launched."""

@@ -151,9 +151,6 @@ def variants(backend: str, arch):
             if cfg.ring:
                 yield (f"mma_gemv-r1t2-ring{cfg.ring}-w{cfg.num_warps}-{fmt}-fp16",
                        _mma.mma_gemv_kernel, c, "fp16", cfg.num_warps, 1)
-                # ... as programs that take row blocks in turn (LaunchConfig.cyclic)
-                yield (f"mma_gemv-r1t2-ring{cfg.ring}-w{cfg.num_warps}-cyclic-{fmt}-fp16",
-                       _mma.mma_gemv_kernel, dict(c, CYCLIC=True), "fp16", cfg.num_warps, 1)
         if not hw:  # the large-M slab decode (portable decoders only)
             c = dict(FMT=fmt, HAS_SCALE=fmt in FP8, INJECT=inject, BLOCK_R=16,
                      BLOCK_KB=512 * (8 if fmt in FP8 else 4) // 8, CHECK=xd != "fp32",

@@ -29,7 +29,6 @@ from .._facts import codes_nan_free, known_fact, remember_fact  # noqa: F401 - r
 from ._device import (FP8_DECODE_ENV, DeviceInfo, Kernel, LaunchConfig, device_info,
                       uses_hardware_fp8)
 from ._mma_table import (MMA_FORMATS, MMA_GROUPS_MAX_M, MMA_MAX_M, MMA_RING_STAGES,
-                         MMA_STEP_BYTES,
                          MMA_RUN_TILES, MMA_RUNS, MMA_TILE_ROWS, MMA_WIDE_M, mma_config,
                          mma_gemv_runs, mma_layout, mma_ring_fits, mma_rows, mma_split,
                          mma_zero_fill, uses_mma_gemv)
@@ -198,16 +197,7 @@ def _launch(x: torch.Tensor, packed: PackedWeight, bias: torch.Tensor | None, cf
             raise ValueError(f"cfg: Kernel.MMA_GEMV's ring takes the run mapping with 2 tiles a "
                              f"warp, depth 1, M <= 8, stages in {MMA_RING_STAGES} and stages * "
                              f"num_warps <= 8; got {cfg}")
-        blocks = -(-n // cfg.block_n)
-        steps = -(-per_split // (MMA_STEP_BYTES * MMA_MAX_M // runs)) if runs else 0
-        if cfg.cyclic and not (cfg.cyclic > 0 and cfg.ring and split == 1 and groups == 1
-                               and packed.fmt in (Format.E5M2, Format.E4M3)
-                               and steps >= cfg.ring - 1):
-            raise ValueError(f"cfg: Kernel.MMA_GEMV takes cyclic > 0 only on the ring, 8-bit, "
-                             f"unsplit, M <= block_m, with at least ring - 1 = {cfg.ring - 1} "
-                             f"steps a row block; got {cfg} for {packed.fmt.value} {n}x{k}, M={m},"
-                             f" split {split}, {steps} steps")
-        grid = (min(blocks, cfg.cyclic * info.sm_count) if cfg.cyclic else blocks * groups, split)
+        grid = (-(-n // cfg.block_n) * groups, split)
         cnt, last = _counters(split, x.device, grid[0], w)
         mma_gemv_kernel[grid](*args, cnt, *sizes, LAST=last, FMT=packed.fmt.value,
                               HAS_BIAS=bias is not None, WARPS=cfg.num_warps,
@@ -215,7 +205,6 @@ def _launch(x: torch.Tensor, packed: PackedWeight, bias: torch.Tensor | None, cf
                               PREFETCH=prefetch, AHEAD=cfg.num_stages, RUNS=runs, TILES=tiles,
                               HAS_SCALE=has_scale, NAN=nan, DEPTH=cfg.depth, GROUPS=groups,
                               WIDE=wide, INJECT=e2m1 is E2M1Decode.INJECT, RING=cfg.ring,
-                              CYCLIC=cfg.cyclic > 0,
                               ZERO=mma_zero_fill(rb, per_split, runs, cfg, k, packed.padded_k),
                               **launch)
     else:

@@ -39,8 +39,7 @@ class LaunchConfig:
     (Kernel.MMA_GEMV's run mapping only): loop steps of weights each thread holds in registers,
     1 or 2 (two buffers, each refilled after its own step). ring (Kernel.MMA_GEMV's run mapping
     only): stages of the shared-memory ring that carries each step to the threads (`_mma_ring`),
-    0 for none. cyclic (the ring, 8-bit, unsplit): 0, or launch at most this many programs an
-    SM, each taking row blocks p, p + programs, ... in turn (`_mma`'s CYCLIC)."""
+    0 for none."""
 
     kernel: Kernel
     block_m: int
@@ -51,7 +50,6 @@ class LaunchConfig:
     num_stages: int = 2
     depth: int = 1
     ring: int = 0
-    cyclic: int = 0
 
 
 @dataclass(frozen=True)

@@ -94,8 +94,7 @@ def mma_gemv_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr, cnt_ptr,
                     DEPTH: tl.constexpr = 1, ZERO: tl.constexpr = True,
                     GROUPS: tl.constexpr = 1, WIDE: tl.constexpr = False,
                     LAST: tl.constexpr = False, INJECT: tl.constexpr = False,
-                    RING: tl.constexpr = 0, RING_X: tl.constexpr = True,
-                    CYCLIC: tl.constexpr = False):
+                    RING: tl.constexpr = 0, RING_X: tl.constexpr = True):
     """Program (pid_n, pid_k) over bytes [pid_k * KB_SPLIT, +KB_SPLIT) of its rows.
     RUNS = 0 (the tile mapping): rows pid_n * 32 .. +32, two 16-row tiles; warp w takes the
     64-byte steps w, w + WARPS, ...; the warps' sums are added at the end.
@@ -129,11 +128,6 @@ def mma_gemv_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr, cnt_ptr,
     The rows' scales, tensor scale and bias are loaded before any store (`_mma_store`): with
     the ring at the program's start (they arrive during the loop), else after the loop (FP4's
     loop holds ~128 registers).
-    CYCLIC (the ring, 8-bit, unsplit, one group): program p of G takes row blocks p, p + G,
-    p + 2G, ... in turn, the ring running on from one block to the next (the next block's
-    first steps are copied while this one's last are read; its row terms loaded then too), so
-    a launch of as many programs as the SMs hold fills and drains the ring once a program,
-    not once a block (steps a block >= RING - 1: the launcher checks).
     Needs num_warps == WARPS, K % 8 == 0 and a 16-byte aligned x (the launcher checks)."""
     NT: tl.constexpr = 32 * WARPS
     FP8: tl.constexpr = FMT == "e5m2" or FMT == "e4m3"
@@ -209,72 +203,22 @@ def mma_gemv_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr, cnt_ptr,
         # the step before (a running address, no multiply or modulo a step)
         rd = slot0
         wr = slot0 + (RING - 1) * STAGE
-        if CYCLIC:
-            tl.static_assert(FP8 and not PARTIAL and RING_X and GROUPS == 1,
-                             "CYCLIC: 8-bit, unsplit, one group")
-            JUMP = tl.num_programs(0) * PROG_ROWS  # rows from one of its blocks to the next
-            blocks = tl.cdiv(tl.cdiv(N, PROG_ROWS) - pid_n, tl.num_programs(0))
-            S = tl.cdiv(kb_hi - kb_lo, stride)  # steps a block
-            row_end = row + blocks * JUMP  # this thread's rows past its last block
-            i_off = off + (RING - 1) * stride  # the copies' step, RING - 1 ahead of the reads
-            i_s = kb_lo * 0 + (RING - 1)
-            i_w = w_ptr  # w_ptr moved to the copied block (row: this program's first block)
-            i_row0 = pid_n * PROG_ROWS  # the copied block's first row
-            i_in = rows_in
-            r_s = kb_lo * 0
-            r_row0 = pid_n * PROG_ROWS
-            n_terms = terms
-            for _ in range(0, S * blocks):
-                if i_s == S:  # the copies reach the next block (past the last: they copy none)
-                    i_s = kb_lo * 0
-                    i_off = off
-                    i_row0 += JUMP
-                    i_w = w_ptr + (i_row0 - pid_n * PROG_ROWS).to(tl.int64) * RB
-                    i_in = tl.where(row + (i_row0 - pid_n * PROG_ROWS) < row_end,
-                                    _ring_rows_in(row + (i_row0 - pid_n * PROG_ROWS), N, RS), 0)
-                    n_terms = _program_terms(i_row0, s_ptr, g_ptr, b_ptr, N, FMT, HAS_SCALE,
-                                             HAS_BIAS, PARTIAL, WARPS, RUNS, TILES)
-                # the row addresses stay loop-invariant: only the base moves, once a block
-                _ring_issue_weights(wr, pstride, i_w, s_ptr, row, i_in, RB, SB, i_off, kb_hi, RS,
-                                    FMT)
-                _ring_issue_x(wr, pstride, x_row, i_off, kb_hi, K, in_m, FP8)
-                rw, xw = _ring_read(rd, pstride, shifts, RING, FMT)
-                a, b, av, bv = _tiles(rw[0], rw[1], rw[2], rw[3], xw, xw, a, b, av, bv, FMT,
-                                      DIAG, NAN, WIDE, INJECT)
-                wr = rd
-                rd = tl.where(rd == slot0 + (RING - 1) * STAGE, slot0, rd + STAGE)
-                i_off += stride
-                i_s += 1
-                r_s += 1
-                if r_s == S:  # a block's last step read: its sums out, the next block's from 0
-                    ta, la, tb, lb, tc, lc, td, ld = terms
-                    _store_runs(a, ta, la, r_row0, m0, y_ptr, ws_ptr, pid_k, M, N, FMT,
-                                HAS_SCALE, HAS_BIAS, PARTIAL, WARPS, MP, WARP_ROWS)
-                    _store_runs(b, tb, lb, r_row0 + 2 * MP, m0, y_ptr, ws_ptr, pid_k, M, N, FMT,
-                                HAS_SCALE, HAS_BIAS, PARTIAL, WARPS, MP, WARP_ROWS)
-                    a = (zero, zero, zero, zero)
-                    b = a
-                    terms = n_terms
-                    r_s = kb_lo * 0
-                    r_row0 += JUMP
-        else:
-            for _ in range(kb_lo, kb_hi, stride):
-                _ring_issue_weights(wr, pstride, w_ptr, s_ptr, row, rows_in, RB, SB,
-                                    off + (RING - 1) * stride, kb_hi, RS, FMT)
-                if RING_X:
-                    _ring_issue_x(wr, pstride, x_row, off + (RING - 1) * stride, kb_hi, K, in_m,
-                                  FP8)
-                else:
-                    _ring_commit(tid)
-                rw, xw = _ring_read(rd, pstride, shifts, RING, FMT)
-                if not RING_X:
-                    xw = xr
-                    xr = _x_step(x_row, off + stride, kb_hi, K, in_m, FP8, True)
-                a, b, av, bv = _tiles(rw[0], rw[1], rw[2], rw[3], xw, xw, a, b, av, bv, FMT, DIAG,
-                                      NAN, WIDE, INJECT)
-                wr = rd
-                rd = tl.where(rd == slot0 + (RING - 1) * STAGE, slot0, rd + STAGE)
-                off += stride
+        for _ in range(kb_lo, kb_hi, stride):
+            _ring_issue_weights(wr, pstride, w_ptr, s_ptr, row, rows_in, RB, SB,
+                                off + (RING - 1) * stride, kb_hi, RS, FMT)
+            if RING_X:
+                _ring_issue_x(wr, pstride, x_row, off + (RING - 1) * stride, kb_hi, K, in_m, FP8)
+            else:
+                _ring_commit(tid)
+            rw, xw = _ring_read(rd, pstride, shifts, RING, FMT)
+            if not RING_X:
+                xw = xr
+                xr = _x_step(x_row, off + stride, kb_hi, K, in_m, FP8, True)
+            a, b, av, bv = _tiles(rw[0], rw[1], rw[2], rw[3], xw, xw, a, b, av, bv, FMT, DIAG,
+                                  NAN, WIDE, INJECT)
+            wr = rd
+            rd = tl.where(rd == slot0 + (RING - 1) * STAGE, slot0, rd + STAGE)
+            off += stride
         _ring_drain(tid)
     elif DEPTH == 2:
         # two register buffers: each refills right after its own step's arithmetic, so the
@@ -353,9 +297,7 @@ def mma_gemv_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr, cnt_ptr,
         terms = _program_terms(pid_n * PROG_ROWS, s_ptr, g_ptr, b_ptr, N, FMT, HAS_SCALE,
                                HAS_BIAS, PARTIAL, WARPS, RUNS, TILES)
     ta, la, tb, lb, tc, lc, td, ld = terms
-    if CYCLIC:
-        pass  # each block's sums were stored in the loop
-    elif RUNS > 0:
+    if RUNS > 0:
         row0 = pid_n * PROG_ROWS
         _store_runs(a, ta, la, row0, m0, y_ptr, ws_ptr, pid_k, M, N, FMT, HAS_SCALE, HAS_BIAS,
                     PARTIAL, WARPS, MP, WARP_ROWS)

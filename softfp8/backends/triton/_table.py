@@ -104,7 +104,7 @@ def _table_from_sweep(path: str) -> dict:
         return {(r["n"], r["k"], r["m"], r["fmt"]):
                 LaunchConfig(Kernel(r["kernel"]), r["block_m"], r["block_n"], r["block_k"],
                              r["split_k"], r["num_warps"], r["num_stages"], r.get("depth", 1),
-                             r.get("ring", 0), r.get("cyclic", 0))
+                             r.get("ring", 0))
                 for r in rows}
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise ValueError(f"{TABLE_ENV}={path!r}: expected a sweep receipt written by "
