@@ -1953,6 +1953,53 @@ PY
   done
   pack cyc29
   ;;
+headm29)
+  # The dot kernel's vocabulary head at M = 8..16 moved ~30% between bench runs (final27,
+  # final28: M = 12 0.130 against 0.165-0.182 ms): per process, per weight copy, or per run?
+  # gpu_head_modes.py --m in three processes, the bench's own small-m on the head twice, then
+  # Nsight Compute on the M = 12 launches in two processes
+  export SOFTFP8_FP8_DECODE=integer
+  mkdir -p "$OUT/r"
+  for i in 1 2 3; do
+    [ $SECONDS -lt 200 ] && run "headm-$i" 90 python3 benchmarks/gpu_head_modes.py --m 8,12,16 --allocs 3 --repeats 2 --json "$OUT/r/headm-$i.json"
+    grep -E "^(e5m2|e4m3) " "$OUT/headm-$i.txt"
+  done
+  for i in 1 2; do
+    [ $SECONDS -lt 300 ] && run "smallm-$i" 60 python3 -m softfp8.bench small-m --shape 128256,4096 --m 1,8,12,16 --backends triton --formats e5m2,e4m3 --out "$OUT/r/smallm-$i.json"
+    grep -E "^custom.*(e5m2|e4m3)" "$OUT/smallm-$i.txt" | cut -c1-90
+  done
+  NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+  for i in 1 2; do
+    [ $SECONDS -lt 450 ] && run "ncu-$i" 100 "$NCU" --clock-control none --section SpeedOfLight --section Occupancy --section LaunchStats --section MemoryWorkloadAnalysis --section SchedulerStats --section WarpStateStats -k regex:dot_kernel -c 6 python3 benchmarks/gpu_ncu_target.py --formats e5m2,e4m3 --shape 128256,4096 --m 12 --launches 1
+    grep -E "^(e5m2|e4m3)|Duration|DRAM Throughput|Achieved Occupancy|Achieved Active|Waves Per SM|Shared Memory Configuration|Block Limit|L2 Hit|Warp Cycles Per Issued|Issue Slots Busy|No Eligible" "$OUT/ncu-$i.txt" | head -80
+  done
+  pack headm29
+  ;;
+dot29)
+  # headm29's Nsight Compute: the dot kernel's 128 x 256 tiles at M = 12 run 2 programs an SM
+  # (shared memory; registers would allow 3), 3.8 waves, DRAM 84-87% of peak. Tiles that fit
+  # 3 an SM (sm_90 build here: 128 x 128 in 3 or 4 stages 37-53 KB / 166 registers; 64 x 256 in
+  # 3 stages 41 KB / 168) against the built-in table on the head and gate_up at M = 8, 12, 16,
+  # interleaved twice (tables: no code change)
+  export SOFTFP8_FP8_DECODE=integer
+  mkdir -p "$OUT/r"
+  python3 - "$OUT/r" <<'PY'
+import json, sys
+tiles = {"n128k128s4": (128, 128, 4), "n128k128s3": (128, 128, 3), "n64k256s3": (64, 256, 3)}
+for name, (bn, bk, st) in tiles.items():
+    rows = [dict(n=n, k=4096, m=m, fmt=f, kernel="small_m", block_m=16, block_n=bn, block_k=bk,
+                 split_k=1, num_warps=4, num_stages=st)
+            for n in (128256, 28672) for m in (8, 12, 16) for f in ("e5m2", "e4m3")]
+    with open(f"{sys.argv[1]}/table-{name}.json", "w") as f:
+        json.dump(dict(best=rows, note=f"session 29's dot29: {name}"), f)
+PY
+  for v in base n128k128s4 n128k128s3 n64k256s3 base2 n128k128s4b n128k128s3b n64k256s3b; do
+    case $v in base*) t= ;; *) t=$OUT/r/table-${v%b}.json ;; esac
+    [ $SECONDS -lt 480 ] && run "dot-$v" 50 env SOFTFP8_TRITON_TABLE=$t python3 -m softfp8.bench small-m --shape 128256,4096 --shape 28672,4096 --m 1,8,12,16 --backends triton --formats e5m2,e4m3 --out "$OUT/r/dot-$v.json"
+    grep -E "^custom.*(e5m2|e4m3)" "$OUT/dot-$v.txt" | cut -c1-80
+  done
+  pack dot29
+  ;;
 heads)
   # (written in the twenty-sixth session, not run yet) the M = 1 vocabulary head's two speeds:
   # per process, per weight copy, or per run? benchmarks/gpu_head_modes.py in three processes
