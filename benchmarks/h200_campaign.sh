@@ -2000,6 +2000,28 @@ PY
   done
   pack dot29
   ;;
+whole29)
+  # `_mma`'s WHOLE: the 8-bit ring's copies without predicates where every row and step is
+  # inside, its last ring - 1 steps a loop of their own (sm_90 SASS: the M = 1 loop 94 -> 78
+  # instructions a step for E5M2, 219 -> 205 for E4M3 with its NaN fix, 156 -> 142 without).
+  # GPU tests of the ring, then the commit before (prev) and after (cur) interleaved twice:
+  # the llama2-7b token and the llama3-8b GEMVs (8-bit)
+  export SOFTFP8_FP8_DECODE=integer
+  mkdir -p "$OUT/r"
+  python3 -m pytest --collect-only -q -m gpu -p no:cacheprovider tests/test_triton.py -k "ring and (e5m2 or e4m3 or whole or needs)" 2>/dev/null | grep "::" > "$OUT/ids.txt"
+  wc -l < "$OUT/ids.txt"
+  for i in 0 1 2 3; do
+    awk -v i=$i 'NR % 4 == i' "$OUT/ids.txt" > "$OUT/ids-$i.txt"
+    (timeout 150 python3 -m pytest -q -m gpu -p no:cacheprovider $(cat "$OUT/ids-$i.txt") > "$OUT/ringtests-$i.txt" 2>&1; echo "rc=$?" >> "$OUT/ringtests-$i.txt") &
+  done
+  wait
+  for i in 0 1 2 3; do tail -n 3 "$OUT/ringtests-$i.txt"; done
+  ab_bench token 50 python3 -m softfp8.bench token --preset llama2-7b --backends triton --formats e5m2,e4m3
+  for v in prev cur prev2 cur2; do grep -E "^(e5m2|e4m3) triton" "$OUT/token-$v.txt" | cut -c1-90; done
+  [ $SECONDS -lt 420 ] && ab_bench shapes 60 python3 -m softfp8.bench shapes --preset llama3-8b --backends triton --formats e5m2,e4m3
+  for v in prev cur prev2 cur2; do grep -E "^(qkv|o |gate|down|lm_head).*(e5m2|e4m3)" "$OUT/shapes-$v.txt" | cut -c1-90; done
+  pack whole29
+  ;;
 heads)
   # (written in the twenty-sixth session, not run yet) the M = 1 vocabulary head's two speeds:
   # per process, per weight copy, or per run? benchmarks/gpu_head_modes.py in three processes

@@ -657,6 +657,29 @@ def test_mma_layout_reads_the_mapping_from_the_launch_config():
             triton_backend.mma_layout(bad)
 
 
+def test_mma_ring_whole_only_where_every_row_and_step_is_inside():
+    """WHOLE (the ring's copies without predicates, its last ring - 1 steps a loop of their own)
+    needs whole row blocks, x rows filling the run mapping, whole steps (no zero fill) and every
+    program at least ring - 1 steps long; 8-bit only."""
+    whole = triton_backend.mma_ring_whole
+    ring = LaunchConfig(Kernel.MMA_GEMV, 1, 4, 128, 1, 1, 0, ring=4)  # 512-byte steps
+    assert whole(4096, 1, 4096, 4096, 1, ring, True, False)
+    assert not whole(4096, 1, 4096, 4096, 1, ring, False, False)  # FP4
+    assert not whole(4096, 1, 4096, 4096, 1, LaunchConfig(Kernel.MMA_GEMV, 1, 4, 128, 1, 1, 0),
+                     True, False)  # no ring
+    assert not whole(4103, 1, 4096, 4096, 1, ring, True, False)  # the last block past N
+    assert not whole(4096, 1, 4080, 4080, 1, ring, True, True)  # a step past K (zero fill)
+    assert whole(4096, 1, 1536, 1536, 1, ring, True, False)  # 3 steps = ring - 1
+    assert not whole(4096, 1, 1024, 1024, 1, ring, True, False)  # 2 steps
+    assert whole(4096, 1, 6144, 2048, 1, ring, True, False)  # 3 splits of 4 steps
+    assert not whole(4096, 1, 4096, 1536, 1, ring, True, False)  # the last split: 2 steps
+    runs4 = LaunchConfig(Kernel.MMA_GEMV, 4, 32, 128, 1, 2, 0, ring=3)  # 128-byte steps
+    assert whole(4096, 4, 4096, 4096, 4, runs4, True, False)
+    assert not whole(4096, 3, 4096, 4096, 4, runs4, True, False)  # x row 3 of 4 outside M
+    assert whole(4096, 4, 256, 256, 4, runs4, True, False)  # 2 steps = ring - 1
+    assert not whole(4096, 4, 128, 128, 4, runs4, True, False)  # 1 step
+
+
 def test_mma_zero_fill_only_where_a_tile_reads_past_the_k_range():
     """ZERO = 0 (loads leave switched-off registers as they were) needs every program's K range
     to be whole passes of depth loop steps (512 / runs bytes a step in the run mapping, 64 a warp
@@ -825,6 +848,28 @@ def test_gpu_mma_gemv_ring_matches_reference(fmt, e2m1, n, k, m, split):
     # the table's own setting (from sm_90: 8-bit M <= 4 on the ring, its K split by the rule)
     cfg = launch_config(n, k, m, fmt, device_info(torch.device("cuda")), torch.float16)
     assert rel_err(run(x, packed, bias, cfg, e2m1=e2m1), want) <= tolerance(torch.float16), cfg
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not HAS_GPU, reason="needs a CUDA GPU")
+@pytest.mark.parametrize("fmt", [Format.E5M2, Format.E4M3])
+@pytest.mark.parametrize("n, k, m, split", [(4096, 4096, 1, 1), (1024, 1536, 1, 1),
+                                            (512, 8192, 2, 2), (2048, 4096, 4, 1),
+                                            (96, 6144, 1, 3)])
+def test_gpu_mma_gemv_ring_whole_matches_reference(fmt, n, k, m, split):
+    """The ring where every row and step is inside (`_mma`'s WHOLE, picked by the launcher):
+    copies without predicates, the last ring - 1 steps in a loop of their own; one program of
+    exactly ring - 1 steps (K = 1536 at M = 1), K splits, M = 2 and 4, row scales and a bias."""
+    packed, x, bias, g = _mma_case(fmt, n, k, m, split)
+    mp = min(8, 1 << (m - 1).bit_length())
+    want = reference.matmul(x, packed, bias)
+    for w, r in ((1, 4), (2, 3), (4, 2), (1, 2)):
+        cfg = LaunchConfig(Kernel.MMA_GEMV, mp, triton_backend.mma_rows(mp, w, 2), 128, split,
+                           w, 0, ring=r)
+        per_split, _ = triton_backend.split_bytes(k, cfg, 8)
+        assert triton_backend.mma_ring_whole(n, m, k, per_split, mp, cfg, True, False), cfg
+        y = run(x, packed, bias, cfg)
+        assert rel_err(y, want) <= tolerance(torch.float16), cfg
 
 
 @pytest.mark.gpu

@@ -151,6 +151,10 @@ def variants(backend: str, arch):
             if cfg.ring:
                 yield (f"mma_gemv-r1t2-ring{cfg.ring}-w{cfg.num_warps}-{fmt}-fp16",
                        _mma.mma_gemv_kernel, c, "fp16", cfg.num_warps, 1)
+                # ... where every row and step is inside: copies without predicates
+                yield (f"mma_gemv-r1t2-ring{cfg.ring}-w{cfg.num_warps}-whole-{fmt}-fp16",
+                       _mma.mma_gemv_kernel, dict(c, WHOLE=True, ZERO=False), "fp16",
+                       cfg.num_warps, 1)
         if not hw:  # the large-M slab decode (portable decoders only)
             c = dict(FMT=fmt, HAS_SCALE=fmt in FP8, INJECT=inject, BLOCK_R=16,
                      BLOCK_KB=512 * (8 if fmt in FP8 else 4) // 8, CHECK=xd != "fp32",
@@ -311,7 +315,8 @@ def main(backend: str, arch: str, warp: int) -> None:
                     rec["copies_before_wait"] = loads_before_pdl_wait(sass, "LDGSTS")
                     rec["partial"] = bool(constexprs.get("PARTIAL"))
                     rec["loads_after_store"] = loads_after_store(sass)
-                    if sass is not None:  # the K loop's integer-ALU instructions
+                    if sass is not None:  # the K loop's instructions, its integer-ALU ones
+                        rec["loop_len"] = len(loop_ops(sass))
                         rec["loop_alu"] = sum(opcode(i) in ALU_OPS for i in loop_ops(sass))
         except Exception as e:  # reported, and the test decides whether it is acceptable
             rec["error"] = f"{type(e).__name__}: {str(e)[-600:]}"

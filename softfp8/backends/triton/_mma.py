@@ -59,7 +59,8 @@ from ._kernels import (_pdl_exit, _pdl_start, _pdl_wait, _pdl_wait_after, _prefe
                        _reduce_last)
 from ._mma_loads import _prefetch_rows, _rows_step, _x_step
 from ._mma_ring import (SLOT_BYTES, _ring_base, _ring_commit, _ring_drain, _ring_issue_weights,
-                        _ring_issue_x, _ring_read, _ring_rows_in, _ring_shifts)
+                        _ring_issue_weights_whole, _ring_issue_x, _ring_issue_x_whole, _ring_read,
+                        _ring_rows_in, _ring_shifts)
 from ._mma_store import _program_terms, _store_runs, _store_tile
 from ._mma_table import MMA_STEP_BYTES, MMA_TILE_ROWS
 from ._mma_tile import _tile, _tiles
@@ -94,7 +95,8 @@ def mma_gemv_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr, cnt_ptr,
                     DEPTH: tl.constexpr = 1, ZERO: tl.constexpr = True,
                     GROUPS: tl.constexpr = 1, WIDE: tl.constexpr = False,
                     LAST: tl.constexpr = False, INJECT: tl.constexpr = False,
-                    RING: tl.constexpr = 0, RING_X: tl.constexpr = True):
+                    RING: tl.constexpr = 0, RING_X: tl.constexpr = True,
+                    WHOLE: tl.constexpr = False):
     """Program (pid_n, pid_k) over bytes [pid_k * KB_SPLIT, +KB_SPLIT) of its rows.
     RUNS = 0 (the tile mapping): rows pid_n * 32 .. +32, two 16-row tiles; warp w takes the
     64-byte steps w, w + WARPS, ...; the warps' sums are added at the end.
@@ -128,6 +130,10 @@ def mma_gemv_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr, cnt_ptr,
     The rows' scales, tensor scale and bias are loaded before any store (`_mma_store`): with
     the ring at the program's start (they arrive during the loop), else after the loop (FP4's
     loop holds ~128 registers).
+    WHOLE (the ring, 8-bit, RING_X): every program's rows lie inside N, its x rows inside M, its
+    K range is whole steps, at least RING - 1 of them (the launcher checks): the copies go
+    without predicates, and the last RING - 1 steps, which copy nothing, run in a loop of their
+    own (each commits an empty group, so the reads' wait counts stay as they are).
     Needs num_warps == WARPS, K % 8 == 0 and a 16-byte aligned x (the launcher checks)."""
     NT: tl.constexpr = 32 * WARPS
     FP8: tl.constexpr = FMT == "e5m2" or FMT == "e4m3"
@@ -188,11 +194,17 @@ def mma_gemv_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr, cnt_ptr,
         # weights don't depend on the previous kernel: their copies start before the PDL wait
         rows_in = _ring_rows_in(row, N, RS)  # loop-invariant: computed once
         for j in tl.static_range(RING - 1):
-            _ring_issue_weights(slot0 + j * STAGE, pstride, w_ptr, s_ptr, row, rows_in, RB, SB,
-                                off + j * stride, kb_hi, RS, FMT)
+            if WHOLE:
+                _ring_issue_weights_whole(slot0 + j * STAGE, pstride, w_ptr, row, RB,
+                                          off + j * stride, RS)
+            else:
+                _ring_issue_weights(slot0 + j * STAGE, pstride, w_ptr, s_ptr, row, rows_in, RB,
+                                    SB, off + j * stride, kb_hi, RS, FMT)
         _pdl_wait(w_ptr, pid_n * PROG_ROWS, N, RB, kb_lo, kb_hi, PROG_ROWS, PDL, PREFETCH)
         for j in tl.static_range(RING - 1):  # each closes one step's group
-            if RING_X:
+            if WHOLE:
+                _ring_issue_x_whole(slot0 + j * STAGE, pstride, x_row, off + j * stride)
+            elif RING_X:
                 _ring_issue_x(slot0 + j * STAGE, pstride, x_row, off + j * stride, kb_hi, K,
                               in_m, FP8)
             else:
@@ -203,22 +215,43 @@ def mma_gemv_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr, cnt_ptr,
         # the step before (a running address, no multiply or modulo a step)
         rd = slot0
         wr = slot0 + (RING - 1) * STAGE
-        for _ in range(kb_lo, kb_hi, stride):
-            _ring_issue_weights(wr, pstride, w_ptr, s_ptr, row, rows_in, RB, SB,
-                                off + (RING - 1) * stride, kb_hi, RS, FMT)
-            if RING_X:
-                _ring_issue_x(wr, pstride, x_row, off + (RING - 1) * stride, kb_hi, K, in_m, FP8)
-            else:
+        if WHOLE:
+            tl.static_assert(FP8 and RING_X, "WHOLE: 8-bit, x on the ring")
+            last = kb_hi - (RING - 1) * stride  # from here on the copies would pass the end
+            for _ in range(kb_lo, last, stride):
+                _ring_issue_weights_whole(wr, pstride, w_ptr, row, RB, off + (RING - 1) * stride,
+                                          RS)
+                _ring_issue_x_whole(wr, pstride, x_row, off + (RING - 1) * stride)
+                rw, xw = _ring_read(rd, pstride, shifts, RING, FMT)
+                a, b, av, bv = _tiles(rw[0], rw[1], rw[2], rw[3], xw, xw, a, b, av, bv, FMT,
+                                      DIAG, NAN, WIDE, INJECT)
+                wr = rd
+                rd = tl.where(rd == slot0 + (RING - 1) * STAGE, slot0, rd + STAGE)
+                off += stride
+            for _ in range(last, kb_hi, stride):
                 _ring_commit(tid)
-            rw, xw = _ring_read(rd, pstride, shifts, RING, FMT)
-            if not RING_X:
-                xw = xr
-                xr = _x_step(x_row, off + stride, kb_hi, K, in_m, FP8, True)
-            a, b, av, bv = _tiles(rw[0], rw[1], rw[2], rw[3], xw, xw, a, b, av, bv, FMT, DIAG,
-                                  NAN, WIDE, INJECT)
-            wr = rd
-            rd = tl.where(rd == slot0 + (RING - 1) * STAGE, slot0, rd + STAGE)
-            off += stride
+                rw, xw = _ring_read(rd, pstride, shifts, RING, FMT)
+                a, b, av, bv = _tiles(rw[0], rw[1], rw[2], rw[3], xw, xw, a, b, av, bv, FMT,
+                                      DIAG, NAN, WIDE, INJECT)
+                rd = tl.where(rd == slot0 + (RING - 1) * STAGE, slot0, rd + STAGE)
+        else:
+            for _ in range(kb_lo, kb_hi, stride):
+                _ring_issue_weights(wr, pstride, w_ptr, s_ptr, row, rows_in, RB, SB,
+                                    off + (RING - 1) * stride, kb_hi, RS, FMT)
+                if RING_X:
+                    _ring_issue_x(wr, pstride, x_row, off + (RING - 1) * stride, kb_hi, K, in_m,
+                                  FP8)
+                else:
+                    _ring_commit(tid)
+                rw, xw = _ring_read(rd, pstride, shifts, RING, FMT)
+                if not RING_X:
+                    xw = xr
+                    xr = _x_step(x_row, off + stride, kb_hi, K, in_m, FP8, True)
+                a, b, av, bv = _tiles(rw[0], rw[1], rw[2], rw[3], xw, xw, a, b, av, bv, FMT, DIAG,
+                                      NAN, WIDE, INJECT)
+                wr = rd
+                rd = tl.where(rd == slot0 + (RING - 1) * STAGE, slot0, rd + STAGE)
+                off += stride
         _ring_drain(tid)
     elif DEPTH == 2:
         # two register buffers: each refills right after its own step's arithmetic, so the

@@ -68,6 +68,25 @@ def _issue_weights_asm(fp4: bool) -> str:
     return "{\n" + "\n".join(lines + ["mov.b32 $0, 0;"]) + "\n}"
 
 
+def _issue_weights_whole_asm() -> str:
+    """8-bit, every row and step inside (`_mma`'s WHOLE): $1: the slot; $2..$5: the 4 rows'
+    code addresses; $6: the piece stride. No predicate, no commit."""
+    lines = [".reg .b32 d;"]
+    for q in range(4):
+        lines += [_piece("d", "$1", "$6", q), f"cp.async.cg.shared.global [d], [${2 + q}], 16;"]
+    return "{\n" + "\n".join(lines + ["mov.b32 $0, 0;"]) + "\n}"
+
+
+def _issue_x_whole_asm(pieces: int) -> str:
+    """As `_issue_x_asm` where every piece lies inside ($3: the piece stride), then the commit."""
+    lines = [".reg .b32 d;"]
+    for v in range(pieces):
+        lines += [_piece("d", "$1", "$3", X_PIECE + v),
+                  f"cp.async.ca.shared.global [d], [$2+{16 * v}], 16;" if v else
+                  "cp.async.ca.shared.global [d], [$2], 16;"]
+    return "{\n" + "\n".join(lines + ["cp.async.commit_group;", "mov.b32 $0, 0;"]) + "\n}"
+
+
 def _issue_x_asm(pieces: int) -> str:
     """$1: the slot; $2: x's address; $3: bit v set where x's 16 bytes v lie inside; $4: the
     piece stride; then the commit that closes this step's group."""
@@ -118,6 +137,8 @@ _DECL_6 = _DECL[6]
 _DECL_8 = _DECL[8]
 _ISSUE_W_FP4 = Const(_issue_weights_asm(True))
 _ISSUE_W_FP8 = Const(_issue_weights_asm(False))
+_ISSUE_W_FP8_WHOLE = Const(_issue_weights_whole_asm())
+_ISSUE_X_FP8_WHOLE = Const(_issue_x_whole_asm(2))
 _ISSUE_X_FP4 = Const(_issue_x_asm(4))
 _ISSUE_X_FP8 = Const(_issue_x_asm(2))
 _READ_FP4_2 = Const(_read_asm(2, True))
@@ -203,6 +224,25 @@ def _ring_issue_weights(slot, stride, w_ptr, s_ptr, row, rows_in, RB, SB, off, k
             [slot, w_ptr + r0 * RB + off, w_ptr + r1 * RB + off, w_ptr + r2 * RB + off,
              w_ptr + r3 * RB + off, mask, stride],
             tl.int32, is_pure=False, pack=1)
+
+
+@triton.jit
+def _ring_issue_weights_whole(slot, stride, w_ptr, row, RB, off, RS: tl.constexpr):
+    """8-bit, every row and step inside (`_mma`'s WHOLE): the 4 rows' 16 bytes at `off` into
+    `slot`, no predicates. No commit."""
+    tl.inline_asm_elementwise(
+        _ISSUE_W_FP8_WHOLE, "=r,r,l,l,l,l,r",
+        [slot, w_ptr + row.to(tl.int64) * RB + off, w_ptr + (row + RS).to(tl.int64) * RB + off,
+         w_ptr + (row + 2 * RS).to(tl.int64) * RB + off,
+         w_ptr + (row + 3 * RS).to(tl.int64) * RB + off, stride],
+        tl.int32, is_pure=False, pack=1)
+
+
+@triton.jit
+def _ring_issue_x_whole(slot, stride, x_row, off):
+    """8-bit, every step inside: x's 32 bytes for the codes at `off`, then the step's commit."""
+    tl.inline_asm_elementwise(_ISSUE_X_FP8_WHOLE, "=r,r,l,r", [slot, x_row + off, stride],
+                              tl.int32, is_pure=False, pack=1)
 
 
 @triton.jit
