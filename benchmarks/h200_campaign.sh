@@ -2022,6 +2022,19 @@ whole29)
   for v in prev cur prev2 cur2; do grep -E "^(qkv|o |gate|down|lm_head).*(e5m2|e4m3)" "$OUT/shapes-$v.txt" | cut -c1-90; done
   pack whole29
   ;;
+final29)
+  # the issue-5 numbers on this session's kernels (the ring's WHOLE copies): token, shapes,
+  # small-m twice each (as final28, no prefill: M = 2048 does not run the ring)
+  export SOFTFP8_FP8_DECODE=integer
+  mkdir -p "$OUT/r"
+  for i in 1 2; do
+    [ $SECONDS -lt 200 ] && run "token-$i" 90 python3 -m softfp8.bench token --preset llama2-7b --backends triton --out "$OUT/r/token-$i.json"
+    [ $SECONDS -lt 230 ] && run "shapes-$i" 100 python3 -m softfp8.bench shapes --preset llama3-8b --backends triton --out "$OUT/r/shapes-$i.json"
+    [ $SECONDS -lt 260 ] && run "smallm-$i" 100 python3 -m softfp8.bench small-m --preset llama3-8b --backends triton --formats e5m2,e4m3 --m 1,2,4,8,12,16 --out "$OUT/r/smallm-$i.json"
+    grep -A12 "over all shapes" "$OUT/smallm-$i.txt" | tail -12
+  done
+  pack final29
+  ;;
 heads)
   # (written in the twenty-sixth session, not run yet) the M = 1 vocabulary head's two speeds:
   # per process, per weight copy, or per run? benchmarks/gpu_head_modes.py in three processes
