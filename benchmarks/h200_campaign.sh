@@ -49,6 +49,20 @@ smallm_ab() {
     grep -A8 "over all shapes" "$OUT/smallm-$v.txt" | tail -8
   done
 }
+# gpu_tests NAME PROCS SECS KEXPR: the GPU tests of tests/test_triton.py matching KEXPR, split
+# over PROCS pytest processes at once (the compiles are CPU-bound), NAME-<i>.txt each, their
+# last lines printed
+gpu_tests() {
+  local name=$1 procs=$2 secs=$3 kexpr=$4 i
+  python3 -m pytest --collect-only -q -m gpu -p no:cacheprovider tests/test_triton.py -k "$kexpr" 2>/dev/null | grep "::" > "$OUT/ids.txt"
+  wc -l < "$OUT/ids.txt"
+  for i in $(seq 0 $((procs - 1))); do
+    awk -v i=$i -v n=$procs 'NR % n == i' "$OUT/ids.txt" > "$OUT/ids-$i.txt"
+    (timeout "$secs" python3 -m pytest -q -m gpu -p no:cacheprovider $(cat "$OUT/ids-$i.txt") > "$OUT/$name-$i.txt" 2>&1; echo "rc=$?" >> "$OUT/$name-$i.txt") &
+  done
+  wait
+  for i in $(seq 0 $((procs - 1))); do tail -n 3 "$OUT/$name-$i.txt"; done
+}
 # sweep_l3 NAME SECS ARGS..: sweep_gemv.py ARGS on the five llama3-8b shapes into $OUT/r/NAME.json,
 # its shape, table and best lines printed
 sweep_l3() {
@@ -1922,14 +1936,7 @@ cyc29)
   # against the built-in table, the token interleaved twice, then the llama3-8b GEMVs
   export SOFTFP8_FP8_DECODE=integer
   mkdir -p "$OUT/r"
-  python3 -m pytest --collect-only -q -m gpu -p no:cacheprovider tests/test_triton.py -k "cyclic or (ring_matches and (e5m2 or e4m3))" 2>/dev/null | grep "::" > "$OUT/ids.txt"
-  wc -l < "$OUT/ids.txt"
-  for i in 0 1 2 3; do
-    awk -v i=$i 'NR % 4 == i' "$OUT/ids.txt" > "$OUT/ids-$i.txt"
-    (timeout 150 python3 -m pytest -q -m gpu -p no:cacheprovider $(cat "$OUT/ids-$i.txt") > "$OUT/cyctests-$i.txt" 2>&1; echo "rc=$?" >> "$OUT/cyctests-$i.txt") &
-  done
-  wait
-  for i in 0 1 2 3; do tail -3 "$OUT/cyctests-$i.txt"; done
+  gpu_tests cyctests 4 150 "cyclic or (ring_matches and (e5m2 or e4m3))"
   python3 - "$OUT/r" <<'PY'
 import json, sys
 shapes = [(12288, 4096), (4096, 4096), (22016, 4096), (4096, 11008), (32000, 4096),
@@ -2008,14 +2015,7 @@ whole29)
   # the llama2-7b token and the llama3-8b GEMVs (8-bit)
   export SOFTFP8_FP8_DECODE=integer
   mkdir -p "$OUT/r"
-  python3 -m pytest --collect-only -q -m gpu -p no:cacheprovider tests/test_triton.py -k "ring and (e5m2 or e4m3 or whole or needs)" 2>/dev/null | grep "::" > "$OUT/ids.txt"
-  wc -l < "$OUT/ids.txt"
-  for i in 0 1 2 3; do
-    awk -v i=$i 'NR % 4 == i' "$OUT/ids.txt" > "$OUT/ids-$i.txt"
-    (timeout 150 python3 -m pytest -q -m gpu -p no:cacheprovider $(cat "$OUT/ids-$i.txt") > "$OUT/ringtests-$i.txt" 2>&1; echo "rc=$?" >> "$OUT/ringtests-$i.txt") &
-  done
-  wait
-  for i in 0 1 2 3; do tail -n 3 "$OUT/ringtests-$i.txt"; done
+  gpu_tests ringtests 4 150 "ring and (e5m2 or e4m3 or whole or needs)"
   ab_bench token 50 python3 -m softfp8.bench token --preset llama2-7b --backends triton --formats e5m2,e4m3
   for v in prev cur prev2 cur2; do grep -E "^(e5m2|e4m3) triton" "$OUT/token-$v.txt" | cut -c1-90; done
   [ $SECONDS -lt 420 ] && ab_bench shapes 60 python3 -m softfp8.bench shapes --preset llama3-8b --backends triton --formats e5m2,e4m3
