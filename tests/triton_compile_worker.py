@@ -316,8 +316,9 @@ def main(backend: str, arch: str, warp: int) -> None:
                     rec["partial"] = bool(constexprs.get("PARTIAL"))
                     rec["loads_after_store"] = loads_after_store(sass)
                     if sass is not None:  # the K loop's instructions, its integer-ALU ones
-                        rec["loop_len"] = len(loop_ops(sass))
-                        rec["loop_alu"] = sum(opcode(i) in ALU_OPS for i in loop_ops(sass))
+                        loop = loop_ops(sass)
+                        rec["loop_len"] = len(loop)
+                        rec["loop_alu"] = sum(opcode(i) in ALU_OPS for i in loop)
         except Exception as e:  # reported, and the test decides whether it is acceptable
             rec["error"] = f"{type(e).__name__}: {str(e)[-600:]}"
         rec["seconds"] = round(time.time() - t0, 2)

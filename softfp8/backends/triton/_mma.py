@@ -59,8 +59,7 @@ from ._kernels import (_pdl_exit, _pdl_start, _pdl_wait, _pdl_wait_after, _prefe
                        _reduce_last)
 from ._mma_loads import _prefetch_rows, _rows_step, _x_step
 from ._mma_ring import (SLOT_BYTES, _ring_base, _ring_commit, _ring_drain, _ring_issue_weights,
-                        _ring_issue_weights_whole, _ring_issue_x, _ring_issue_x_whole, _ring_read,
-                        _ring_rows_in, _ring_shifts)
+                        _ring_issue_x, _ring_read, _ring_rows_in, _ring_shifts)
 from ._mma_store import _program_terms, _store_runs, _store_tile
 from ._mma_table import MMA_STEP_BYTES, MMA_TILE_ROWS
 from ._mma_tile import _tile, _tiles
@@ -193,20 +192,15 @@ def mma_gemv_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr, cnt_ptr,
             shifts = _ring_shifts(s_ptr, row, N, RB, SB, off, RS, FMT)
         # weights don't depend on the previous kernel: their copies start before the PDL wait
         rows_in = _ring_rows_in(row, N, RS)  # loop-invariant: computed once
+        tl.static_assert(not WHOLE or (FP8 and RING_X), "WHOLE: 8-bit, x on the ring")
         for j in tl.static_range(RING - 1):
-            if WHOLE:
-                _ring_issue_weights_whole(slot0 + j * STAGE, pstride, w_ptr, row, RB,
-                                          off + j * stride, RS)
-            else:
-                _ring_issue_weights(slot0 + j * STAGE, pstride, w_ptr, s_ptr, row, rows_in, RB,
-                                    SB, off + j * stride, kb_hi, RS, FMT)
+            _ring_issue_weights(slot0 + j * STAGE, pstride, w_ptr, s_ptr, row, rows_in, RB, SB,
+                                off + j * stride, kb_hi, RS, FMT, WHOLE)
         _pdl_wait(w_ptr, pid_n * PROG_ROWS, N, RB, kb_lo, kb_hi, PROG_ROWS, PDL, PREFETCH)
         for j in tl.static_range(RING - 1):  # each closes one step's group
-            if WHOLE:
-                _ring_issue_x_whole(slot0 + j * STAGE, pstride, x_row, off + j * stride)
-            elif RING_X:
+            if RING_X:
                 _ring_issue_x(slot0 + j * STAGE, pstride, x_row, off + j * stride, kb_hi, K,
-                              in_m, FP8)
+                              in_m, FP8, WHOLE)
             else:
                 _ring_commit(tid)
         if not RING_X:  # x by registers, one step ahead (diagnostics: gpu_mma_probe.py)
@@ -215,43 +209,32 @@ def mma_gemv_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr, cnt_ptr,
         # the step before (a running address, no multiply or modulo a step)
         rd = slot0
         wr = slot0 + (RING - 1) * STAGE
-        if WHOLE:
-            tl.static_assert(FP8 and RING_X, "WHOLE: 8-bit, x on the ring")
-            last = kb_hi - (RING - 1) * stride  # from here on the copies would pass the end
-            for _ in range(kb_lo, last, stride):
-                _ring_issue_weights_whole(wr, pstride, w_ptr, row, RB, off + (RING - 1) * stride,
-                                          RS)
-                _ring_issue_x_whole(wr, pstride, x_row, off + (RING - 1) * stride)
-                rw, xw = _ring_read(rd, pstride, shifts, RING, FMT)
-                a, b, av, bv = _tiles(rw[0], rw[1], rw[2], rw[3], xw, xw, a, b, av, bv, FMT,
-                                      DIAG, NAN, WIDE, INJECT)
-                wr = rd
-                rd = tl.where(rd == slot0 + (RING - 1) * STAGE, slot0, rd + STAGE)
-                off += stride
-            for _ in range(last, kb_hi, stride):
+        last = kb_hi
+        if WHOLE:  # the copies of the last RING - 1 steps would pass the end: a loop of their own
+            last = kb_hi - (RING - 1) * stride
+        for _ in range(kb_lo, last, stride):
+            _ring_issue_weights(wr, pstride, w_ptr, s_ptr, row, rows_in, RB, SB,
+                                off + (RING - 1) * stride, kb_hi, RS, FMT, WHOLE)
+            if RING_X:
+                _ring_issue_x(wr, pstride, x_row, off + (RING - 1) * stride, kb_hi, K, in_m, FP8,
+                              WHOLE)
+            else:
                 _ring_commit(tid)
-                rw, xw = _ring_read(rd, pstride, shifts, RING, FMT)
-                a, b, av, bv = _tiles(rw[0], rw[1], rw[2], rw[3], xw, xw, a, b, av, bv, FMT,
-                                      DIAG, NAN, WIDE, INJECT)
-                rd = tl.where(rd == slot0 + (RING - 1) * STAGE, slot0, rd + STAGE)
-        else:
-            for _ in range(kb_lo, kb_hi, stride):
-                _ring_issue_weights(wr, pstride, w_ptr, s_ptr, row, rows_in, RB, SB,
-                                    off + (RING - 1) * stride, kb_hi, RS, FMT)
-                if RING_X:
-                    _ring_issue_x(wr, pstride, x_row, off + (RING - 1) * stride, kb_hi, K, in_m,
-                                  FP8)
-                else:
-                    _ring_commit(tid)
-                rw, xw = _ring_read(rd, pstride, shifts, RING, FMT)
-                if not RING_X:
-                    xw = xr
-                    xr = _x_step(x_row, off + stride, kb_hi, K, in_m, FP8, True)
-                a, b, av, bv = _tiles(rw[0], rw[1], rw[2], rw[3], xw, xw, a, b, av, bv, FMT, DIAG,
-                                      NAN, WIDE, INJECT)
-                wr = rd
-                rd = tl.where(rd == slot0 + (RING - 1) * STAGE, slot0, rd + STAGE)
-                off += stride
+            rw, xw = _ring_read(rd, pstride, shifts, RING, FMT)
+            if not RING_X:
+                xw = xr
+                xr = _x_step(x_row, off + stride, kb_hi, K, in_m, FP8, True)
+            a, b, av, bv = _tiles(rw[0], rw[1], rw[2], rw[3], xw, xw, a, b, av, bv, FMT, DIAG,
+                                  NAN, WIDE, INJECT)
+            wr = rd
+            rd = tl.where(rd == slot0 + (RING - 1) * STAGE, slot0, rd + STAGE)
+            off += stride
+        for _ in range(last, kb_hi, stride):  # WHOLE only: reads, each after an empty commit
+            _ring_commit(tid)
+            rw, xw = _ring_read(rd, pstride, shifts, RING, FMT)
+            a, b, av, bv = _tiles(rw[0], rw[1], rw[2], rw[3], xw, xw, a, b, av, bv, FMT, DIAG,
+                                  NAN, WIDE, INJECT)
+            rd = tl.where(rd == slot0 + (RING - 1) * STAGE, slot0, rd + STAGE)
         _ring_drain(tid)
     elif DEPTH == 2:
         # two register buffers: each refills right after its own step's arithmetic, so the

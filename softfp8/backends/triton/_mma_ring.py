@@ -201,16 +201,24 @@ def _ring_rows_in(row, N, RS: tl.constexpr):
 
 @triton.jit
 def _ring_issue_weights(slot, stride, w_ptr, s_ptr, row, rows_in, RB, SB, off, kb_hi,
-                        RS: tl.constexpr, FMT: tl.constexpr):
+                        RS: tl.constexpr, FMT: tl.constexpr, WHOLE: tl.constexpr = False):
     """The 4 rows' 16 bytes at `off` (FP4: and their scale words) into `slot`, where the row
-    (`rows_in`, `_ring_rows_in`) and the step are inside, else zeros. No commit."""
+    (`rows_in`, `_ring_rows_in`) and the step are inside, else zeros. WHOLE (8-bit, `_mma`'s
+    WHOLE: every row and this step inside): without predicates. No commit."""
     HB: tl.constexpr = 8 if FMT == "nvfp4" else 16
     r0 = row.to(tl.int64)
     r1 = (row + RS).to(tl.int64)
     r2 = (row + 2 * RS).to(tl.int64)
     r3 = (row + 3 * RS).to(tl.int64)
-    mask = tl.where(off < kb_hi, rows_in, 0)
-    if FMT == "nvfp4" or FMT == "mxfp4":
+    if WHOLE:
+        tl.static_assert(FMT == "e5m2" or FMT == "e4m3", "WHOLE: 8-bit")
+        tl.inline_asm_elementwise(
+            _ISSUE_W_FP8_WHOLE, "=r,r,l,l,l,l,r",
+            [slot, w_ptr + r0 * RB + off, w_ptr + r1 * RB + off, w_ptr + r2 * RB + off,
+             w_ptr + r3 * RB + off, stride],
+            tl.int32, is_pure=False, pack=1)
+    elif FMT == "nvfp4" or FMT == "mxfp4":
+        mask = tl.where(off < kb_hi, rows_in, 0)
         sb = off // HB
         tl.inline_asm_elementwise(
             _ISSUE_W_FP4, "=r,r,l,l,l,l,l,l,l,l,r,r",
@@ -219,6 +227,7 @@ def _ring_issue_weights(slot, stride, w_ptr, s_ptr, row, rows_in, RB, SB, off, k
              s_ptr + r2 * SB + sb, s_ptr + r3 * SB + sb, mask, stride],
             tl.int32, is_pure=False, pack=1)
     else:
+        mask = tl.where(off < kb_hi, rows_in, 0)
         tl.inline_asm_elementwise(
             _ISSUE_W_FP8, "=r,r,l,l,l,l,r,r",
             [slot, w_ptr + r0 * RB + off, w_ptr + r1 * RB + off, w_ptr + r2 * RB + off,
@@ -227,35 +236,24 @@ def _ring_issue_weights(slot, stride, w_ptr, s_ptr, row, rows_in, RB, SB, off, k
 
 
 @triton.jit
-def _ring_issue_weights_whole(slot, stride, w_ptr, row, RB, off, RS: tl.constexpr):
-    """8-bit, every row and step inside (`_mma`'s WHOLE): the 4 rows' 16 bytes at `off` into
-    `slot`, no predicates. No commit."""
-    tl.inline_asm_elementwise(
-        _ISSUE_W_FP8_WHOLE, "=r,r,l,l,l,l,r",
-        [slot, w_ptr + row.to(tl.int64) * RB + off, w_ptr + (row + RS).to(tl.int64) * RB + off,
-         w_ptr + (row + 2 * RS).to(tl.int64) * RB + off,
-         w_ptr + (row + 3 * RS).to(tl.int64) * RB + off, stride],
-        tl.int32, is_pure=False, pack=1)
-
-
-@triton.jit
-def _ring_issue_x_whole(slot, stride, x_row, off):
-    """8-bit, every step inside: x's 32 bytes for the codes at `off`, then the step's commit."""
-    tl.inline_asm_elementwise(_ISSUE_X_FP8_WHOLE, "=r,r,l,r", [slot, x_row + off, stride],
-                              tl.int32, is_pure=False, pack=1)
-
-
-@triton.jit
-def _ring_issue_x(slot, stride, x_row, off, kb_hi, K, in_m, FP8: tl.constexpr):
+def _ring_issue_x(slot, stride, x_row, off, kb_hi, K, in_m, FP8: tl.constexpr,
+                  WHOLE: tl.constexpr = False):
     """x of the step at byte `off` (the pieces `_mma_loads._x_step` loads), then this step's
-    commit."""
-    k0, bits = _x_pieces(off, kb_hi, K, in_m, FP8)
-    if FP8:
-        tl.inline_asm_elementwise(_ISSUE_X_FP8, "=r,r,l,r,r", [slot, x_row + k0, bits, stride],
+    commit. WHOLE (8-bit, every piece inside): without predicates."""
+    if WHOLE:
+        tl.static_assert(FP8, "WHOLE: 8-bit")
+        tl.inline_asm_elementwise(_ISSUE_X_FP8_WHOLE, "=r,r,l,r", [slot, x_row + off, stride],
                                   tl.int32, is_pure=False, pack=1)
     else:
-        tl.inline_asm_elementwise(_ISSUE_X_FP4, "=r,r,l,r,r", [slot, x_row + k0, bits, stride],
-                                  tl.int32, is_pure=False, pack=1)
+        k0, bits = _x_pieces(off, kb_hi, K, in_m, FP8)
+        if FP8:
+            tl.inline_asm_elementwise(_ISSUE_X_FP8, "=r,r,l,r,r",
+                                      [slot, x_row + k0, bits, stride],
+                                      tl.int32, is_pure=False, pack=1)
+        else:
+            tl.inline_asm_elementwise(_ISSUE_X_FP4, "=r,r,l,r,r",
+                                      [slot, x_row + k0, bits, stride],
+                                      tl.int32, is_pure=False, pack=1)
 
 
 @triton.jit
