@@ -2035,6 +2035,13 @@ final29)
   done
   pack final29
   ;;
+review29)
+  # the review's refactor of WHOLE (one main loop, a flag on the issue helpers): every ring
+  # GPU test (8-bit and FP4, WHOLE included)
+  mkdir -p "$OUT/r"
+  gpu_tests ringtests 6 200 "ring"
+  pack review29
+  ;;
 heads)
   # (written in the twenty-sixth session, not run yet) the M = 1 vocabulary head's two speeds:
   # per process, per weight copy, or per run? benchmarks/gpu_head_modes.py in three processes
