@@ -2036,8 +2036,9 @@ final29)
   pack final29
   ;;
 review29)
-  # the review's refactor of WHOLE (one main loop, a flag on the issue helpers): every ring
-  # GPU test (8-bit and FP4, WHOLE included)
+  # (not run: no machine could be started) the review's refactor of WHOLE (one main loop, a
+  # flag on the issue helpers): every ring GPU test (8-bit and FP4, WHOLE included). Its 26
+  # ring builds' sm_90 SASS was byte-identical before and after, compiled here
   mkdir -p "$OUT/r"
   gpu_tests ringtests 6 200 "ring"
   pack review29
