@@ -2043,6 +2043,43 @@ review29)
   gpu_tests ringtests 6 200 "ring"
   pack review29
   ;;
+groups30)
+  # (thirtieth session) every ring GPU test (review29's, not run then) and the run mapping's
+  # x-row groups (new: any block_m, not only 8); then 8-bit M = 8 / 12 / 16 as 2 / 3 / 4 groups
+  # of the M = 4 ring (each group's program decodes the row block again, the weights from L2
+  # after the first) against the built-in table, interleaved twice: g4 keeps M = 4's K split,
+  # g4s splits for ~12 warps an SM over all the groups' programs
+  export SOFTFP8_FP8_DECODE=integer
+  mkdir -p "$OUT/r"
+  gpu_tests ringtests 6 220 "ring or run_groups"
+  python3 - "$OUT/r" <<'PY'
+import dataclasses, json, sys
+from softfp8.backends.triton import DeviceInfo, mma_config, mma_split
+from softfp8.formats import Format
+info = DeviceInfo(sm_count=132, capability=(9, 0), interpreter=False)
+shapes = ((6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336), (128256, 4096))
+for name in ("g4", "g4s"):
+    rows = []
+    for n, k in shapes:
+        for fmt in (Format.E5M2, Format.E4M3):
+            c = mma_config(n, k, 4, fmt, info)
+            for m in (8, 12, 16):
+                split = c.split_k
+                if name == "g4s":
+                    split = mma_split(-(-n // c.block_n) * (m // 4), c.num_warps, info, 12)
+                rows.append(dict(n=n, k=k, m=m, fmt=fmt.value, kernel=c.kernel.value,
+                                 block_m=c.block_m, block_n=c.block_n, block_k=c.block_k,
+                                 split_k=split, num_warps=c.num_warps, num_stages=c.num_stages,
+                                 depth=c.depth, ring=c.ring))
+    with open(f"{sys.argv[1]}/table-{name}.json", "w") as f:
+        json.dump(dict(best=rows, note=f"M = 8..16 as groups of the M = 4 ring ({name})"), f)
+    print(name, rows[:3])
+PY
+  for v in base g4 g4s base2 g4_2 g4s_2; do
+    [ $SECONDS -lt 500 ] && smallm_ab 50 "$OUT/r/table-${v%_2}.json" 1,8,12,16 $v
+  done
+  pack groups30
+  ;;
 heads)
   # (written in the twenty-sixth session, not run yet) the M = 1 vocabulary head's two speeds:
   # per process, per weight copy, or per run? benchmarks/gpu_head_modes.py in three processes

@@ -433,11 +433,6 @@ def test_mma_gemv_refuses_what_it_cannot_run():
             run(torch.randn(1, 64).half(), fp4, None, cfg)
     with pytest.raises(ValueError, match="M <= 16"):
         run(torch.randn(17, 64).half().to(DEVICE), fp4, None, cfg)
-    if HAS_GPU and triton_backend.uses_mma_gemv(64, 64, 2, Format.NVFP4, device_info(torch.device(
-            "cuda")), torch.float16):  # past the domain check: the launch shape's
-        with pytest.raises(ValueError, match="block_m=1 takes M <= 1"):
-            run(torch.randn(2, 64).half().cuda(), fp4, None,
-                LaunchConfig(Kernel.MMA_GEMV, 1, 16, 128, 1, 4, 0))
 
 
 @pytest.mark.gpu
@@ -868,6 +863,28 @@ def test_gpu_mma_gemv_ring_whole_matches_reference(fmt, n, k, m, split):
                            w, 0, ring=r)
         per_split, _ = triton_backend.split_bytes(k, cfg, 8)
         assert triton_backend.mma_ring_whole(n, m, k, per_split, mp, cfg, True, False), cfg
+        y = run(x, packed, bias, cfg)
+        assert rel_err(y, want) <= tolerance(torch.float16), cfg
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not HAS_GPU, reason="needs a CUDA GPU")
+@pytest.mark.parametrize("fmt", [Format.E5M2, Format.E4M3, Format.NVFP4])
+@pytest.mark.parametrize("n, k, m, block_m, split", [(2048, 4096, 8, 4, 1), (512, 4104, 12, 4, 2),
+                                                     (1024, 1536, 16, 4, 1), (256, 640, 3, 1, 1),
+                                                     (96, 4096, 7, 2, 1)])
+def test_gpu_mma_gemv_run_groups_match_reference(fmt, n, k, m, block_m, split):
+    """M past the run mapping's block_m: x's rows in groups of block_m, one program each a row
+    block (GROUPS), on the ring (8-bit, 2 or 3 stages) and from registers; M not a multiple of
+    block_m (the last group's missing rows), K not whole steps, row scales and a bias."""
+    packed, x, bias, g = _mma_case(fmt, n, k, m, split)
+    want = reference.matmul(x, packed, bias)
+    cfgs = [LaunchConfig(Kernel.MMA_GEMV, block_m, triton_backend.mma_rows(block_m, 2, 2), 128,
+                         split, 2, 0)]
+    if fmt in (Format.E5M2, Format.E4M3):
+        cfgs += [LaunchConfig(Kernel.MMA_GEMV, block_m, triton_backend.mma_rows(block_m, w, 2),
+                              128, split, w, 0, ring=r) for w, r in ((2, 3), (1, 4))]
+    for cfg in cfgs:
         y = run(x, packed, bias, cfg)
         assert rel_err(y, want) <= tolerance(torch.float16), cfg
 

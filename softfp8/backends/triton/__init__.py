@@ -183,10 +183,6 @@ def _launch(x: torch.Tensor, packed: PackedWeight, bias: torch.Tensor | None, cf
             x = x.clone()  # the kernel reads x 16 bytes at a time
             args = (x,) + args[1:]
         runs, tiles = mma_layout(cfg)  # the run mapping (runs = the x rows it is laid out for)
-        if m > cfg.block_m and cfg.block_m != MMA_MAX_M:
-            raise ValueError(f"cfg: Kernel.MMA_GEMV with block_m={cfg.block_m} takes M <= "
-                             f"{cfg.block_m} (block_m={MMA_MAX_M}: M <= {MMA_GROUPS_MAX_M}, in "
-                             f"groups of {MMA_MAX_M} x rows); got M={m}")
         wide = cfg.block_m == MMA_WIDE_M
         groups = -(-m // cfg.block_m)
         if cfg.depth not in (1, 2) or (cfg.depth == 2 and (runs == 0 or tiles != 2)):
