@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import shlex
 import sys
@@ -12,7 +13,7 @@ import torch
 
 from ..dispatch import Backend
 from ..formats import Format
-from . import commands, report
+from . import clocks, commands, report
 from .model import __doc__ as MODEL_DOC
 from .presets import PRESETS, parse_shape, preset
 from .workload import Settings, l2_bytes
@@ -77,6 +78,10 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument("--warmup", type=int, help="CUDA: passes (default 3); CPU: calls (1)")
     common.add_argument("--reps", type=int, help="timed samples (default CUDA 50; CPU 5, token 3)")
     common.add_argument("--no-graph", action="store_true", help="CUDA: time eager passes")
+    common.add_argument("--no-clocks", action="store_true", help="NVIDIA: don't sample the "
+                        "GPU's clocks while timing (default: nvidia-smi every "
+                        f"{clocks.PERIOD_MS} ms; each row gets the SM / memory MHz, power and "
+                        "clock-event reasons seen while it was measured)")
     common.add_argument("--rotate", type=float, default=4.0,
                         help="rotate weights so one pass touches this x L2 (default 4)")
     common.add_argument("--mbytes", type=int, help="buffer MiB for copy/read bandwidth "
@@ -161,27 +166,15 @@ def main(argv: list[str] | None = None) -> int:
     else:
         linears = tuple(shapes) * (args.layers if token and args.layers else 1)
     formats = list(dict.fromkeys(args.formats))
+    sampler = clocks.ClockSampler.for_device(device) if cuda and not args.no_clocks else None
     t0 = time.perf_counter()
-    if args.command == "bandwidth":
-        rows, body = commands.bandwidth(s, shapes, linears, formats, mbytes)
-        cols = [("impl", "what"), ("ms", "ms"), ("GB_per_s", "GB/s"), ("pct_read_bw", "%read"),
-                ("bytes", "bytes"), ("predicted_ms", "pred ms/token"),
-                ("predicted_tok_per_s", "pred tok/s")]
-    elif args.command == "shapes":
-        rows, body = commands.shapes_cmd(s, shapes, formats, args.backends, mbytes)
-        cols = _GEMV_COLS
-    elif args.command == "small-m":
-        rows, body = commands.small_m_cmd(s, shapes, formats, args.backends, mbytes, args.m)
-        cols = _GEMV_COLS[:3] + [("bw_vs_m1", "bw/M=1")] + _GEMV_COLS[3:]
-    elif args.command == "prefill":
-        rows, body = commands.prefill_cmd(s, shapes, formats, args.backends, args.m)
-        cols = [c for c in _GEMV_COLS if c[0] != "pct_read_bw"] + [("TFLOP_per_s", "TFLOP/s")]
-    else:
-        rows, body = commands.token_cmd(s, shapes, linears, formats, args.backends, mbytes)
-        cols = [("impl", "impl"), ("linears", "linears"), ("ms", "ms/token"),
-                ("predicted_ms", "model ms"), ("measured_over_predicted", "meas/model"),
-                ("tok_per_s", "tok/s"), ("GB_per_s", "GB/s"), ("pct_read_bw", "%read"),
-                ("speedup_vs_fp16", "x fp16")]
+    with sampler or contextlib.nullcontext():
+        rows, body, cols = _run(args, s, shapes, linears, formats, mbytes)
+    if sampler is not None:  # stopped: every sample is in
+        mem = body.get("memory")  # the read bandwidth every %read divides by: its clocks too
+        clocks.annotate(rows + ([mem["copy"], *mem["reads"]] if mem else []), sampler)
+        if any("sm_mhz" in r for r in rows):
+            cols = cols + [("sm_mhz", "SM MHz")]
     elapsed = time.perf_counter() - t0
     receipt = {
         "subcommand": args.command,
@@ -191,7 +184,8 @@ def main(argv: list[str] | None = None) -> int:
         "settings": {**{k: v for k, v in vars(s).items()}, "l2_source": l2_source,
                      "mbytes": mbytes, "preset": pre.name if pre else None,
                      "shapes": [sh.label for sh in shapes], "formats": formats,
-                     "backends": args.backends or "default"},
+                     "backends": args.backends or "default",
+                     "clocks": sampler.source if sampler is not None else "off"},
         "seconds": elapsed,
         **body,
     }
@@ -220,6 +214,31 @@ def main(argv: list[str] | None = None) -> int:
     if bad:
         print(f"{len(bad)} variant(s) failed or gave wrong results: see the receipt")
     return 1 if bad else 0
+
+
+def _run(args, s: Settings, shapes, linears, formats, mbytes: int):
+    """The subcommand's (rows, body) and its table's columns."""
+    if args.command == "bandwidth":
+        rows, body = commands.bandwidth(s, shapes, linears, formats, mbytes)
+        cols = [("impl", "what"), ("ms", "ms"), ("GB_per_s", "GB/s"), ("pct_read_bw", "%read"),
+                ("bytes", "bytes"), ("predicted_ms", "pred ms/token"),
+                ("predicted_tok_per_s", "pred tok/s")]
+    elif args.command == "shapes":
+        rows, body = commands.shapes_cmd(s, shapes, formats, args.backends, mbytes)
+        cols = _GEMV_COLS
+    elif args.command == "small-m":
+        rows, body = commands.small_m_cmd(s, shapes, formats, args.backends, mbytes, args.m)
+        cols = _GEMV_COLS[:3] + [("bw_vs_m1", "bw/M=1")] + _GEMV_COLS[3:]
+    elif args.command == "prefill":
+        rows, body = commands.prefill_cmd(s, shapes, formats, args.backends, args.m)
+        cols = [c for c in _GEMV_COLS if c[0] != "pct_read_bw"] + [("TFLOP_per_s", "TFLOP/s")]
+    else:
+        rows, body = commands.token_cmd(s, shapes, linears, formats, args.backends, mbytes)
+        cols = [("impl", "impl"), ("linears", "linears"), ("ms", "ms/token"),
+                ("predicted_ms", "model ms"), ("measured_over_predicted", "meas/model"),
+                ("tok_per_s", "tok/s"), ("GB_per_s", "GB/s"), ("pct_read_bw", "%read"),
+                ("speedup_vs_fp16", "x fp16")]
+    return rows, body, cols
 
 
 _GEMV_COLS = [("shape", "shape"), ("m", "M"), ("impl", "impl"), ("resolved_backend", "runs"),

@@ -18,17 +18,23 @@ import torch
 
 @dataclass(frozen=True)
 class Timing:
-    """Seconds per call: median and the spread of the samples (min, max), and how it was taken."""
+    """Seconds per call: median and the spread of the samples (min, max), and how it was taken;
+    `window`: CUDA, the span (time.time() seconds) from the warm-up's start to the last timed
+    replay's end, for the GPU clocks seen meanwhile (`clocks.annotate`)."""
 
     seconds: float
     low: float
     high: float
     samples: int
     method: str
+    window: tuple[float, float] | None = None
 
     def as_dict(self) -> dict:
-        return {"ms": self.seconds * 1e3, "ms_min": self.low * 1e3, "ms_max": self.high * 1e3,
-                "samples": self.samples, "method": self.method}
+        out = {"ms": self.seconds * 1e3, "ms_min": self.low * 1e3, "ms_max": self.high * 1e3,
+               "samples": self.samples, "method": self.method}
+        if self.window is not None:
+            out["window_s"] = list(self.window)
+        return out
 
 
 def measure(calls: Sequence[Callable[[], object]], device: torch.device, *, warmup: int,
@@ -157,6 +163,7 @@ def _measure_cuda(calls, device: torch.device, *, warmup: int, reps: int, graph:
                 step = run_pass
         else:
             method = "eager pass timed by cuda events, median (--no-graph)"
+        t0 = time.time()
         method += f"; {_warm_clocks(step)} untimed passes first (>= {WARM_GPU_S * 1e3:g} ms busy)"
         events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
                   for _ in range(reps)]
@@ -165,5 +172,7 @@ def _measure_cuda(calls, device: torch.device, *, warmup: int, reps: int, graph:
             step()
             end.record()
         torch.cuda.synchronize()  # raises here if any launch failed
+        t1 = time.time()
     per_call = [s.elapsed_time(e) / 1e3 / len(calls) for s, e in events]
-    return Timing(statistics.median(per_call), min(per_call), max(per_call), reps, method)
+    return Timing(statistics.median(per_call), min(per_call), max(per_call), reps, method,
+                  (t0, t1))
