@@ -2080,6 +2080,32 @@ PY
   done
   pack groups30
   ;;
+final30)
+  # the issue-5 numbers again, now with the GPU's clocks in every row (softfp8-bench samples
+  # nvidia-smi every 20 ms): does a slow stretch (a whole measurement 30-50% slow) come with a
+  # lower SM or memory clock, more power or a clock-event reason? The bench's GPU tests first
+  export SOFTFP8_FP8_DECODE=integer
+  mkdir -p "$OUT/r"
+  nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,clocks_event_reasons.active --format=csv,noheader,nounits
+  run benchtests 120 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_bench_clocks.py tests/test_bench.py
+  for i in 1 2; do
+    [ $SECONDS -lt 240 ] && run "token-$i" 90 python3 -m softfp8.bench token --preset llama2-7b --backends triton --out "$OUT/r/token-$i.json"
+    [ $SECONDS -lt 300 ] && run "smallm-$i" 100 python3 -m softfp8.bench small-m --preset llama3-8b --backends triton --formats e5m2,e4m3 --m 1,2,4,8,12,16 --out "$OUT/r/smallm-$i.json"
+    grep -A12 "over all shapes" "$OUT/smallm-$i.txt" | tail -12
+  done
+  [ $SECONDS -lt 420 ] && run shapes-1 100 python3 -m softfp8.bench shapes --preset llama3-8b --backends triton --out "$OUT/r/shapes-1.json"
+  python3 - "$OUT/r" <<'PY'
+import glob, json, sys
+for f in sorted(glob.glob(sys.argv[1] + "/*.json")):
+    r = json.load(open(f))
+    if "rows" not in r:
+        continue
+    mhz = sorted({x.get("sm_mhz") for x in r["rows"] if x.get("sm_mhz")})
+    why = sorted({x["clocks"]["reasons"] for x in r["rows"] if x.get("clocks")} - {None})
+    print(f.rsplit("/", 1)[1], r["settings"].get("clocks"), "SM MHz seen:", mhz, "reasons:", why)
+PY
+  pack final30
+  ;;
 heads)
   # (written in the twenty-sixth session, not run yet) the M = 1 vocabulary head's two speeds:
   # per process, per weight copy, or per run? benchmarks/gpu_head_modes.py in three processes
