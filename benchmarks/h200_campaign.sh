@@ -2106,6 +2106,19 @@ for f in sorted(glob.glob(sys.argv[1] + "/*.json")):
 PY
   pack final30
   ;;
+clk30)
+  # final30 found the SW power cap (reason 0x4) and SM clocks of 1125-1980 MHz in the bench's
+  # windows, but a window's clocks were mostly its 200 ms warm-up's. Now the clocks of the
+  # timed replays themselves (`clocks_timed`): small-m twice, the bench's GPU tests first
+  export SOFTFP8_FP8_DECODE=integer
+  mkdir -p "$OUT/r"
+  run benchtests 120 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_bench_clocks.py
+  for i in 1 2 3; do
+    [ $SECONDS -lt 300 ] && run "smallm-$i" 100 python3 -m softfp8.bench small-m --preset llama3-8b --backends triton --formats e5m2,e4m3 --m 1,2,4,8,12,16 --out "$OUT/r/smallm-$i.json"
+    grep -A12 "over all shapes" "$OUT/smallm-$i.txt" | tail -12
+  done
+  pack clk30
+  ;;
 heads)
   # (written in the twenty-sixth session, not run yet) the M = 1 vocabulary head's two speeds:
   # per process, per weight copy, or per run? benchmarks/gpu_head_modes.py in three processes

@@ -95,11 +95,17 @@ def test_sampler_runs_nvidia_smi_and_windows_its_samples(tmp_path, refuse):
     everything = sampler.window(t0 - 1, t1 + 10)["samples"]
     assert everything > got["samples"]  # the 0.2 s after t1 sampled, outside the window
     assert sampler.window(t1 + 60, t1 + 61) is None
-    rows = [{"impl": "a", "window_s": [t0, t1]}, {"impl": "b"},
-            {"impl": "c", "window_s": [t1 + 60, t1 + 61]}]
+    t_mid = t0 + 0.2
+    rows = [{"impl": "a", "window_s": [t0, t_mid, t1]}, {"impl": "b"},
+            {"impl": "c", "window_s": [t1 + 60, t1 + 60.5, t1 + 61]},
+            {"impl": "d", "window_s": [t0, t1 - 0.001, t1]}]
     annotate(rows, sampler)
     assert rows[0]["clocks"] == got and rows[0]["sm_mhz"] == "1410-1980"
-    assert "clocks" not in rows[1] and "clocks" not in rows[2]
+    assert 1 <= rows[0]["clocks_timed"]["samples"] < got["samples"]
+    assert rows[0]["clocks_timed"] == sampler.window(t_mid - 0.01, t1 + 0.01)
+    assert "clocks" not in rows[1] and "clocks" not in rows[2] and "sm_mhz" not in rows[2]
+    # a timed part shorter than the period still gets the samples a period either side of it
+    assert rows[3]["clocks_timed"]["samples"] >= 1
 
 
 def test_sampler_of_nothing_says_why(tmp_path):
@@ -142,11 +148,12 @@ def test_gpu_bench_rows_carry_their_clocks(tmp_path):
                  "--backends", "triton", "--reps", "10", "--out", str(out)]) == 0
     r = json.loads(out.read_text())
     for x in r["rows"]:
-        t0, t1 = x["window_s"]
-        assert t1 - t0 >= 0.2  # the warm-up alone is >= 200 ms busy
+        t0, t_timed, t1 = x["window_s"]
+        assert t_timed - t0 >= 0.2 and t1 > t_timed  # the warm-up alone is >= 200 ms busy
     if r["settings"]["clocks"].startswith("none") or torch.version.hip:
         pytest.skip(f"no clocks here: {r['settings']['clocks']}")
     for x in r["rows"] + [r["memory"]["copy"], *r["memory"]["reads"]]:
         assert x["clocks"]["samples"] >= 2 and x["clocks"]["sm_mhz_min"] > 0, x
+        assert x["clocks_timed"]["samples"] >= 1, x
     assert "SM MHz" in out.with_suffix(".md").read_text()
 

@@ -118,6 +118,7 @@ class ClockSampler:
         self._thread: threading.Thread | None = None
         self._cmd: list[str] | None = None
         self._fields = len(QUERY)
+        self.period_s = period_ms / 1e3
         path = shutil.which(exe)
         if target is None:
             self.source = f"none ({why})"
@@ -198,12 +199,21 @@ class ClockSampler:
 
 
 def annotate(rows: list[dict], sampler: ClockSampler) -> None:
-    """After the run (the sampler stopped): each row that has a measurement span (`window_s`)
-    gets `clocks` (`summarize`) and `sm_mhz` (`sm_mhz_label`) where samples fall inside it."""
+    """After the run (the sampler stopped): each row that has a measurement span (`window_s`:
+    warm-up start, timed start, end) gets `clocks` over the whole span (`summarize`),
+    `clocks_timed` over the timed replays (a few ms: the samples within a sampling period of
+    them) and `sm_mhz` (`sm_mhz_label`, of the timed replays where sampled, else the span's)."""
+    pad = sampler.period_s
     for row in rows:
         span = row.get("window_s")
-        if span:
-            clocks = sampler.window(*span)
-            if clocks is not None:
-                row["clocks"] = clocks
-                row["sm_mhz"] = sm_mhz_label(clocks)
+        if not span:
+            continue
+        t0, t_timed, t1 = span
+        whole = sampler.window(t0, t1)
+        timed = sampler.window(t_timed - pad, t1 + pad)
+        if whole is not None:
+            row["clocks"] = whole
+        if timed is not None:
+            row["clocks_timed"] = timed
+        if whole is not None or timed is not None:
+            row["sm_mhz"] = sm_mhz_label(timed or whole)

@@ -19,15 +19,15 @@ import torch
 @dataclass(frozen=True)
 class Timing:
     """Seconds per call: median and the spread of the samples (min, max), and how it was taken;
-    `window`: CUDA, the span (time.time() seconds) from the warm-up's start to the last timed
-    replay's end, for the GPU clocks seen meanwhile (`clocks.annotate`)."""
+    `window`: CUDA, when (time.time() seconds) the warm-up started, the timed replays were
+    enqueued and the last of them ended, for the GPU clocks seen meanwhile (`clocks.annotate`)."""
 
     seconds: float
     low: float
     high: float
     samples: int
     method: str
-    window: tuple[float, float] | None = None
+    window: tuple[float, float, float] | None = None
 
     def as_dict(self) -> dict:
         out = {"ms": self.seconds * 1e3, "ms_min": self.low * 1e3, "ms_max": self.high * 1e3,
@@ -167,6 +167,7 @@ def _measure_cuda(calls, device: torch.device, *, warmup: int, reps: int, graph:
         method += f"; {_warm_clocks(step)} untimed passes first (>= {WARM_GPU_S * 1e3:g} ms busy)"
         events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
                   for _ in range(reps)]
+        t_timed = time.time()
         for start, end in events:
             start.record()
             step()
@@ -175,4 +176,4 @@ def _measure_cuda(calls, device: torch.device, *, warmup: int, reps: int, graph:
         t1 = time.time()
     per_call = [s.elapsed_time(e) / 1e3 / len(calls) for s, e in events]
     return Timing(statistics.median(per_call), min(per_call), max(per_call), reps, method,
-                  (t0, t1))
+                  (t0, t_timed, t1))
