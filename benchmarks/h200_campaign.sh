@@ -2119,6 +2119,16 @@ clk30)
   done
   pack clk30
   ;;
+tok30)
+  # the token twice more with the timed replays' clocks (clk30's machine, if still held): is
+  # E4M3's token (88.5-88.8% of read, 0.2-0.5 points short) run under the power cap's clocks?
+  export SOFTFP8_FP8_DECODE=integer
+  mkdir -p "$OUT/r"
+  for i in 1 2; do
+    run "token-$i" 90 python3 -m softfp8.bench token --preset llama2-7b --backends triton --out "$OUT/r/token-$i.json"
+  done
+  pack tok30
+  ;;
 heads)
   # (written in the twenty-sixth session, not run yet) the M = 1 vocabulary head's two speeds:
   # per process, per weight copy, or per run? benchmarks/gpu_head_modes.py in three processes
