@@ -2129,6 +2129,15 @@ tok30)
   done
   pack tok30
   ;;
+shapes30)
+  # the llama3-8b GEMVs twice on tok30's machine (the >= 100 MB target), clocks in every row
+  export SOFTFP8_FP8_DECODE=integer
+  mkdir -p "$OUT/r"
+  for i in 1 2; do
+    run "shapes-$i" 100 python3 -m softfp8.bench shapes --preset llama3-8b --backends triton --out "$OUT/r/shapes-$i.json"
+  done
+  pack shapes30
+  ;;
 heads)
   # (written in the twenty-sixth session, not run yet) the M = 1 vocabulary head's two speeds:
   # per process, per weight copy, or per run? benchmarks/gpu_head_modes.py in three processes
