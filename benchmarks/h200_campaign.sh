@@ -2138,6 +2138,32 @@ shapes30)
   done
   pack shapes30
   ;;
+tail30)
+  # the M = 1 ring's program count against the GPU's slots: a one-warp program of S stages
+  # takes S x 4.6 KB of shared memory, so 24 / 16 / 12 / 8 of them fit an SM at S = 2 / 3 / 4
+  # / 6 and a weight's programs make a different number of waves (llama3 gate_up, 7168
+  # programs: 2.3 / 3.4 / 4.5 / 6.8 waves). Tables with every 8-bit M = 1 shape of llama2-7b
+  # and llama3-8b (not the heads) at S stages, one warp, against the built-in 4, interleaved twice
+  export SOFTFP8_FP8_DECODE=integer
+  mkdir -p "$OUT/r"
+  python3 - "$OUT/r" <<'PY'
+import json, sys
+shapes = ((12288, 4096), (4096, 4096), (22016, 4096), (4096, 11008), (6144, 4096),
+          (28672, 4096), (4096, 14336))
+for ring in (2, 3, 6):
+    rows = [dict(n=n, k=k, m=1, fmt=f, kernel="mma_gemv", block_m=1, block_n=4, block_k=128,
+                 split_k=1, num_warps=1, num_stages=0, depth=1, ring=ring)
+            for n, k in shapes for f in ("e5m2", "e4m3")]
+    with open(f"{sys.argv[1]}/table-r{ring}.json", "w") as f:
+        json.dump(dict(best=rows, note=f"M = 1 ring, {ring} stages, 1 warp, unsplit"), f)
+PY
+  for v in base r2 r3 r6 base2 r2_2 r3_2 r6_2; do
+    case $v in base*) t= ;; *) t=$OUT/r/table-${v%_2}.json ;; esac
+    [ $SECONDS -lt 420 ] && run "tail-$v" 60 env SOFTFP8_TRITON_TABLE=$t python3 -m softfp8.bench shapes --shape 12288,4096 --shape 4096,4096 --shape 22016,4096 --shape 4096,11008 --shape 6144,4096 --shape 28672,4096 --shape 4096,14336 --backends triton --formats e5m2,e4m3 --out "$OUT/r/tail-$v.json"
+    grep -A4 "over all shapes" "$OUT/tail-$v.txt" | tail -2
+  done
+  pack tail30
+  ;;
 heads)
   # (written in the twenty-sixth session, not run yet) the M = 1 vocabulary head's two speeds:
   # per process, per weight copy, or per run? benchmarks/gpu_head_modes.py in three processes
