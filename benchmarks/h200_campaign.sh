@@ -2164,6 +2164,27 @@ PY
   done
   pack tail30
   ;;
+tok6)
+  # tail30's finding in the token: o and down (4096 rows: 1024 one-warp programs, which all fit
+  # the GPU at once at 6 stages, 8 an SM) on the ring at 6 stages, the rest built-in; the
+  # llama2-7b token interleaved twice against the built-in table
+  export SOFTFP8_FP8_DECODE=integer
+  mkdir -p "$OUT/r"
+  python3 - "$OUT/r" <<'PY'
+import json, sys
+rows = [dict(n=n, k=k, m=1, fmt=f, kernel="mma_gemv", block_m=1, block_n=4, block_k=128,
+             split_k=1, num_warps=1, num_stages=0, depth=1, ring=6)
+        for n, k in ((4096, 4096), (4096, 11008), (4096, 14336)) for f in ("e5m2", "e4m3")]
+with open(f"{sys.argv[1]}/table-r6o.json", "w") as f:
+    json.dump(dict(best=rows, note="o and down on the M = 1 ring at 6 stages, 1 warp"), f)
+PY
+  for v in base r6o base2 r6o_2; do
+    case $v in base*) t= ;; *) t=$OUT/r/table-r6o.json ;; esac
+    [ $SECONDS -lt 400 ] && run "token-$v" 80 env SOFTFP8_TRITON_TABLE=$t python3 -m softfp8.bench token --preset llama2-7b --backends triton --formats e5m2,e4m3 --out "$OUT/r/token-$v.json"
+    grep -E "^(torch float16|e5m2|e4m3)" "$OUT/token-$v.txt" | cut -c1-120
+  done
+  pack tok6
+  ;;
 heads)
   # (written in the twenty-sixth session, not run yet) the M = 1 vocabulary head's two speeds:
   # per process, per weight copy, or per run? benchmarks/gpu_head_modes.py in three processes
