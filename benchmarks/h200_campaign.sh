@@ -2185,6 +2185,27 @@ PY
   done
   pack tok6
   ;;
+tok6all)
+  # tok6's likely reason tested: the whole llama2-7b token at one footprint, every 8-bit M = 1
+  # shape (the head too) on the ring at 6 stages, against the built-in table, interleaved twice
+  export SOFTFP8_FP8_DECODE=integer
+  mkdir -p "$OUT/r"
+  python3 - "$OUT/r" <<'PY'
+import json, sys
+shapes = ((12288, 4096), (4096, 4096), (22016, 4096), (4096, 11008), (32000, 4096))
+rows = [dict(n=n, k=k, m=1, fmt=f, kernel="mma_gemv", block_m=1, block_n=4, block_k=128,
+             split_k=1, num_warps=1, num_stages=0, depth=1, ring=6)
+        for n, k in shapes for f in ("e5m2", "e4m3")]
+with open(f"{sys.argv[1]}/table-r6all.json", "w") as f:
+    json.dump(dict(best=rows, note="every llama2-7b 8-bit M = 1 shape on the ring at 6 stages"), f)
+PY
+  for v in base r6all base2 r6all_2; do
+    case $v in base*) t= ;; *) t=$OUT/r/table-r6all.json ;; esac
+    [ $SECONDS -lt 400 ] && run "token-$v" 80 env SOFTFP8_TRITON_TABLE=$t python3 -m softfp8.bench token --preset llama2-7b --backends triton --formats e5m2,e4m3 --out "$OUT/r/token-$v.json"
+    grep -E "^(torch float16|e5m2|e4m3)" "$OUT/token-$v.txt" | cut -c1-120
+  done
+  pack tok6all
+  ;;
 heads)
   # (written in the twenty-sixth session, not run yet) the M = 1 vocabulary head's two speeds:
   # per process, per weight copy, or per run? benchmarks/gpu_head_modes.py in three processes
