@@ -62,7 +62,7 @@ def line(i):
     return ", ".join(vals[q] for q in query)
 i = 0
 while True:
-    print(line(i))
+    print(line(i), flush=True)  # a pipe: without it the lines wait in a buffer
     if loop is None:
         break
     i += 1
