@@ -2206,6 +2206,33 @@ PY
   done
   pack tok6all
   ;;
+slow30)
+  # the bench's slow stretches (a whole measurement 20-50% slow, the head at M = 12 in 5 of 7,
+  # not the SM clock: final30, clk30): rows now carry their warm-up's ~10 ms chunks (ms a call
+  # each), so a slow row shows whether its 200 ms warm-up was slow too (a stretch longer than
+  # the measurement) or the speed changed inside it. small-m on the head alone four times, then
+  # the five shapes once (the slow rows so far came in full runs)
+  export SOFTFP8_FP8_DECODE=integer
+  mkdir -p "$OUT/r"
+  run benchtests 120 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_bench_clocks.py
+  for i in 1 2 3 4; do
+    [ $SECONDS -lt 300 ] && run "head-$i" 60 python3 -m softfp8.bench small-m --shape 128256,4096 --backends triton --formats e5m2,e4m3 --m 1,8,12,16 --out "$OUT/r/head-$i.json"
+  done
+  [ $SECONDS -lt 330 ] && run smallm 100 python3 -m softfp8.bench small-m --preset llama3-8b --backends triton --formats e5m2,e4m3 --m 1,2,4,8,12,16 --out "$OUT/r/smallm.json"
+  python3 - "$OUT/r" <<'PY'
+import glob, json, statistics, sys
+for f in sorted(glob.glob(sys.argv[1] + "/*.json")):
+    r = json.load(open(f))
+    for x in r.get("rows", []):
+        if not x.get("shape", "").startswith("lm_head") or "warm_ms" not in x:
+            continue
+        w = x["warm_ms"]
+        print(f.rsplit("/", 1)[1], x["m"], x["impl"][:12], "%.1f us" % (x["ms"] * 1e3),
+              "warm us first/median/last %.1f/%.1f/%.1f" % (w[0] * 1e3, statistics.median(w) * 1e3, w[-1] * 1e3),
+              "SM", x.get("sm_mhz"))
+PY
+  pack slow30
+  ;;
 heads)
   # (written in the twenty-sixth session, not run yet) the M = 1 vocabulary head's two speeds:
   # per process, per weight copy, or per run? benchmarks/gpu_head_modes.py in three processes

@@ -150,6 +150,8 @@ def test_gpu_bench_rows_carry_their_clocks(tmp_path):
     for x in r["rows"]:
         t0, t_timed, t1 = x["window_s"]
         assert t_timed - t0 >= 0.2 and t1 > t_timed  # the warm-up alone is >= 200 ms busy
+        # the warm-up's ~10 ms chunks, ms a call each: >= 0.2 s busy in all
+        assert len(x["warm_ms"]) >= 2 and all(w > 0 for w in x["warm_ms"])
     if r["settings"]["clocks"].startswith("none") or torch.version.hip:
         pytest.skip(f"no clocks here: {r['settings']['clocks']}")
     for x in r["rows"] + [r["memory"]["copy"], *r["memory"]["reads"]]:

@@ -20,7 +20,8 @@ import torch
 class Timing:
     """Seconds per call: median and the spread of the samples (min, max), and how it was taken;
     `window`: CUDA, when (time.time() seconds) the warm-up started, the timed replays were
-    enqueued and the last of them ended, for the GPU clocks seen meanwhile (`clocks.annotate`)."""
+    enqueued and the last of them ended, for the GPU clocks seen meanwhile (`clocks.annotate`);
+    `warm`: CUDA, seconds a call in each ~10 ms chunk of the warm-up, in order."""
 
     seconds: float
     low: float
@@ -28,12 +29,15 @@ class Timing:
     samples: int
     method: str
     window: tuple[float, float, float] | None = None
+    warm: tuple[float, ...] = ()
 
     def as_dict(self) -> dict:
         out = {"ms": self.seconds * 1e3, "ms_min": self.low * 1e3, "ms_max": self.high * 1e3,
                "samples": self.samples, "method": self.method}
         if self.window is not None:
             out["window_s"] = list(self.window)
+        if self.warm:
+            out["warm_ms"] = [round(w * 1e3, 6) for w in self.warm]
         return out
 
 
@@ -109,10 +113,11 @@ warm-up passes and 50 replays right after quantizing took 135.6 us, timed again 
 WARM_CHUNK_S = 0.01  # GPU time enqueued between syncs while warming
 
 
-def _warm_clocks(step: Callable[[], object]) -> int:
+def _warm_clocks(step: Callable[[], object]) -> tuple[int, list[float]]:
     """Run `step` untimed until the GPU has been busy WARM_GPU_S, in chunks of about
     WARM_CHUNK_S each timed by events (a sync between chunks: small steps enqueue faster than
-    the host can, large ones slower). Returns how many passes ran."""
+    the host can, large ones slower). Returns how many passes ran and each chunk's seconds a
+    pass (whether a slow measurement was slow through its warm-up too)."""
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     start.record()
     step()
@@ -121,15 +126,18 @@ def _warm_clocks(step: Callable[[], object]) -> int:
     busy = max(start.elapsed_time(end) / 1e3, 1e-6)
     chunk = max(1, min(2000, int(WARM_CHUNK_S / busy)))
     passes = 1
+    per_pass = []
     while busy < WARM_GPU_S:
         start.record()
         for _ in range(chunk):
             step()
         end.record()
         end.synchronize()
-        busy += start.elapsed_time(end) / 1e3
+        took = start.elapsed_time(end) / 1e3
+        busy += took
         passes += chunk
-    return passes
+        per_pass.append(took / chunk)
+    return passes, per_pass
 
 
 def _measure_cuda(calls, device: torch.device, *, warmup: int, reps: int, graph: bool) -> Timing:
@@ -164,7 +172,8 @@ def _measure_cuda(calls, device: torch.device, *, warmup: int, reps: int, graph:
         else:
             method = "eager pass timed by cuda events, median (--no-graph)"
         t0 = time.time()
-        method += f"; {_warm_clocks(step)} untimed passes first (>= {WARM_GPU_S * 1e3:g} ms busy)"
+        passes, warm = _warm_clocks(step)
+        method += f"; {passes} untimed passes first (>= {WARM_GPU_S * 1e3:g} ms busy)"
         events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
                   for _ in range(reps)]
         t_timed = time.time()
@@ -176,4 +185,4 @@ def _measure_cuda(calls, device: torch.device, *, warmup: int, reps: int, graph:
         t1 = time.time()
     per_call = [s.elapsed_time(e) / 1e3 / len(calls) for s, e in events]
     return Timing(statistics.median(per_call), min(per_call), max(per_call), reps, method,
-                  (t0, t_timed, t1))
+                  (t0, t_timed, t1), tuple(w / len(calls) for w in warm))
