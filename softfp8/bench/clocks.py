@@ -4,12 +4,13 @@ Why: on the H200 a whole measurement (a median of 50 replays) sometimes lands 30
 same kernel, process and weight copy measuring at its usual speed a minute later (BENCHMARKS.md,
 twenty-ninth session, `headm29`). A row that carries the SM and memory clocks seen while it ran,
 the board's power and the driver's clock-event reasons says whether the GPU slowed down or the
-kernel did.
+kernel did: those were dips of the SM clock to 780-1200 MHz under the board's 700 W power cap
+(thirtieth session, `slow30`).
 
 `nvidia-smi --query-gpu=... -lms PERIOD` ships with every NVIDIA driver and needs no Python
-package; it prints one line per sample, stamped by nvidia-smi itself: its output reaches a pipe
-in blocks, so the time a line is read says nothing, and a row's samples are complete only once
-the sampler has stopped. So each measurement records the span it ran (`timing.Timing.window`)
+package; it prints one line per sample, stamped by nvidia-smi itself: its output may reach a
+pipe in blocks, so the time a line is read says nothing, and a row's samples are complete only
+once the sampler has stopped. So each measurement records the span it ran (`timing.Timing.window`)
 and `annotate` fills the rows in after the run. Elsewhere (the CPU, ROCm, no nvidia-smi) the
 sampler samples nothing and the rows carry no clocks.
 """
@@ -29,8 +30,8 @@ PERIOD_MS = 20
 samples; a slow stretch lasts longer than a measurement."""
 
 QUERY = ("timestamp", "clocks.sm", "clocks.mem", "power.draw", "clocks_event_reasons.active")
-"""The fields, in order. `clocks_event_reasons` was `clocks_throttle_reasons` before driver 535:
-where the driver refuses the field the sampler runs without it (`reasons` None)."""
+"""The fields, in order. Older drivers call the last one `clocks_throttle_reasons`: where the
+driver refuses the field the sampler runs without it (`reasons` None)."""
 
 _STAMP = "%Y/%m/%d %H:%M:%S.%f"
 
