@@ -70,18 +70,38 @@ sweep_l3() {
   run "$name" "$secs" python3 benchmarks/sweep_gemv.py "$@" --shapes "6144,4096;4096,4096;28672,4096;4096,14336;128256,4096" --out "$OUT/r/$name.json"
   grep -E "x4096 M=|x14336 M=|table:|BEST:" "$OUT/$name.txt" | cut -c1-110
 }
-# ring_tables STAGES:WARPS..: $OUT/r/table-rSwW.json for each, benchmarks/fp8_ring_all_table.json's
-# rows (the llama2-7b M = 1 shapes, 8-bit) on the ring with S stages in W warps
-ring_tables() {
-  python3 - "$OUT/r" "$@" <<'PY'
+# ring_table FILE STAGES:WARPS SHAPES: a SOFTFP8_TRITON_TABLE with every 8-bit M = 1 shape in
+# SHAPES ("N,K;N,K..") on the ring with S stages in W warps, unsplit
+ring_table() {
+  python3 - "$@" <<'PY'
 import json, sys
-base = json.load(open("benchmarks/fp8_ring_all_table.json"))
-for spec in sys.argv[2:]:
-    ring, warps = map(int, spec.split(":"))
-    rows = [dict(r, ring=ring, num_warps=warps, block_n=4 * warps) for r in base["best"]]
-    with open(f"{sys.argv[1]}/table-r{ring}w{warps}.json", "w") as f:
-        json.dump(dict(best=rows, note=f"fp8_ring_all_table.json, ring {ring}, {warps} warps"), f)
+path, spec, shapes = sys.argv[1:4]
+ring, warps = map(int, spec.split(":"))
+rows = [dict(n=n, k=k, m=1, fmt=f, kernel="mma_gemv", block_m=1, block_n=4 * warps, block_k=128,
+             split_k=1, num_warps=warps, num_stages=0, depth=1, ring=ring)
+        for n, k in (map(int, s.split(",")) for s in shapes.split(";")) for f in ("e5m2", "e4m3")]
+with open(path, "w") as f:
+    json.dump(dict(best=rows, note=f"M = 1 ring, {ring} stages, {warps} warps: {shapes}"), f)
 PY
+}
+# ring_tables STAGES:WARPS..: $OUT/r/table-rSwW.json for each: the llama2-7b M = 1 shapes
+# (benchmarks/fp8_ring_all_table.json's) on the ring with S stages in W warps
+ring_tables() {
+  local spec
+  for spec in "$@"; do
+    ring_table "$OUT/r/table-r${spec%:*}w${spec#*:}.json" "$spec" "12288,4096;4096,4096;22016,4096;4096,11008"
+  done
+}
+# table_ab NAME SECS UNTIL V.. -- ARGS..: softfp8-bench ARGS once per V (while the call's
+# SECONDS < UNTIL), on the built-in table where V starts with "base", else on
+# $OUT/r/table-V.json (a trailing _2, the second pair, dropped), each into $OUT/r/NAME-V.json
+table_ab() {
+  local name=$1 secs=$2 until=$3 v t vs=(); shift 3
+  while [ "$1" != "--" ]; do vs+=("$1"); shift; done; shift
+  for v in "${vs[@]}"; do
+    case $v in base*) t= ;; *) t=$OUT/r/table-${v%_2}.json ;; esac
+    [ $SECONDS -lt "$until" ] && run "$name-$v" "$secs" env SOFTFP8_TRITON_TABLE=$t python3 -m softfp8.bench "$@" --out "$OUT/r/$name-$v.json"
+  done
 }
 # pack STEP: $OUT/r (and the logs) into $OUT/STEP.tgz, printing the token/shape rows last
 pack() {
@@ -2146,22 +2166,10 @@ tail30)
   # and llama3-8b (not the heads) at S stages, one warp, against the built-in 4, interleaved twice
   export SOFTFP8_FP8_DECODE=integer
   mkdir -p "$OUT/r"
-  python3 - "$OUT/r" <<'PY'
-import json, sys
-shapes = ((12288, 4096), (4096, 4096), (22016, 4096), (4096, 11008), (6144, 4096),
-          (28672, 4096), (4096, 14336))
-for ring in (2, 3, 6):
-    rows = [dict(n=n, k=k, m=1, fmt=f, kernel="mma_gemv", block_m=1, block_n=4, block_k=128,
-                 split_k=1, num_warps=1, num_stages=0, depth=1, ring=ring)
-            for n, k in shapes for f in ("e5m2", "e4m3")]
-    with open(f"{sys.argv[1]}/table-r{ring}.json", "w") as f:
-        json.dump(dict(best=rows, note=f"M = 1 ring, {ring} stages, 1 warp, unsplit"), f)
-PY
-  for v in base r2 r3 r6 base2 r2_2 r3_2 r6_2; do
-    case $v in base*) t= ;; *) t=$OUT/r/table-${v%_2}.json ;; esac
-    [ $SECONDS -lt 420 ] && run "tail-$v" 60 env SOFTFP8_TRITON_TABLE=$t python3 -m softfp8.bench shapes --shape 12288,4096 --shape 4096,4096 --shape 22016,4096 --shape 4096,11008 --shape 6144,4096 --shape 28672,4096 --shape 4096,14336 --backends triton --formats e5m2,e4m3 --out "$OUT/r/tail-$v.json"
-    grep -A4 "over all shapes" "$OUT/tail-$v.txt" | tail -2
-  done
+  L3="12288,4096;4096,4096;22016,4096;4096,11008;6144,4096;28672,4096;4096,14336"
+  for r in 2 3 6; do ring_table "$OUT/r/table-r$r.json" "$r:1" "$L3"; done
+  table_ab tail 60 420 base r2 r3 r6 base2 r2_2 r3_2 r6_2 -- shapes --shape 12288,4096 --shape 4096,4096 --shape 22016,4096 --shape 4096,11008 --shape 6144,4096 --shape 28672,4096 --shape 4096,14336 --backends triton --formats e5m2,e4m3
+  for v in base r2 r3 r6 base2 r2_2 r3_2 r6_2; do grep -A4 "over all shapes" "$OUT/tail-$v.txt" | tail -2; done
   pack tail30
   ;;
 tok6)
@@ -2170,19 +2178,9 @@ tok6)
   # llama2-7b token interleaved twice against the built-in table
   export SOFTFP8_FP8_DECODE=integer
   mkdir -p "$OUT/r"
-  python3 - "$OUT/r" <<'PY'
-import json, sys
-rows = [dict(n=n, k=k, m=1, fmt=f, kernel="mma_gemv", block_m=1, block_n=4, block_k=128,
-             split_k=1, num_warps=1, num_stages=0, depth=1, ring=6)
-        for n, k in ((4096, 4096), (4096, 11008), (4096, 14336)) for f in ("e5m2", "e4m3")]
-with open(f"{sys.argv[1]}/table-r6o.json", "w") as f:
-    json.dump(dict(best=rows, note="o and down on the M = 1 ring at 6 stages, 1 warp"), f)
-PY
-  for v in base r6o base2 r6o_2; do
-    case $v in base*) t= ;; *) t=$OUT/r/table-r6o.json ;; esac
-    [ $SECONDS -lt 400 ] && run "token-$v" 80 env SOFTFP8_TRITON_TABLE=$t python3 -m softfp8.bench token --preset llama2-7b --backends triton --formats e5m2,e4m3 --out "$OUT/r/token-$v.json"
-    grep -E "^(torch float16|e5m2|e4m3)" "$OUT/token-$v.txt" | cut -c1-120
-  done
+  ring_table "$OUT/r/table-r6o.json" 6:1 "4096,4096;4096,11008;4096,14336"
+  table_ab token 80 400 base r6o base2 r6o_2 -- token --preset llama2-7b --backends triton --formats e5m2,e4m3
+  for v in base r6o base2 r6o_2; do grep -E "^(torch float16|e5m2|e4m3)" "$OUT/token-$v.txt" | cut -c1-120; done
   pack tok6
   ;;
 tok6all)
@@ -2190,20 +2188,9 @@ tok6all)
   # shape (the head too) on the ring at 6 stages, against the built-in table, interleaved twice
   export SOFTFP8_FP8_DECODE=integer
   mkdir -p "$OUT/r"
-  python3 - "$OUT/r" <<'PY'
-import json, sys
-shapes = ((12288, 4096), (4096, 4096), (22016, 4096), (4096, 11008), (32000, 4096))
-rows = [dict(n=n, k=k, m=1, fmt=f, kernel="mma_gemv", block_m=1, block_n=4, block_k=128,
-             split_k=1, num_warps=1, num_stages=0, depth=1, ring=6)
-        for n, k in shapes for f in ("e5m2", "e4m3")]
-with open(f"{sys.argv[1]}/table-r6all.json", "w") as f:
-    json.dump(dict(best=rows, note="every llama2-7b 8-bit M = 1 shape on the ring at 6 stages"), f)
-PY
-  for v in base r6all base2 r6all_2; do
-    case $v in base*) t= ;; *) t=$OUT/r/table-r6all.json ;; esac
-    [ $SECONDS -lt 400 ] && run "token-$v" 80 env SOFTFP8_TRITON_TABLE=$t python3 -m softfp8.bench token --preset llama2-7b --backends triton --formats e5m2,e4m3 --out "$OUT/r/token-$v.json"
-    grep -E "^(torch float16|e5m2|e4m3)" "$OUT/token-$v.txt" | cut -c1-120
-  done
+  ring_table "$OUT/r/table-r6all.json" 6:1 "12288,4096;4096,4096;22016,4096;4096,11008;32000,4096"
+  table_ab token 80 400 base r6all base2 r6all_2 -- token --preset llama2-7b --backends triton --formats e5m2,e4m3
+  for v in base r6all base2 r6all_2; do grep -E "^(torch float16|e5m2|e4m3)" "$OUT/token-$v.txt" | cut -c1-120; done
   pack tok6all
   ;;
 slow30)
