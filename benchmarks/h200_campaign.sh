@@ -70,16 +70,17 @@ sweep_l3() {
   run "$name" "$secs" python3 benchmarks/sweep_gemv.py "$@" --shapes "6144,4096;4096,4096;28672,4096;4096,14336;128256,4096" --out "$OUT/r/$name.json"
   grep -E "x4096 M=|x14336 M=|table:|BEST:" "$OUT/$name.txt" | cut -c1-110
 }
-# ring_table FILE STAGES:WARPS SHAPES: a SOFTFP8_TRITON_TABLE with every 8-bit M = 1 shape in
-# SHAPES ("N,K;N,K..") on the ring with S stages in W warps, unsplit
+# ring_table FILE STAGES:WARPS SHAPES [FMTS]: a SOFTFP8_TRITON_TABLE with every M = 1 shape in
+# SHAPES ("N,K;N,K..") on the ring with S stages in W warps, unsplit, for FMTS ("e5m2,e4m3")
 ring_table() {
   python3 - "$@" <<'PY'
 import json, sys
 path, spec, shapes = sys.argv[1:4]
+fmts = sys.argv[4].split(",") if len(sys.argv) > 4 else ("e5m2", "e4m3")
 ring, warps = map(int, spec.split(":"))
 rows = [dict(n=n, k=k, m=1, fmt=f, kernel="mma_gemv", block_m=1, block_n=4 * warps, block_k=128,
              split_k=1, num_warps=warps, num_stages=0, depth=1, ring=ring)
-        for n, k in (map(int, s.split(",")) for s in shapes.split(";")) for f in ("e5m2", "e4m3")]
+        for n, k in (map(int, s.split(",")) for s in shapes.split(";")) for f in fmts]
 with open(path, "w") as f:
     json.dump(dict(best=rows, note=f"M = 1 ring, {ring} stages, {warps} warps: {shapes}"), f)
 PY
@@ -2219,6 +2220,108 @@ for f in sorted(glob.glob(sys.argv[1] + "/*.json")):
               "SM", x.get("sm_mhz"))
 PY
   pack slow30
+  ;;
+fp4r31)
+  # (thirty-first session) FP4 M = 1 runs from registers: 123 registers a thread, 4 warps a
+  # scheduler, one step (2 KB a warp) in flight. Its ring was slower (fp4ring25: 3 stages in 2
+  # warps or 4 in 1 take 27.6 / 18.4 KB a program, 3-4 warps a scheduler by shared memory). At 2
+  # stages in 1 warp a program is 9.2 KB and 75 registers (SASS, sm_90): 6 warps a scheduler.
+  # Tables over the llama2-7b shapes at 2:1, 3:1, 2:2 against the built-in, interleaved twice
+  export SOFTFP8_FP8_DECODE=integer
+  mkdir -p "$OUT/r"
+  for spec in 2:1 3:1 2:2; do
+    ring_table "$OUT/r/table-r${spec%:*}w${spec#*:}.json" "$spec" "12288,4096;4096,4096;22016,4096;4096,11008;32000,4096" nvfp4,mxfp4
+  done
+  table_ab token 60 430 base r2w1 r3w1 r2w2 base_2 r2w1_2 r3w1_2 r2w2_2 -- token --preset llama2-7b --backends triton --formats nvfp4,mxfp4
+  [ $SECONDS -lt 470 ] && run gputests 110 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_triton.py -k "ring"
+  pack fp4r31
+  ;;
+rx31)
+  # (thirty-first session) fp4r31: FP4 M = 1 on the ring is 11-15% slower than from registers
+  # even at 2 stages in 1 warp (6 warps a scheduler against 4). A ring stage carries x too: for
+  # FP4 2 KB a warp-step beside the 2 KB of codes, copied into shared memory and read back. The
+  # same tables with x by registers (the kernel's RING_X = False, one step ahead, 78 registers
+  # at 2 stages; a patched copy: the launcher has no setting for it), token interleaved twice;
+  # then Nsight Compute on NVFP4 22016 x 4096: registers, ring, ring with x by registers
+  export SOFTFP8_FP8_DECODE=integer
+  mkdir -p "$OUT/r" variants/rx
+  cp -r softfp8 benchmarks variants/rx/
+  python3 - variants/rx/softfp8/backends/triton/__init__.py <<'PY'
+import sys
+p = sys.argv[1]
+s = open(p).read()
+old = "RING=cfg.ring,"
+assert s.count(old) == 1
+s = s.replace(old, "RING=cfg.ring, RING_X=packed.fmt in (Format.E5M2, Format.E4M3),")
+open(p, "w").write(s)
+PY
+  for spec in 2:1 3:1 4:1; do
+    ring_table "$OUT/r/table-r${spec%:*}w${spec#*:}.json" "$spec" "12288,4096;4096,4096;22016,4096;4096,11008;32000,4096" nvfp4,mxfp4
+  done
+  T="token --preset llama2-7b --backends triton --formats nvfp4,mxfp4"
+  for v in base rx2 rx3 rx4 base_2 rx2_2 rx3_2 rx4_2; do
+    [ $SECONDS -lt 300 ] || break
+    case $v in
+      base*) run "token-$v" 60 python3 -m softfp8.bench $T --out "$OUT/r/token-$v.json" ;;
+      *) in_variant variants/rx "token-$v" 60 env SOFTFP8_TRITON_TABLE=$OUT/r/table-r${v:2:1}w1.json python3 -m softfp8.bench $T --out "$OUT/r/token-$v.json" ;;
+    esac
+  done
+  NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+  S="--clock-control none --section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis --section SchedulerStats --section WarpStateStats --section Occupancy -k regex:mma_gemv --launch-skip 1 -c 1"
+  A="benchmarks/gpu_ncu_target.py --formats nvfp4 --shape 22016,4096 --launches 0"
+  [ $SECONDS -lt 420 ] && run ncu-base 80 "$NCU" $S python3 $A
+  [ $SECONDS -lt 450 ] && run ncu-r2 80 env SOFTFP8_TRITON_TABLE=$OUT/r/table-r2w1.json "$NCU" $S python3 $A
+  [ $SECONDS -lt 480 ] && in_variant variants/rx ncu-rx2 80 env SOFTFP8_TRITON_TABLE=$OUT/r/table-r2w1.json "$NCU" $S python3 $A
+  for f in "$OUT"/ncu-*.txt; do echo "== $f"; grep -E "LaunchConfig|Duration|DRAM Through|L1/TEX Cache|L2 Cache Through|Issue Slots Busy|highest-utilized|Eligible Warps|Active Warps Per Sch|Warp Cycles Per Issued|Achieved Active|Mem Busy|Max Bandwidth|Mem Pipes" "$f" | cut -c1-150; grep -A3 "spends" "$f" | cut -c1-150 | head -8; done
+  pack rx31
+  ;;
+rx31b)
+  # rx31: FP4 on the 2-stage ring with x by registers (patched copy) was 4% faster alone on
+  # 22016 x 4096 (Nsight Compute: 21.63 against 22.50 us) but 6% slower in the token: its table
+  # left o and down (4096 rows: 1024 one-warp programs, 2 warps a scheduler) unsplit, where the
+  # built-in splits them 2 ways. The same with o and down split 2 and 4, token interleaved
+  # twice; then where the registers' warps stall (Nsight Compute's stall-reason metrics)
+  export SOFTFP8_FP8_DECODE=integer
+  mkdir -p "$OUT/r" variants/rx
+  cp -r softfp8 benchmarks variants/rx/
+  python3 - variants/rx/softfp8/backends/triton/__init__.py <<'PY'
+import sys
+p = sys.argv[1]
+s = open(p).read()
+old = "RING=cfg.ring,"
+assert s.count(old) == 1
+s = s.replace(old, "RING=cfg.ring, RING_X=packed.fmt in (Format.E5M2, Format.E4M3),")
+open(p, "w").write(s)
+PY
+  python3 - "$OUT/r" <<'PY'
+import json, sys
+for split in (2, 4):
+    rows = [dict(n=n, k=k, m=1, fmt=f, kernel="mma_gemv", block_m=1, block_n=4, block_k=128,
+                 split_k=split if n == 4096 else 1, num_warps=1, num_stages=0, depth=1, ring=2)
+            for n, k in ((12288, 4096), (4096, 4096), (22016, 4096), (4096, 11008), (32000, 4096))
+            for f in ("nvfp4", "mxfp4")]
+    with open(f"{sys.argv[1]}/table-s{split}.json", "w") as f:
+        json.dump(dict(best=rows, note=f"FP4 M = 1, 2-stage ring in 1 warp, 4096 rows split {split}"), f)
+PY
+  T="token --preset llama2-7b --backends triton --formats nvfp4,mxfp4"
+  for v in base s2 s4 base_2 s2_2 s4_2; do
+    [ $SECONDS -lt 240 ] || break
+    case $v in
+      base*) run "token-$v" 60 python3 -m softfp8.bench $T --out "$OUT/r/token-$v.json" ;;
+      *) in_variant variants/rx "token-$v" 60 env SOFTFP8_TRITON_TABLE=$OUT/r/table-${v:0:2}.json python3 -m softfp8.bench $T --out "$OUT/r/token-$v.json" ;;
+    esac
+  done
+  NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+  M=""
+  for r in barrier branch_resolving dispatch_stall drain imc_miss lg_throttle long_scoreboard math_pipe_throttle membar mio_throttle misc no_instruction not_selected selected short_scoreboard sleeping tex_throttle wait; do
+    M="$M${M:+,}smsp__average_warps_issue_stalled_${r}_per_issue_active.ratio"
+  done
+  A="benchmarks/gpu_ncu_target.py --formats nvfp4 --shape 22016,4096 --launches 0"
+  [ $SECONDS -lt 400 ] && run ncu-stall-base 80 "$NCU" --clock-control none --metrics "$M" -k regex:mma_gemv --launch-skip 1 -c 1 python3 $A
+  [ $SECONDS -lt 440 ] && in_variant variants/rx ncu-stall-rx2 80 env SOFTFP8_TRITON_TABLE=$OUT/r/table-s2.json "$NCU" --clock-control none --metrics "$M" -k regex:mma_gemv --launch-skip 1 -c 1 python3 $A
+  [ $SECONDS -lt 480 ] && run ncu-stall-e5m2 80 "$NCU" --clock-control none --metrics "$M" -k regex:mma_gemv --launch-skip 1 -c 1 python3 benchmarks/gpu_ncu_target.py --formats e5m2 --shape 22016,4096 --launches 0
+  for f in "$OUT"/ncu-stall-*.txt; do echo "== $f"; grep -E "LaunchConfig|stalled" "$f" | sed 's/smsp__average_warps_issue_stalled_//; s/_per_issue_active.ratio//' | cut -c1-120; done
+  pack rx31b
   ;;
 heads)
   # (written in the twenty-sixth session, not run yet) the M = 1 vocabulary head's two speeds:
