@@ -141,3 +141,18 @@ def test_fp4_injection_decode_issues_fewer_integer_alu_instructions(compiled, fm
     assert inject["spills"] == 0 and table["loop_alu"] > 0
     # measured: 246 -> 198 (NVFP4), 282 -> 234 (MXFP4)
     assert inject["loop_alu"] <= 0.85 * table["loop_alu"], (table["loop_alu"], inject["loop_alu"])
+
+
+@pytest.mark.parametrize("fmt", ["nvfp4", "mxfp4"])
+def test_fp4_register_loop_carries_only_the_weights(compiled, fmt):
+    """FP4 M = 1 from registers (`_mma`, depth 1) loads each step's x in that step (x sits in
+    L1 for every program): only the next step's weight words are carried into it, one register
+    copy each (4 rows x 4 words). x one step ahead, as the weights are, took 16 registers more
+    and 16 copies a step more (SASS, sm_90: NVFP4 401 -> 384 instructions a step)."""
+    rc, stderr, records = compiled[("cuda", "90", 32)]
+    assert rc == 0, stderr
+    rec = {r["variant"]: r for r in records}[f"mma_gemv-r1t2-inject-{fmt}-fp16"]
+    if "loop_moves" not in rec:
+        pytest.skip("this Triton wheel bundles no nvdisasm to read the SASS with")
+    # measured (triton 3.9): 16 / 20 copies a step (x ahead: 35 / 34)
+    assert rec["spills"] == 0 and rec["loop_moves"] <= 20, rec["loop_moves"]

@@ -319,6 +319,8 @@ def main(backend: str, arch: str, warp: int) -> None:
                         loop = loop_ops(sass)
                         rec["loop_len"] = len(loop)
                         rec["loop_alu"] = sum(opcode(i) in ALU_OPS for i in loop)
+                        # register copies (MOV, IMAD.MOV): a value carried to the next step
+                        rec["loop_moves"] = sum("MOV" in i.split()[0] for i in loop)
         except Exception as e:  # reported, and the test decides whether it is acceptable
             rec["error"] = f"{type(e).__name__}: {str(e)[-600:]}"
         rec["seconds"] = round(time.time() - t0, 2)

@@ -67,8 +67,10 @@ def _load_x(x_ptrs, valid, ZERO: tl.constexpr):
 def _row_step(w_ptr, s_ptr, row, N, RB, SB, off, ok, FMT: tl.constexpr, ZERO: tl.constexpr):
     """(4 words, scale) of one row at byte `off`; where the row or the step is outside, zeros
     (ZERO) or whatever the registers held."""
-    HB: tl.constexpr = 8 if FMT == "nvfp4" else 16  # bytes per scale block (FP4)
-    return _load_row(w_ptr + row.to(tl.int64) * RB + off, s_ptr + row.to(tl.int64) * SB + off // HB,
+    HB_LOG2: tl.constexpr = 3 if FMT == "nvfp4" else 4  # bytes per scale block (FP4): 8, 16
+    # off >= 0: a shift (floor division of a signed int is three instructions)
+    return _load_row(w_ptr + row.to(tl.int64) * RB + off,
+                     s_ptr + row.to(tl.int64) * SB + (off >> HB_LOG2),
                      (ok & (row < N)).to(tl.int32), FMT, ZERO)
 
 
@@ -117,6 +119,12 @@ def _x_pieces(off, kb_hi, K, in_m, FP8: tl.constexpr):
 @triton.jit
 def _x_step(x_row, off, kb_hi, K, in_m, FP8: tl.constexpr, ZERO: tl.constexpr):
     """x for the codes of the 16 bytes at `off` (FP4: 32 codes, 64 bytes of x; FP8: 16 codes,
-    32 bytes), 16 bytes at a time inside K and the split."""
-    k0, bits = _x_pieces(off, kb_hi, K, in_m, FP8)
+    32 bytes), 16 bytes at a time inside K and the split. ZERO = 0 (`mma_zero_fill`): K is
+    the padded K and every program's range whole steps, so a step inside the range has all of
+    its x inside K: one test a step, not one a piece."""
+    if ZERO:
+        k0, bits = _x_pieces(off, kb_hi, K, in_m, FP8)
+    else:
+        k0 = off if FP8 else 2 * off
+        bits = tl.where(in_m & (off < kb_hi), 3 if FP8 else 15, 0)
     return _load_x(x_row + k0, bits, ZERO)
