@@ -2323,6 +2323,23 @@ PY
   for f in "$OUT"/ncu-stall-*.txt; do echo "== $f"; grep -E "LaunchConfig|stalled" "$f" | sed 's/smsp__average_warps_issue_stalled_//; s/_per_issue_active.ratio//' | cut -c1-120; done
   pack rx31b
   ;;
+xstep31)
+  # (thirty-first session) the MMA GEMV's register path (FP4 M = 1; 8-bit depth 2 at M = 5..16
+  # on small weights) against the commit before (variants/prev: git archive 84f0dfb, not
+  # committed): x of a step loaded in that step, not one step ahead (16 registers and 16
+  # copies a step fewer), x's bounds one test a step where the K range is whole steps, the
+  # scale offset by a shift (SASS, sm_90: NVFP4 418 -> 384 instructions a step, 123 -> 115
+  # registers; MXFP4 465 -> 436). Predicted: FP4 token 3-6% faster (its issue slots, ~50%
+  # busy, scale with the instructions only in part). GPU tests of the MMA GEMV first
+  export SOFTFP8_FP8_DECODE=integer
+  mkdir -p "$OUT/r"
+  run gputests 200 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_triton.py -k "mma_gemv and not ring or parity_3840"
+  tail -3 "$OUT/gputests.txt"
+  ab_bench token 60 python3 -m softfp8.bench token --preset llama2-7b --backends triton --formats nvfp4,mxfp4
+  [ $SECONDS -lt 420 ] && ab_bench smallm 80 python3 -m softfp8.bench small-m --preset llama3-8b --backends triton --formats e5m2,e4m3 --m 1,8,16
+  [ $SECONDS -lt 500 ] && run shapes 70 python3 -m softfp8.bench shapes --preset llama3-8b --backends triton --formats nvfp4,mxfp4 --out "$OUT/r/shapes.json"
+  pack xstep31
+  ;;
 heads)
   # (written in the twenty-sixth session, not run yet) the M = 1 vocabulary head's two speeds:
   # per process, per weight copy, or per run? benchmarks/gpu_head_modes.py in three processes

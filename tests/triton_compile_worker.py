@@ -24,7 +24,8 @@ from triton.compiler import ASTSource  # noqa: E402
 
 import torch  # noqa: E402
 
-from softfp8.backends.triton import DeviceInfo, Kernel, _kernels, _mma, launch_config, pdl_settings  # noqa: E402
+from softfp8.backends.triton import (DeviceInfo, Kernel, _kernels, _mma,  # noqa: E402
+                                     launch_config, mma_x_in_step, pdl_settings)
 from softfp8.formats import Format  # noqa: E402
 
 FP8 = ("e5m2", "e4m3")
@@ -45,7 +46,8 @@ def table_m1(fmt: str, info: DeviceInfo, **override):
     cfg = launch_config(4096, 4096, 1, Format(fmt), info, torch.float16)
     c = dict(FMT=fmt, HAS_BIAS=False, WARPS=cfg.num_warps, PARTIAL=False,
              PDL=pdl_settings(info, Format(fmt), cfg)[0], PREFETCH=0, AHEAD=0, RUNS=1, TILES=2,
-             HAS_SCALE=fmt in ("e5m2", "e4m3"), DEPTH=cfg.depth, RING=cfg.ring)
+             HAS_SCALE=fmt in ("e5m2", "e4m3"), DEPTH=cfg.depth, RING=cfg.ring,
+             X_IN_STEP=mma_x_in_step(Format(fmt)) and not cfg.ring)
     return cfg, dict(c, **override)
 
 
@@ -113,6 +115,9 @@ def variants(backend: str, arch):
             # (its WIDE form is checked by the PTX emulator and the GPU tests)
             yield (f"mma_gemv-r1t2-inject-{fmt}-fp16", _mma.mma_gemv_kernel,
                    dict(c, INJECT=True), "fp16", 4, 1)
+            # ... with each step's x loaded in that step (`mma_x_in_step`)
+            yield (f"mma_gemv-r1t2-inject-xstep-{fmt}-fp16", _mma.mma_gemv_kernel,
+                   dict(c, INJECT=True, X_IN_STEP=True), "fp16", 4, 1)
             # the shared-memory ring (cp.async; 2 stages x 4 warps, the most static smem)
             yield (f"mma_gemv-r1t2-ring2-{fmt}-fp16", _mma.mma_gemv_kernel,
                    dict(c, INJECT=True, RING=2, PARTIAL=True), "fp16", 4, 1)

@@ -95,7 +95,7 @@ def mma_gemv_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr, cnt_ptr,
                     GROUPS: tl.constexpr = 1, WIDE: tl.constexpr = False,
                     LAST: tl.constexpr = False, INJECT: tl.constexpr = False,
                     RING: tl.constexpr = 0, RING_X: tl.constexpr = True,
-                    WHOLE: tl.constexpr = False):
+                    WHOLE: tl.constexpr = False, X_IN_STEP: tl.constexpr = False):
     """Program (pid_n, pid_k) over bytes [pid_k * KB_SPLIT, +KB_SPLIT) of its rows.
     RUNS = 0 (the tile mapping): rows pid_n * 32 .. +32, two 16-row tiles; warp w takes the
     64-byte steps w, w + WARPS, ...; the warps' sums are added at the end.
@@ -133,6 +133,8 @@ def mma_gemv_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr, cnt_ptr,
     K range is whole steps, at least RING - 1 of them (the launcher checks): the copies go
     without predicates, and the last RING - 1 steps, which copy nothing, run in a loop of their
     own (each commits an empty group, so the reads' wait counts stay as they are).
+    X_IN_STEP (registers, depth 1): each step's x loaded in that step, not one step ahead with
+    the weights (`_mma_table.mma_x_in_step`).
     Needs num_warps == WARPS, K % 8 == 0 and a 16-byte aligned x (the launcher checks)."""
     NT: tl.constexpr = 32 * WARPS
     FP8: tl.constexpr = FMT == "e5m2" or FMT == "e4m3"
@@ -281,22 +283,32 @@ def mma_gemv_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr, cnt_ptr,
                                         ZERO)
         _pdl_wait_weights(r0[0] | r1[0] | r2[0] | r3[0], w_ptr, pid_n * PROG_ROWS, N, RB, kb_lo,
                           kb_hi, PROG_ROWS, PDL, PREFETCH)
+        xw = _x_step(x_row, off, kb_hi, K, in_m, FP8, ZERO)
+        xv = xw
+        if WIDE:
+            xv = _x_step(x_wide, off, kb_hi, K, in_v, FP8, ZERO)
         for _ in range(kb_lo, kb_hi, stride):
-            # x of this step, loaded in it: x is read by every program and sits in L1, its
-            # loads land while the weights decode. One step ahead, as the weights are, its 16
-            # registers took a second set and 16 moves a step (SASS, sm_90: NVFP4 401 -> 384
-            # instructions a step, 124 -> 115 registers)
-            xw = _x_step(x_row, off, kb_hi, K, in_m, FP8, ZERO)
-            xv = xw
-            if WIDE:
-                xv = _x_step(x_wide, off, kb_hi, K, in_v, FP8, ZERO)
+            if X_IN_STEP:  # x sits in L1 (every program reads it): its loads land during the
+                # decode, and one step ahead it took a second set of 16 registers and 16 copies
+                # a step (`mma_x_in_step`)
+                xw = _x_step(x_row, off, kb_hi, K, in_m, FP8, ZERO)
+                xv = xw
+                if WIDE:
+                    xv = _x_step(x_wide, off, kb_hi, K, in_v, FP8, ZERO)
             off += stride
-            # the next step's weights come before this step's arithmetic in the PTX (ptxas
+            # the next step's loads come before this step's arithmetic in the PTX (ptxas
             # keeps them in flight while it runs: one step ahead; DEPTH = 2: two)
             n0, n1, n2, n3 = _rows_step(w_ptr, s_ptr, row, N, RB, SB, off, kb_hi, FMT, RS, ZERO)
             if TILES == 4:
                 n4, n5, n6, n7 = _rows_step(w_ptr, s_ptr, row + 4 * RS, N, RB, SB, off, kb_hi, FMT,
                                             RS, ZERO)
+            nx = xw
+            nv = xv
+            if not X_IN_STEP:
+                nx = _x_step(x_row, off, kb_hi, K, in_m, FP8, ZERO)
+                nv = nx
+                if WIDE:
+                    nv = _x_step(x_wide, off, kb_hi, K, in_v, FP8, ZERO)
             if AHEAD > 0:
                 _prefetch_rows(w_ptr, row, N, RB, off + AHEAD * stride, kb_hi, RS)
             a, b, av, bv = _tiles(r0, r1, r2, r3, xw, xv, a, b, av, bv, FMT, DIAG, NAN, WIDE,
@@ -305,7 +317,7 @@ def mma_gemv_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr, cnt_ptr,
                 c = _tile(r4, r5, xw, c, FMT, DIAG, NAN, INJECT)
                 d = _tile(r6, r7, xw, d, FMT, DIAG, NAN, INJECT)
                 r4, r5, r6, r7 = n4, n5, n6, n7
-            r0, r1, r2, r3 = n0, n1, n2, n3
+            r0, r1, r2, r3, xw, xv = n0, n1, n2, n3, nx, nv
     _pdl_exit(PDL)
     if RING == 0:  # after the loop (FP4's loop holds ~128 registers), still before any store
         terms = _program_terms(pid_n * PROG_ROWS, s_ptr, g_ptr, b_ptr, N, FMT, HAS_SCALE,

@@ -132,6 +132,17 @@ def mma_layout(cfg: LaunchConfig) -> tuple[int, int]:
                      f"or 32 * num_warps; got {cfg}")
 
 
+def mma_x_in_step(fmt: Format) -> bool:
+    """Whether Kernel.MMA_GEMV's register path (depth 1) loads each step's x in that step
+    rather than one step ahead with the weights (`_mma`'s X_IN_STEP): 16 registers and 16
+    register copies a step fewer (SASS, sm_90: MXFP4 445 -> 436 instructions a step, NVFP4
+    401 -> 384), x's loads then wait in the step (L1: every program reads x). MXFP4 only:
+    measured on the H200 (2026-12-04, `xstep31`, llama2-7b token, interleaved twice) MXFP4
+    1.686 / 1.688 -> 1.639 / 1.640 ms, NVFP4 1.560 / 1.561 -> 1.626 / 1.626 (its step is
+    shorter: the loads' wait shows)."""
+    return fmt is Format.MXFP4
+
+
 def mma_zero_fill(row_bytes: int, per_split: int, runs: int, cfg: LaunchConfig, k: int,
                   padded_k: int) -> bool:
     """Whether Kernel.MMA_GEMV's switched-off loads must leave zeros (its ZERO): a program's K
