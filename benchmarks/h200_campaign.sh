@@ -2340,6 +2340,17 @@ xstep31)
   [ $SECONDS -lt 500 ] && run shapes 70 python3 -m softfp8.bench shapes --preset llama3-8b --backends triton --formats nvfp4,mxfp4 --out "$OUT/r/shapes.json"
   pack xstep31
   ;;
+xstep31b)
+  # xstep31: x loaded in its step made MXFP4's token 3% faster and NVFP4's 4% slower; now
+  # MXFP4 only (mma_x_in_step), the x-bounds and scale-offset changes for both. Against
+  # 84f0dfb again (variants/prev), token interleaved twice; the FP4 MMA GEMV GPU tests first
+  export SOFTFP8_FP8_DECODE=integer
+  mkdir -p "$OUT/r"
+  run gputests 230 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_triton.py -k "mma_gemv and not ring and (mxfp4 or nvfp4)"
+  tail -3 "$OUT/gputests.txt"
+  ab_bench token 60 python3 -m softfp8.bench token --preset llama2-7b --backends triton --formats nvfp4,mxfp4
+  pack xstep31b
+  ;;
 heads)
   # (written in the twenty-sixth session, not run yet) the M = 1 vocabulary head's two speeds:
   # per process, per weight copy, or per run? benchmarks/gpu_head_modes.py in three processes
