@@ -104,6 +104,20 @@ table_ab() {
     [ $SECONDS -lt "$until" ] && run "$name-$v" "$secs" env SOFTFP8_TRITON_TABLE=$t python3 -m softfp8.bench "$@" --out "$OUT/r/$name-$v.json"
   done
 }
+# ring_x_variant: variants/rx, a copy of softfp8 and benchmarks whose launcher keeps FP4's x
+# off the ring (the kernel's RING_X = False, diagnostics only: the launcher has no setting)
+ring_x_variant() {
+  mkdir -p variants/rx && cp -r softfp8 benchmarks variants/rx/
+  python3 - variants/rx/softfp8/backends/triton/__init__.py <<'PY'
+import sys
+p = sys.argv[1]
+s = open(p).read()
+old = "RING=cfg.ring,"
+assert s.count(old) == 1
+s = s.replace(old, "RING=cfg.ring, RING_X=packed.fmt in (Format.E5M2, Format.E4M3),")
+open(p, "w").write(s)
+PY
+}
 # pack STEP: $OUT/r (and the logs) into $OUT/STEP.tgz, printing the token/shape rows last
 pack() {
   cp "$OUT"/*.txt "$OUT/r/"
@@ -2244,17 +2258,8 @@ rx31)
   # at 2 stages; a patched copy: the launcher has no setting for it), token interleaved twice;
   # then Nsight Compute on NVFP4 22016 x 4096: registers, ring, ring with x by registers
   export SOFTFP8_FP8_DECODE=integer
-  mkdir -p "$OUT/r" variants/rx
-  cp -r softfp8 benchmarks variants/rx/
-  python3 - variants/rx/softfp8/backends/triton/__init__.py <<'PY'
-import sys
-p = sys.argv[1]
-s = open(p).read()
-old = "RING=cfg.ring,"
-assert s.count(old) == 1
-s = s.replace(old, "RING=cfg.ring, RING_X=packed.fmt in (Format.E5M2, Format.E4M3),")
-open(p, "w").write(s)
-PY
+  mkdir -p "$OUT/r"
+  ring_x_variant
   for spec in 2:1 3:1 4:1; do
     ring_table "$OUT/r/table-r${spec%:*}w${spec#*:}.json" "$spec" "12288,4096;4096,4096;22016,4096;4096,11008;32000,4096" nvfp4,mxfp4
   done
@@ -2282,17 +2287,8 @@ rx31b)
   # built-in splits them 2 ways. The same with o and down split 2 and 4, token interleaved
   # twice; then where the registers' warps stall (Nsight Compute's stall-reason metrics)
   export SOFTFP8_FP8_DECODE=integer
-  mkdir -p "$OUT/r" variants/rx
-  cp -r softfp8 benchmarks variants/rx/
-  python3 - variants/rx/softfp8/backends/triton/__init__.py <<'PY'
-import sys
-p = sys.argv[1]
-s = open(p).read()
-old = "RING=cfg.ring,"
-assert s.count(old) == 1
-s = s.replace(old, "RING=cfg.ring, RING_X=packed.fmt in (Format.E5M2, Format.E4M3),")
-open(p, "w").write(s)
-PY
+  mkdir -p "$OUT/r"
+  ring_x_variant
   python3 - "$OUT/r" <<'PY'
 import json, sys
 for split in (2, 4):

@@ -47,7 +47,7 @@ def table_m1(fmt: str, info: DeviceInfo, **override):
     c = dict(FMT=fmt, HAS_BIAS=False, WARPS=cfg.num_warps, PARTIAL=False,
              PDL=pdl_settings(info, Format(fmt), cfg)[0], PREFETCH=0, AHEAD=0, RUNS=1, TILES=2,
              HAS_SCALE=fmt in ("e5m2", "e4m3"), DEPTH=cfg.depth, RING=cfg.ring,
-             X_IN_STEP=mma_x_in_step(Format(fmt)) and not cfg.ring)
+             X_IN_STEP=mma_x_in_step(Format(fmt)) and cfg.depth == 1 and not cfg.ring)
     return cfg, dict(c, **override)
 
 

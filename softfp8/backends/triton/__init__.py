@@ -197,6 +197,7 @@ def _launch(x: torch.Tensor, packed: PackedWeight, bias: torch.Tensor | None, cf
         zero = mma_zero_fill(rb, per_split, runs, cfg, k, packed.padded_k)
         whole = mma_ring_whole(n, m, rb, per_split, runs, cfg,
                                packed.fmt in (Format.E5M2, Format.E4M3), zero)
+        x_in_step = mma_x_in_step(packed.fmt) and cfg.depth == 1 and not cfg.ring
         cnt, last = _counters(split, x.device, grid[0], w)
         mma_gemv_kernel[grid](*args, cnt, *sizes, LAST=last, FMT=packed.fmt.value,
                               HAS_BIAS=bias is not None, WARPS=cfg.num_warps,
@@ -204,8 +205,7 @@ def _launch(x: torch.Tensor, packed: PackedWeight, bias: torch.Tensor | None, cf
                               PREFETCH=prefetch, AHEAD=cfg.num_stages, RUNS=runs, TILES=tiles,
                               HAS_SCALE=has_scale, NAN=nan, DEPTH=cfg.depth, GROUPS=groups,
                               WIDE=wide, INJECT=e2m1 is E2M1Decode.INJECT, RING=cfg.ring,
-                              ZERO=zero, WHOLE=whole,
-                              X_IN_STEP=mma_x_in_step(packed.fmt) and not cfg.ring, **launch)
+                              ZERO=zero, WHOLE=whole, X_IN_STEP=x_in_step, **launch)
     else:
         common = dict(FMT=packed.fmt.value, HAS_SCALE=has_scale, HAS_BIAS=bias is not None,
                       INJECT=e2m1 is E2M1Decode.INJECT, HW=hw_fp8, ASM=asm, BLOCK_M=cfg.block_m,

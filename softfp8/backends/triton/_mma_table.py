@@ -133,10 +133,11 @@ def mma_layout(cfg: LaunchConfig) -> tuple[int, int]:
 
 
 def mma_x_in_step(fmt: Format) -> bool:
-    """Whether Kernel.MMA_GEMV's register path (depth 1) loads each step's x in that step
-    rather than one step ahead with the weights (`_mma`'s X_IN_STEP): 16 registers and 16
-    register copies a step fewer (SASS, sm_90: MXFP4 445 -> 436 instructions a step, NVFP4
-    401 -> 384), x's loads then wait in the step (L1: every program reads x). MXFP4 only:
+    """Whether Kernel.MMA_GEMV's register path (depth 1, no ring: the launcher checks) loads
+    each step's x in that step rather than one step ahead with the weights (`_mma`'s
+    X_IN_STEP): 16 registers and 16 register copies a step fewer (SASS, sm_90: MXFP4 445 ->
+    436 instructions a step, NVFP4 401 -> 384), x's loads then wait in the step (L1: every
+    program reads x). MXFP4 only:
     measured on the H200 (2026-12-04, llama2-7b token against the commit before, interleaved
     twice): x in step for both FP4 formats (`xstep31`) MXFP4 1.686 / 1.688 -> 1.639 / 1.640
     ms, NVFP4 1.560 / 1.561 -> 1.626 / 1.626 (its shorter step shows the loads' wait); for
