@@ -104,27 +104,26 @@ def _prefetch_rows(w_ptr, row, N, RB, off, kb_hi, RS: tl.constexpr):
 
 
 @triton.jit
-def _x_pieces(off, kb_hi, K, in_m, FP8: tl.constexpr):
+def _x_pieces(off, kb_hi, K, in_m, FP8: tl.constexpr, WHOLE_K: tl.constexpr = False):
     """(k0, bits): the first code of the 16 bytes at `off` and, bit v, whether x's 16 bytes v
-    of its codes (FP4: 4 of them, 64 bytes; FP8: 2) lie inside K and the split."""
+    of its codes (FP4: 4 of them, 64 bytes; FP8: 2) lie inside K and the split. WHOLE_K (ZERO =
+    0, `mma_zero_fill`: K is the padded K and every program's range whole steps): a step inside
+    the range has all of its x inside K, so one test a step, not one a piece."""
     ok = in_m & (off < kb_hi)
     k0 = off if FP8 else 2 * off  # first code
-    bits = (ok & (k0 + 8 <= K)).to(tl.int32) | ((ok & (k0 + 16 <= K)).to(tl.int32) << 1)
-    if not FP8:
-        bits = bits | ((ok & (k0 + 24 <= K)).to(tl.int32) << 2) | (
-            (ok & (k0 + 32 <= K)).to(tl.int32) << 3)
+    if WHOLE_K:
+        bits = tl.where(ok, 3 if FP8 else 15, 0)
+    else:
+        bits = (ok & (k0 + 8 <= K)).to(tl.int32) | ((ok & (k0 + 16 <= K)).to(tl.int32) << 1)
+        if not FP8:
+            bits = bits | ((ok & (k0 + 24 <= K)).to(tl.int32) << 2) | (
+                (ok & (k0 + 32 <= K)).to(tl.int32) << 3)
     return k0, bits
 
 
 @triton.jit
 def _x_step(x_row, off, kb_hi, K, in_m, FP8: tl.constexpr, ZERO: tl.constexpr):
     """x for the codes of the 16 bytes at `off` (FP4: 32 codes, 64 bytes of x; FP8: 16 codes,
-    32 bytes), 16 bytes at a time inside K and the split. ZERO = 0 (`mma_zero_fill`): K is
-    the padded K and every program's range whole steps, so a step inside the range has all of
-    its x inside K: one test a step, not one a piece."""
-    if ZERO:
-        k0, bits = _x_pieces(off, kb_hi, K, in_m, FP8)
-    else:
-        k0 = off if FP8 else 2 * off
-        bits = tl.where(in_m & (off < kb_hi), 3 if FP8 else 15, 0)
+    32 bytes), 16 bytes at a time inside K and the split (`_x_pieces`)."""
+    k0, bits = _x_pieces(off, kb_hi, K, in_m, FP8, not ZERO)
     return _load_x(x_row + k0, bits, ZERO)
