@@ -30,7 +30,7 @@ def _run_tile(fmt, wg, wh, sg, sh, xw, nan=True, xw1=None, inject=False):
     xs = [xw] + ([xw1] if wide else [])
     if fmt in FP4:  # x's own pairs meet the codes' (FP4_PAIRS)
         xp = [sum((x[lane][:16] for x in xs), []) for lane in range(32)]
-        tile = P._tile_asm(fmt, wide, inject)
+        tile = P._tile_asm(fmt, wide, inject, nan)
     else:
         xp = [sum((x[lane][:8] + [0] * 8 for x in xs), []) for lane in range(32)]
         tile = P._fp8_tile_asm(fmt, nan, wide)
@@ -58,7 +58,7 @@ def _codes_fp4(rows):
     return out
 
 
-def _fp4_case(fmt, scales_fn, codes=None, wide=False, inject=False):
+def _fp4_case(fmt, scales_fn, codes=None, wide=False, inject=False, nan=True):
     """The tile mapping: lane (g, t) holds bytes 16t..16t+15 of rows g and g+8 and x row g's
     matching 32 values (wide: and x row g + 8's, 16 x rows). Returns the emulated D and the float64 reference."""
     if codes is None:
@@ -91,7 +91,7 @@ def _fp4_case(fmt, scales_fn, codes=None, wide=False, inject=False):
         xw.append(_x_words(x[g, 32 * t:32 * t + 32]))
         if wide:
             xw1.append(_x_words(x[g + 8, 32 * t:32 * t + 32]))
-    D = _run_tile(fmt, wg, wh, sg, sh, xw, xw1=xw1 if wide else None, inject=inject)
+    D = _run_tile(fmt, wg, wh, sg, sh, xw, nan, xw1=xw1 if wide else None, inject=inject)
     return D * (256.0 if fmt == "nvfp4" else 1.0), ref
 
 
@@ -109,15 +109,17 @@ def test_prmt_and_table_bytes():
     assert prmt(0x000000F0, 0, 0x0008) & 0xFF == 0xFF  # sign-replicate of byte 0 (msb set)
 
 
+@pytest.mark.parametrize("nan", [True, False])
 @pytest.mark.parametrize("wide", [False, True])
 @pytest.mark.parametrize("fmt", FP4)
 @pytest.mark.parametrize("inject", [False, True])
-def test_fp4_tile_matches_reference(inject, fmt, wide):
+def test_fp4_tile_matches_reference(inject, fmt, wide, nan):
+    """nan=False: the tile without its NaN checks, for block scales known to hold none."""
     if fmt == "nvfp4":
         scales = lambda: RNG.integers(0x20, 0x58, (16, 8))  # noqa: E731  E4M3 2^-4 .. 2^4
     else:
         scales = lambda: RNG.integers(110, 134, (16, 4))  # noqa: E731  within 2^23 of each other
-    D, ref = _fp4_case(fmt, scales, wide=wide, inject=inject)
+    D, ref = _fp4_case(fmt, scales, wide=wide, inject=inject, nan=nan)
     assert D.shape == ref.shape == (16, 16 if wide else 8)
     assert _rel(D, ref) < 1e-6
 
@@ -152,6 +154,69 @@ def test_mxfp4_zero_blocks_and_nan(inject, wide):
     assert nan[6].all() and nan.sum() == ref.shape[1]
     assert (np.isnan(D) == nan).all()
     assert _rel(D[~nan], ref[~nan]) < 1e-6
+
+
+def _fp4_scale_codes_case(fmt, rows_scales, inject, nan):
+    """Every weight code 1.0 (E2M1 0x2 in both nibbles); rows_scales: 16 rows x the blocks of a
+    step (NVFP4 8, MXFP4 4) of scale codes; x row c one-hot at the first code of block c. So
+    D[r, c] is block c's scale of row r alone, which the tile must give exactly (the products
+    and the fp32 sum are exact), or NaN across a row holding a NaN scale (NaN * 0 in every
+    column's sum). Returns the emulated D's first blocks columns."""
+    blocks = 8 if fmt == "nvfp4" else 4
+    span = 128 // blocks  # codes a block
+    codes = np.full((16, 64), 0x22, np.uint8)
+    x = np.zeros((8, 128), np.float16)
+    for c in range(blocks):
+        x[c, c * span] = 1.0
+    wg, wh, sg, sh, xw = [], [], [], [], []
+    sc = np.asarray(rows_scales)
+    for lane in range(32):
+        g, t = lane // 4, lane % 4
+        chunk = slice(16 * t, 16 * t + 16)
+        wg.append([int(v) for v in codes[g, chunk].view(np.uint32)])
+        wh.append([int(v) for v in codes[g + 8, chunk].view(np.uint32)])
+        if fmt == "nvfp4":
+            sg.append(int(sc[g, 2 * t]) | (int(sc[g, 2 * t + 1]) << 8))
+            sh.append(int(sc[g + 8, 2 * t]) | (int(sc[g + 8, 2 * t + 1]) << 8))
+        else:
+            sg.append(int(sc[g, t]))
+            sh.append(int(sc[g + 8, t]))
+        xw.append(_x_words(x[g, 32 * t:32 * t + 32]))
+    D = _run_tile(fmt, wg, wh, sg, sh, xw, nan, inject=inject)
+    return D[:, :blocks] * (256.0 if fmt == "nvfp4" else 1.0)
+
+
+@pytest.mark.parametrize("nan", [True, False])
+@pytest.mark.parametrize("inject", [False, True])
+def test_nvfp4_tile_every_scale_code(inject, nan):
+    """Every E4M3 block scale code through the tile, exactly (x 2^8: the tile's pairs are the
+    scales * 2^-8); nan=True: the NaN codes give NaN; nan=False: every finite code."""
+    codes = [c for c in range(256) if nan or c & 0x7F != 0x7F]
+    codes += [0x38] * (-len(codes) % 128)  # pad with 1.0 to whole tiles
+    for i in range(0, len(codes), 128):
+        sc = np.array(codes[i:i + 128]).reshape(16, 8)
+        D = _fp4_scale_codes_case("nvfp4", sc, inject, nan)
+        want = decode_e4m3_to_f32(torch.from_numpy(sc.astype(np.int64))).double().numpy()
+        want[np.isnan(want).any(axis=1)] = np.nan
+        assert ((D == want) | (np.isnan(D) & np.isnan(want))).all(), sc[D != want]
+
+
+@pytest.mark.parametrize("nan", [True, False])
+@pytest.mark.parametrize("inject", [False, True])
+def test_mxfp4_tile_every_scale_code(inject, nan):
+    """Every E8M0 block scale code (2^-127 .. 2^127; nan=True: 255 too, NaN) through the tile,
+    exactly: each row's four blocks of a step hold codes s .. s + 3 (the shared exponent keeps
+    blocks within 2^23 of the largest exact)."""
+    top = 256 if nan else 255
+    starts = list(range(0, top, 4))
+    for i in range(0, len(starts), 16):
+        rows = [[min(s + j, top - 1) for j in range(4)] for s in starts[i:i + 16]]
+        rows += [[127] * 4] * (16 - len(rows))
+        sc = np.array(rows)
+        D = _fp4_scale_codes_case("mxfp4", sc, inject, nan)
+        want = decode_e8m0(torch.from_numpy(sc.astype(np.int64))).double().numpy()
+        want[np.isnan(want).any(axis=1)] = np.nan
+        assert ((D == want) | (np.isnan(D) & np.isnan(want))).all(), sc[D != want]
 
 
 @pytest.mark.parametrize("wide", [False, True])

@@ -518,6 +518,36 @@ def test_gpu_every_fp8_code_through_the_kernel_decode(fmt, kernel):
 
 
 @pytest.mark.gpu
+@pytest.mark.skipif(not HAS_GPU, reason="needs a CUDA GPU")
+@pytest.mark.parametrize("fmt", [Format.NVFP4, Format.MXFP4])
+@pytest.mark.parametrize("e2m1", [E2M1Decode.INJECT, E2M1Decode.SELECT])
+def test_gpu_mma_gemv_every_scale_code_with_and_without_nan_codes(fmt, e2m1):
+    """Every block scale code through Kernel.MMA_GEMV's tile, exactly: with the NaN codes among
+    them (the tile with its NaN checks), then with those rows' scales set to 1.0, so
+    `codes_nan_free` holds and the launcher takes the tile without them."""
+    dev = torch.device("cuda")
+    if not triton_backend.uses_mma_gemv(272, 32, 1, fmt, device_info(dev), torch.float16):
+        pytest.skip("Kernel.MMA_GEMV needs NVIDIA sm_80+")
+    packed, expect = _every_code(fmt, dev)
+    expect = expect.half().float()  # y is in x's dtype (E8M0 2^-127 .. 2^127 round to 0 / inf)
+    x = torch.zeros(1, packed.shape[1], dtype=torch.float16, device=dev)
+    x[0, 0] = 1.0
+    cfgs = [LaunchConfig(Kernel.MMA_GEMV, 8, 32, 128, 1, 4, 1),  # the tiles
+            LaunchConfig(Kernel.MMA_GEMV, 1, 16, 128, 1, 4, 0)]  # the M = 1 runs
+    for finite in (False, True):
+        if finite:
+            one = 0x38 if fmt is Format.NVFP4 else 127
+            nan = torch.isnan(expect)
+            packed.scales[nan.to(dev), 0] = one
+            expect = torch.where(nan, softfp8.decode.E2M1_TO_FLOAT32[2], expect)
+        assert triton_backend.codes_nan_free(packed) == finite
+        for cfg in cfgs:
+            y = run(x, packed, None, cfg, e2m1=e2m1).float().cpu()[0]
+            ok = (y == expect) | (torch.isnan(y) & torch.isnan(expect))
+            assert ok.all(), (finite, cfg, torch.nonzero(~ok).flatten().tolist()[:8])
+
+
+@pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA/ROCm GPU")
 @pytest.mark.parametrize("fmt", [Format.NVFP4, Format.MXFP4])
 @pytest.mark.parametrize("e2m1", [E2M1Decode.INJECT, E2M1Decode.SELECT])
@@ -617,6 +647,23 @@ def test_codes_nan_free_checks_once_and_again_after_an_in_place_write():
                        torch.tensor([[0x7F000000, 0, 0, 0]], dtype=torch.int32), torch.ones(1))
     assert not triton_backend.codes_nan_free(nan)
     assert not triton_backend.codes_nan_free(softfp8.quantize(torch.ones(8, 64), Format.E5M2))
+
+
+@pytest.mark.parametrize("fmt, nan_code", [(Format.NVFP4, 0x7F), (Format.NVFP4, 0xFF),
+                                           (Format.MXFP4, 0xFF)])
+def test_codes_nan_free_reads_fp4_block_scales(fmt, nan_code):
+    """FP4's NaN codes are its block scales' (E2M1 has none): checked, and again after an
+    in-place write to the scales alone."""
+    g = torch.Generator().manual_seed(6)
+    packed = softfp8.quantize(torch.randn(8, 64, generator=g), fmt)
+    assert triton_backend.codes_nan_free(packed)
+    keep = packed.scales[2, 1].item()
+    packed.scales[2, 1] = nan_code
+    assert not triton_backend.codes_nan_free(packed)
+    packed.scales[2, 1] = keep
+    assert triton_backend.codes_nan_free(packed)
+    packed.words.view(torch.uint8)[:] = 0xFF  # every E2M1 code -6: still no NaN
+    assert triton_backend.codes_nan_free(packed)
 
 
 def test_facts_are_dropped_with_their_weight_and_never_lent_to_a_reused_id():

@@ -115,6 +115,9 @@ def variants(backend: str, arch):
             # (its WIDE form is checked by the PTX emulator and the GPU tests)
             yield (f"mma_gemv-r1t2-inject-{fmt}-fp16", _mma.mma_gemv_kernel,
                    dict(c, INJECT=True), "fp16", 4, 1)
+            # ... with block scales known to hold no NaN code (`codes_nan_free`)
+            yield (f"mma_gemv-r1t2-inject-finite-{fmt}-fp16", _mma.mma_gemv_kernel,
+                   dict(c, INJECT=True, NAN=False), "fp16", 4, 1)
             # ... with each step's x loaded in that step (`mma_x_in_step`)
             yield (f"mma_gemv-r1t2-inject-xstep-{fmt}-fp16", _mma.mma_gemv_kernel,
                    dict(c, INJECT=True, X_IN_STEP=True), "fp16", 4, 1)

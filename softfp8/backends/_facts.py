@@ -65,21 +65,28 @@ def remember_fact(packed: PackedWeight, fact, value) -> None:
     facts_of(packed.words, create=True)[fact] = (stamp, value)
 
 
+_NAN_CODES = {Format.E4M3: (0x7F, 0x7F), Format.NVFP4: (0x7F, 0x7F), Format.MXFP4: (0xFF, 0xFF)}
+"""(mask, NaN) of the codes a NaN check reads: E4M3's weight codes, NVFP4's E4M3 block scales,
+MXFP4's E8M0 block scales; a code c is NaN where c & mask == NaN."""
+
+
 def codes_nan_free(packed: PackedWeight) -> bool:
-    """Whether an E4M3 weight holds no NaN code (0x7F, 0xFF): its decoders can then leave out
-    the NaN fix (PTX: two of six instructions a pair; Numba's AVX2 loop: 16 of 36; every other
-    code decodes to the same bits).
+    """Whether a weight holds no NaN code where its decode has a NaN fix: E4M3's codes (0x7F,
+    0xFF), NVFP4's E4M3 block scales, MXFP4's E8M0 block scales (0xFF). Its decoders can then
+    leave the fix out (PTX: two of six instructions an E4M3 pair; the FP4 MMA tile 8 / 12 of
+    ~400 a step; Numba's AVX2 E4M3 loop: 16 of 36; every other code decodes to the same bits).
     Checked once per weight and kept until its tensors are written in place (`known_fact`);
-    False, so the fix stays, for the other formats and when the check can't run now (during
-    CUDA graph capture, before any eager call has checked it)."""
-    if packed.fmt is not Format.E4M3:
+    False, so the fix stays, for E5M2 (no fix) and when the check can't run now (during CUDA
+    graph capture, before any eager call has checked it)."""
+    if packed.fmt not in _NAN_CODES:
         return False
     known = known_fact(packed, "nan free")
     if known is not None:
         return known[0]
-    words = packed.words
-    if words.is_cuda and torch.cuda.is_current_stream_capturing():
+    codes = packed.words if packed.fmt is Format.E4M3 else packed.scales
+    if codes.is_cuda and torch.cuda.is_current_stream_capturing():
         return False
-    free = not bool(((words.view(torch.uint8) & 0x7F) == 0x7F).any())
+    mask, nan = _NAN_CODES[packed.fmt]
+    free = not bool(((codes.view(torch.uint8) & mask) == nan).any())
     remember_fact(packed, "nan free", free)
     return free

@@ -168,7 +168,9 @@ def _launch(x: torch.Tensor, packed: PackedWeight, bias: torch.Tensor | None, cf
     asm = uses_ptx_decode(info, hw_fp8)
     pdl, prefetch = pdl if pdl is not None else pdl_settings(info, packed.fmt, cfg)
     launch = dict(launch_pdl=True) if pdl else {}  # pdl: a mode, 0 = off
-    nan = not (asm and codes_nan_free(packed))  # only the PTX decode has a NaN-free variant
+    # NaN-free variants: the PTX decodes' (E4M3 codes; MMA_GEMV's tile, PTX whatever the
+    # decode, also FP4's block scales)
+    nan = not ((asm or cfg.kernel is Kernel.MMA_GEMV) and codes_nan_free(packed))
     args = (x, w, s, g, b, y, ws)  # then the counters, then (m, n, k, rb, sb, per_split)
     sizes = (m, n, k, rb, sb, per_split)
     if cfg.kernel is Kernel.MMA_GEMV:

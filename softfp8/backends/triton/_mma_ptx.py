@@ -165,11 +165,13 @@ def _fp8_tile_asm(fmt: str, nan: bool = True, wide: bool = False) -> str:
     return "{\n" + "\n".join(body) + "\n}"
 
 
-def _tile_asm(fmt: str, wide: bool = False, inject: bool = False) -> str:
+def _tile_asm(fmt: str, wide: bool = False, inject: bool = False, nan: bool = True) -> str:
     """One 16-row FP4 tile, one loop step (operands: `_Operands`): rows g's and g+8's words and
     scale bytes, x's 16 words as they lie (`wide`: and x row g + 8's), the accumulator(s).
     inject: the words decoded by `_decode_word_inject` (x re-paired to match, the scales * 2^14),
-    else by the table (`_decode_word`)."""
+    else by the table (`_decode_word`). nan=False: block scales known to hold no NaN code
+    (`codes_nan_free`): NVFP4's scales without the E4M3 NaN fix, MXFP4 without its checks for
+    E8M0 255 (sm_90 SASS of the M = 1 loop: 8 and 12 instructions a step fewer)."""
     o = _Operands(wide)
     body = [".reg .b32 t0, t1, sl, sh, ml, mh, u, h, r, q, sg01, sg23, sh01, sh23;",
             ".reg .b32 g<4>, k<4>, ce, co, cs, y0, y1;"]
@@ -179,7 +181,7 @@ def _tile_asm(fmt: str, wide: bool = False, inject: bool = False) -> str:
         body += [".reg .b32 c, z;"] + _E4M3_CONSTS
         for src, lo, hi in ((o.sg, "sg01", "sg23"), (o.sh, "sh01", "sh23")):
             # the two block scales of this lane's 16 bytes, then each spread over both halves
-            body += _e4m3_pair_div256(src, 0, "r")
+            body += _e4m3_pair_div256(src, 0, "r", nan)
             if inject:  # the pairs are the codes * 2^-14
                 body += [f"mov.b32 q, {F16_2P14};", "mul.rn.f16x2 r, r, q;"]
             body += [f"prmt.b32 {lo}, r, 0, 0x1010;", f"prmt.b32 {hi}, r, 0, 0x3232;"]
@@ -192,8 +194,10 @@ def _tile_asm(fmt: str, wide: bool = False, inject: bool = False) -> str:
             body += [f".reg .b32 {big};",
                      f"or.b32 o, {words[0]}, {words[1]};",
                      f"or.b32 o, o, {words[2]};", f"or.b32 o, o, {words[3]};",
-                     "setp.ne.b32 nz, o, 0;", f"setp.eq.or.b32 nz, {src}, 255, nz;",
-                     f"selp.b32 e, {src}, 0, nz;",  # blocks of zeros don't set E
+                     "setp.ne.b32 nz, o, 0;"]
+            if nan:  # a NaN scale sets E whatever its codes: the rows' sums are NaN
+                body += [f"setp.eq.or.b32 nz, {src}, 255, nz;"]
+            body += [f"selp.b32 e, {src}, 0, nz;",  # blocks of zeros don't set E
                      "shfl.sync.bfly.b32 o, e, 1, 0x1f, 0xffffffff;", "max.u32 e, e, o;",
                      "shfl.sync.bfly.b32 o, e, 2, 0x1f, 0xffffffff;", f"max.u32 {big}, e, o;",
                      # 2^(e - E) as fp16 pair: float32 bits (127 + e - E) << 23, 0 below 2^-126
@@ -224,9 +228,10 @@ def _tile_asm(fmt: str, wide: bool = False, inject: bool = False) -> str:
         # out = in + tile * 2^(E - 127) per row (E8M0: 0 is 2^-127, 255 NaN)
         for big, regs in (("bg", (0, 1)), ("bh", (2, 3))):
             body += [f"shl.b32 bits, {big}, 23;",
-                     f"setp.eq.b32 nz, {big}, 0;", "selp.b32 bits, 0x00400000, bits, nz;",
-                     f"setp.eq.b32 nz, {big}, 255;", "selp.b32 bits, 0x7FC00000, bits, nz;",
-                     "mov.b32 f1, bits;"]
+                     f"setp.eq.b32 nz, {big}, 0;", "selp.b32 bits, 0x00400000, bits, nz;"]
+            if nan:
+                body += [f"setp.eq.b32 nz, {big}, 255;", "selp.b32 bits, 0x7FC00000, bits, nz;"]
+            body += ["mov.b32 f1, bits;"]
             body += [f"fma.rn.f32 {o.out[a][r]}, acc{a}_{r}, f1, {o.acc_in[a][r]};"
                      for a in range(o.n_acc) for r in regs]
     return "{\n" + "\n".join(body) + "\n}"

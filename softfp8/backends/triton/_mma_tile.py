@@ -11,6 +11,10 @@ _TILE_NV = Const(_tile_asm("nvfp4"))
 _TILE_MX = Const(_tile_asm("mxfp4"))
 _TILE_NV_INJECT = Const(_tile_asm("nvfp4", inject=True))
 _TILE_MX_INJECT = Const(_tile_asm("mxfp4", inject=True))
+_TILE_NV_FINITE = Const(_tile_asm("nvfp4", nan=False))
+_TILE_MX_FINITE = Const(_tile_asm("mxfp4", nan=False))
+_TILE_NV_INJECT_FINITE = Const(_tile_asm("nvfp4", inject=True, nan=False))
+_TILE_MX_INJECT_FINITE = Const(_tile_asm("mxfp4", inject=True, nan=False))
 _TILE_PROBE_MMA = Const(_probe_tile_asm(True))
 _TILE_PROBE_LOADS = Const(_probe_tile_asm(False))
 _TILE_E5M2 = Const(_fp8_tile_asm("e5m2"))
@@ -21,6 +25,10 @@ _WIDE_NV = Const(_tile_asm("nvfp4", wide=True))
 _WIDE_MX = Const(_tile_asm("mxfp4", wide=True))
 _WIDE_NV_INJECT = Const(_tile_asm("nvfp4", wide=True, inject=True))
 _WIDE_MX_INJECT = Const(_tile_asm("mxfp4", wide=True, inject=True))
+_WIDE_NV_FINITE = Const(_tile_asm("nvfp4", wide=True, nan=False))
+_WIDE_MX_FINITE = Const(_tile_asm("mxfp4", wide=True, nan=False))
+_WIDE_NV_INJECT_FINITE = Const(_tile_asm("nvfp4", wide=True, inject=True, nan=False))
+_WIDE_MX_INJECT_FINITE = Const(_tile_asm("mxfp4", wide=True, inject=True, nan=False))
 _WIDE_E5M2 = Const(_fp8_tile_asm("e5m2", wide=True))
 _WIDE_E4M3 = Const(_fp8_tile_asm("e4m3", wide=True))
 _WIDE_E4M3_FINITE = Const(_fp8_tile_asm("e4m3", nan=False, wide=True))
@@ -31,7 +39,8 @@ _WIDE_CONS = Const(tile_constraints(wide=True))
 def _tile(rg, rh, xw, acc, FMT: tl.constexpr, DIAG: tl.constexpr = 0, NAN: tl.constexpr = True,
           INJECT: tl.constexpr = False):
     """acc (4 fp32) += one loop step of a 16-row tile; rg/rh: (4 words, scale) of rows g, g+8;
-    xw: x's 16 words (FP4 uses all, 8-bit the first 8). INJECT: FP4 by exponent injection."""
+    xw: x's 16 words (FP4 uses all, 8-bit the first 8). INJECT: FP4 by exponent injection.
+    NAN=False: no NaN code among E4M3's codes or FP4's block scales (`codes_nan_free`)."""
     args = [rg[0], rg[1], rg[2], rg[3], rh[0], rh[1], rh[2], rh[3], rg[4], rh[4],
             xw[0], xw[1], xw[2], xw[3], xw[4], xw[5], xw[6], xw[7],
             xw[8], xw[9], xw[10], xw[11], xw[12], xw[13], xw[14], xw[15],
@@ -43,14 +52,26 @@ def _tile(rg, rh, xw, acc, FMT: tl.constexpr, DIAG: tl.constexpr = 0, NAN: tl.co
     elif DIAG == 2:
         out = tl.inline_asm_elementwise(_TILE_PROBE_LOADS, _TILE_CONS, args, (tl.float32,) * 4,
                                         is_pure=True, pack=1)
+    elif FMT == "nvfp4" and INJECT and not NAN:  # block scales known to hold no NaN code
+        out = tl.inline_asm_elementwise(_TILE_NV_INJECT_FINITE, _TILE_CONS, args, (tl.float32,) * 4,
+                                        is_pure=True, pack=1)
     elif FMT == "nvfp4" and INJECT:
         out = tl.inline_asm_elementwise(_TILE_NV_INJECT, _TILE_CONS, args, (tl.float32,) * 4,
+                                        is_pure=True, pack=1)
+    elif FMT == "nvfp4" and not NAN:  # block scales known to hold no NaN code
+        out = tl.inline_asm_elementwise(_TILE_NV_FINITE, _TILE_CONS, args, (tl.float32,) * 4,
                                         is_pure=True, pack=1)
     elif FMT == "nvfp4":
         out = tl.inline_asm_elementwise(_TILE_NV, _TILE_CONS, args, (tl.float32,) * 4,
                                         is_pure=True, pack=1)
+    elif FMT == "mxfp4" and INJECT and not NAN:  # block scales known to hold no NaN code
+        out = tl.inline_asm_elementwise(_TILE_MX_INJECT_FINITE, _TILE_CONS, args, (tl.float32,) * 4,
+                                        is_pure=True, pack=1)
     elif FMT == "mxfp4" and INJECT:
         out = tl.inline_asm_elementwise(_TILE_MX_INJECT, _TILE_CONS, args, (tl.float32,) * 4,
+                                        is_pure=True, pack=1)
+    elif FMT == "mxfp4" and not NAN:  # block scales known to hold no NaN code
+        out = tl.inline_asm_elementwise(_TILE_MX_FINITE, _TILE_CONS, args, (tl.float32,) * 4,
                                         is_pure=True, pack=1)
     elif FMT == "mxfp4":
         out = tl.inline_asm_elementwise(_TILE_MX, _TILE_CONS, args, (tl.float32,) * 4,
@@ -78,14 +99,26 @@ def _tile_wide(rg, rh, xw, xv, acc, acv, FMT: tl.constexpr, NAN: tl.constexpr = 
             xv[0], xv[1], xv[2], xv[3], xv[4], xv[5], xv[6], xv[7],
             xv[8], xv[9], xv[10], xv[11], xv[12], xv[13], xv[14], xv[15],
             acc[0], acc[1], acc[2], acc[3], acv[0], acv[1], acv[2], acv[3]]
-    if FMT == "nvfp4" and INJECT:
+    if FMT == "nvfp4" and INJECT and not NAN:  # block scales known to hold no NaN code
+        out = tl.inline_asm_elementwise(_WIDE_NV_INJECT_FINITE, _WIDE_CONS, args, (tl.float32,) * 8,
+                                        is_pure=True, pack=1)
+    elif FMT == "nvfp4" and INJECT:
         out = tl.inline_asm_elementwise(_WIDE_NV_INJECT, _WIDE_CONS, args, (tl.float32,) * 8,
+                                        is_pure=True, pack=1)
+    elif FMT == "nvfp4" and not NAN:  # block scales known to hold no NaN code
+        out = tl.inline_asm_elementwise(_WIDE_NV_FINITE, _WIDE_CONS, args, (tl.float32,) * 8,
                                         is_pure=True, pack=1)
     elif FMT == "nvfp4":
         out = tl.inline_asm_elementwise(_WIDE_NV, _WIDE_CONS, args, (tl.float32,) * 8,
                                         is_pure=True, pack=1)
+    elif FMT == "mxfp4" and INJECT and not NAN:  # block scales known to hold no NaN code
+        out = tl.inline_asm_elementwise(_WIDE_MX_INJECT_FINITE, _WIDE_CONS, args, (tl.float32,) * 8,
+                                        is_pure=True, pack=1)
     elif FMT == "mxfp4" and INJECT:
         out = tl.inline_asm_elementwise(_WIDE_MX_INJECT, _WIDE_CONS, args, (tl.float32,) * 8,
+                                        is_pure=True, pack=1)
+    elif FMT == "mxfp4" and not NAN:  # block scales known to hold no NaN code
+        out = tl.inline_asm_elementwise(_WIDE_MX_FINITE, _WIDE_CONS, args, (tl.float32,) * 8,
                                         is_pure=True, pack=1)
     elif FMT == "mxfp4":
         out = tl.inline_asm_elementwise(_WIDE_MX, _WIDE_CONS, args, (tl.float32,) * 8,
