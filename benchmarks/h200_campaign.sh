@@ -2358,6 +2358,26 @@ verify32)
   tail -5 "$OUT/gputests.txt"
   pack verify32
   ;;
+nan32)
+  # FP4's MMA tile without its NaN checks where the block scales hold no NaN code
+  # (codes_nan_free; SASS sm_90: NVFP4 401 -> 396 instructions a step, MXFP4 436 -> 424):
+  # the FP4 MMA GEMV GPU tests (the new every-scale-code one among them) in 4 processes, then
+  # against 9b12e0f (variants/prev) interleaved twice: token, and the llama3-8b GEMVs
+  export SOFTFP8_FP8_DECODE=integer
+  mkdir -p "$OUT/r"
+  gpu_tests gputests 4 300 "(mma_gemv and not ring and (mxfp4 or nvfp4)) or every_scale_code or nan_free"
+  ab_bench token 60 python3 -m softfp8.bench token --preset llama2-7b --backends triton --formats nvfp4,mxfp4
+  ab_bench shapes 60 python3 -m softfp8.bench shapes --preset llama3-8b --backends triton --formats nvfp4,mxfp4
+  pack nan32
+  ;;
+nan32b)
+  # nan32's new GPU test compared MXFP4's fp16 y with the fp32 scale values (2^-127 .. 2^127);
+  # now with them in fp16, as y is
+  export SOFTFP8_FP8_DECODE=integer
+  mkdir -p "$OUT/r"
+  gpu_tests gputests 4 200 "every_scale_code"
+  pack nan32b
+  ;;
 heads)
   # (written in the twenty-sixth session, not run yet) the M = 1 vocabulary head's two speeds:
   # per process, per weight copy, or per run? benchmarks/gpu_head_modes.py in three processes
