@@ -166,6 +166,8 @@ class Warp:
                 r[d] = (v[0] * v[1]) >> 32
             elif op == "mad.lo.u32":
                 r[d] = (v[0] * v[1] + v[2]) & MASK
+            elif op == "mul.lo.u32":
+                r[d] = (v[0] * v[1]) & MASK
             elif op in ("add.s32", "add.u32"):
                 r[d] = (v[0] + v[1]) & MASK
             elif op == "and.b64":  # an immediate is 64 bits wide here

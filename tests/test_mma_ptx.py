@@ -22,7 +22,7 @@ def _x_words(xs: np.ndarray) -> list[int]:
     return [int(v) for v in xs.astype(np.float16).view(np.uint32)]
 
 
-def _run_tile(fmt, wg, wh, sg, sh, xw, nan=True, xw1=None, inject=False):
+def _run_tile(fmt, wg, wh, sg, sh, xw, nan=True, xw1=None, inject=False, row_e=False):
     """One tile step. wg/wh[lane]: 4 words of rows g / g+8; sg/sh[lane]: scale bits; xw[lane]:
     the lane's 16 x words (xw1: x row g + 8's, the wide tile). Returns D as 16 x 8 float64 from
     the lanes' c0..c3 (16 x 16 with xw1: columns 8..15 from the second accumulator)."""
@@ -30,7 +30,7 @@ def _run_tile(fmt, wg, wh, sg, sh, xw, nan=True, xw1=None, inject=False):
     xs = [xw] + ([xw1] if wide else [])
     if fmt in FP4:  # x's own pairs meet the codes' (FP4_PAIRS)
         xp = [sum((x[lane][:16] for x in xs), []) for lane in range(32)]
-        tile = P._tile_asm(fmt, wide, inject, nan)
+        tile = P._tile_asm(fmt, wide, inject, nan, row_e)
     else:
         xp = [sum((x[lane][:8] + [0] * 8 for x in xs), []) for lane in range(32)]
         tile = P._fp8_tile_asm(fmt, nan, wide)
@@ -217,6 +217,86 @@ def test_mxfp4_tile_every_scale_code(inject, nan):
         want = decode_e8m0(torch.from_numpy(sc.astype(np.int64))).double().numpy()
         want[np.isnan(want).any(axis=1)] = np.nan
         assert ((D == want) | (np.isnan(D) & np.isnan(want))).all(), sc[D != want]
+
+
+def _mx_row_e_case(sc, codes, inject, wide):
+    """The MXFP4 tile with row exponents (`_tile_asm` row_e) on scales sc [16 rows, 4 blocks]
+    and codes [16, 64]: each lane's operand is its block's exponent less its row's E (the
+    largest among blocks with a nonzero code) plus MX_ROW_E_BIAS. Returns D * 2^(E - 127) per
+    row (the kernel's epilogue) and the float64 reference."""
+    rows = 16 if wide else 8
+    x = (1 + RNG.integers(0, 16, (rows, 128)) / 16).astype(np.float16)
+    x *= np.where(RNG.random((rows, 128)) < 0.5, -1, 1).astype(np.float16)
+    nonzero = codes.reshape(16, 4, 16).any(axis=2)
+    e = np.where(nonzero, sc, 0).max(axis=1)
+    biased = sc - e[:, None] + P.MX_ROW_E_BIAS[inject]
+    w = decode_e2m1_to_f32(torch.from_numpy(np.stack([codes & 0xF, codes >> 4], -1)
+                                            .reshape(16, 128).astype(np.int64))).double().numpy()
+    w = w * np.repeat(decode_e8m0(torch.from_numpy(sc.astype(np.int64))).double().numpy(), 32,
+                      axis=1)
+    ref = w @ x.astype(np.float64).T
+    wg, wh, sg, sh, xw, xw1 = [], [], [], [], [], []
+    for lane in range(32):
+        g, t = lane // 4, lane % 4
+        chunk = slice(16 * t, 16 * t + 16)
+        wg.append([int(v) for v in codes[g, chunk].view(np.uint32)])
+        wh.append([int(v) for v in codes[g + 8, chunk].view(np.uint32)])
+        sg.append(int(biased[g, t]) & 0xFFFFFFFF)  # a negative operand as its 32 bits
+        sh.append(int(biased[g + 8, t]) & 0xFFFFFFFF)
+        xw.append(_x_words(x[g, 32 * t:32 * t + 32]))
+        if wide:
+            xw1.append(_x_words(x[g + 8, 32 * t:32 * t + 32]))
+    D = _run_tile("mxfp4", wg, wh, sg, sh, xw, False, xw1 if wide else None, inject, True)
+    return D * np.exp2(e.astype(np.float64) - 127)[:, None], ref
+
+
+@pytest.mark.parametrize("wide", [False, True])
+@pytest.mark.parametrize("inject", [False, True])
+def test_mxfp4_row_e_tile_matches_reference(inject, wide):
+    """Blocks 0..23 powers of two below their row's E stay exact; all-zero blocks may lie far
+    above E (that E ignores) or far below (the factor's clamps keep them finite: zeros)."""
+    sc = RNG.integers(100, 124, (16, 4))
+    codes = _codes_fp4(16)
+    sc[3, 1] = sc[3, 0] + 23  # E of row 3; block 0 the full span below it
+    codes[5, 16:32] = 0
+    sc[5, 1] = 250  # an all-zero block far above the row's E
+    codes[6, 32:48] = 0
+    sc[6, 2] = 0  # ... and far below
+    for r, above in ((7, 2), (9, 16)):  # unclamped, 2^(e - E) would be inf (inject / table)
+        codes[r, 48:] = 0
+        sc[r, 3] = sc[r, :3].max() + above
+    D, ref = _mx_row_e_case(sc, codes, inject, wide)
+    assert _rel(D, ref) < 1e-6
+    assert np.isfinite(D).all()
+
+
+@pytest.mark.parametrize("inject", [False, True])
+def test_mxfp4_row_e_tile_every_scale_code(inject):
+    """Every finite E8M0 code as a row's exponent and below it, one-hot x picking each block
+    alone, so D[r, c] * 2^(E - 127) must be block c's scale exactly (2^-127 .. 2^127)."""
+    for i in range(0, 255, 64):
+        rows = [[min(s + j, 254) for j in range(4)] for s in range(i, min(i + 64, 255), 4)]
+        rows += [[127] * 4] * (16 - len(rows))
+        sc = np.array(rows)
+        codes = np.full((16, 64), 0x22, np.uint8)
+        x = np.zeros((8, 128), np.float16)
+        for c in range(4):
+            x[c, 32 * c] = 1.0
+        e = sc.max(axis=1)
+        biased = sc - e[:, None] + P.MX_ROW_E_BIAS[inject]
+        wg, wh, sg, sh, xw = [], [], [], [], []
+        for lane in range(32):
+            g, t = lane // 4, lane % 4
+            chunk = slice(16 * t, 16 * t + 16)
+            wg.append([int(v) for v in codes[g, chunk].view(np.uint32)])
+            wh.append([int(v) for v in codes[g + 8, chunk].view(np.uint32)])
+            sg.append(int(biased[g, t]))
+            sh.append(int(biased[g + 8, t]))
+            xw.append(_x_words(x[g, 32 * t:32 * t + 32]))
+        D = _run_tile("mxfp4", wg, wh, sg, sh, xw, False, inject=inject, row_e=True)[:, :4]
+        got = D * np.exp2(e.astype(np.float64) - 127)[:, None]
+        want = decode_e8m0(torch.from_numpy(sc.astype(np.int64))).double().numpy()
+        assert (got == want).all(), sc[got != want]
 
 
 @pytest.mark.parametrize("wide", [False, True])

@@ -666,6 +666,35 @@ def test_codes_nan_free_reads_fp4_block_scales(fmt, nan_code):
     assert triton_backend.codes_nan_free(packed)
 
 
+def test_mx_row_exponents_are_each_rows_largest_nonzero_block_within_the_span():
+    """MXFP4 rows' E: the largest scale among blocks with a nonzero code; None once a nonzero
+    block lies more than MX_ROW_E_SPAN below it, or a scale is NaN; checked again after an
+    in-place write; None for the other formats."""
+    from softfp8.backends._facts import MX_ROW_E_SPAN
+
+    g = torch.Generator().manual_seed(8)
+    packed = softfp8.quantize(torch.randn(6, 256, generator=g), Format.MXFP4)
+    scales = torch.randint(100, 110, (6, 8), generator=g, dtype=torch.int32)
+    packed.scales.copy_(scales.to(torch.uint8))
+    blocks = packed.words.view(torch.uint8).view(6, 8, 16)
+    blocks[2, 5] = 0
+    packed.scales[2, 5] = 200  # all zero codes: not the row's E
+    want = packed.scales.to(torch.int32).clone()
+    want[2, 5] = 0
+    got = triton_backend.mx_row_exponents(packed)
+    assert got.dtype == torch.int32 and torch.equal(got, want.amax(dim=1))
+    packed.scales[4, 1] = got[4] - MX_ROW_E_SPAN  # the span's edge: still fine
+    assert torch.equal(triton_backend.mx_row_exponents(packed), got)
+    packed.scales[4, 1] = got[4] - MX_ROW_E_SPAN - 1
+    assert triton_backend.mx_row_exponents(packed) is None
+    packed.scales[4, 1] = got[4]
+    assert torch.equal(triton_backend.mx_row_exponents(packed), got)
+    packed.scales[0, 0] = 0xFF  # NaN
+    assert triton_backend.mx_row_exponents(packed) is None
+    nv = softfp8.quantize(torch.randn(6, 256, generator=g), Format.NVFP4)
+    assert triton_backend.mx_row_exponents(nv) is None
+
+
 def test_facts_are_dropped_with_their_weight_and_never_lent_to_a_reused_id():
     import gc
     import weakref
@@ -950,6 +979,38 @@ def test_gpu_mma_gemv_ring_needs_the_runs_at_depth_one():
                 LaunchConfig(Kernel.MMA_GEMV, 1, 8, 128, 1, 2, 0, ring=5)):
         with pytest.raises(ValueError, match="ring takes the run mapping"):
             run(x, packed, None, bad)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not HAS_GPU, reason="needs a CUDA GPU")
+@pytest.mark.parametrize("e2m1", [E2M1Decode.SELECT, E2M1Decode.INJECT])
+def test_gpu_mma_gemv_mxfp4_row_exponents_and_without(e2m1):
+    """MXFP4 against each row's exponent (`mx_row_exponents`, the kernel's ROW_E) and, once a
+    row's blocks span more than that allows, against the four blocks' shared exponent: both
+    agree with the reference, through the tiles, the M = 1 runs, a K split and WIDE."""
+    info = device_info(torch.device("cuda"))
+    if not triton_backend.uses_mma_gemv(64, 4096, 1, Format.MXFP4, info, torch.float16):
+        pytest.skip("Kernel.MMA_GEMV needs NVIDIA sm_80+")
+    g = torch.Generator().manual_seed(29)
+    packed = softfp8.quantize(torch.randn(96, 2048, generator=g), Format.MXFP4)
+    scales = packed.scales.clone()
+    scales[7, :] = torch.randint(90, 130, (64,), generator=g).to(torch.uint8)  # 2^40 wide
+    scales[7, 8:12] = 60  # a whole step's four blocks (1024 codes in) far below the rest
+    spread = PackedWeight(Format.MXFP4, (96, 2048), packed.words, scales)
+    cfgs = [LaunchConfig(Kernel.MMA_GEMV, 8, 32, 128, 1, 4, 1),  # the tiles
+            LaunchConfig(Kernel.MMA_GEMV, 1, 16, 128, 1, 4, 0),  # the M = 1 runs
+            LaunchConfig(Kernel.MMA_GEMV, 1, 8, 128, 2, 2, 0),  # ... split in two
+            LaunchConfig(Kernel.MMA_GEMV, 16, 32, 128, 1, 4, 2)]  # WIDE
+    for weight, row_e in ((packed, True), (spread, False)):
+        weight = weight.to("cuda")
+        assert (triton_backend.mx_row_exponents(weight) is not None) == row_e
+        bias = torch.randn(96, generator=g).half().cuda()
+        for cfg in cfgs:
+            m = 12 if cfg.block_m == 16 else 1
+            x = torch.randn(m, 2048, generator=g).half().cuda()
+            y = run(x, weight, bias, cfg, e2m1=e2m1)
+            want = reference.matmul(x, weight, bias)
+            assert rel_err(y, want) <= tolerance(torch.float16), (row_e, cfg)
 
 
 @pytest.mark.gpu

@@ -121,6 +121,14 @@ def variants(backend: str, arch):
             # ... with each step's x loaded in that step (`mma_x_in_step`)
             yield (f"mma_gemv-r1t2-inject-xstep-{fmt}-fp16", _mma.mma_gemv_kernel,
                    dict(c, INJECT=True, X_IN_STEP=True), "fp16", 4, 1)
+            if fmt == "mxfp4":  # ... no NaN scale, each block against its row's exponent
+                yield (f"mma_gemv-r1t2-inject-xstep-finite-{fmt}-fp16", _mma.mma_gemv_kernel,
+                       dict(c, INJECT=True, X_IN_STEP=True, NAN=False), "fp16", 4, 1)
+                yield (f"mma_gemv-r1t2-inject-xstep-rowe-{fmt}-fp16", _mma.mma_gemv_kernel,
+                       dict(c, INJECT=True, X_IN_STEP=True, NAN=False, ROW_E=True), "fp16", 4, 1)
+                # ... with x one step ahead, as the launcher runs it (`mma_x_in_step`)
+                yield (f"mma_gemv-r1t2-inject-rowe-{fmt}-fp16", _mma.mma_gemv_kernel,
+                       dict(c, INJECT=True, NAN=False, ROW_E=True), "fp16", 4, 1)
             # the shared-memory ring (cp.async; 2 stages x 4 warps, the most static smem)
             yield (f"mma_gemv-r1t2-ring2-{fmt}-fp16", _mma.mma_gemv_kernel,
                    dict(c, INJECT=True, RING=2, PARTIAL=True), "fp16", 4, 1)
@@ -193,7 +201,8 @@ def source(fn, constexprs, xd):
             sig[name] = "constexpr"
         elif name in ("x_ptr", "y_ptr", "out_ptr"):
             sig[name] = PTR[xd]
-        elif name in ("info_ptr", "cnt_ptr") or (name == "ws_ptr" and constexprs.get("FIX")):
+        elif name in ("info_ptr", "cnt_ptr") or (name == "ws_ptr" and constexprs.get("FIX")) or (
+                name == "g_ptr" and constexprs.get("ROW_E")):  # MXFP4's rows' exponents
             sig[name] = "*i32"
         elif name in ("w_ptr", "s_ptr"):
             sig[name] = "*u8" if name == "w_ptr" or constexprs["FMT"] not in FP8 else "*fp32"

@@ -90,3 +90,35 @@ def codes_nan_free(packed: PackedWeight) -> bool:
     free = not bool(((codes.view(torch.uint8) & mask) == nan).any())
     remember_fact(packed, "nan free", free)
     return free
+
+
+MX_ROW_E_SPAN = 23
+"""How far (in powers of two) below its row's exponent a nonzero MXFP4 block may lie for
+`mx_row_exponents`: e2m1 * 2^(e - E) is then an fp16 multiple of 2^-24, exact."""
+
+
+def mx_row_exponents(packed: PackedWeight) -> torch.Tensor | None:
+    """MXFP4: each row's exponent E, the largest scale code among its blocks with a nonzero
+    code (int32 [N], on the weight's device; 0 for a row of zeros), where every nonzero block
+    of every row lies at most 2^MX_ROW_E_SPAN below its row's E and no scale is NaN; else
+    None. With it the MMA GEMV scales each block against its row (`_mma` ROW_E) rather than
+    against a shared exponent of four blocks found every step. Computed once per weight, like
+    `codes_nan_free`; None for other formats and when the check can't run now (during CUDA
+    graph capture, before any eager call has checked it)."""
+    if packed.fmt is not Format.MXFP4:
+        return None
+    known = known_fact(packed, "mx row exponents")
+    if known is not None:
+        return known[0]
+    if packed.scales.is_cuda and torch.cuda.is_current_stream_capturing():
+        return None
+    n = packed.shape[0]
+    scales = packed.scales.to(torch.int32)  # [N, blocks]
+    blocks = packed.words.view(torch.uint8).reshape(n, scales.shape[1], 16).view(torch.int64)
+    nonzero = (blocks != 0).any(dim=2)
+    e = torch.where(nonzero, scales, 0).amax(dim=1).to(torch.int32)
+    ok = bool(((scales >= e[:, None] - MX_ROW_E_SPAN) | ~nonzero).all()) and not bool(
+        (scales == 0xFF).any())
+    value = e.contiguous() if ok else None
+    remember_fact(packed, "mx row exponents", value)
+    return value

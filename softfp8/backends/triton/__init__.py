@@ -25,7 +25,8 @@ from ..._env import raw_reader
 from ...dispatch import E2M1Decode, Needs
 from ...formats import Format, PackedWeight, ScaleKind
 from ...linear import check_linear_args
-from .._facts import codes_nan_free, known_fact, remember_fact  # noqa: F401 - re-exported
+from .._facts import (codes_nan_free, known_fact, mx_row_exponents,  # noqa: F401 - re-exported
+                      remember_fact)
 from ._device import (FP8_DECODE_ENV, DeviceInfo, Kernel, LaunchConfig, device_info,
                       uses_hardware_fp8)
 from ._mma_table import (MMA_FORMATS, MMA_GROUPS_MAX_M, MMA_MAX_M, MMA_RING_STAGES,
@@ -38,7 +39,7 @@ from ._table import (DEQUANT_MIN_M, DEQUANT_MIN_M_FP4, DEQUANT_MIN_SLAB_ROWS,
                      launch_config, pdl_auto, pdl_settings, tiled_config, uses_ptx_decode)
 
 __all__ = ["NEEDS", "INTERPRET", "matmul", "run", "split_bytes", "codes_nan_free",
-           "known_fact", "remember_fact",  # the backend; the launch settings:
+           "known_fact", "remember_fact", "mx_row_exponents",  # the backend; the launch settings:
            "Kernel", "LaunchConfig", "DeviceInfo", "device_info", "launch_config", "tiled_config",
            "mma_config", "mma_gemv_runs", "mma_layout", "mma_ring_fits", "mma_rows", "mma_split",
            "mma_zero_fill", "MMA_RING_STAGES",
@@ -199,7 +200,15 @@ def _launch(x: torch.Tensor, packed: PackedWeight, bias: torch.Tensor | None, cf
         zero = mma_zero_fill(rb, per_split, runs, cfg, k, packed.padded_k)
         whole = mma_ring_whole(n, m, rb, per_split, runs, cfg,
                                packed.fmt in (Format.E5M2, Format.E4M3), zero)
-        x_in_step = mma_x_in_step(packed.fmt) and cfg.depth == 1 and not cfg.ring
+        # MXFP4 from registers: each block against its row's exponent, where the scales allow
+        e_rows = None
+        if packed.fmt is Format.MXFP4 and cfg.depth == 1 and not cfg.ring and tiles == 2 and (
+                not nan):
+            e_rows = mx_row_exponents(packed)
+        if e_rows is not None:
+            args = args[:3] + (e_rows,) + args[4:]  # g_ptr: MXFP4 has no tensor scale
+        x_in_step = (mma_x_in_step(packed.fmt, e_rows is not None) and cfg.depth == 1
+                     and not cfg.ring)
         cnt, last = _counters(split, x.device, grid[0], w)
         mma_gemv_kernel[grid](*args, cnt, *sizes, LAST=last, FMT=packed.fmt.value,
                               HAS_BIAS=bias is not None, WARPS=cfg.num_warps,
@@ -207,7 +216,8 @@ def _launch(x: torch.Tensor, packed: PackedWeight, bias: torch.Tensor | None, cf
                               PREFETCH=prefetch, AHEAD=cfg.num_stages, RUNS=runs, TILES=tiles,
                               HAS_SCALE=has_scale, NAN=nan, DEPTH=cfg.depth, GROUPS=groups,
                               WIDE=wide, INJECT=e2m1 is E2M1Decode.INJECT, RING=cfg.ring,
-                              ZERO=zero, WHOLE=whole, X_IN_STEP=x_in_step, **launch)
+                              ZERO=zero, WHOLE=whole, X_IN_STEP=x_in_step,
+                              ROW_E=e_rows is not None, **launch)
     else:
         common = dict(FMT=packed.fmt.value, HAS_SCALE=has_scale, HAS_BIAS=bias is not None,
                       INJECT=e2m1 is E2M1Decode.INJECT, HW=hw_fp8, ASM=asm, BLOCK_M=cfg.block_m,

@@ -57,7 +57,7 @@ import triton.language as tl
 from ._const import Const
 from ._kernels import (_pdl_exit, _pdl_start, _pdl_wait, _pdl_wait_after, _prefetch_program,
                        _reduce_last)
-from ._mma_loads import _prefetch_rows, _rows_step, _x_step
+from ._mma_loads import _prefetch_rows, _row_e_biases, _rows_step, _x_step
 from ._mma_ring import (SLOT_BYTES, _ring_base, _ring_commit, _ring_drain, _ring_issue_weights,
                         _ring_issue_x, _ring_read, _ring_rows_in, _ring_shifts)
 from ._mma_store import _program_terms, _store_runs, _store_tile
@@ -95,7 +95,8 @@ def mma_gemv_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr, cnt_ptr,
                     GROUPS: tl.constexpr = 1, WIDE: tl.constexpr = False,
                     LAST: tl.constexpr = False, INJECT: tl.constexpr = False,
                     RING: tl.constexpr = 0, RING_X: tl.constexpr = True,
-                    WHOLE: tl.constexpr = False, X_IN_STEP: tl.constexpr = False):
+                    WHOLE: tl.constexpr = False, X_IN_STEP: tl.constexpr = False,
+                    ROW_E: tl.constexpr = False):
     """Program (pid_n, pid_k) over bytes [pid_k * KB_SPLIT, +KB_SPLIT) of its rows.
     RUNS = 0 (the tile mapping): rows pid_n * 32 .. +32, two 16-row tiles; warp w takes the
     64-byte steps w, w + WARPS, ...; the warps' sums are added at the end.
@@ -135,6 +136,11 @@ def mma_gemv_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr, cnt_ptr,
     own (each commits an empty group, so the reads' wait counts stay as they are).
     X_IN_STEP (registers, depth 1): each step's x loaded in that step, not one step ahead with
     the weights (`_mma_table.mma_x_in_step`).
+    ROW_E (MXFP4 from registers, depth 1, 2 tiles): g_ptr holds each row's exponent E (int32,
+    `_facts.mx_row_exponents`: the largest among its blocks with a nonzero code, none of which
+    lies more than 2^23 below it), so each block's factor is 2^(e - E) against the row, not
+    against a shared exponent of the four blocks of each mma found by shuffles every step; the
+    sums carry over the steps and the epilogue multiplies them by 2^(E - 127) once.
     Needs num_warps == WARPS, K % 8 == 0 and a 16-byte aligned x (the launcher checks)."""
     NT: tl.constexpr = 32 * WARPS
     FP8: tl.constexpr = FMT == "e5m2" or FMT == "e4m3"
@@ -146,6 +152,8 @@ def mma_gemv_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr, cnt_ptr,
     tl.static_assert(RUNS > 0 or TILES == 2, "the tile mapping has two tiles a warp")
     tl.static_assert(not WIDE or ((RUNS == 0 or RUNS == 8) and TILES == 2 and GROUPS == 1
                                   and DIAG == 0), "WIDE: 8 x rows a tile, 2 tiles, one group")
+    tl.static_assert(not ROW_E or (FMT == "mxfp4" and RING == 0 and DEPTH == 1 and TILES == 2
+                                   and DIAG == 0), "ROW_E: MXFP4 from registers, 2 tiles")
     pid_n = tl.program_id(0) // GROUPS
     m0 = (tl.program_id(0) % GROUPS) * (MP if RUNS > 0 else 8)  # this group's first x row
     pid_k = tl.program_id(1)
@@ -281,6 +289,7 @@ def mma_gemv_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr, cnt_ptr,
         if TILES == 4:
             r4, r5, r6, r7 = _rows_step(w_ptr, s_ptr, row + 4 * RS, N, RB, SB, off, kb_hi, FMT, RS,
                                         ZERO)
+        e0, e1, e2, e3 = _row_e_biases(g_ptr, row, N, RS, INJECT, ROW_E)
         _pdl_wait_weights(r0[0] | r1[0] | r2[0] | r3[0], w_ptr, pid_n * PROG_ROWS, N, RB, kb_lo,
                           kb_hi, PROG_ROWS, PDL, PREFETCH)
         xw = _x_step(x_row, off, kb_hi, K, in_m, FP8, ZERO)
@@ -311,8 +320,13 @@ def mma_gemv_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr, cnt_ptr,
                     nv = _x_step(x_wide, off, kb_hi, K, in_v, FP8, ZERO)
             if AHEAD > 0:
                 _prefetch_rows(w_ptr, row, N, RB, off + AHEAD * stride, kb_hi, RS)
+            if ROW_E:  # each scale byte against its row's exponent
+                r0 = (r0[0], r0[1], r0[2], r0[3], r0[4] + e0)
+                r1 = (r1[0], r1[1], r1[2], r1[3], r1[4] + e1)
+                r2 = (r2[0], r2[1], r2[2], r2[3], r2[4] + e2)
+                r3 = (r3[0], r3[1], r3[2], r3[3], r3[4] + e3)
             a, b, av, bv = _tiles(r0, r1, r2, r3, xw, xv, a, b, av, bv, FMT, DIAG, NAN, WIDE,
-                                  INJECT)
+                                  INJECT, ROW_E)
             if TILES == 4:
                 c = _tile(r4, r5, xw, c, FMT, DIAG, NAN, INJECT)
                 d = _tile(r6, r7, xw, d, FMT, DIAG, NAN, INJECT)
@@ -321,36 +335,36 @@ def mma_gemv_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr, cnt_ptr,
     _pdl_exit(PDL)
     if RING == 0:  # after the loop (FP4's loop holds ~128 registers), still before any store
         terms = _program_terms(pid_n * PROG_ROWS, s_ptr, g_ptr, b_ptr, N, FMT, HAS_SCALE,
-                               HAS_BIAS, PARTIAL, WARPS, RUNS, TILES)
+                               HAS_BIAS, PARTIAL, WARPS, RUNS, TILES, ROW_E)
     ta, la, tb, lb, tc, lc, td, ld = terms
     if RUNS > 0:
         row0 = pid_n * PROG_ROWS
         _store_runs(a, ta, la, row0, m0, y_ptr, ws_ptr, pid_k, M, N, FMT, HAS_SCALE, HAS_BIAS,
-                    PARTIAL, WARPS, MP, WARP_ROWS)
+                    PARTIAL, WARPS, MP, WARP_ROWS, ROW_E)
         _store_runs(b, tb, lb, row0 + 2 * MP, m0, y_ptr, ws_ptr, pid_k, M, N, FMT, HAS_SCALE,
-                    HAS_BIAS, PARTIAL, WARPS, MP, WARP_ROWS)
+                    HAS_BIAS, PARTIAL, WARPS, MP, WARP_ROWS, ROW_E)
         if WIDE:
             _store_runs(av, ta, la, row0, m0 + 8, y_ptr, ws_ptr, pid_k, M, N, FMT, HAS_SCALE,
-                        HAS_BIAS, PARTIAL, WARPS, MP, WARP_ROWS)
+                        HAS_BIAS, PARTIAL, WARPS, MP, WARP_ROWS, ROW_E)
             _store_runs(bv, tb, lb, row0 + 2 * MP, m0 + 8, y_ptr, ws_ptr, pid_k, M, N, FMT,
-                        HAS_SCALE, HAS_BIAS, PARTIAL, WARPS, MP, WARP_ROWS)
+                        HAS_SCALE, HAS_BIAS, PARTIAL, WARPS, MP, WARP_ROWS, ROW_E)
         if TILES == 4:
             _store_runs(c, tc, lc, row0 + 4 * MP, m0, y_ptr, ws_ptr, pid_k, M, N, FMT, HAS_SCALE,
-                        HAS_BIAS, PARTIAL, WARPS, MP, WARP_ROWS)
+                        HAS_BIAS, PARTIAL, WARPS, MP, WARP_ROWS, ROW_E)
             _store_runs(d, td, ld, row0 + 6 * MP, m0, y_ptr, ws_ptr, pid_k, M, N, FMT, HAS_SCALE,
-                        HAS_BIAS, PARTIAL, WARPS, MP, WARP_ROWS)
+                        HAS_BIAS, PARTIAL, WARPS, MP, WARP_ROWS, ROW_E)
     else:
         # lane (g, t) holds rows g, g+8 of each tile for columns 2t, 2t+1: add the warps' sums
         row0 = pid_n * ROWS
         _store_tile(a[0], a[1], a[2], a[3], ta, la, row0, m0, y_ptr, ws_ptr, pid_k, M, N, FMT,
-                    HAS_SCALE, HAS_BIAS, PARTIAL, WARPS)
+                    HAS_SCALE, HAS_BIAS, PARTIAL, WARPS, ROW_E)
         _store_tile(b[0], b[1], b[2], b[3], tb, lb, row0 + 16, m0, y_ptr, ws_ptr, pid_k, M, N,
-                    FMT, HAS_SCALE, HAS_BIAS, PARTIAL, WARPS)
+                    FMT, HAS_SCALE, HAS_BIAS, PARTIAL, WARPS, ROW_E)
         if WIDE:
             _store_tile(av[0], av[1], av[2], av[3], ta, la, row0, m0 + 8, y_ptr, ws_ptr, pid_k, M,
-                        N, FMT, HAS_SCALE, HAS_BIAS, PARTIAL, WARPS)
+                        N, FMT, HAS_SCALE, HAS_BIAS, PARTIAL, WARPS, ROW_E)
             _store_tile(bv[0], bv[1], bv[2], bv[3], tb, lb, row0 + 16, m0 + 8, y_ptr, ws_ptr,
-                        pid_k, M, N, FMT, HAS_SCALE, HAS_BIAS, PARTIAL, WARPS)
+                        pid_k, M, N, FMT, HAS_SCALE, HAS_BIAS, PARTIAL, WARPS, ROW_E)
     if LAST:
         XR: tl.constexpr = 16 if WIDE else (MP if RUNS > 0 else 8)  # x rows of this program
         _reduce_last(cnt_ptr, tl.program_id(0), m0 + tl.arange(0, XR),

@@ -7,7 +7,7 @@ import triton
 import triton.language as tl
 
 from ._const import Const
-from ._mma_ptx import _load_row_asm, _load_row_fp8_asm, _load_x_asm
+from ._mma_ptx import MX_ROW_E_BIAS, _load_row_asm, _load_row_fp8_asm, _load_x_asm
 
 _PREFETCH = Const("""{
     .reg .pred p;
@@ -24,6 +24,8 @@ _ROW_FP8_KEEP = Const(_load_row_fp8_asm(zero=False))
 _LOAD_X = Const(_load_x_asm())
 _LOAD_X_KEEP = Const(_load_x_asm(zero=False))
 _ROW_CONS = Const("=r,=r,=r,=r,=r,l,l,r")
+_ROW_E_BIAS_INJECT = Const(MX_ROW_E_BIAS[True])
+_ROW_E_BIAS_TABLE = Const(MX_ROW_E_BIAS[False])
 _LOAD_X_CONS = Const("=r," * 16 + "l,r")
 
 
@@ -84,6 +86,20 @@ def _rows_step(w_ptr, s_ptr, row, N, RB, SB, off, kb_hi, FMT: tl.constexpr, RS: 
             _row_step(w_ptr, s_ptr, row + RS, N, RB, SB, off, ok, FMT, ZERO),
             _row_step(w_ptr, s_ptr, row + 2 * RS, N, RB, SB, off, ok, FMT, ZERO),
             _row_step(w_ptr, s_ptr, row + 3 * RS, N, RB, SB, off, ok, FMT, ZERO))
+
+
+@triton.jit
+def _row_e_biases(e_ptr, row, N, RS: tl.constexpr, INJECT: tl.constexpr, ROW_E: tl.constexpr):
+    """ROW_E (MXFP4): what rows row + RS * q, q = 0..3, add to each scale byte, the bias less
+    the row's exponent E (`_mma_ptx.MX_ROW_E_BIAS`), loaded once a program; else zeros."""
+    bias = _ROW_E_BIAS_INJECT if INJECT else _ROW_E_BIAS_TABLE
+    out = (tl.zeros_like(row), tl.zeros_like(row), tl.zeros_like(row), tl.zeros_like(row))
+    if ROW_E:
+        out = (bias - tl.load(e_ptr + row, mask=row < N, other=0),
+               bias - tl.load(e_ptr + row + RS, mask=row + RS < N, other=0),
+               bias - tl.load(e_ptr + row + 2 * RS, mask=row + 2 * RS < N, other=0),
+               bias - tl.load(e_ptr + row + 3 * RS, mask=row + 3 * RS < N, other=0))
+    return out
 
 
 @triton.jit

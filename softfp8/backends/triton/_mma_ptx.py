@@ -165,13 +165,42 @@ def _fp8_tile_asm(fmt: str, nan: bool = True, wide: bool = False) -> str:
     return "{\n" + "\n".join(body) + "\n}"
 
 
-def _tile_asm(fmt: str, wide: bool = False, inject: bool = False, nan: bool = True) -> str:
+MX_ROW_E_BIAS = {True: 15 + 14, False: 127}
+"""MXFP4 with row exponents (`_tile_asm` row_e): the scale operand is e - E + this, by decode
+(inject: True): the fp16 exponent field of 2^(e - E + 14) (the pairs are the codes * 2^-14), the
+table decode's: the fp32 one of 2^(e - E)."""
+
+
+def _mx_row_e_scales(o: "_Operands", inject: bool) -> list:
+    """MXFP4 with row exponents: each row's factor 2^(e - E) (inject: * 2^14) as an fp16 pair
+    from its biased operand (`MX_ROW_E_BIAS`), clamped to [0, the bias]: a nonzero block lies
+    at most 2^23 below E (the launcher checks), an all-zero block may lie anywhere (any finite
+    factor serves it; below the clamp 0). inject: the fp16 bits directly, 3 instructions a row;
+    the table decode's factors go down to fp16 subnormals, so through fp32 and `cvt`."""
+    bias = MX_ROW_E_BIAS[inject]
+    body = [".reg .b32 bits;", ".reg .f32 f0;"]
+    for src, lo, hi in ((o.sg, "sg01", "sg23"), (o.sh, "sh01", "sh23")):
+        body += [f"max.s32 bits, {src}, 0;", f"min.s32 bits, bits, {bias};"]
+        if inject:  # bits < 32: the field in both halves at once
+            body += [f"mul.lo.u32 {lo}, bits, 0x04000400;"]
+        else:
+            body += ["shl.b32 bits, bits, 23;", "mov.b32 f0, bits;",
+                     f"cvt.rn.f16x2.f32 {lo}, f0, f0;"]
+        body += [f"mov.b32 {hi}, {lo};"]
+    return body
+
+
+def _tile_asm(fmt: str, wide: bool = False, inject: bool = False, nan: bool = True,
+              row_e: bool = False) -> str:
     """One 16-row FP4 tile, one loop step (operands: `_Operands`): rows g's and g+8's words and
     scale bytes, x's 16 words as they lie (`wide`: and x row g + 8's), the accumulator(s).
     inject: the words decoded by `_decode_word_inject` (x re-paired to match, the scales * 2^14),
     else by the table (`_decode_word`). nan=False: block scales known to hold no NaN code
     (`codes_nan_free`): NVFP4's scales without the E4M3 NaN fix, MXFP4 without its checks for
-    E8M0 255 (sm_90 SASS of the M = 1 loop: 8 and 12 instructions a step fewer)."""
+    E8M0 255 (sm_90 SASS of the M = 1 loop: 8 and 12 instructions a step fewer).
+    row_e (MXFP4): the scale operands are each block's exponent against its row's largest E
+    (`MX_ROW_E_BIAS`, `_mx_row_e_scales`) and the accumulator carries over the steps: the
+    caller multiplies the sums by 2^(E - 127) once (no shared exponent a step, no shuffles)."""
     o = _Operands(wide)
     body = [".reg .b32 t0, t1, sl, sh, ml, mh, u, h, r, q, sg01, sg23, sh01, sh23;",
             ".reg .b32 g<4>, k<4>, ce, co, cs, y0, y1;"]
@@ -186,6 +215,8 @@ def _tile_asm(fmt: str, wide: bool = False, inject: bool = False, nan: bool = Tr
                 body += [f"mov.b32 q, {F16_2P14};", "mul.rn.f16x2 r, r, q;"]
             body += [f"prmt.b32 {lo}, r, 0, 0x1010;", f"prmt.b32 {hi}, r, 0, 0x3232;"]
         body += _acc_setup(o, zero=False)
+    elif row_e:
+        body += _mx_row_e_scales(o, inject) + _acc_setup(o, zero=False)
     else:
         bias = 127 + 14 if inject else 127
         body += [".reg .b32 e, o, bits;", ".reg .pred nz;", ".reg .f32 f<2>;"]
@@ -222,7 +253,7 @@ def _tile_asm(fmt: str, wide: bool = False, inject: bool = False, nan: bool = Tr
                     body += _x_pairs(*xb)
                     xb = ("y0", "y1")
                 body.append(_mma(f"acc{a}_", frag, xb))
-    if fmt == "nvfp4":
+    if fmt == "nvfp4" or row_e:
         body += [f"mov.f32 {o.out[a][r]}, acc{a}_{r};" for a in range(o.n_acc) for r in range(4)]
     else:
         # out = in + tile * 2^(E - 127) per row (E8M0: 0 is 2^-127, 255 NaN)

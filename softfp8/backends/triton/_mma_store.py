@@ -16,14 +16,25 @@ import triton.language as tl
 
 
 @triton.jit
+def _row_e_factor(e_ptr, rows, N):
+    """2^(E - 127) in fp32 of each row's exponent E (`_mma` ROW_E: E8M0 0 is 2^-127, a
+    subnormal; the rows' E are never 255)."""
+    e = tl.load(e_ptr + rows, mask=rows < N, other=127)
+    return tl.where(e == 0, 0x00400000, e << 23).to(tl.float32, bitcast=True)
+
+
+@triton.jit
 def _row_terms(rows, g, s_ptr, b_ptr, N, HAS_SCALE: tl.constexpr, HAS_BIAS: tl.constexpr,
-               PARTIAL: tl.constexpr):
+               PARTIAL: tl.constexpr, g_ptr, ROW_E: tl.constexpr = False):
     """(row scale, tensor scale g, bias) of `rows`, as `_store_rows` applies them: ones and
     zeros where the launch has none, or where a K-split part is stored (the reduction applies
-    them). g: the tensor scale, loaded once a program (`_program_terms`)."""
+    them). g: the tensor scale, loaded once a program (`_program_terms`); ROW_E: each row's
+    2^(E - 127) from g_ptr instead, which K-split parts take too (the reduction has no E)."""
     inside = rows < N
     s = tl.full(rows.shape, 1.0, tl.float32)
     b = tl.full(rows.shape, 0.0, tl.float32)
+    if ROW_E:
+        g = _row_e_factor(g_ptr, rows, N)
     if not PARTIAL:
         if HAS_SCALE:
             s = tl.load(s_ptr + rows, mask=inside, other=1.0)
@@ -34,13 +45,16 @@ def _row_terms(rows, g, s_ptr, b_ptr, N, HAS_SCALE: tl.constexpr, HAS_BIAS: tl.c
 
 @triton.jit
 def _store_rows(v, rows, cols, terms, y_ptr, ws_ptr, pid_k, M, N, FMT: tl.constexpr,
-                HAS_SCALE: tl.constexpr, HAS_BIAS: tl.constexpr, PARTIAL: tl.constexpr):
+                HAS_SCALE: tl.constexpr, HAS_BIAS: tl.constexpr, PARTIAL: tl.constexpr,
+                ROW_E: tl.constexpr = False):
     """v (sums of rows x cols) -> y, finished with `terms` (`_row_terms` of these rows), or
-    -> ws unfinished (PARTIAL). The same operations in the same order as when each row's
-    terms were loaded here."""
+    -> ws unfinished (PARTIAL; ROW_E: in units of 1 all the same). The same operations in the
+    same order as when each row's terms were loaded here."""
     mask = (rows < N) & (cols < M)
     if FMT == "nvfp4" or FMT == "e4m3":
         v = v * 256.0  # the E4M3 codes or block scales were read as value * 2^-8
+    if ROW_E:
+        v = v * terms[1]  # 2^(E - 127)
     if PARTIAL:
         tl.store(ws_ptr + (pid_k * M + cols).to(tl.int64) * N + rows, v, mask=mask)
     else:
@@ -62,7 +76,7 @@ def _tile_rows(row0):
 @triton.jit
 def _store_tile(c0, c1, c2, c3, top, low, row0, m0, y_ptr, ws_ptr, pid_k, M, N,
                 FMT: tl.constexpr, HAS_SCALE: tl.constexpr, HAS_BIAS: tl.constexpr,
-                PARTIAL: tl.constexpr, WARPS: tl.constexpr):
+                PARTIAL: tl.constexpr, WARPS: tl.constexpr, ROW_E: tl.constexpr = False):
     """The tile mapping's sums of one 16-row tile: the warps' sums added; `top` / `low` the
     terms of rows `_tile_rows(row0)` and + 8."""
     lanes = tl.arange(0, 32)
@@ -73,13 +87,13 @@ def _store_tile(c0, c1, c2, c3, top, low, row0, m0, y_ptr, ws_ptr, pid_k, M, N,
     c2 = tl.sum(tl.reshape(c2, (WARPS, 32)), axis=0)
     c3 = tl.sum(tl.reshape(c3, (WARPS, 32)), axis=0)
     _store_rows(c0, rows, cols, top, y_ptr, ws_ptr, pid_k, M, N, FMT, HAS_SCALE, HAS_BIAS,
-                PARTIAL)
+                PARTIAL, ROW_E)
     _store_rows(c1, rows, cols + 1, top, y_ptr, ws_ptr, pid_k, M, N, FMT, HAS_SCALE, HAS_BIAS,
-                PARTIAL)
+                PARTIAL, ROW_E)
     _store_rows(c2, rows + 8, cols, low, y_ptr, ws_ptr, pid_k, M, N, FMT, HAS_SCALE, HAS_BIAS,
-                PARTIAL)
+                PARTIAL, ROW_E)
     _store_rows(c3, rows + 8, cols + 1, low, y_ptr, ws_ptr, pid_k, M, N, FMT, HAS_SCALE,
-                HAS_BIAS, PARTIAL)
+                HAS_BIAS, PARTIAL, ROW_E)
 
 
 @triton.jit
@@ -99,7 +113,7 @@ def _runs_rows(row0, WARPS: tl.constexpr, MP: tl.constexpr, WARP_ROWS: tl.conste
 @triton.jit
 def _program_terms(row0, s_ptr, g_ptr, b_ptr, N, FMT: tl.constexpr, HAS_SCALE: tl.constexpr,
                    HAS_BIAS: tl.constexpr, PARTIAL: tl.constexpr, WARPS: tl.constexpr,
-                   RUNS: tl.constexpr, TILES: tl.constexpr):
+                   RUNS: tl.constexpr, TILES: tl.constexpr, ROW_E: tl.constexpr = False):
     """`_row_terms` of every row the program at row0 stores, by tile, its top rows and its low
     ones (+ MP; the tile mapping: + 8): (a, a low, b, b low, c, .., d low); c and d repeat a
     and b unless TILES = 4."""
@@ -112,23 +126,31 @@ def _program_terms(row0, s_ptr, g_ptr, b_ptr, N, FMT: tl.constexpr, HAS_SCALE: t
     g = tl.full(rows.shape, 1.0, tl.float32)
     if FMT == "nvfp4" and not PARTIAL:
         g = g * tl.load(g_ptr)
-    ta = _row_terms(rows, g, s_ptr, b_ptr, N, HAS_SCALE, HAS_BIAS, PARTIAL)
-    la = _row_terms(rows + MP, g, s_ptr, b_ptr, N, HAS_SCALE, HAS_BIAS, PARTIAL)
-    tb = _row_terms(rows + 2 * MP, g, s_ptr, b_ptr, N, HAS_SCALE, HAS_BIAS, PARTIAL)
-    lb = _row_terms(rows + 3 * MP, g, s_ptr, b_ptr, N, HAS_SCALE, HAS_BIAS, PARTIAL)
+    ta = _row_terms(rows, g, s_ptr, b_ptr, N, HAS_SCALE, HAS_BIAS, PARTIAL, g_ptr, ROW_E)
+    la = _row_terms(rows + MP, g, s_ptr, b_ptr, N, HAS_SCALE, HAS_BIAS, PARTIAL,
+                    g_ptr, ROW_E)
+    tb = _row_terms(rows + 2 * MP, g, s_ptr, b_ptr, N, HAS_SCALE, HAS_BIAS, PARTIAL,
+                    g_ptr, ROW_E)
+    lb = _row_terms(rows + 3 * MP, g, s_ptr, b_ptr, N, HAS_SCALE, HAS_BIAS, PARTIAL,
+                    g_ptr, ROW_E)
     tc, lc, td, ld = ta, la, tb, lb
     if TILES == 4:
-        tc = _row_terms(rows + 4 * MP, g, s_ptr, b_ptr, N, HAS_SCALE, HAS_BIAS, PARTIAL)
-        lc = _row_terms(rows + 5 * MP, g, s_ptr, b_ptr, N, HAS_SCALE, HAS_BIAS, PARTIAL)
-        td = _row_terms(rows + 6 * MP, g, s_ptr, b_ptr, N, HAS_SCALE, HAS_BIAS, PARTIAL)
-        ld = _row_terms(rows + 7 * MP, g, s_ptr, b_ptr, N, HAS_SCALE, HAS_BIAS, PARTIAL)
+        tc = _row_terms(rows + 4 * MP, g, s_ptr, b_ptr, N, HAS_SCALE, HAS_BIAS, PARTIAL,
+                    g_ptr, ROW_E)
+        lc = _row_terms(rows + 5 * MP, g, s_ptr, b_ptr, N, HAS_SCALE, HAS_BIAS, PARTIAL,
+                    g_ptr, ROW_E)
+        td = _row_terms(rows + 6 * MP, g, s_ptr, b_ptr, N, HAS_SCALE, HAS_BIAS, PARTIAL,
+                    g_ptr, ROW_E)
+        ld = _row_terms(rows + 7 * MP, g, s_ptr, b_ptr, N, HAS_SCALE, HAS_BIAS, PARTIAL,
+                    g_ptr, ROW_E)
     return ta, la, tb, lb, tc, lc, td, ld
 
 
 @triton.jit
 def _store_runs(c, top, low, row0, m0, y_ptr, ws_ptr, pid_k, M, N, FMT: tl.constexpr,
                 HAS_SCALE: tl.constexpr, HAS_BIAS: tl.constexpr, PARTIAL: tl.constexpr,
-                WARPS: tl.constexpr, MP: tl.constexpr, WARP_ROWS: tl.constexpr):
+                WARPS: tl.constexpr, MP: tl.constexpr, WARP_ROWS: tl.constexpr,
+                ROW_E: tl.constexpr = False):
     """The run mapping's sums of one tile (rows `_runs_rows(row0)`, their terms `top`, and
     + MP, `low`): lane (g, t) holds D[g][2t + s] in c[s] and D[g + 8][2t + s] in c[2 + s].
     A's row i is weight row i // C (i < 8; MP + (i - 8) // C below) restricted to K-chunk
@@ -144,13 +166,13 @@ def _store_runs(c, top, low, row0, m0, y_ptr, ws_ptr, pid_k, M, N, FMT: tl.const
     if C == 1:  # every entry counts, none to add: D[i][j] is y[j][row i]
         cols = m0 + 2 * t
         _store_rows(c[0], rows, cols, top, y_ptr, ws_ptr, pid_k, M, N, FMT, HAS_SCALE, HAS_BIAS,
-                    PARTIAL)
+                    PARTIAL, ROW_E)
         _store_rows(c[1], rows, cols + 1, top, y_ptr, ws_ptr, pid_k, M, N, FMT, HAS_SCALE,
-                    HAS_BIAS, PARTIAL)
+                    HAS_BIAS, PARTIAL, ROW_E)
         _store_rows(c[2], rows + 8, cols, low, y_ptr, ws_ptr, pid_k, M, N, FMT, HAS_SCALE,
-                    HAS_BIAS, PARTIAL)
+                    HAS_BIAS, PARTIAL, ROW_E)
         _store_rows(c[3], rows + 8, cols + 1, low, y_ptr, ws_ptr, pid_k, M, N, FMT, HAS_SCALE,
-                    HAS_BIAS, PARTIAL)
+                    HAS_BIAS, PARTIAL, ROW_E)
     else:
         # column 2t + s is chunk 2 (t % (C/2)) + s of x row t // (C/2): one s (or none) agrees
         ok0 = (2 * t) % C == g % C
@@ -162,6 +184,6 @@ def _store_runs(c, top, low, row0, m0, y_ptr, ws_ptr, pid_k, M, N, FMT: tl.const
         lo = tl.sum(tl.sum(tl.reshape(lo, (WARPS, MP, C, MP, C // 2)), axis=4), axis=2)
         cols = m0 + tl.arange(0, MP)[None, None, :]
         _store_rows(hi, rows, cols, top, y_ptr, ws_ptr, pid_k, M, N, FMT, HAS_SCALE, HAS_BIAS,
-                    PARTIAL)
+                    PARTIAL, ROW_E)
         _store_rows(lo, rows + MP, cols, low, y_ptr, ws_ptr, pid_k, M, N, FMT, HAS_SCALE,
-                    HAS_BIAS, PARTIAL)
+                    HAS_BIAS, PARTIAL, ROW_E)

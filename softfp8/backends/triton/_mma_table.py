@@ -132,7 +132,7 @@ def mma_layout(cfg: LaunchConfig) -> tuple[int, int]:
                      f"or 32 * num_warps; got {cfg}")
 
 
-def mma_x_in_step(fmt: Format) -> bool:
+def mma_x_in_step(fmt: Format, row_e: bool = False) -> bool:
     """Whether Kernel.MMA_GEMV's register path (depth 1, no ring: the launcher checks) loads
     each step's x in that step rather than one step ahead with the weights (`_mma`'s
     X_IN_STEP): 16 registers and 16 register copies a step fewer (SASS, sm_90: MXFP4 445 ->
@@ -142,8 +142,12 @@ def mma_x_in_step(fmt: Format) -> bool:
     twice): x in step for both FP4 formats (`xstep31`) MXFP4 1.686 / 1.688 -> 1.639 / 1.640
     ms, NVFP4 1.560 / 1.561 -> 1.626 / 1.626 (its shorter step shows the loads' wait); for
     MXFP4 only (`xstep31b`) MXFP4 1.685 / 1.686 -> 1.638 / 1.642, NVFP4 1.556 -> 1.534 (the
-    loop's other savings: x's bounds, the scale offset)."""
-    return fmt is Format.MXFP4
+    loop's other savings: x's bounds, the scale offset). Not where MXFP4 runs against its
+    rows' exponents (row_e, `_mma` ROW_E: 369 instructions a step with x in it, 387 ahead):
+    its step too is then short enough to show x's loads (`rowe32`, token against the commit
+    before, interleaved twice: x in step 1.614 / 1.620 -> 1.586 / 1.588 ms, ahead 1.523 /
+    1.520)."""
+    return fmt is Format.MXFP4 and not row_e
 
 
 def mma_zero_fill(row_bytes: int, per_split: int, runs: int, cfg: LaunchConfig, k: int,

@@ -15,6 +15,8 @@ _TILE_NV_FINITE = Const(_tile_asm("nvfp4", nan=False))
 _TILE_MX_FINITE = Const(_tile_asm("mxfp4", nan=False))
 _TILE_NV_INJECT_FINITE = Const(_tile_asm("nvfp4", inject=True, nan=False))
 _TILE_MX_INJECT_FINITE = Const(_tile_asm("mxfp4", inject=True, nan=False))
+_TILE_MX_ROW_E = Const(_tile_asm("mxfp4", nan=False, row_e=True))
+_TILE_MX_INJECT_ROW_E = Const(_tile_asm("mxfp4", inject=True, nan=False, row_e=True))
 _TILE_PROBE_MMA = Const(_probe_tile_asm(True))
 _TILE_PROBE_LOADS = Const(_probe_tile_asm(False))
 _TILE_E5M2 = Const(_fp8_tile_asm("e5m2"))
@@ -29,6 +31,8 @@ _WIDE_NV_FINITE = Const(_tile_asm("nvfp4", wide=True, nan=False))
 _WIDE_MX_FINITE = Const(_tile_asm("mxfp4", wide=True, nan=False))
 _WIDE_NV_INJECT_FINITE = Const(_tile_asm("nvfp4", wide=True, inject=True, nan=False))
 _WIDE_MX_INJECT_FINITE = Const(_tile_asm("mxfp4", wide=True, inject=True, nan=False))
+_WIDE_MX_ROW_E = Const(_tile_asm("mxfp4", wide=True, nan=False, row_e=True))
+_WIDE_MX_INJECT_ROW_E = Const(_tile_asm("mxfp4", wide=True, inject=True, nan=False, row_e=True))
 _WIDE_E5M2 = Const(_fp8_tile_asm("e5m2", wide=True))
 _WIDE_E4M3 = Const(_fp8_tile_asm("e4m3", wide=True))
 _WIDE_E4M3_FINITE = Const(_fp8_tile_asm("e4m3", nan=False, wide=True))
@@ -37,10 +41,12 @@ _WIDE_CONS = Const(tile_constraints(wide=True))
 
 @triton.jit
 def _tile(rg, rh, xw, acc, FMT: tl.constexpr, DIAG: tl.constexpr = 0, NAN: tl.constexpr = True,
-          INJECT: tl.constexpr = False):
+          INJECT: tl.constexpr = False, ROW_E: tl.constexpr = False):
     """acc (4 fp32) += one loop step of a 16-row tile; rg/rh: (4 words, scale) of rows g, g+8;
     xw: x's 16 words (FP4 uses all, 8-bit the first 8). INJECT: FP4 by exponent injection.
-    NAN=False: no NaN code among E4M3's codes or FP4's block scales (`codes_nan_free`)."""
+    NAN=False: no NaN code among E4M3's codes or FP4's block scales (`codes_nan_free`).
+    ROW_E (MXFP4): rg[4], rh[4] hold each block's exponent against its row's E, biased
+    (`_mma_ptx.MX_ROW_E_BIAS`); the sums carry over the steps, in units of 2^(E - 127)."""
     args = [rg[0], rg[1], rg[2], rg[3], rh[0], rh[1], rh[2], rh[3], rg[4], rh[4],
             xw[0], xw[1], xw[2], xw[3], xw[4], xw[5], xw[6], xw[7],
             xw[8], xw[9], xw[10], xw[11], xw[12], xw[13], xw[14], xw[15],
@@ -63,6 +69,12 @@ def _tile(rg, rh, xw, acc, FMT: tl.constexpr, DIAG: tl.constexpr = 0, NAN: tl.co
                                         is_pure=True, pack=1)
     elif FMT == "nvfp4":
         out = tl.inline_asm_elementwise(_TILE_NV, _TILE_CONS, args, (tl.float32,) * 4,
+                                        is_pure=True, pack=1)
+    elif FMT == "mxfp4" and INJECT and ROW_E:
+        out = tl.inline_asm_elementwise(_TILE_MX_INJECT_ROW_E, _TILE_CONS, args, (tl.float32,) * 4,
+                                        is_pure=True, pack=1)
+    elif FMT == "mxfp4" and ROW_E:
+        out = tl.inline_asm_elementwise(_TILE_MX_ROW_E, _TILE_CONS, args, (tl.float32,) * 4,
                                         is_pure=True, pack=1)
     elif FMT == "mxfp4" and INJECT and not NAN:  # block scales known to hold no NaN code
         out = tl.inline_asm_elementwise(_TILE_MX_INJECT_FINITE, _TILE_CONS, args, (tl.float32,) * 4,
@@ -90,7 +102,7 @@ def _tile(rg, rh, xw, acc, FMT: tl.constexpr, DIAG: tl.constexpr = 0, NAN: tl.co
 
 @triton.jit
 def _tile_wide(rg, rh, xw, xv, acc, acv, FMT: tl.constexpr, NAN: tl.constexpr = True,
-               INJECT: tl.constexpr = False):
+               INJECT: tl.constexpr = False, ROW_E: tl.constexpr = False):
     """`_tile` for 16 x rows (WIDE): the weights decoded once, each A fragment fed to two mma,
     x rows g (xw, into acc) and g + 8 (xv, into acv); returns the 8 sums (acc's 4, acv's 4)."""
     args = [rg[0], rg[1], rg[2], rg[3], rh[0], rh[1], rh[2], rh[3], rg[4], rh[4],
@@ -110,6 +122,12 @@ def _tile_wide(rg, rh, xw, xv, acc, acv, FMT: tl.constexpr, NAN: tl.constexpr = 
                                         is_pure=True, pack=1)
     elif FMT == "nvfp4":
         out = tl.inline_asm_elementwise(_WIDE_NV, _WIDE_CONS, args, (tl.float32,) * 8,
+                                        is_pure=True, pack=1)
+    elif FMT == "mxfp4" and INJECT and ROW_E:
+        out = tl.inline_asm_elementwise(_WIDE_MX_INJECT_ROW_E, _WIDE_CONS, args, (tl.float32,) * 8,
+                                        is_pure=True, pack=1)
+    elif FMT == "mxfp4" and ROW_E:
+        out = tl.inline_asm_elementwise(_WIDE_MX_ROW_E, _WIDE_CONS, args, (tl.float32,) * 8,
                                         is_pure=True, pack=1)
     elif FMT == "mxfp4" and INJECT and not NAN:  # block scales known to hold no NaN code
         out = tl.inline_asm_elementwise(_WIDE_MX_INJECT_FINITE, _WIDE_CONS, args, (tl.float32,) * 8,
@@ -137,17 +155,18 @@ def _tile_wide(rg, rh, xw, xv, acc, acv, FMT: tl.constexpr, NAN: tl.constexpr = 
 
 @triton.jit
 def _tiles(ra, rb, rc, rd, xw, xv, a, b, av, bv, FMT: tl.constexpr, DIAG: tl.constexpr,
-           NAN: tl.constexpr, WIDE: tl.constexpr, INJECT: tl.constexpr):
+           NAN: tl.constexpr, WIDE: tl.constexpr, INJECT: tl.constexpr,
+           ROW_E: tl.constexpr = False):
     """One loop step of a thread's two tiles (rows ra/rb, rc/rd): a, b += x rows g's sums;
     WIDE: av, bv += x rows g + 8's, from the same decoded weights (`_tile_wide`)."""
     if WIDE:
-        u = _tile_wide(ra, rb, xw, xv, a, av, FMT, NAN, INJECT)
-        v = _tile_wide(rc, rd, xw, xv, b, bv, FMT, NAN, INJECT)
+        u = _tile_wide(ra, rb, xw, xv, a, av, FMT, NAN, INJECT, ROW_E)
+        v = _tile_wide(rc, rd, xw, xv, b, bv, FMT, NAN, INJECT, ROW_E)
         a = (u[0], u[1], u[2], u[3])
         av = (u[4], u[5], u[6], u[7])
         b = (v[0], v[1], v[2], v[3])
         bv = (v[4], v[5], v[6], v[7])
     else:
-        a = _tile(ra, rb, xw, a, FMT, DIAG, NAN, INJECT)
-        b = _tile(rc, rd, xw, b, FMT, DIAG, NAN, INJECT)
+        a = _tile(ra, rb, xw, a, FMT, DIAG, NAN, INJECT, ROW_E)
+        b = _tile(rc, rd, xw, b, FMT, DIAG, NAN, INJECT, ROW_E)
     return a, b, av, bv
