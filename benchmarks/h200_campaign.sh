@@ -2378,6 +2378,32 @@ nan32b)
   gpu_tests gputests 4 200 "every_scale_code"
   pack nan32b
   ;;
+rowe32)
+  # MXFP4 against each row's exponent (`_mma` ROW_E, `mx_row_exponents`; SASS sm_90 424 -> 369
+  # instructions a step): the FP4 MMA GEMV GPU tests and the new ones in 4 processes, then the
+  # token against HEAD (variants/prev) and against ROW_E with x one step ahead (variants/ahead:
+  # mma_x_in_step False), interleaved twice; the llama3-8b GEMVs against prev
+  export SOFTFP8_FP8_DECODE=integer
+  mkdir -p "$OUT/r"
+  gpu_tests gputests 4 240 "(mma_gemv and not ring and mxfp4) or every_scale_code or row_exponents"
+  for v in prev cur ahead prev2 cur2 ahead2; do
+    case $v in cur*) d=$PWD ;; prev*) d=$PWD/variants/prev ;; *) d=$PWD/variants/ahead ;; esac
+    in_variant "$d" "token-$v" 60 python3 -m softfp8.bench token --preset llama2-7b --backends triton --formats nvfp4,mxfp4 --out "$OUT/r/token-$v.json"
+  done
+  ab_bench shapes 60 python3 -m softfp8.bench shapes --preset llama3-8b --backends triton --formats mxfp4
+  pack rowe32
+  ;;
+rowe32b)
+  # rowe32's result as the launcher's rule (ROW_E with x one step ahead, `mma_x_in_step`): the
+  # MXFP4 MMA GEMV GPU tests again, then token and the llama3-8b GEMVs against HEAD
+  # (variants/prev), interleaved twice
+  export SOFTFP8_FP8_DECODE=integer
+  mkdir -p "$OUT/r"
+  gpu_tests gputests 4 240 "(mma_gemv and not ring and mxfp4) or every_scale_code or row_exponents"
+  ab_bench token 60 python3 -m softfp8.bench token --preset llama2-7b --backends triton --formats nvfp4,mxfp4
+  ab_bench shapes 60 python3 -m softfp8.bench shapes --preset llama3-8b --backends triton --formats nvfp4,mxfp4
+  pack rowe32b
+  ;;
 heads)
   # (written in the twenty-sixth session, not run yet) the M = 1 vocabulary head's two speeds:
   # per process, per weight copy, or per run? benchmarks/gpu_head_modes.py in three processes
