@@ -2404,6 +2404,19 @@ rowe32b)
   ab_bench shapes 60 python3 -m softfp8.bench shapes --preset llama3-8b --backends triton --formats nvfp4,mxfp4
   pack rowe32b
   ;;
+final32)
+  # the session's end: some 8-bit MMA GEMV GPU tests (the epilogue's code changed for ROW_E),
+  # then the issue-5 token twice, FP4 small M once, the llama3-8b GEMVs once
+  export SOFTFP8_FP8_DECODE=integer
+  mkdir -p "$OUT/r"
+  gpu_tests gputests 4 100 "every_fp8_code or ring_whole or (mma_gemv_matches_reference and e4m3)"
+  for i in 1 2; do
+    [ $SECONDS -lt 300 ] && run "token-$i" 90 python3 -m softfp8.bench token --preset llama2-7b --backends triton --out "$OUT/r/token-$i.json"
+  done
+  [ $SECONDS -lt 360 ] && run smallm-fp4 100 python3 -m softfp8.bench small-m --preset llama3-8b --backends triton --formats nvfp4,mxfp4 --m 1,2,4,8,16 --out "$OUT/r/smallm-fp4.json"
+  [ $SECONDS -lt 420 ] && run shapes-1 90 python3 -m softfp8.bench shapes --preset llama3-8b --backends triton --out "$OUT/r/shapes-1.json"
+  pack final32
+  ;;
 heads)
   # (written in the twenty-sixth session, not run yet) the M = 1 vocabulary head's two speeds:
   # per process, per weight copy, or per run? benchmarks/gpu_head_modes.py in three processes
