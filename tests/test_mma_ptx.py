@@ -58,40 +58,62 @@ def _codes_fp4(rows):
     return out
 
 
-def _fp4_case(fmt, scales_fn, codes=None, wide=False, inject=False, nan=True):
-    """The tile mapping: lane (g, t) holds bytes 16t..16t+15 of rows g and g+8 and x row g's
-    matching 32 values (wide: and x row g + 8's, 16 x rows). Returns the emulated D and the float64 reference."""
-    if codes is None:
-        codes = _codes_fp4(16)  # 16 rows x 64 bytes = 128 codes each
-    rows = 16 if wide else 8
-    x = (1 + RNG.integers(0, 16, (rows, 128)) / 16).astype(np.float16)  # distinct, exact steps
-    x *= np.where(RNG.random((rows, 128)) < 0.5, -1, 1).astype(np.float16)
-    sc = scales_fn()  # NVFP4: 16 rows x 8 E4M3 codes (per 8 bytes); MXFP4: 16 x 4 E8M0
-    w = decode_e2m1_to_f32(torch.from_numpy(np.stack([codes & 0xF, codes >> 4], -1)
-                                            .reshape(16, 128).astype(np.int64))).double().numpy()
+def _random_x(rows):
+    """rows x 128 fp16 x values: distinct, exact steps, both signs."""
+    x = (1 + RNG.integers(0, 16, (rows, 128)) / 16).astype(np.float16)
+    return x * np.where(RNG.random((rows, 128)) < 0.5, -1, 1).astype(np.float16)
+
+
+def _e2m1_values(codes):
+    """codes [16, 64] bytes -> their 16 x 128 E2M1 values in float64 (low nibble first)."""
+    return decode_e2m1_to_f32(torch.from_numpy(np.stack([codes & 0xF, codes >> 4], -1)
+                                               .reshape(16, 128).astype(np.int64))).double().numpy()
+
+
+def _lane_scales(fmt, sc):
+    """A step's scale codes [16 rows, blocks] -> each lane t's scale operand [16, 4]: NVFP4 the
+    two E4M3 codes of its 16 bytes as one u16, MXFP4 its block's E8M0 code (or what stands in
+    for it: any int, kept to 32 bits)."""
+    sc = np.asarray(sc, np.int64)
     if fmt == "nvfp4":
-        s = decode_e4m3_to_f32(torch.from_numpy(sc.astype(np.int64))).double().numpy()
-        w = w * np.repeat(s, 16, axis=1)
-    else:
-        s = decode_e8m0(torch.from_numpy(sc.astype(np.int64))).double().numpy()
-        w = w * np.repeat(s, 32, axis=1)
-    ref = w @ x.astype(np.float64).T
+        return sc[:, 0::2] | (sc[:, 1::2] << 8)
+    return sc & 0xFFFFFFFF
+
+
+def _tile_on_lanes(fmt, codes, ops, x, nan=True, inject=False, row_e=False):
+    """The tile mapping: lane (g, t) holds bytes 16t..16t+15 of rows g and g+8, their scale
+    operands ops[g][t], ops[g + 8][t], and x row g's matching 32 values (x of 16 rows: the
+    wide tile, x row g + 8's too). Returns the emulated D (`_run_tile`)."""
+    wide = x.shape[0] == 16
     wg, wh, sg, sh, xw, xw1 = [], [], [], [], [], []
     for lane in range(32):
         g, t = lane // 4, lane % 4
         chunk = slice(16 * t, 16 * t + 16)
         wg.append([int(v) for v in codes[g, chunk].view(np.uint32)])
         wh.append([int(v) for v in codes[g + 8, chunk].view(np.uint32)])
-        if fmt == "nvfp4":  # the two E4M3 codes of this lane's 16 bytes, as one u16
-            sg.append(int(sc[g, 2 * t]) | (int(sc[g, 2 * t + 1]) << 8))
-            sh.append(int(sc[g + 8, 2 * t]) | (int(sc[g + 8, 2 * t + 1]) << 8))
-        else:
-            sg.append(int(sc[g, t]))
-            sh.append(int(sc[g + 8, t]))
+        sg.append(int(ops[g][t]))
+        sh.append(int(ops[g + 8][t]))
         xw.append(_x_words(x[g, 32 * t:32 * t + 32]))
         if wide:
             xw1.append(_x_words(x[g + 8, 32 * t:32 * t + 32]))
-    D = _run_tile(fmt, wg, wh, sg, sh, xw, nan, xw1=xw1 if wide else None, inject=inject)
+    return _run_tile(fmt, wg, wh, sg, sh, xw, nan, xw1 if wide else None, inject, row_e)
+
+
+def _fp4_case(fmt, scales_fn, codes=None, wide=False, inject=False, nan=True):
+    """`_tile_on_lanes` on random x (wide: 16 x rows) and the scales scales_fn gives. Returns
+    the emulated D and the float64 reference."""
+    if codes is None:
+        codes = _codes_fp4(16)  # 16 rows x 64 bytes = 128 codes each
+    x = _random_x(16 if wide else 8)
+    sc = scales_fn()  # NVFP4: 16 rows x 8 E4M3 codes (per 8 bytes); MXFP4: 16 x 4 E8M0
+    if fmt == "nvfp4":
+        s = decode_e4m3_to_f32(torch.from_numpy(sc.astype(np.int64))).double().numpy()
+        w = _e2m1_values(codes) * np.repeat(s, 16, axis=1)
+    else:
+        s = decode_e8m0(torch.from_numpy(sc.astype(np.int64))).double().numpy()
+        w = _e2m1_values(codes) * np.repeat(s, 32, axis=1)
+    ref = w @ x.astype(np.float64).T
+    D = _tile_on_lanes(fmt, codes, _lane_scales(fmt, sc), x, nan, inject)
     return D * (256.0 if fmt == "nvfp4" else 1.0), ref
 
 
@@ -168,21 +190,7 @@ def _fp4_scale_codes_case(fmt, rows_scales, inject, nan):
     x = np.zeros((8, 128), np.float16)
     for c in range(blocks):
         x[c, c * span] = 1.0
-    wg, wh, sg, sh, xw = [], [], [], [], []
-    sc = np.asarray(rows_scales)
-    for lane in range(32):
-        g, t = lane // 4, lane % 4
-        chunk = slice(16 * t, 16 * t + 16)
-        wg.append([int(v) for v in codes[g, chunk].view(np.uint32)])
-        wh.append([int(v) for v in codes[g + 8, chunk].view(np.uint32)])
-        if fmt == "nvfp4":
-            sg.append(int(sc[g, 2 * t]) | (int(sc[g, 2 * t + 1]) << 8))
-            sh.append(int(sc[g + 8, 2 * t]) | (int(sc[g + 8, 2 * t + 1]) << 8))
-        else:
-            sg.append(int(sc[g, t]))
-            sh.append(int(sc[g + 8, t]))
-        xw.append(_x_words(x[g, 32 * t:32 * t + 32]))
-    D = _run_tile(fmt, wg, wh, sg, sh, xw, nan, inject=inject)
+    D = _tile_on_lanes(fmt, codes, _lane_scales(fmt, rows_scales), x, nan, inject)
     return D[:, :blocks] * (256.0 if fmt == "nvfp4" else 1.0)
 
 
@@ -224,29 +232,14 @@ def _mx_row_e_case(sc, codes, inject, wide):
     and codes [16, 64]: each lane's operand is its block's exponent less its row's E (the
     largest among blocks with a nonzero code) plus MX_ROW_E_BIAS. Returns D * 2^(E - 127) per
     row (the kernel's epilogue) and the float64 reference."""
-    rows = 16 if wide else 8
-    x = (1 + RNG.integers(0, 16, (rows, 128)) / 16).astype(np.float16)
-    x *= np.where(RNG.random((rows, 128)) < 0.5, -1, 1).astype(np.float16)
+    x = _random_x(16 if wide else 8)
     nonzero = codes.reshape(16, 4, 16).any(axis=2)
     e = np.where(nonzero, sc, 0).max(axis=1)
     biased = sc - e[:, None] + P.MX_ROW_E_BIAS[inject]
-    w = decode_e2m1_to_f32(torch.from_numpy(np.stack([codes & 0xF, codes >> 4], -1)
-                                            .reshape(16, 128).astype(np.int64))).double().numpy()
-    w = w * np.repeat(decode_e8m0(torch.from_numpy(sc.astype(np.int64))).double().numpy(), 32,
-                      axis=1)
+    w = _e2m1_values(codes) * np.repeat(
+        decode_e8m0(torch.from_numpy(sc.astype(np.int64))).double().numpy(), 32, axis=1)
     ref = w @ x.astype(np.float64).T
-    wg, wh, sg, sh, xw, xw1 = [], [], [], [], [], []
-    for lane in range(32):
-        g, t = lane // 4, lane % 4
-        chunk = slice(16 * t, 16 * t + 16)
-        wg.append([int(v) for v in codes[g, chunk].view(np.uint32)])
-        wh.append([int(v) for v in codes[g + 8, chunk].view(np.uint32)])
-        sg.append(int(biased[g, t]) & 0xFFFFFFFF)  # a negative operand as its 32 bits
-        sh.append(int(biased[g + 8, t]) & 0xFFFFFFFF)
-        xw.append(_x_words(x[g, 32 * t:32 * t + 32]))
-        if wide:
-            xw1.append(_x_words(x[g + 8, 32 * t:32 * t + 32]))
-    D = _run_tile("mxfp4", wg, wh, sg, sh, xw, False, xw1 if wide else None, inject, True)
+    D = _tile_on_lanes("mxfp4", codes, _lane_scales("mxfp4", biased), x, False, inject, True)
     return D * np.exp2(e.astype(np.float64) - 127)[:, None], ref
 
 
@@ -284,16 +277,8 @@ def test_mxfp4_row_e_tile_every_scale_code(inject):
             x[c, 32 * c] = 1.0
         e = sc.max(axis=1)
         biased = sc - e[:, None] + P.MX_ROW_E_BIAS[inject]
-        wg, wh, sg, sh, xw = [], [], [], [], []
-        for lane in range(32):
-            g, t = lane // 4, lane % 4
-            chunk = slice(16 * t, 16 * t + 16)
-            wg.append([int(v) for v in codes[g, chunk].view(np.uint32)])
-            wh.append([int(v) for v in codes[g + 8, chunk].view(np.uint32)])
-            sg.append(int(biased[g, t]))
-            sh.append(int(biased[g + 8, t]))
-            xw.append(_x_words(x[g, 32 * t:32 * t + 32]))
-        D = _run_tile("mxfp4", wg, wh, sg, sh, xw, False, inject=inject, row_e=True)[:, :4]
+        D = _tile_on_lanes("mxfp4", codes, _lane_scales("mxfp4", biased), x, False, inject,
+                           True)[:, :4]
         got = D * np.exp2(e.astype(np.float64) - 127)[:, None]
         want = decode_e8m0(torch.from_numpy(sc.astype(np.int64))).double().numpy()
         assert (got == want).all(), sc[got != want]
