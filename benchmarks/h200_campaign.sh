@@ -2417,6 +2417,21 @@ final32)
   [ $SECONDS -lt 420 ] && run shapes-1 90 python3 -m softfp8.bench shapes --preset llama3-8b --backends triton --out "$OUT/r/shapes-1.json"
   pack final32
   ;;
+verify32b)
+  # every GPU test of tests/test_triton.py and tests/test_splitk.py after this session's kernel
+  # changes (the MMA epilogue's ROW_E plumbing reaches every MMA variant), 8 processes
+  export SOFTFP8_FP8_DECODE=integer
+  mkdir -p "$OUT/r"
+  python3 -m pytest --collect-only -q -m gpu -p no:cacheprovider tests/test_triton.py tests/test_splitk.py 2>/dev/null | grep "::" > "$OUT/ids.txt"
+  wc -l < "$OUT/ids.txt"
+  for i in $(seq 0 7); do
+    awk -v i=$i 'NR % 8 == i' "$OUT/ids.txt" > "$OUT/ids-$i.txt"
+    (timeout 270 python3 -m pytest -q -m gpu -p no:cacheprovider $(cat "$OUT/ids-$i.txt") > "$OUT/gputests-$i.txt" 2>&1; echo "rc=$?" >> "$OUT/gputests-$i.txt") &
+  done
+  wait
+  for i in $(seq 0 7); do tail -n 3 "$OUT/gputests-$i.txt"; done
+  pack verify32b
+  ;;
 heads)
   # (written in the twenty-sixth session, not run yet) the M = 1 vocabulary head's two speeds:
   # per process, per weight copy, or per run? benchmarks/gpu_head_modes.py in three processes
