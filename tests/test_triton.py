@@ -635,7 +635,13 @@ def test_table_from_a_sweep_receipt_overrides_exact_shapes(tmp_path, monkeypatch
         launch_config(4096, 4096, 1, Format.E5M2, h200)
 
 
-def test_codes_nan_free_checks_once_and_again_after_an_in_place_write():
+@pytest.mark.parametrize("chunk", [None, 16])
+def test_codes_nan_free_checks_once_and_again_after_an_in_place_write(chunk, monkeypatch):
+    """chunk: the check reads one row at a time."""
+    from softfp8.backends import _facts
+
+    if chunk:
+        monkeypatch.setattr(_facts, "CHECK_CHUNK_BYTES", chunk)
     g = torch.Generator().manual_seed(5)
     packed = softfp8.quantize(torch.randn(8, 64, generator=g), Format.E4M3)
     assert triton_backend.codes_nan_free(packed)
@@ -651,9 +657,12 @@ def test_codes_nan_free_checks_once_and_again_after_an_in_place_write():
 
 @pytest.mark.parametrize("fmt, nan_code", [(Format.NVFP4, 0x7F), (Format.NVFP4, 0xFF),
                                            (Format.MXFP4, 0xFF)])
-def test_codes_nan_free_reads_fp4_block_scales(fmt, nan_code):
+def test_codes_nan_free_reads_fp4_block_scales(fmt, nan_code, monkeypatch):
     """FP4's NaN codes are its block scales' (E2M1 has none): checked, and again after an
-    in-place write to the scales alone."""
+    in-place write to the scales alone (the check a row at a time)."""
+    from softfp8.backends import _facts
+
+    monkeypatch.setattr(_facts, "CHECK_CHUNK_BYTES", 1)
     g = torch.Generator().manual_seed(6)
     packed = softfp8.quantize(torch.randn(8, 64, generator=g), fmt)
     assert triton_backend.codes_nan_free(packed)
@@ -666,11 +675,17 @@ def test_codes_nan_free_reads_fp4_block_scales(fmt, nan_code):
     assert triton_backend.codes_nan_free(packed)
 
 
-def test_mx_row_exponents_are_each_rows_largest_nonzero_block_within_the_span():
+@pytest.mark.parametrize("chunk", [None, 40])
+def test_mx_row_exponents_are_each_rows_largest_nonzero_block_within_the_span(chunk,
+                                                                               monkeypatch):
     """MXFP4 rows' E: the largest scale among blocks with a nonzero code; None once a nonzero
     block lies more than MX_ROW_E_SPAN below it, or a scale is NaN; checked again after an
-    in-place write; None for the other formats."""
+    in-place write; None for the other formats. chunk: the check reads a row at a time."""
+    from softfp8.backends import _facts
     from softfp8.backends._facts import MX_ROW_E_SPAN
+
+    if chunk:
+        monkeypatch.setattr(_facts, "CHECK_CHUNK_BYTES", chunk)
 
     g = torch.Generator().manual_seed(8)
     packed = softfp8.quantize(torch.randn(6, 256, generator=g), Format.MXFP4)

@@ -65,6 +65,20 @@ def remember_fact(packed: PackedWeight, fact, value) -> None:
     facts_of(packed.words, create=True)[fact] = (stamp, value)
 
 
+CHECK_CHUNK_BYTES = 1 << 25
+"""The checks below read a weight's tensors this many bytes of rows at a time: their
+temporaries (a mask the size of what they read, several for `mx_row_exponents`) stay bounded
+on the first call of a large weight (a 1 GB E4M3 head took 2 GB of them in one piece)."""
+
+
+def _row_chunks(t: torch.Tensor):
+    """`t` [N, ...] in slices of whole rows, about CHECK_CHUNK_BYTES each."""
+    row_bytes = max(1, t[:1].numel() * t.element_size())
+    step = max(1, CHECK_CHUNK_BYTES // row_bytes)
+    for r in range(0, t.shape[0], step):
+        yield r, t[r:r + step]
+
+
 _NAN_CODES = {Format.E4M3: (0x7F, 0x7F), Format.NVFP4: (0x7F, 0x7F), Format.MXFP4: (0xFF, 0xFF)}
 """(mask, NaN) of the codes a NaN check reads: E4M3's weight codes, NVFP4's E4M3 block scales,
 MXFP4's E8M0 block scales; a code c is NaN where c & mask == NaN."""
@@ -87,7 +101,10 @@ def codes_nan_free(packed: PackedWeight) -> bool:
     if codes.is_cuda and torch.cuda.is_current_stream_capturing():
         return False
     mask, nan = _NAN_CODES[packed.fmt]
-    free = not bool(((codes.view(torch.uint8) & mask) == nan).any())
+    found = torch.zeros((), dtype=torch.bool, device=codes.device)
+    for _, part in _row_chunks(codes.view(torch.uint8)):
+        found |= ((part & mask) == nan).any()
+    free = not bool(found)  # one sync for all the chunks
     remember_fact(packed, "nan free", free)
     return free
 
@@ -112,13 +129,17 @@ def mx_row_exponents(packed: PackedWeight) -> torch.Tensor | None:
         return known[0]
     if packed.scales.is_cuda and torch.cuda.is_current_stream_capturing():
         return None
-    n = packed.shape[0]
-    scales = packed.scales.to(torch.int32)  # [N, blocks]
-    blocks = packed.words.view(torch.uint8).reshape(n, scales.shape[1], 16).view(torch.int64)
-    nonzero = (blocks != 0).any(dim=2)
-    e = torch.where(nonzero, scales, 0).amax(dim=1).to(torch.int32)
-    ok = bool(((scales >= e[:, None] - MX_ROW_E_SPAN) | ~nonzero).all()) and not bool(
-        (scales == 0xFF).any())
-    value = e.contiguous() if ok else None
+    n, nb = packed.scales.shape
+    words = packed.words.view(torch.uint8).reshape(n, nb, 16)  # a block's 16 bytes a row
+    e = torch.empty(n, dtype=torch.int32, device=words.device)
+    bad = torch.zeros((), dtype=torch.bool, device=words.device)
+    for r, part in _row_chunks(words):
+        scales = packed.scales[r:r + part.shape[0]].to(torch.int32)
+        nonzero = (part.view(torch.int64) != 0).any(dim=2)
+        rows_e = torch.where(nonzero, scales, 0).amax(dim=1)
+        e[r:r + part.shape[0]] = rows_e
+        bad |= ((scales < rows_e[:, None] - MX_ROW_E_SPAN) & nonzero).any()
+        bad |= (scales == 0xFF).any()
+    value = None if bool(bad) else e
     remember_fact(packed, "mx row exponents", value)
     return value
