@@ -2432,6 +2432,16 @@ verify32b)
   for i in $(seq 0 7); do tail -n 3 "$OUT/gputests-$i.txt"; done
   pack verify32b
   ;;
+fp4m33)
+  # (written in the thirty-second session, not run yet) MXFP4's loop changed under ROW_E (424 ->
+  # 387 instructions a step, x ahead): the table's FP4 rules were measured on the old one
+  # (`_fp4_runs`: MXFP4 M = 3..4 on the runs only for heads; M = 1 warps by rows). Sweep MXFP4
+  # at M = 1 (warps 1, 2, 4) and at M = 2..8 (the runs against the tiles), llama3-8b shapes
+  mkdir -p "$OUT/r"
+  sweep_l3 sweepmx1 150 --ms 1 --formats mxfp4 --kernels mma_gemv --mma-warps 1,2,4 --budget 130
+  sweep_l3 sweepmxm 230 --ms 2,4,8 --formats mxfp4 --kernels mma_gemv --budget 210
+  pack fp4m33
+  ;;
 heads)
   # (written in the twenty-sixth session, not run yet) the M = 1 vocabulary head's two speeds:
   # per process, per weight copy, or per run? benchmarks/gpu_head_modes.py in three processes
