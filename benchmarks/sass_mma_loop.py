@@ -6,7 +6,10 @@ decode change gets predicted before device time is spent (BENCHMARKS.md, fifteen
 
 The kernel's settings default to what the table picks for a 4096 x 4096 weight at M = 1 on that
 GPU (`triton_compile_worker.table_m1`: the run mapping, its warps, depth, ring and PDL mode),
-with whole steps; --warps and --set NAME=VALUE override (ints). Prints registers, spills, the
+with whole steps; --facts adds what the launcher takes from a quantized weight's facts (no NaN
+code: NAN = 0 for E4M3 and FP4; MXFP4 against its rows' exponents, ROW_E = 1, and x where
+`mma_x_in_step` then puts it; FP4 by exponent injection, as on NVIDIA GPUs); --warps and --set
+NAME=VALUE override (ints). Prints registers, spills, the
 loop's instruction count and its opcodes (modifiers dropped), and the integer-ALU share: the
 opcodes that issue to sm_80/sm_90's ALU pipe (PRMT, LOP3, SHF, ISETP, IADD3, SEL, LEA, VIADD,
 VIMNMX) against those on the FMA pipe (IMAD*, HMUL2, HFMA2, FFMA).
@@ -29,6 +32,8 @@ from triton.backends.compiler import GPUTarget  # noqa: E402
 import triton_compile_worker as worker  # noqa: E402
 from triton_compile_worker import ALU_OPS, FMA_OPS, loop_ops, opcode  # noqa: E402
 from softfp8.backends.triton import DeviceInfo, _mma  # noqa: E402
+from softfp8.backends.triton._mma_table import mma_x_in_step  # noqa: E402
+from softfp8.formats import Format  # noqa: E402
 
 
 def main() -> None:
@@ -38,10 +43,19 @@ def main() -> None:
     ap.add_argument("--arch", type=int, default=90)
     ap.add_argument("--set", action="append", default=[], metavar="NAME=VALUE")
     ap.add_argument("--dump", action="store_true", help="print the loop's instructions too")
+    ap.add_argument("--facts", action="store_true",
+                    help="as a quantized weight runs: no NaN fix, MXFP4 on its rows' exponents")
     args = ap.parse_args()
     info = DeviceInfo(sm_count=132, capability=(args.arch // 10, args.arch % 10),
                       interpreter=False)
     _, c = worker.table_m1(args.fmt, info, ZERO=False)
+    if args.facts and args.fmt != "e5m2":
+        c["NAN"] = False
+        if args.fmt in ("nvfp4", "mxfp4"):
+            c["INJECT"] = True
+        if args.fmt == "mxfp4":
+            c["ROW_E"] = True
+            c["X_IN_STEP"] = mma_x_in_step(Format.MXFP4, True) and c["X_IN_STEP"]
     if args.warps:
         c["WARPS"] = args.warps
     for kv in args.set:
