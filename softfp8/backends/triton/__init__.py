@@ -169,9 +169,10 @@ def _launch(x: torch.Tensor, packed: PackedWeight, bias: torch.Tensor | None, cf
     asm = uses_ptx_decode(info, hw_fp8)
     pdl, prefetch = pdl if pdl is not None else pdl_settings(info, packed.fmt, cfg)
     launch = dict(launch_pdl=True) if pdl else {}  # pdl: a mode, 0 = off
-    # NaN-free variants: the PTX decodes' (E4M3 codes; MMA_GEMV's tile, PTX whatever the
-    # decode, also FP4's block scales)
-    nan = not ((asm or cfg.kernel is Kernel.MMA_GEMV) and codes_nan_free(packed))
+    # NaN-free variants: MMA_GEMV's tile (PTX whatever the decode: E4M3 codes, FP4's block
+    # scales) and E4M3's PTX decode in the other kernels (their FP4 decode has none)
+    fix_free = cfg.kernel is Kernel.MMA_GEMV or (asm and packed.fmt is Format.E4M3)
+    nan = not (fix_free and codes_nan_free(packed))
     args = (x, w, s, g, b, y, ws)  # then the counters, then (m, n, k, rb, sb, per_split)
     sizes = (m, n, k, rb, sb, per_split)
     if cfg.kernel is Kernel.MMA_GEMV:
