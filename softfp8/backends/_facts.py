@@ -129,6 +129,9 @@ def mx_row_exponents(packed: PackedWeight) -> torch.Tensor | None:
         return known[0]
     if packed.scales.is_cuda and torch.cuda.is_current_stream_capturing():
         return None
+    if not codes_nan_free(packed):  # a NaN scale (that check is kept too)
+        remember_fact(packed, "mx row exponents", None)
+        return None
     n, nb = packed.scales.shape
     words = packed.words.view(torch.uint8).reshape(n, nb, 16)  # a block's 16 bytes a row
     e = torch.empty(n, dtype=torch.int32, device=words.device)
@@ -139,7 +142,6 @@ def mx_row_exponents(packed: PackedWeight) -> torch.Tensor | None:
         rows_e = torch.where(nonzero, scales, 0).amax(dim=1)
         e[r:r + part.shape[0]] = rows_e
         bad |= ((scales < rows_e[:, None] - MX_ROW_E_SPAN) & nonzero).any()
-        bad |= (scales == 0xFF).any()
     value = None if bool(bad) else e
     remember_fact(packed, "mx row exponents", value)
     return value
