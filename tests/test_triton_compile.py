@@ -126,18 +126,25 @@ def test_whole_ring_copies_shorten_the_loop(compiled, fmt):
     assert whole["loop_len"] <= plain["loop_len"] - 10, (plain["loop_len"], whole["loop_len"])
 
 
+def _sm90_pair(compiled, key, first, second):
+    """The sm_90 records of variants `first` and `second`; skips where this Triton wheel
+    bundles no nvdisasm (then no record carries `key`, a count the worker reads from the SASS)."""
+    rc, stderr, records = compiled[("cuda", "90", 32)]
+    assert rc == 0, stderr
+    by_name = {r["variant"]: r for r in records}
+    a, b = by_name[first], by_name[second]
+    if key not in a or key not in b:
+        pytest.skip("this Triton wheel bundles no nvdisasm to read the SASS with")
+    return a, b
+
+
 @pytest.mark.parametrize("fmt", ["nvfp4", "mxfp4"])
 def test_fp4_injection_decode_issues_fewer_integer_alu_instructions(compiled, fmt):
     """The reason `_mma_ptx._decode_word_inject` exists: on sm_90 its K loop issues fewer
     integer-ALU instructions than the table decode's, same settings (the worker counts them the
     way benchmarks/sass_mma_loop.py does)."""
-    rc, stderr, records = compiled[("cuda", "90", 32)]
-    assert rc == 0, stderr
-    by_name = {r["variant"]: r for r in records}
-    table = by_name[f"mma_gemv-r1t2-keep-{fmt}-fp16"]
-    inject = by_name[f"mma_gemv-r1t2-inject-{fmt}-fp16"]
-    if "loop_alu" not in table:
-        pytest.skip("this Triton wheel bundles no nvdisasm to read the SASS with")
+    table, inject = _sm90_pair(compiled, "loop_alu", f"mma_gemv-r1t2-keep-{fmt}-fp16",
+                               f"mma_gemv-r1t2-inject-{fmt}-fp16")
     assert inject["spills"] == 0 and table["loop_alu"] > 0
     # measured: 246 -> 198 (NVFP4), 282 -> 234 (MXFP4)
     assert inject["loop_alu"] <= 0.85 * table["loop_alu"], (table["loop_alu"], inject["loop_alu"])
@@ -149,13 +156,8 @@ def test_fp4_register_loop_with_x_in_step_carries_only_the_weights(compiled, fmt
     that step, so only the next step's weight words are carried into it, one register copy
     each (4 rows x 4 words); x one step ahead, as the weights are, takes 16 copies a step more
     (SASS, sm_90: NVFP4 401 -> 384 instructions a step)."""
-    rc, stderr, records = compiled[("cuda", "90", 32)]
-    assert rc == 0, stderr
-    by_name = {r["variant"]: r for r in records}
-    ahead = by_name[f"mma_gemv-r1t2-inject-{fmt}-fp16"]
-    in_step = by_name[f"mma_gemv-r1t2-inject-xstep-{fmt}-fp16"]
-    if "loop_moves" not in in_step:
-        pytest.skip("this Triton wheel bundles no nvdisasm to read the SASS with")
+    ahead, in_step = _sm90_pair(compiled, "loop_moves", f"mma_gemv-r1t2-inject-{fmt}-fp16",
+                                f"mma_gemv-r1t2-inject-xstep-{fmt}-fp16")
     # measured (triton 3.9, these builds): NVFP4 16 copies a step, x ahead 34; MXFP4 20 / 29
     assert in_step["spills"] == 0 and in_step["loop_moves"] <= 20, in_step["loop_moves"]
     assert ahead["loop_moves"] >= in_step["loop_moves"] + 8, (ahead["loop_moves"],
@@ -167,13 +169,8 @@ def test_fp4_tile_without_nan_checks_shortens_the_loop(compiled, fmt):
     """The reason the FP4 tiles have a NaN-free variant (`_mma_ptx._tile_asm` nan=False, taken
     where `codes_nan_free`): NVFP4's scale pairs leave out the E4M3 NaN fix, MXFP4 its E8M0 255
     checks, and the sm_90 K loop is shorter than the same build with them."""
-    rc, stderr, records = compiled[("cuda", "90", 32)]
-    assert rc == 0, stderr
-    by_name = {r["variant"]: r for r in records}
-    plain = by_name[f"mma_gemv-r1t2-inject-{fmt}-fp16"]
-    finite = by_name[f"mma_gemv-r1t2-inject-finite-{fmt}-fp16"]
-    if "loop_len" not in finite:
-        pytest.skip("this Triton wheel bundles no nvdisasm to read the SASS with")
+    plain, finite = _sm90_pair(compiled, "loop_len", f"mma_gemv-r1t2-inject-{fmt}-fp16",
+                               f"mma_gemv-r1t2-inject-finite-{fmt}-fp16")
     # measured (triton 3.9, these builds): NVFP4 401 -> 396, MXFP4 445 -> 432
     fewer = 4 if fmt == "nvfp4" else 8
     assert finite["spills"] == 0
@@ -185,13 +182,9 @@ def test_mxfp4_row_exponents_shorten_the_loop(compiled):
     """The reason `_mma`'s ROW_E exists: each block scaled against its row's exponent, not a
     shared exponent of four blocks found by shuffles every step, and the sums scaled once in
     the epilogue: the sm_90 K loop is much shorter than the same build without it."""
-    rc, stderr, records = compiled[("cuda", "90", 32)]
-    assert rc == 0, stderr
-    by_name = {r["variant"]: r for r in records}
-    shared = by_name["mma_gemv-r1t2-inject-xstep-finite-mxfp4-fp16"]
-    row_e = by_name["mma_gemv-r1t2-inject-xstep-rowe-mxfp4-fp16"]
-    if "loop_len" not in row_e:
-        pytest.skip("this Triton wheel bundles no nvdisasm to read the SASS with")
+    shared, row_e = _sm90_pair(compiled, "loop_len",
+                               "mma_gemv-r1t2-inject-xstep-finite-mxfp4-fp16",
+                               "mma_gemv-r1t2-inject-xstep-rowe-mxfp4-fp16")
     # measured (triton 3.9, these builds, x in its step): 424 -> 369
     assert row_e["spills"] == 0
     assert row_e["loop_len"] <= shared["loop_len"] - 40, (shared["loop_len"], row_e["loop_len"])
