@@ -70,6 +70,12 @@ sweep_l3() {
   run "$name" "$secs" python3 benchmarks/sweep_gemv.py "$@" --shapes "6144,4096;4096,4096;28672,4096;4096,14336;128256,4096" --out "$OUT/r/$name.json"
   grep -E "x4096 M=|x14336 M=|table:|BEST:" "$OUT/$name.txt" | cut -c1-110
 }
+# sweep_l2 NAME SECS ARGS..: as sweep_l3 on the five llama2-7b shapes (the token's)
+sweep_l2() {
+  local name=$1 secs=$2; shift 2
+  run "$name" "$secs" python3 benchmarks/sweep_gemv.py "$@" --shapes "12288,4096;4096,4096;22016,4096;4096,11008;32000,4096" --out "$OUT/r/$name.json"
+  grep -E "x4096 M=|x11008 M=|table:|BEST:" "$OUT/$name.txt" | cut -c1-110
+}
 # ring_table FILE STAGES:WARPS SHAPES [FMTS]: a SOFTFP8_TRITON_TABLE with every M = 1 shape in
 # SHAPES ("N,K;N,K..") on the ring with S stages in W warps, unsplit, for FMTS ("e5m2,e4m3")
 ring_table() {
@@ -2441,6 +2447,49 @@ fp4m33)
   sweep_l3 sweepmx1 150 --ms 1 --formats mxfp4 --kernels mma_gemv --mma-warps 1,2,4 --budget 130
   sweep_l3 sweepmxm 230 --ms 2,4,8 --formats mxfp4 --kernels mma_gemv --budget 210
   pack fp4m33
+  ;;
+fp4s33)
+  # (thirty-third session) `fp4m33` swept the FP4 `select` decode; the token and every H200 user
+  # get `inject` (the probe finds denormals kept). Both FP4 formats under inject: M = 1 warps
+  # 1, 2, 4 on the token's llama2-7b shapes and llama3-8b's, then M = 2..8 (runs against tiles)
+  mkdir -p "$OUT/r"
+  sweep_l2 sweep1l2 150 --ms 1 --formats nvfp4,mxfp4 --e2m1 inject --kernels mma_gemv --mma-warps 1,2,4 --budget 120
+  sweep_l3 sweep1l3 150 --ms 1 --formats nvfp4,mxfp4 --e2m1 inject --kernels mma_gemv --mma-warps 1,2,4 --budget 120
+  sweep_l3 sweepm 240 --ms 2,4,8 --formats nvfp4,mxfp4 --e2m1 inject --kernels mma_gemv --budget 215
+  pack fp4s33
+  ;;
+fp4t33)
+  # `fp4s33`'s FP4 rules as the table (M = 1 one warp from 6144 rows; K split to 11 warps an SM;
+  # M = 3..4 on the runs from 8192 rows, both formats): token and FP4 small M against HEAD
+  # (variants/prev), interleaved twice, then the FP4 MMA GEMV GPU tests (MXFP4's row exponents
+  # now run at M = 3..4 on the runs)
+  export SOFTFP8_FP8_DECODE=integer
+  mkdir -p "$OUT/r"
+  ab_bench token 60 python3 -m softfp8.bench token --preset llama2-7b --backends triton --formats nvfp4,mxfp4
+  ab_bench smallm 75 python3 -m softfp8.bench small-m --preset llama3-8b --backends triton --formats nvfp4,mxfp4 --m 1,2,4,8
+  gpu_tests gputests 4 150 "mma_gemv and not ring and (mxfp4 or nvfp4 or row_exponents)"
+  pack fp4t33
+  ;;
+fp4v33)
+  # `fp4t33` split 3 ways at M = 2 (o, down) and lost: FP4 splits now stop at whole loop steps
+  # (`_whole_step_split`). Token and FP4 small M against HEAD (variants/prev), interleaved
+  # twice, on llama3-8b's shapes (M = 1..8) and llama2-7b's (M = 2, 4)
+  export SOFTFP8_FP8_DECODE=integer
+  mkdir -p "$OUT/r"
+  ab_bench token 60 python3 -m softfp8.bench token --preset llama2-7b --backends triton --formats nvfp4,mxfp4
+  ab_bench smallm 75 python3 -m softfp8.bench small-m --preset llama3-8b --backends triton --formats nvfp4,mxfp4 --m 1,2,4,8
+  ab_bench smallm2 60 python3 -m softfp8.bench small-m --preset llama2-7b --backends triton --formats nvfp4,mxfp4 --m 2,4
+  pack fp4v33
+  ;;
+final33)
+  # the session's table (FP4 splits: whole steps, else a power of two): FP4 small M on the
+  # llama2-7b shapes (M = 2, 4: down at M = 2 split 4 again) against HEAD~ (variants/prev),
+  # interleaved twice; then the issue-5 token once, every format
+  export SOFTFP8_FP8_DECODE=integer
+  mkdir -p "$OUT/r"
+  ab_bench smallm2 60 python3 -m softfp8.bench small-m --preset llama2-7b --backends triton --formats nvfp4,mxfp4 --m 2,4
+  run token 90 python3 -m softfp8.bench token --preset llama2-7b --backends triton --out "$OUT/r/token.json"
+  pack final33
   ;;
 heads)
   # (written in the twenty-sixth session, not run yet) the M = 1 vocabulary head's two speeds:

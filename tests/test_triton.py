@@ -319,25 +319,34 @@ def test_mma_gemv_domain():
         assert (cfg.kernel, cfg.block_m, cfg.block_n, cfg.num_warps, cfg.split_k) == (
             Kernel.MMA_GEMV, 1, 8, 2, 2)
         assert launch_config(22016, 4096, 1, fmt, h200).split_k == 1
-        # M = 1 on 8192..16383 rows (transformers' gate/up): one warp, 4 rows, unsplit
-        for n in (8192, 11008, 14336, 16383):
+        # M = 1 from 6144 rows: one warp, 4 rows, unsplit (6144 rows fill 11.6 warps an SM)
+        for n in (6144, 11008, 22016, 128256):
             cfg = launch_config(n, 4096, 1, fmt, h200)
             assert (cfg.block_n, cfg.num_warps, cfg.split_k) == (4, 1, 1), (n, cfg)
-        for n in (8191, 16384):
-            assert launch_config(n, 4096, 1, fmt, h200).num_warps == 2
+        assert launch_config(6143, 4096, 1, fmt, h200).num_warps == 2
         # FP4's rule only (8-bit M = 1 from sm_90: one warp on the ring, MMA_FP8_RING_M1)
         assert launch_config(11008, 4096, 1, Format.E5M2, a100).num_warps == 2
         assert launch_config(11008, 4096, 2, fmt, h200).num_warps == 4  # M = 1 only
-        # M = 2 (NVFP4 also 3..4, MXFP4 3..4 on vocabulary heads): the runs, 4 warps
-        runs = [(4096, 2), (128256, 4)] + ([(4096, 4)] if fmt is Format.NVFP4 else [])
-        for n, m in runs:
+        # M = 2, and M = 3..4 from 8192 rows: the runs, 4 warps
+        for n, m in [(4096, 2), (6144, 2), (8192, 3), (28672, 4), (128256, 4)]:
             cfg = launch_config(n, 4096, m, fmt, h200)
-            assert (cfg.kernel, cfg.block_m, cfg.num_warps) == (Kernel.MMA_GEMV, m, 4)
-            assert triton_backend.mma_layout(cfg) == (m, 2)
-        tiles = [(4096, 8)] + ([(4096, 4)] if fmt is Format.MXFP4 else [])
-        for n, m in tiles:  # the 32-row tiles
+            assert (cfg.kernel, cfg.block_m, cfg.num_warps) == (
+                Kernel.MMA_GEMV, 1 << (m - 1).bit_length(), 4)
+            assert triton_backend.mma_layout(cfg) == (cfg.block_m, 2)
+        for n, m in [(4096, 8), (28672, 8), (8191, 4), (6144, 3)]:  # the 32-row tiles
             cfg = launch_config(n, 4096, m, fmt, h200)
             assert cfg.kernel is Kernel.MMA_GEMV and cfg.block_n == 32 and cfg.block_m == 8
+        # FP4 splits K to about 11 warps an SM: 192 eight-warp 6144-row tiles stay unsplit
+        assert launch_config(6144, 4096, 8, fmt, h200).split_k == 1
+        assert launch_config(4096, 4096, 8, fmt, h200).split_k == 2
+        # ... to a split whose programs take whole loop steps where one exists (M = 2 at 4096
+        # rows: 3 would cut the 32 steps, 4 does not); where none does (K = 11008: 86 steps),
+        # the next power of two
+        for k, want in ((4096, 4), (14336, 4), (11008, 4)):
+            cfg = launch_config(4096, k, 2, fmt, h200)
+            per_split, _ = triton_backend.split_bytes(k // 2, cfg, 4)
+            zero = triton_backend.mma_zero_fill(k // 2, per_split, 2, cfg, k, k)
+            assert (cfg.split_k, zero) == (want, k == 11008), (k, cfg)
         for m in (9, 16):  # one program for all 16 x rows (WIDE), laid out as the runs for 8
             cfg = launch_config(4096, 4096, m, fmt, h200)
             assert cfg.kernel is Kernel.MMA_GEMV and cfg.block_m == triton_backend.MMA_WIDE_M

@@ -245,27 +245,46 @@ def _fp8_ring(m: int, info: DeviceInfo) -> bool:
             and info.capability >= MMA_RING_MIN_CC)
 
 
-MMA_FP4_M1_ONE_WARP_ROWS = (8192, 16384)
-"""FP4 weights with rows in [lo, hi) run M = 1 in programs of one warp (4 rows), not two: the
-`hf12` sweep on the H200 (2026-12-01, transformers' Llama shapes, us, one warp against the
-table's two): 11008 x 4096 NVFP4 12.2 against 12.7, MXFP4 12.6 against 13.1; 14336 x 4096 NVFP4
-14.3 against 14.8, MXFP4 15.0 against 15.6. Not at 4096 rows (6.7 / 7.0 against 6.5 / 6.6, split
-2 either way), nor from 16384 rows, where 4 warps were found faster on heads (`runs4`); 1024
-rows (llama3's k/v) was faster unsplit in one warp (5.2 against 5.5) but the split rule would
-split it 7 ways: left as it is."""
+MMA_FP4_M1_ONE_WARP_MIN_ROWS = 6144
+"""FP4 weights with at least this many rows run M = 1 in programs of one warp (4 rows), not two.
+`fp4s33` sweep on the H200 (2026-12-04, the `inject` E2M1 decode, us, one warp against two):
+NVFP4 / MXFP4 6144 x 4096 7.3 / 7.4 against 7.6 / 7.6 (both unsplit), 22016 x 4096 18.6 / 18.4
+against 19.7 / 19.4, 28672 x 4096 23.6 / 22.9 against 24.8 / 23.9, 32000 x 4096 26.7 / 26.0
+against 27.3 / 26.8, 128256 x 4096 99.2 / 98.3 against 101.6 / 99.0. Not at 4096 rows (4096 x
+4096 6.2 / 6.4 unsplit against 6.2 / 6.0 in two warps split 2; 4096 x 11008 two warps). It had
+been 8192..16383 rows only (`hf12`, 2026-12-01: 11008 x 4096 NVFP4 12.2 against 12.7), when
+4 warps were faster on heads (`runs4`), before the NaN-free tile and MXFP4's row exponents."""
+
+MMA_FP4_WARPS_PER_SM = 11
+"""FP4 programs at M <= 8 split K until about this many warps an SM are resident (8-bit and
+M = 9..16: 12). One below the 8-bit formats' so that 6144-row weights (1536 one-warp programs
+at M = 1, 192 eight-warp tiles at M = 2..8: 11.6 warps an SM on the H200's 132 SMs) stay
+unsplit: `fp4s33` sweep (2026-12-04, `inject`), 6144 x 4096, us, NVFP4 / MXFP4, unsplit
+against split 2: M = 1 in one warp 7.3 / 7.4 against 9.0 / 9.0; the tiles in 8 warps at M = 2
+9.0 / 8.9 against 13.0 / 12.8, M = 4 9.3 / 9.1 against 13.2 / 13.1, M = 8 9.4 / 9.4 against
+12.6 / 12.7. 4096-row weights still split 2 (4096 x 4096 M = 1 in two warps 6.2 / 6.0 against
+6.8 / 6.9 unsplit)."""
+
+
+MMA_FP4_RUNS_M4_MIN_ROWS = 8192
+"""FP4 at M = 3..4 runs on the run mapping from this many rows, below it on the 32-row tiles."""
 
 
 def _fp4_runs(n: int, m: int, fmt: Format) -> bool:
-    """FP4 at M = 2..4 on the run mapping (laid out for 2 or 4 x rows), not the 32-row tiles:
-    M = 2, NVFP4 at M = 3..4, MXFP4 at 3..4 on vocabulary heads (MMA_FP8_MAX_N rows). Measured
-    on the H200 (`fp4m10` sweep and `fp4m10b` small-m bench, llama3-8b shapes, us, tiles ->
-    runs, bench): M = 2 faster on all five shapes (NVFP4 gate_up 29.6 -> 24.8, head 113 ->
-    98; MXFP4 2-9%); M = 4 NVFP4 qkv 12.6 -> 10.8, gate_up 31.1 -> 27.5, head 117 -> 100, o
-    8.5 -> 9.4 (a layer's four: 70.3 -> 65.5); MXFP4 M = 4 head 120 -> 109 but o 8.3 -> 9.9,
-    gate_up 28.6 -> 30.5, down 18.0 -> 19.5 (a layer's four 66.7 -> 71.3; the sweep agrees)."""
+    """FP4 at M = 2, and at M = 3..4 from MMA_FP4_RUNS_M4_MIN_ROWS rows, on the run mapping (laid
+    out for 2 or 4 x rows), not the 32-row tiles. `fp4s33` sweep on the H200 (2026-12-04,
+    llama3-8b shapes, `inject`, us, NVFP4 / MXFP4 at M = 4, the runs in 4 warps against the
+    tiles in the table's warps and split): gate_up 25.6 / 25.3 against 29.4 / 30.1, head 99.6 /
+    95.8 against 108.9 / 108.3; qkv 10.6 / 10.8 (split 5) against 9.3 / 9.1 (8 warps, unsplit);
+    o 8.1 / 8.2 (split 4) against 8.3 / 8.1, down 16.9 / 17.1 (split 7) against 17.6 / 16.9. At
+    M = 2 the runs are faster or within 0.2 us on all five (qkv 9.2 / 9.0 split 2 against 9.0 /
+    8.9).
+    Until then NVFP4 ran M = 3..4 on the runs everywhere (`fp4m10`, 2026-12-01) and MXFP4 only
+    on heads (gate_up 28.6 against 30.5 on the runs then), before its row exponents shortened
+    the runs' loop (424 -> 387 instructions a step)."""
     if fmt not in (Format.NVFP4, Format.MXFP4) or not 2 <= m <= 4:
         return False
-    return m == 2 or fmt is Format.NVFP4 or n >= MMA_FP8_MAX_N
+    return m == 2 or n >= MMA_FP4_RUNS_M4_MIN_ROWS
 
 
 def mma_config(n: int, k: int, m: int, fmt: Format, info: DeviceInfo) -> LaunchConfig:
@@ -273,8 +292,8 @@ def mma_config(n: int, k: int, m: int, fmt: Format, info: DeviceInfo) -> LaunchC
     prefetches its weights to L2 (0: none); depth = steps of weights held in registers.
     - The run mapping (`_mma`) for M = 1 at every format, FP4 at M = 2..4 where `_fp4_runs`,
       and the 8-bit formats at M <= 8 (M = 5..8 up to MMA_FP8_M8_MAX_CODES):
-      block_m = the next power of two >= M, 2 tiles a warp; M = 1 in 2 warps (FP4 in
-      MMA_FP4_M1_ONE_WARP_ROWS: 1), else 4. 8-bit M = 1 runs on the shared-memory ring from
+      block_m = the next power of two >= M, 2 tiles a warp; M = 1 in 2 warps (FP4 from
+      MMA_FP4_M1_ONE_WARP_MIN_ROWS: 1), else 4. 8-bit M = 1 runs on the shared-memory ring from
       sm_90 in one warp of 4 stages (MMA_FP8_RING_M1, MMA_RING_MIN_CC; before it, and below
       sm_90, from 16384 rows in 4 warps), and so does M = 2..4 in 2 warps of 3
       (MMA_FP8_RING_STAGES, MMA_FP8_RING_MAX_M). Otherwise the 8-bit formats at
@@ -284,7 +303,7 @@ def mma_config(n: int, k: int, m: int, fmt: Format, info: DeviceInfo) -> LaunchC
       26.4 us, E4M3 27.8 against 29.6; token E5M2 1.897 -> 1.794 ms. An L2 prefetch beyond
       the registers (num_stages 2 / 4) was slower in 93 of 116 pairs and never a shape's best;
       FP4 (125 registers at depth 1) gained nothing from depth 2 (`pipe2`/`pipe3` sweeps).
-    - FP4 at M = 2 (NVFP4 also 3..4, MXFP4 3..4 on vocabulary heads): the runs too, 4 warps
+    - FP4 at M = 2, and 3..4 from MMA_FP4_RUNS_M4_MIN_ROWS rows: the runs too, 4 warps
       (`_fp4_runs`).
     - FP4 otherwise at M = 2..8: the 32-row tiles (block_m = 8), warps along K, 2-step L2
       prefetch; 8 warps below 256 programs, 4 above (`fp4m10`, M = 8: the runs 12-16% slower on
@@ -295,8 +314,9 @@ def mma_config(n: int, k: int, m: int, fmt: Format, info: DeviceInfo) -> LaunchC
       faster on 29 of 30 shape/format/M, up to 11% faster, 4% slower once; the 32-row tiles
       wide up to 30% slower on gate_up and the head, within 0-4% on qkv, o and down).
     Programs split K until about 12 warps per SM are resident (M = 1 at depth 2: 6, twice the
-    bytes a warp); at M = 1, rows over 4 KB also until each program takes at most 3.5 KB of a
-    row (depth 2: 7 KB; 4096 x 11008 E5M2: 14.3 us split 2 against 15.1 split 4).
+    bytes a warp; FP4: MMA_FP4_WARPS_PER_SM); at M = 1, rows over 4 KB also until each program
+    takes at most 3.5 KB of a row (depth 2: 7 KB; 4096 x 11008 E5M2: 14.3 us split 2 against
+    15.1 split 4).
     Measured on the H200 (2026-11-29, sweep_gemv.py --kernels mma_gemv, integer FP8 decode;
     BENCHMARKS.md, campaign steps `runs1` on the llama2-7b shapes and `runs2` on llama3-8b's):
     - M = 1: 2 warps fastest or within 3% on 10 of 11 shapes in `runs1`/`runs2` (22016 x 4096
@@ -316,14 +336,14 @@ def mma_config(n: int, k: int, m: int, fmt: Format, info: DeviceInfo) -> LaunchC
     BENCHMARKS.md's log."""
     fp8 = fmt in (Format.E5M2, Format.E4M3)
     depth = 2 if fp8 else 1
-    if m > MMA_MAX_M:  # WIDE: the runs for 8 x rows, one program for all 16, 4 warps
+    wide = m > MMA_MAX_M
+    if wide:  # WIDE: the runs for 8 x rows, one program for all 16, 4 warps
         block_m, warps, ahead = MMA_WIDE_M, 4, 0
         rows = mma_rows(MMA_MAX_M, warps)
     elif m == 1 or fp8 or _fp4_runs(n, m, fmt):
         block_m = min(MMA_MAX_M, 1 << (m - 1).bit_length())
         warps, ahead = (2 if m == 1 and not (fp8 and n >= 16384) else 4), 0
-        lo, hi = MMA_FP4_M1_ONE_WARP_ROWS
-        if m == 1 and not fp8 and lo <= n < hi:
+        if m == 1 and not fp8 and n >= MMA_FP4_M1_ONE_WARP_MIN_ROWS:
             warps = 1
         rows = mma_rows(block_m, warps)
     else:
@@ -343,8 +363,30 @@ def mma_config(n: int, k: int, m: int, fmt: Format, info: DeviceInfo) -> LaunchC
             split = min(8, max(split, -(-k // 7168)))
         return LaunchConfig(Kernel.MMA_GEMV, block_m, rows, 128, split, warps, ahead, 1, stages)
     # two buffers hold twice the bytes a warp: half the resident warps fill the GPU (M = 1)
-    split = mma_split(-(-n // rows) * groups, warps, info, 12 // depth if m == 1 else 12)
+    per_sm = 12 // depth if fp8 or wide else MMA_FP4_WARPS_PER_SM
+    split = mma_split(-(-n // rows) * groups, warps, info, per_sm)
     row_bytes = k * (8 if fp8 else 4) // 8
     if m == 1 and row_bytes > 4096:
         split = min(8, max(split, -(-row_bytes // (3584 * depth))))
-    return LaunchConfig(Kernel.MMA_GEMV, block_m, rows, 128, split, warps, ahead, depth)
+    cfg = LaunchConfig(Kernel.MMA_GEMV, block_m, rows, 128, split, warps, ahead, depth)
+    return cfg if fp8 else _whole_step_split(cfg, row_bytes, k)
+
+
+def _whole_step_split(cfg: LaunchConfig, row_bytes: int, k: int) -> LaunchConfig:
+    """cfg with the smallest K split from its own up to 8 whose programs each take whole loop
+    steps (`mma_zero_fill` False); where none does, the next power of two. A split that cuts a
+    step makes every program's loads leave zeros (ZERO), and 3 ways was slow even where every
+    split cuts one: `fp4t33` / `fp4v33` (2026-12-04, H200, FP4 at M = 2, the runs in 4 warps,
+    split 3 against the 4 of the commit before, us, NVFP4 / MXFP4): 4096 x 4096 7.9 / 7.8 against
+    7.1 / 6.9, 4096 x 14336 18.7 / 18.9 against 14.8 / 14.7, 4096 x 11008 (86 steps: no split
+    whole) 15.7 / 15.8-16.0 against 13.3 / 13.5. FP4 only: the 8-bit formats' splits were
+    measured as they are."""
+    runs, _ = mma_layout(cfg)
+    steps = -(-row_bytes // MMA_STEP_BYTES)  # block_k = 128 FP4 codes: MMA_STEP_BYTES a row
+    for split in [*range(cfg.split_k, 9), min(8, 1 << (cfg.split_k - 1).bit_length())]:
+        per_split = -(-steps // split) * MMA_STEP_BYTES
+        c = LaunchConfig(cfg.kernel, cfg.block_m, cfg.block_n, cfg.block_k, split,
+                         cfg.num_warps, cfg.num_stages, cfg.depth)
+        if not mma_zero_fill(row_bytes, per_split, runs, c, k, k):
+            return c
+    return c
