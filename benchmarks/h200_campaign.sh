@@ -2491,6 +2491,18 @@ final33)
   run token 90 python3 -m softfp8.bench token --preset llama2-7b --backends triton --out "$OUT/r/token.json"
   pack final33
   ;;
+epi33)
+  # MXFP4 on its rows' exponents (ROW_E) without a bias loads each row's 2^(E - 127) before the
+  # loop, not after it (SASS: the loop 387 -> 384 instructions in 2 warps, 385 either way in
+  # one): the MXFP4 MMA GEMV GPU tests, then token and llama3-8b GEMVs (MXFP4) against HEAD
+  # (variants/prev), interleaved twice
+  export SOFTFP8_FP8_DECODE=integer
+  mkdir -p "$OUT/r"
+  gpu_tests gputests 4 110 "row_exponents or every_scale_code or (mma_gemv and mxfp4 and not ring)"
+  ab_bench token 45 python3 -m softfp8.bench token --preset llama2-7b --backends triton --formats mxfp4
+  ab_bench shapes 45 python3 -m softfp8.bench shapes --preset llama3-8b --backends triton --formats mxfp4
+  pack epi33
+  ;;
 heads)
   # (written in the twenty-sixth session, not run yet) the M = 1 vocabulary head's two speeds:
   # per process, per weight copy, or per run? benchmarks/gpu_head_modes.py in three processes

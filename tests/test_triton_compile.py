@@ -188,3 +188,16 @@ def test_mxfp4_row_exponents_shorten_the_loop(compiled):
     # measured (triton 3.9, these builds, x in its step): 424 -> 369
     assert row_e["spills"] == 0
     assert row_e["loop_len"] <= shared["loop_len"] - 40, (shared["loop_len"], row_e["loop_len"])
+
+
+def test_mxfp4_row_exponents_load_before_the_loop_without_a_bias(compiled):
+    """MXFP4 on its rows' exponents loads each row's 2^(E - 127) at the program's start, where
+    the loop hides the load (`_mma` TERMS_FIRST), unless a bias would hold 4 more registers
+    through it: the build without a bias loads nothing after its K loop, the one with a bias
+    loads the rows' terms there."""
+    biased, plain = _sm90_pair(compiled, "loads_after_loop",
+                               "mma_gemv-r1t2-inject-rowe-mxfp4-fp16",
+                               "mma_gemv-r1t2-inject-rowe-nobias-mxfp4-fp16")
+    assert plain["spills"] == 0
+    assert plain["loads_after_loop"] == 0 < biased["loads_after_loop"], (
+        biased["loads_after_loop"], plain["loads_after_loop"])

@@ -129,6 +129,9 @@ def variants(backend: str, arch):
                 # ... with x one step ahead, as the launcher runs it (`mma_x_in_step`)
                 yield (f"mma_gemv-r1t2-inject-rowe-{fmt}-fp16", _mma.mma_gemv_kernel,
                        dict(c, INJECT=True, NAN=False, ROW_E=True), "fp16", 4, 1)
+                # ... without a bias: the rows' 2^(E - 127) loaded before the loop
+                yield (f"mma_gemv-r1t2-inject-rowe-nobias-{fmt}-fp16", _mma.mma_gemv_kernel,
+                       dict(c, INJECT=True, NAN=False, ROW_E=True, HAS_BIAS=False), "fp16", 4, 1)
             # the shared-memory ring (cp.async; 2 stages x 4 warps, the most static smem)
             yield (f"mma_gemv-r1t2-ring2-{fmt}-fp16", _mma.mma_gemv_kernel,
                    dict(c, INJECT=True, RING=2, PARTIAL=True), "fp16", 4, 1)
@@ -287,8 +290,9 @@ FMA_OPS = ("IMAD", "HMUL2", "HFMA2", "FFMA")
 """... and to the FMA pipe."""
 
 
-def loop_ops(sass: str) -> list[str]:
-    """The instructions of the longest backward branch's body (a kernel's K loop)."""
+def _loop_span(sass: str) -> tuple[list[str], int, int] | None:
+    """(every instruction, first and last index of the longest backward branch's body), None
+    where there is no loop."""
     labels, ins = {}, []
     for line in sass.splitlines():
         m = re.match(r"\s*(\.L_x_\d+):", line)
@@ -302,9 +306,25 @@ def loop_ops(sass: str) -> list[str]:
              for m in [re.search(r"BRA\s+(?:`\()?(\.L_x_\d+)", s)]
              if m and labels.get(m.group(1), len(ins)) < i]
     if not loops:
-        return []
+        return None
     lo, hi = max(loops, key=lambda p: p[1] - p[0])
-    return ins[lo:hi + 1]
+    return ins, lo, hi
+
+
+def loop_ops(sass: str) -> list[str]:
+    """The instructions of the longest backward branch's body (a kernel's K loop)."""
+    span = _loop_span(sass)
+    return [] if span is None else span[0][span[1]:span[2] + 1]
+
+
+def loads_after_loop(sass: str) -> int | None:
+    """Global loads (`LDG`) after the K loop (`loop_ops`), None without a loop: each waits out
+    its latency at the program's end, where nothing else is left to hide it."""
+    span = _loop_span(sass)
+    if span is None:
+        return None
+    ins, _, hi = span
+    return sum(bool(re.search(r"\bLDG\.", i)) for i in ins[hi + 1:])
 
 
 def opcode(instruction: str) -> str:
@@ -338,6 +358,7 @@ def main(backend: str, arch: str, warp: int) -> None:
                         rec["loop_alu"] = sum(opcode(i) in ALU_OPS for i in loop)
                         # register copies (MOV, IMAD.MOV): a value carried to the next step
                         rec["loop_moves"] = sum("MOV" in i.split()[0] for i in loop)
+                        rec["loads_after_loop"] = loads_after_loop(sass)
         except Exception as e:  # reported, and the test decides whether it is acceptable
             rec["error"] = f"{type(e).__name__}: {str(e)[-600:]}"
         rec["seconds"] = round(time.time() - t0, 2)
