@@ -1,8 +1,9 @@
 """Kernel.MMA_GEMV's epilogue: a warp's mma sums -> y (or a K-split's part in ws).
 
 Each output row's terms (its row scale, NVFP4's tensor scale, its bias) are loaded by
-`_row_terms` before any store: on the shared-memory ring at the program's start (they arrive
-while the loop runs), elsewhere right after the loop (FP4's loop holds ~128 registers). Loaded
+`_row_terms` before any store: on the shared-memory ring, and for MXFP4 on its rows' exponents
+without a bias, at the program's start (they arrive while the loop runs), elsewhere right after
+the loop (FP4's loop holds ~128 registers). Loaded
 beside the stores, each load came after the previous row's store in program order, and ptxas
 keeps a global load behind a global store it cannot prove apart (y and the scales may alias for
 all it knows), so a program's four row-scale loads and the shuffle reductions waiting on them
