@@ -2503,6 +2503,26 @@ epi33)
   ab_bench shapes 45 python3 -m softfp8.bench shapes --preset llama3-8b --backends triton --formats mxfp4
   pack epi33
   ;;
+fp4q34)
+  # (written in the thirty-third session, not run) `fp4s33`'s fastest at 12288 x 4096, M = 1
+  # (llama2-7b's qkv) was 4 tiles a warp in one warp (NVFP4 10.4 against the table's 11.1 us,
+  # MXFP4 10.7 against 11.1, there without its row exponents: ROW_E takes 2 tiles); 2 tiles
+  # everywhere else. The token with that shape at 4 tiles (a table file) against the built-in
+  # table, interleaved twice
+  export SOFTFP8_FP8_DECODE=integer
+  mkdir -p "$OUT/r"
+  python3 - "$OUT/t4.json" <<'PY'
+import json, sys
+rows = [dict(n=12288, k=4096, m=1, fmt=f, kernel="mma_gemv", block_m=1, block_n=8, block_k=128,
+             split_k=1, num_warps=1, num_stages=0, depth=1, ring=0) for f in ("nvfp4", "mxfp4")]
+json.dump({"best": rows}, open(sys.argv[1], "w"))
+PY
+  for v in base t4 base2 t4b; do
+    case $v in base*) t= ;; *) t=$OUT/t4.json ;; esac
+    run "token-$v" 60 env SOFTFP8_TRITON_TABLE=$t python3 -m softfp8.bench token --preset llama2-7b --backends triton --formats nvfp4,mxfp4 --out "$OUT/r/token-$v.json"
+  done
+  pack fp4q34
+  ;;
 heads)
   # (written in the twenty-sixth session, not run yet) the M = 1 vocabulary head's two speeds:
   # per process, per weight copy, or per run? benchmarks/gpu_head_modes.py in three processes
