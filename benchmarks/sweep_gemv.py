@@ -163,8 +163,10 @@ def main(argv=None):
     ap.add_argument("--hw", action="store_true", help="hardware FP8 conversion (sm_89+)")
     ap.add_argument("--kernels", default="gemv,small_m,tiled,dequant",
                     help="which kernels' settings to sweep (gemv, small_m, mma_gemv, tiled, dequant) (the table's choice always runs)")
-    ap.add_argument("--e2m1", default="select", choices=("select", "inject"),
-                    help="FP4 decoder (inject only where the probe found denormals honoured)")
+    ap.add_argument("--e2m1", default="auto", choices=("auto", "select", "inject"),
+                    help="FP4 decoder; auto (default): the one softfp8 picks for the triton "
+                         "backend here, as the bench and users get it (inject where the probe "
+                         "found denormals honoured)")
     ap.add_argument("--mma-pipes", default="1:0",
                     help="Kernel.MMA_GEMV run mapping: depth:prefetch[:ring] settings, e.g. "
                          "1:0,2:0,2:4,1:0:3 (ring: stages of the shared-memory ring)")
@@ -206,7 +208,8 @@ def main(argv=None):
                 hw = args.hw and fmt in FP8
                 default = tb.launch_config(n, k, m, p.fmt, info, x.dtype)
                 best = None
-                e2m1 = tb.E2M1Decode(args.e2m1)
+                e2m1 = (softfp8.dispatch.select(p.fmt, m, dev, backend="triton").e2m1
+                        if args.e2m1 == "auto" else tb.E2M1Decode(args.e2m1))
                 pipes = [tuple(map(int, v.split(":"))) for v in args.mma_pipes.split(",")]
                 warps = [int(v) for v in args.mma_warps.split(",")] if args.mma_warps else None
                 tiles = tuple(int(v) for v in args.mma_tiles.split(","))
@@ -223,7 +226,7 @@ def main(argv=None):
                         except Exception as e:  # a setting that fails to compile is data too
                             print(f"  {fmt} {c}: FAILED {type(e).__name__}: {str(e)[:100]}")
                             continue
-                        row = dict(n=n, k=k, m=m, fmt=fmt, hw=hw, e2m1=args.e2m1, kernel=c.kernel.value,
+                        row = dict(n=n, k=k, m=m, fmt=fmt, hw=hw, e2m1=e2m1.value, kernel=c.kernel.value,
                                    block_m=c.block_m, block_n=c.block_n, block_k=c.block_k,
                                    split_k=c.split_k, num_warps=c.num_warps,
                                    num_stages=c.num_stages, depth=c.depth, ring=c.ring, us=t * 1000,
