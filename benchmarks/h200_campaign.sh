@@ -2523,6 +2523,27 @@ PY
   done
   pack fp4q34
   ;;
+unroll34|unroll34b)
+  # (written in the thirty-third session, not run: no device time was left) FP4's register loop
+  # two steps a pass (`_mma_table.MMA_FP4_UNROLL` = 2: SASS sm_90 NVFP4 395 -> 362.5, MXFP4
+  # 385 -> 349.5 instructions a step in one warp, the 35 register copies a step gone; 154-156
+  # registers in two warps). Predicted: FP4 is issue-bound, so up to ~8% off its token. The
+  # built-in 1 (variants/prev, copied before the flip) against 2 in this tree: unroll34 the FP4
+  # MMA GEMV GPU tests and the token, unroll34b FP4 small M and the llama3-8b GEMVs
+  export SOFTFP8_FP8_DECODE=integer
+  mkdir -p "$OUT/r" variants/prev
+  rm -rf variants/prev/softfp8 && cp -r softfp8 variants/prev/
+  sed -i 's/^MMA_FP4_UNROLL = 1$/MMA_FP4_UNROLL = 2/' softfp8/backends/triton/_mma_table.py
+  grep -n "^MMA_FP4_UNROLL" softfp8/backends/triton/_mma_table.py variants/prev/softfp8/backends/triton/_mma_table.py
+  if [ "$step" = unroll34 ]; then
+    gpu_tests gputests 4 150 "mma_gemv and not ring and (mxfp4 or nvfp4 or row_exponents)"
+    ab_bench token 60 python3 -m softfp8.bench token --preset llama2-7b --backends triton --formats nvfp4,mxfp4
+  else
+    ab_bench smallm 75 python3 -m softfp8.bench small-m --preset llama3-8b --backends triton --formats nvfp4,mxfp4 --m 1,2,4
+    ab_bench shapes 45 python3 -m softfp8.bench shapes --preset llama2-7b --backends triton --formats nvfp4,mxfp4
+  fi
+  pack "$step"
+  ;;
 heads)
   # (written in the twenty-sixth session, not run yet) the M = 1 vocabulary head's two speeds:
   # per process, per weight copy, or per run? benchmarks/gpu_head_modes.py in three processes
