@@ -354,6 +354,9 @@ def test_mma_gemv_domain():
         # FP4 splits K to about 11 warps an SM: 192 eight-warp 6144-row tiles stay unsplit
         assert launch_config(6144, 4096, 8, fmt, h200).split_k == 1
         assert launch_config(4096, 4096, 8, fmt, h200).split_k == 2
+        # (the 8-bit formats keep 12 at M > 1: their depth-2 runs at M = 8 on 6144 rows, 192
+        # warps, split 8, not the 5 that 6 an SM would give)
+        assert launch_config(6144, 4096, 8, Format.E5M2, h200).split_k == 8
         # ... to a split whose programs take whole loop steps where one exists (M = 2 at 4096
         # rows: 3 would cut the 32 steps, 4 does not); where none does (K = 11008: 86 steps),
         # the next power of two

@@ -380,7 +380,8 @@ def mma_config(n: int, k: int, m: int, fmt: Format, info: DeviceInfo) -> LaunchC
             split = min(8, max(split, -(-k // 7168)))
         return LaunchConfig(Kernel.MMA_GEMV, block_m, rows, 128, split, warps, ahead, 1, stages)
     # two buffers hold twice the bytes a warp: half the resident warps fill the GPU (M = 1)
-    per_sm = 12 // depth if fp8 or wide else MMA_FP4_WARPS_PER_SM
+    per_sm = (MMA_FP4_WARPS_PER_SM if not (fp8 or wide)
+              else 12 // depth if m == 1 else 12)
     split = mma_split(-(-n // rows) * groups, warps, info, per_sm)
     row_bytes = k * (8 if fp8 else 4) // 8
     if m == 1 and row_bytes > 4096:
