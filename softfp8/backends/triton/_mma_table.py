@@ -3,6 +3,8 @@ tile mappings and their tiles, K-split and zero fill -- every rule with what it 
 on. Pure Python: nothing here imports Triton."""
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 
 from ...formats import Format
@@ -401,10 +403,8 @@ def _whole_step_split(cfg: LaunchConfig, row_bytes: int, k: int) -> LaunchConfig
     measured as they are."""
     runs, _ = mma_layout(cfg)
     steps = -(-row_bytes // MMA_STEP_BYTES)  # block_k = 128 FP4 codes: MMA_STEP_BYTES a row
-    for split in [*range(cfg.split_k, 9), min(8, 1 << (cfg.split_k - 1).bit_length())]:
+    for split in range(cfg.split_k, 9):
         per_split = -(-steps // split) * MMA_STEP_BYTES
-        c = LaunchConfig(cfg.kernel, cfg.block_m, cfg.block_n, cfg.block_k, split,
-                         cfg.num_warps, cfg.num_stages, cfg.depth)
-        if not mma_zero_fill(row_bytes, per_split, runs, c, k, k):
-            return c
-    return c
+        if not mma_zero_fill(row_bytes, per_split, runs, cfg, k, k):
+            return dataclasses.replace(cfg, split_k=split)
+    return dataclasses.replace(cfg, split_k=min(8, 1 << (cfg.split_k - 1).bit_length()))
