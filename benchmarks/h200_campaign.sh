@@ -2524,7 +2524,9 @@ PY
   pack fp4q34
   ;;
 unroll34|unroll34b)
-  # (written in the thirty-third session, not run: no device time was left) FP4's register loop
+  # (thirty-fourth session: unroll34 run, FP4's token 2-5% slower; unroll34b not run. UNROLL
+  # and MMA_FP4_UNROLL are gone since, so on a later tree this step times nothing: its sed
+  # finds no line) FP4's register loop
   # two steps a pass (`_mma_table.MMA_FP4_UNROLL` = 2: SASS sm_90 NVFP4 395 -> 362.5, MXFP4
   # 385 -> 349.5 instructions a step in one warp, the 35 register copies a step gone; 154-156
   # registers in two warps). Predicted: FP4 is issue-bound, so up to ~8% off its token. The

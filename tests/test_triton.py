@@ -308,21 +308,6 @@ def test_launch_table_is_deterministic_and_splits_small_n():
         Format.E5M2, triton_backend.DeviceInfo(80, (8, 0), False))
 
 
-def test_mma_unroll_only_on_fp4_register_runs(monkeypatch):
-    """`_mma` UNROLL (MMA_FP4_UNROLL): FP4's register loop on the run mapping only; the 8-bit
-    formats, the tiles (runs = 0), WIDE, depth 2 and the ring keep one step a pass."""
-    from softfp8.backends.triton import _mma_table
-    monkeypatch.setattr(_mma_table, "MMA_FP4_UNROLL", 2)
-    unroll = triton_backend.mma_unroll
-    for fmt in (Format.NVFP4, Format.MXFP4):
-        assert unroll(fmt, 1, False, 1, 0) == 2 and unroll(fmt, 4, False, 1, 0) == 2
-        assert unroll(fmt, 0, False, 1, 0) == 1  # the tiles
-        assert unroll(fmt, 8, True, 1, 0) == 1  # WIDE
-        assert unroll(fmt, 1, False, 2, 0) == 1 and unroll(fmt, 1, False, 1, 3) == 1
-    for fmt in (Format.E5M2, Format.E4M3):
-        assert unroll(fmt, 1, False, 1, 0) == 1
-
-
 def test_mma_gemv_domain():
     """FP4, fp16 x, M <= 16, K % 8 == 0, NVIDIA sm_80+; everything else keeps its kernel."""
     h200 = triton_backend.DeviceInfo(sm_count=132, capability=(9, 0), interpreter=False)

@@ -132,10 +132,6 @@ def variants(backend: str, arch):
                 # ... without a bias: the rows' 2^(E - 127) loaded before the loop
                 yield (f"mma_gemv-r1t2-inject-rowe-nobias-{fmt}-fp16", _mma.mma_gemv_kernel,
                        dict(c, INJECT=True, NAN=False, ROW_E=True, HAS_BIAS=False), "fp16", 4, 1)
-            # two steps a loop pass (`_mma_table.MMA_FP4_UNROLL`), against -inject-finite-
-            # (NVFP4) and -inject-rowe- (MXFP4)
-            yield (f"mma_gemv-r1t2-unroll-{fmt}-fp16", _mma.mma_gemv_kernel,
-                   dict(c, INJECT=True, NAN=False, ROW_E=fmt == "mxfp4", UNROLL=2), "fp16", 4, 1)
             # the shared-memory ring (cp.async; 2 stages x 4 warps, the most static smem)
             yield (f"mma_gemv-r1t2-ring2-{fmt}-fp16", _mma.mma_gemv_kernel,
                    dict(c, INJECT=True, RING=2, PARTIAL=True), "fp16", 4, 1)

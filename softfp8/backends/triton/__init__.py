@@ -32,7 +32,7 @@ from ._device import (FP8_DECODE_ENV, DeviceInfo, Kernel, LaunchConfig, device_i
 from ._mma_table import (MMA_FORMATS, MMA_GROUPS_MAX_M, MMA_MAX_M, MMA_RING_STAGES,
                          MMA_RUN_TILES, MMA_RUNS, MMA_TILE_ROWS, MMA_WIDE_M, mma_config,
                          mma_gemv_runs, mma_layout, mma_ring_fits, mma_ring_whole, mma_rows,
-                         mma_split, mma_unroll, mma_x_in_step, mma_zero_fill,
+                         mma_split, mma_x_in_step, mma_zero_fill,
                          uses_mma_gemv)
 from ._splitk import SPLITK_REDUCE_ENV, counters, last_program_reduces
 from ._table import (DEQUANT_MIN_M, DEQUANT_MIN_M_FP4, DEQUANT_MIN_SLAB_ROWS,
@@ -220,7 +220,6 @@ def _launch(x: torch.Tensor, packed: PackedWeight, bias: torch.Tensor | None, cf
                               WIDE=wide, INJECT=e2m1 is E2M1Decode.INJECT, RING=cfg.ring,
                               ZERO=zero, WHOLE=whole, X_IN_STEP=x_in_step,
                               ROW_E=e_rows is not None,
-                              UNROLL=mma_unroll(packed.fmt, runs, wide, cfg.depth, cfg.ring),
                               **launch)
     else:
         common = dict(FMT=packed.fmt.value, HAS_SCALE=has_scale, HAS_BIAS=bias is not None,

@@ -102,7 +102,7 @@ def mma_gemv_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr, cnt_ptr,
                     LAST: tl.constexpr = False, INJECT: tl.constexpr = False,
                     RING: tl.constexpr = 0, RING_X: tl.constexpr = True,
                     WHOLE: tl.constexpr = False, X_IN_STEP: tl.constexpr = False,
-                    ROW_E: tl.constexpr = False, UNROLL: tl.constexpr = 1):
+                    ROW_E: tl.constexpr = False):
     """Program (pid_n, pid_k) over bytes [pid_k * KB_SPLIT, +KB_SPLIT) of its rows.
     RUNS = 0 (the tile mapping): rows pid_n * 32 .. +32, two 16-row tiles; warp w takes the
     64-byte steps w, w + WARPS, ...; the warps' sums are added at the end.
@@ -307,10 +307,7 @@ def mma_gemv_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr, cnt_ptr,
         xv = xw
         if WIDE:
             xv = _x_step(x_wide, off, kb_hi, K, in_v, FP8, ZERO)
-        # UNROLL = 2 (`_mma_table.MMA_FP4_UNROLL`): two steps a loop pass, so the next step's
-        # registers become the current ones by renaming, not by copies
-        for _ in tl.range(kb_lo, kb_hi, stride,
-                          loop_unroll_factor=UNROLL if UNROLL > 1 else None):
+        for _ in range(kb_lo, kb_hi, stride):
             if X_IN_STEP:  # x sits in L1 (every program reads it): its loads land during the
                 # decode, and one step ahead it took a second set of 16 registers and 16 copies
                 # a step (`mma_x_in_step`)

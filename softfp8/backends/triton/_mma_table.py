@@ -134,23 +134,6 @@ def mma_layout(cfg: LaunchConfig) -> tuple[int, int]:
                      f"or 32 * num_warps; got {cfg}")
 
 
-MMA_FP4_UNROLL = 1
-"""Steps of FP4's register loop (the run mapping at depth 1, not WIDE) a pass (`_mma` UNROLL).
-At 2 the next step's registers become the current ones by renaming, not by copies: SASS, sm_90
-(triton 3.9, `benchmarks/sass_mma_loop.py FMT --facts --set UNROLL=2`), instructions a step,
-NVFP4 / MXFP4: one warp 395 / 385 -> 362.5 / 349.5 (123 / 123 registers, from 112 / 120), two
-warps 396 / 384 -> 358 / 349 (154 / 156, from 122 / 128), no spills; the IMAD.MOV copies (35 a
-step) are gone. Not on the tiles (8 warps: 164-166 registers, one program an SM where two fit)
-nor WIDE (226-233). 1 until measured on a GPU (campaign step `unroll34`, written in the
-thirty-third session, not run: no device time was left)."""
-
-
-def mma_unroll(fmt: Format, runs: int, wide: bool, depth: int, ring: int) -> int:
-    """`_mma`'s UNROLL for a launch: MMA_FP4_UNROLL on FP4's register run mapping, else 1."""
-    fp4 = fmt in (Format.NVFP4, Format.MXFP4)
-    return MMA_FP4_UNROLL if fp4 and runs and not wide and depth == 1 and not ring else 1
-
-
 def mma_x_in_step(fmt: Format, row_e: bool = False) -> bool:
     """Whether Kernel.MMA_GEMV's register path (depth 1, no ring: the launcher checks) loads
     each step's x in that step rather than one step ahead with the weights (`_mma`'s
