@@ -2504,7 +2504,8 @@ epi33)
   pack epi33
   ;;
 fp4q34)
-  # (written in the thirty-third session, not run) `fp4s33`'s fastest at 12288 x 4096, M = 1
+  # (written in the thirty-third session, run in the thirty-fourth: the rule
+  # MMA_FP4_M1_FOUR_TILES_MAX_PER_SM since) `fp4s33`'s fastest at 12288 x 4096, M = 1
   # (llama2-7b's qkv) was 4 tiles a warp in one warp (NVFP4 10.4 against the table's 11.1 us,
   # MXFP4 10.7 against 11.1, there without its row exponents: ROW_E takes 2 tiles); 2 tiles
   # everywhere else. The token with that shape at 4 tiles (a table file) against the built-in

@@ -324,6 +324,16 @@ def test_mma_gemv_domain():
             cfg = launch_config(n, 4096, 1, fmt, h200)
             assert (cfg.block_n, cfg.num_warps, cfg.split_k) == (4, 1, 1), (n, cfg)
         assert launch_config(6143, 4096, 1, fmt, h200).num_warps == 2
+        # ... in 4 tiles (8 rows) where those programs are 11..12 an SM, one wave unsplit:
+        # 11616..12672 rows on 132 SMs (12288: llama2-7b's qkv), rows of at most 4 KB
+        for n, k, rows in [(12288, 4096, 8), (11616, 5120, 8), (12672, 4096, 8),
+                           (11615, 4096, 4), (12673, 4096, 4), (12288, 11008, 4)]:
+            cfg = launch_config(n, k, 1, fmt, h200)
+            assert (cfg.block_n, cfg.num_warps, cfg.split_k) == (rows, 1, 1 + (k > 8192)), (
+                n, k, cfg)
+            assert triton_backend.mma_layout(cfg) == (1, rows // 2)
+        assert launch_config(10240, 4096, 1, fmt, a100).block_n == 8  # 108 SMs: 9504..10368
+        assert launch_config(12288, 4096, 1, fmt, a100).block_n == 4
         # FP4's rule only (8-bit M = 1 from sm_90: one warp on the ring, MMA_FP8_RING_M1)
         assert launch_config(11008, 4096, 1, Format.E5M2, a100).num_warps == 2
         assert launch_config(11008, 4096, 2, fmt, h200).num_warps == 4  # M = 1 only

@@ -257,6 +257,19 @@ against 27.3 / 26.8, 128256 x 4096 99.2 / 98.3 against 101.6 / 99.0. Not at 4096
 been 8192..16383 rows only (`hf12`, 2026-12-01: 11008 x 4096 NVFP4 12.2 against 12.7), when
 4 warps were faster on heads (`runs4`), before the NaN-free tile and MXFP4's row exponents."""
 
+MMA_FP4_M1_FOUR_TILES_MAX_PER_SM = 12
+"""FP4 at M = 1 in one warp takes 4 tiles a warp (8 rows a program, not 4) where those programs
+number from MMA_FP4_WARPS_PER_SM to this many an SM and rows are at most 4 KB (K <= 8192, not
+split by row length): one resident wave, unsplit, rather than a wave and a tail of 4-row
+programs. On the H200 (132 SMs: 11616..12672 rows) that is 12288 x 4096,
+llama2-7b's qkv (1536 programs, not 3072): `fp4s33` sweep, us, NVFP4 / MXFP4 (MXFP4 at 4 tiles
+without its row exponents, which take 2), 10.4 / 10.7 against 11.1 / 11.1; token (`fp4q34`,
+2026-12-04, interleaved twice) NVFP4 1.488 / 1.492 -> 1.474 / 1.472 ms, MXFP4 1.484 / 1.489 ->
+1.478 / 1.476. Outside it 2 tiles were faster or within 0.5 us: 6144 x 4096 (4 tiles: 5.8 an
+SM) 7.3 / 7.4 against 7.6 / 8.2, 22016 x 4096 (20.8) 18.6 / 18.4 against 19.6 / 20.2, 28672 x
+4096 23.6 / 22.9 against 24.0 / 24.8, 32000 x 4096 26.7 / 26.0 against 26.2 / 27.4, the
+128256-row head 99.2 / 98.3 against 100.0 / 103.0. Only 12288 rows were measured in the range."""
+
 MMA_FP4_WARPS_PER_SM = 11
 """FP4 programs at M <= 8 split K until about this many warps an SM are resident (8-bit and
 M = 9..16: 12). One below the 8-bit formats' so that 6144-row weights (1536 one-warp programs
@@ -295,7 +308,8 @@ def mma_config(n: int, k: int, m: int, fmt: Format, info: DeviceInfo) -> LaunchC
     - The run mapping (`_mma`) for M = 1 at every format, FP4 at M = 2..4 where `_fp4_runs`,
       and the 8-bit formats at M <= 8 (M = 5..8 up to MMA_FP8_M8_MAX_CODES):
       block_m = the next power of two >= M, 2 tiles a warp; M = 1 in 2 warps (FP4 from
-      MMA_FP4_M1_ONE_WARP_MIN_ROWS: 1), else 4. 8-bit M = 1 runs on the shared-memory ring from
+      MMA_FP4_M1_ONE_WARP_MIN_ROWS: 1, in 4 tiles a warp where
+      MMA_FP4_M1_FOUR_TILES_MAX_PER_SM), else 4. 8-bit M = 1 runs on the shared-memory ring from
       sm_90 in one warp of 4 stages (MMA_FP8_RING_M1, MMA_RING_MIN_CC; before it, and below
       sm_90, from 16384 rows in 4 warps), and so does M = 2..4 in 2 warps of 3
       (MMA_FP8_RING_STAGES, MMA_FP8_RING_MAX_M). Otherwise the 8-bit formats at
@@ -345,9 +359,13 @@ def mma_config(n: int, k: int, m: int, fmt: Format, info: DeviceInfo) -> LaunchC
     elif m == 1 or fp8 or _fp4_runs(n, m, fmt):
         block_m = min(MMA_MAX_M, 1 << (m - 1).bit_length())
         warps, ahead = (2 if m == 1 and not (fp8 and n >= 16384) else 4), 0
+        tiles = 2
         if m == 1 and not fp8 and n >= MMA_FP4_M1_ONE_WARP_MIN_ROWS:
             warps = 1
-        rows = mma_rows(block_m, warps)
+            per_sm = n / (mma_rows(1, 1, 4) * info.sm_count)  # programs of 4 tiles an SM
+            if MMA_FP4_WARPS_PER_SM <= per_sm <= MMA_FP4_M1_FOUR_TILES_MAX_PER_SM and k <= 8192:
+                tiles = 4
+        rows = mma_rows(block_m, warps, tiles)
     else:
         block_m, rows, ahead = MMA_MAX_M, MMA_TILE_ROWS, 2
         warps = 8 if -(-n // MMA_TILE_ROWS) < 256 else 4
