@@ -174,6 +174,10 @@ def variants(backend: str, arch):
                 yield (f"mma_gemv-r1t2-ring{cfg.ring}-w{cfg.num_warps}-whole-{fmt}-fp16",
                        _mma.mma_gemv_kernel, dict(c, WHOLE=True, ZERO=False), "fp16",
                        cfg.num_warps, 1)
+                # ... where the rows end inside the last step: it alone copies with them
+                yield (f"mma_gemv-r1t2-ring{cfg.ring}-w{cfg.num_warps}-peel-{fmt}-fp16",
+                       _mma.mma_gemv_kernel, dict(c, WHOLE=True, PEEL=True), "fp16",
+                       cfg.num_warps, 1)
         if not hw:  # the large-M slab decode (portable decoders only)
             c = dict(FMT=fmt, HAS_SCALE=fmt in FP8, INJECT=inject, BLOCK_R=16,
                      BLOCK_KB=512 * (8 if fmt in FP8 else 4) // 8, CHECK=xd != "fp32",
@@ -290,9 +294,9 @@ FMA_OPS = ("IMAD", "HMUL2", "HFMA2", "FFMA")
 """... and to the FMA pipe."""
 
 
-def _loop_span(sass: str) -> tuple[list[str], int, int] | None:
-    """(every instruction, first and last index of the longest backward branch's body), None
-    where there is no loop."""
+def _loops(sass: str) -> tuple[list[str], list[tuple[int, int]]]:
+    """(every instruction, (first, last) index of each backward branch's body in program
+    order)."""
     labels, ins = {}, []
     for line in sass.splitlines():
         m = re.match(r"\s*(\.L_x_\d+):", line)
@@ -305,10 +309,22 @@ def _loop_span(sass: str) -> tuple[list[str], int, int] | None:
     loops = [(labels[m.group(1)], i) for i, s in enumerate(ins)
              for m in [re.search(r"BRA\s+(?:`\()?(\.L_x_\d+)", s)]
              if m and labels.get(m.group(1), len(ins)) < i]
+    return ins, loops
+
+
+def _loop_span(sass: str) -> tuple[list[str], int, int] | None:
+    """(every instruction, first and last index of the longest backward branch's body), None
+    where there is no loop."""
+    ins, loops = _loops(sass)
     if not loops:
         return None
     lo, hi = max(loops, key=lambda p: p[1] - p[0])
     return ins, lo, hi
+
+
+def loop_lens(sass: str) -> list[int]:
+    """Instructions in each backward branch's body, in program order."""
+    return [hi - lo + 1 for lo, hi in _loops(sass)[1]]
 
 
 def loop_ops(sass: str) -> list[str]:
@@ -359,6 +375,7 @@ def main(backend: str, arch: str, warp: int) -> None:
                         # register copies (MOV, IMAD.MOV): a value carried to the next step
                         rec["loop_moves"] = sum("MOV" in i.split()[0] for i in loop)
                         rec["loads_after_loop"] = loads_after_loop(sass)
+                        rec["loop_lens"] = loop_lens(sass)
         except Exception as e:  # reported, and the test decides whether it is acceptable
             rec["error"] = f"{type(e).__name__}: {str(e)[-600:]}"
         rec["seconds"] = round(time.time() - t0, 2)

@@ -31,8 +31,8 @@ from ._device import (FP8_DECODE_ENV, DeviceInfo, Kernel, LaunchConfig, device_i
                       uses_hardware_fp8)
 from ._mma_table import (MMA_FORMATS, MMA_GROUPS_MAX_M, MMA_MAX_M, MMA_RING_STAGES,
                          MMA_RUN_TILES, MMA_RUNS, MMA_TILE_ROWS, MMA_WIDE_M, mma_config,
-                         mma_gemv_runs, mma_layout, mma_ring_fits, mma_ring_whole, mma_rows,
-                         mma_split, mma_x_in_step, mma_zero_fill,
+                         mma_gemv_runs, mma_layout, mma_ring_fits, mma_ring_peel,
+                         mma_ring_whole, mma_rows, mma_split, mma_x_in_step, mma_zero_fill,
                          uses_mma_gemv)
 from ._splitk import SPLITK_REDUCE_ENV, counters, last_program_reduces
 from ._table import (DEQUANT_MIN_M, DEQUANT_MIN_M_FP4, DEQUANT_MIN_SLAB_ROWS,
@@ -200,8 +200,10 @@ def _launch(x: torch.Tensor, packed: PackedWeight, bias: torch.Tensor | None, cf
                              f"num_warps <= 8; got {cfg}")
         grid = (-(-n // cfg.block_n) * groups, split)
         zero = mma_zero_fill(rb, per_split, runs, cfg, k, packed.padded_k)
-        whole = mma_ring_whole(n, m, rb, per_split, runs, cfg,
-                               packed.fmt in (Format.E5M2, Format.E4M3), zero)
+        fp8 = packed.fmt in (Format.E5M2, Format.E4M3)
+        whole = mma_ring_whole(n, m, rb, per_split, runs, cfg, fp8, zero)
+        peel = not whole and mma_ring_peel(n, m, rb, per_split, runs, cfg, fp8, k,
+                                           packed.padded_k)
         # MXFP4 from registers: each block against its row's exponent, where the scales allow
         e_rows = None
         if packed.fmt is Format.MXFP4 and cfg.depth == 1 and not cfg.ring and tiles == 2 and (
@@ -218,7 +220,7 @@ def _launch(x: torch.Tensor, packed: PackedWeight, bias: torch.Tensor | None, cf
                               PREFETCH=prefetch, AHEAD=cfg.num_stages, RUNS=runs, TILES=tiles,
                               HAS_SCALE=has_scale, NAN=nan, DEPTH=cfg.depth, GROUPS=groups,
                               WIDE=wide, INJECT=e2m1 is E2M1Decode.INJECT, RING=cfg.ring,
-                              ZERO=zero, WHOLE=whole, X_IN_STEP=x_in_step,
+                              ZERO=zero, WHOLE=whole or peel, PEEL=peel, X_IN_STEP=x_in_step,
                               ROW_E=e_rows is not None,
                               **launch)
     else:

@@ -183,6 +183,35 @@ def mma_ring_whole(n: int, m: int, row_bytes: int, per_split: int, runs: int, cf
     return min(per_split, last) // step >= cfg.ring - 1
 
 
+MMA_RING_PEEL = False
+"""Whether `mma_ring_peel` may pick `_mma`'s PEEL. SASS sm_90 (triton 3.9, `tests/
+triton_compile_worker.py` loop lengths), instructions a loop pass, one warp of 4 stages, E5M2 /
+E4M3: no PEEL one loop of 94 / 219; WHOLE 78 + 57 (the drain) / 205 + 184; PEEL 79 + 93 (the
+peeled pass) + 57 / 207 + 218 + 184, no spills. False until measured on a GPU, correctness
+included (campaign step `peel35`, written in the thirty-fourth session, not run: no device was
+lent); the GPU test turns it on."""
+
+
+def mma_ring_peel(n: int, m: int, row_bytes: int, per_split: int, runs: int, cfg: LaunchConfig,
+                  fp8: bool, k: int, padded_k: int) -> bool:
+    """Whether an 8-bit ring launch that is not WHOLE only because its rows end inside a loop
+    step runs WHOLE with that step peeled (`_mma`'s PEEL): the copy of the last step, issued
+    RING - 1 steps before its read, goes with predicates, every other without. As
+    `mma_ring_whole` otherwise: rows inside N, x rows inside M, no padding past K (x's copies
+    stay inside it), each program but the last whole steps, every program at least RING - 1
+    whole steps. llama2-7b's down (4096 x 11008: 21.5 steps of 512 bytes) is one. Only where
+    MMA_RING_PEEL."""
+    step = MMA_STEP_BYTES * (MMA_MAX_M // runs) if runs else 0
+    if not (MMA_RING_PEEL and cfg.ring and fp8 and runs and k == padded_k and n % cfg.block_n == 0
+            and m % runs == 0 and row_bytes % step != 0):
+        return False
+    programs = -(-row_bytes // per_split)
+    if programs > 1 and per_split % step != 0:
+        return False
+    last = row_bytes - (programs - 1) * per_split
+    return min(per_split, last) // step >= cfg.ring - 1
+
+
 def mma_split(programs: int, warps: int, info: DeviceInfo, per_sm: int = 12) -> int:
     """Kernel.MMA_GEMV's K-split: programs of `warps` warps split K until about `per_sm` warps
     per SM are resident (1 to 8 ways)."""
