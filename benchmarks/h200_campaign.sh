@@ -2550,7 +2550,7 @@ unroll34|unroll34b)
 peel35)
   # (written in the thirty-fourth session, not run: no device was lent) the 8-bit M = 1 ring
   # whose rows end inside a step (llama2-7b's down, 4096 x 11008: 21.5 steps of 512 bytes)
-  # copies without predicates but the last step (`_mma` PEEL, `_mma_table.MMA_RING_PEEL`): SASS
+  # copies without predicates but the last step (`_mma` PEEL, `_mma_flags.MMA_RING_PEEL`): SASS
   # sm_90 E5M2 94 -> 79 instructions a step, E4M3 219 -> 207. Predicted: down ~4-6% faster
   # (WHOLE's gain on the other shapes, `whole29`), the token ~1% (down is a quarter of its
   # bytes). The built-in off (variants/prev, copied before the flip) against on in this tree:
@@ -2559,8 +2559,8 @@ peel35)
   export SOFTFP8_FP8_DECODE=integer
   mkdir -p "$OUT/r" variants/prev
   rm -rf variants/prev/softfp8 && cp -r softfp8 variants/prev/
-  sed -i 's/^MMA_RING_PEEL = False$/MMA_RING_PEEL = True/' softfp8/backends/triton/_mma_table.py
-  grep -n "^MMA_RING_PEEL" softfp8/backends/triton/_mma_table.py variants/prev/softfp8/backends/triton/_mma_table.py
+  sed -i 's/^MMA_RING_PEEL = False$/MMA_RING_PEEL = True/' softfp8/backends/triton/_mma_flags.py
+  grep -n "^MMA_RING_PEEL" softfp8/backends/triton/_mma_flags.py variants/prev/softfp8/backends/triton/_mma_flags.py
   gpu_tests gputests 4 150 "ring_peel or ring_whole or (mma_gemv and ring and (e5m2 or e4m3))"
   ab_bench token 60 python3 -m softfp8.bench token --preset llama2-7b --backends triton --formats e5m2,e4m3
   ab_bench shapes 45 python3 -m softfp8.bench shapes --preset llama2-7b --backends triton --formats e5m2,e4m3

@@ -32,7 +32,7 @@ from triton.backends.compiler import GPUTarget  # noqa: E402
 import triton_compile_worker as worker  # noqa: E402
 from triton_compile_worker import ALU_OPS, FMA_OPS, loop_ops, opcode  # noqa: E402
 from softfp8.backends.triton import DeviceInfo, _mma  # noqa: E402
-from softfp8.backends.triton._mma_table import mma_x_in_step  # noqa: E402
+from softfp8.backends.triton._mma_flags import mma_x_in_step  # noqa: E402
 from softfp8.formats import Format  # noqa: E402
 
 

@@ -794,12 +794,12 @@ def test_mma_ring_peel_only_where_the_rows_end_inside_a_step(monkeypatch):
     because the rows end inside a step; each program but the last whole steps, every program at
     least ring - 1 whole steps, no padding past K; 8-bit ring only; never while MMA_RING_PEEL
     is off (until measured on a GPU)."""
-    from softfp8.backends.triton import _mma_table
+    from softfp8.backends.triton import _mma_flags
     peel = triton_backend.mma_ring_peel
     ring = LaunchConfig(Kernel.MMA_GEMV, 1, 4, 128, 1, 1, 0, ring=4)  # 512-byte steps
-    monkeypatch.setattr(_mma_table, "MMA_RING_PEEL", False)
+    monkeypatch.setattr(_mma_flags, "MMA_RING_PEEL", False)
     assert not peel(4096, 1, 11008, 11008, 1, ring, True, 11008, 11008)
-    monkeypatch.setattr(_mma_table, "MMA_RING_PEEL", True)
+    monkeypatch.setattr(_mma_flags, "MMA_RING_PEEL", True)
     assert peel(4096, 1, 11008, 11008, 1, ring, True, 11008, 11008)  # llama2-7b down
     assert not peel(4096, 1, 4096, 4096, 1, ring, True, 4096, 4096)  # whole: WHOLE's
     assert not peel(4096, 1, 11008, 11008, 1, ring, False, 11008, 11008)  # FP4
@@ -1021,8 +1021,8 @@ def test_gpu_mma_gemv_ring_peel_matches_reference(fmt, n, k, m, split, monkeypat
     MMA_RING_PEEL on): WHOLE copies but the last step's; a program of exactly ring steps
     (K = 1792: 3.5 steps of 512 bytes, the peeled pass its only one), K splits whose last part
     is short, M = 2 and 4, row scales and a bias."""
-    from softfp8.backends.triton import _mma_table
-    monkeypatch.setattr(_mma_table, "MMA_RING_PEEL", True)
+    from softfp8.backends.triton import _mma_flags
+    monkeypatch.setattr(_mma_flags, "MMA_RING_PEEL", True)
     packed, x, bias, g = _mma_case(fmt, n, k, m, split)
     mp = min(8, 1 << (m - 1).bit_length())
     want = reference.matmul(x, packed, bias)

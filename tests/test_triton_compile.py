@@ -169,7 +169,7 @@ def test_fp4_injection_decode_issues_fewer_integer_alu_instructions(compiled, fm
 
 @pytest.mark.parametrize("fmt", ["nvfp4", "mxfp4"])
 def test_fp4_register_loop_with_x_in_step_carries_only_the_weights(compiled, fmt):
-    """X_IN_STEP (`_mma_table.mma_x_in_step`): FP4 M = 1 from registers loads each step's x in
+    """X_IN_STEP (`_mma_flags.mma_x_in_step`): FP4 M = 1 from registers loads each step's x in
     that step, so only the next step's weight words are carried into it, one register copy
     each (4 rows x 4 words); x one step ahead, as the weights are, takes 16 copies a step more
     (SASS, sm_90: NVFP4 401 -> 384 instructions a step)."""

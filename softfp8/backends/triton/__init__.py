@@ -5,10 +5,11 @@ slabs decoded for cuBLAS (`_dequant`).
 
 Public names (the backend protocol): NEEDS and matmul(x, packed, bias, *, e2m1). This module
 checks arguments, takes the launch settings from `_table` (which kernel and tiles, the FP8
-decode, programmatic dependent launch), `_mma_table` (Kernel.MMA_GEMV's) and `_device` (the
-types they share), all re-exported here, and launches the kernels of `_kernels`
-(decoders in `_decode`), `_mma` and `_dequant`. Triton itself is imported only when a kernel is
-launched, so NEEDS can explain a missing package instead of failing to import.
+decode, programmatic dependent launch), `_mma_table` (Kernel.MMA_GEMV's), `_mma_flags` (its
+per-launch switches) and `_device` (the types they share), all re-exported here, and launches
+the kernels of `_kernels` (decoders in `_decode`), `_mma` and `_dequant`. Triton itself is
+imported only when a kernel is launched, so NEEDS can explain a missing package instead of
+failing to import.
 
 TRITON_INTERPRET=1 in the environment when this module is first imported makes NEEDS accept CPU
 tensors: forcing backend="triton" then runs the kernels in Triton's interpreter (CI, debugging).
@@ -29,11 +30,11 @@ from .._facts import (codes_nan_free, known_fact, mx_row_exponents,  # noqa: F40
                       remember_fact)
 from ._device import (FP8_DECODE_ENV, DeviceInfo, Kernel, LaunchConfig, device_info,
                       uses_hardware_fp8)
+from ._mma_flags import mma_ring_peel, mma_ring_whole, mma_x_in_step
 from ._mma_table import (MMA_FORMATS, MMA_GROUPS_MAX_M, MMA_MAX_M, MMA_RING_STAGES,
                          MMA_RUN_TILES, MMA_RUNS, MMA_TILE_ROWS, MMA_WIDE_M, mma_config,
-                         mma_gemv_runs, mma_layout, mma_ring_fits, mma_ring_peel,
-                         mma_ring_whole, mma_rows, mma_split, mma_x_in_step, mma_zero_fill,
-                         uses_mma_gemv)
+                         mma_gemv_runs, mma_layout, mma_ring_fits, mma_rows, mma_split,
+                         mma_zero_fill, uses_mma_gemv)
 from ._splitk import SPLITK_REDUCE_ENV, counters, last_program_reduces
 from ._table import (DEQUANT_MIN_M, DEQUANT_MIN_M_FP4, DEQUANT_MIN_SLAB_ROWS,
                      DEQUANT_SLAB_BYTES, PDL_ENV, PDL_PREFETCH_ENV, TABLE_ENV, dot_upcast,
@@ -43,7 +44,7 @@ __all__ = ["NEEDS", "INTERPRET", "matmul", "run", "split_bytes", "codes_nan_free
            "known_fact", "remember_fact", "mx_row_exponents",  # the backend; the launch settings:
            "Kernel", "LaunchConfig", "DeviceInfo", "device_info", "launch_config", "tiled_config",
            "mma_config", "mma_gemv_runs", "mma_layout", "mma_ring_fits", "mma_rows", "mma_split",
-           "mma_zero_fill", "MMA_RING_STAGES",
+           "mma_zero_fill", "mma_ring_whole", "mma_ring_peel", "mma_x_in_step", "MMA_RING_STAGES",
            "uses_mma_gemv", "uses_hardware_fp8",
            "uses_ptx_decode", "dot_upcast", "pdl_auto", "pdl_settings", "DEQUANT_MIN_M",
            "DEQUANT_MIN_M_FP4", "DEQUANT_MIN_SLAB_ROWS", "DEQUANT_SLAB_BYTES", "MMA_MAX_M",

@@ -141,9 +141,9 @@ def mma_gemv_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr, cnt_ptr,
     without predicates, and the last RING - 1 steps, which copy nothing, run in a loop of their
     own (each commits an empty group, so the reads' wait counts stay as they are).
     PEEL (with WHOLE): as WHOLE but the rows end inside the last step, whose copy (the last
-    loop pass's) goes with predicates (`_mma_table.mma_ring_peel`).
+    loop pass's) goes with predicates (`_mma_flags.mma_ring_peel`).
     X_IN_STEP (registers, depth 1): each step's x loaded in that step, not one step ahead with
-    the weights (`_mma_table.mma_x_in_step`).
+    the weights (`_mma_flags.mma_x_in_step`).
     ROW_E (MXFP4 from registers, depth 1, 2 tiles): g_ptr holds each row's exponent E (int32,
     `_facts.mx_row_exponents`: the largest among its blocks with a nonzero code, none of which
     lies more than 2^23 below it), so each block's factor is 2^(e - E) against the row, not
