@@ -2551,9 +2551,9 @@ peel35)
   # (written in the thirty-fourth session, not run: no device was lent) the 8-bit M = 1 ring
   # whose rows end inside a step (llama2-7b's down, 4096 x 11008: 21.5 steps of 512 bytes)
   # copies without predicates but the last step (`_mma` PEEL, `_mma_flags.MMA_RING_PEEL`): SASS
-  # sm_90 E5M2 94 -> 79 instructions a step, E4M3 219 -> 207. Predicted: down ~4-6% faster
-  # (WHOLE's gain on the other shapes, `whole29`), the token ~1% (down is a quarter of its
-  # bytes). The built-in off (variants/prev, copied before the flip) against on in this tree:
+  # sm_90 E5M2 94 -> 79 instructions a step, E4M3 219 -> 207. Predicted from WHOLE's gain
+  # where it applied (`whole29`): down ~1% (E5M2) / ~3% (E4M3) faster, the token ~0.2% / ~0.6%
+  # (down is 22% of its bytes). The built-in off (variants/prev, copied before the flip) against on in this tree:
   # the 8-bit ring GPU tests, token and llama2-7b GEMVs interleaved twice; then the token of
   # every format on the built-in (the FP4 M = 1 four-tile rule as landed)
   export SOFTFP8_FP8_DECODE=integer
