@@ -2567,6 +2567,16 @@ peel35)
   in_variant variants/prev token 90 python3 -m softfp8.bench token --preset llama2-7b --backends triton --out "$OUT/r/token.json"
   pack peel35
   ;;
+fp4t35)
+  # (written in the thirty-fourth session, not run: no device was lent) the MMA GEMV's GPU tests
+  # against the reference for FP4, now with the run mapping in one warp of 4 tiles at the
+  # test's M (the table's FP4 M = 1 setting for 11..12 programs an SM since 3f2f3fc, timed in
+  # `fp4q34` but not checked there), both E2M1 decodes
+  export SOFTFP8_FP8_DECODE=integer
+  mkdir -p "$OUT/r"
+  gpu_tests gputests 4 300 "gpu_mma_gemv_matches_reference and (nvfp4 or mxfp4)"
+  pack fp4t35
+  ;;
 heads)
   # (written in the twenty-sixth session, not run yet) the M = 1 vocabulary head's two speeds:
   # per process, per weight copy, or per run? benchmarks/gpu_head_modes.py in three processes

@@ -926,11 +926,12 @@ def test_gpu_mma_gemv_matches_reference(fmt, e2m1, n, k, m, split):
     packed, x, bias, g = _mma_case(fmt, n, k, m, split)
     cfgs = [LaunchConfig(Kernel.MMA_GEMV, 8, 32, 128, split, warps, ahead)  # num_stages:
             for warps, ahead in ((4, 0), (8, 2), (16, 5))]                  # L2 prefetch steps
-    # the run mapping (block_m: the x rows it is laid out for; 2 or 4 tiles a warp)
+    # the run mapping (block_m: the x rows it is laid out for; 2 or 4 tiles a warp; FP4 M = 1
+    # one warp of 4 tiles: `_mma_table.MMA_FP4_M1_FOUR_TILES_MAX_PER_SM`)
     mp = min(8, 1 << (m - 1).bit_length())
     cfgs += [LaunchConfig(Kernel.MMA_GEMV, r, triton_backend.mma_rows(r, w, t), 128, split, w, a)
              for r, w, t, a in ((mp, 4, 2, 2), (mp, 8, 2, 0), (mp, 2, 4, 0), (8, 4, 2, 0),
-                                (8, 1, 4, 0), (mp, 1, 2, 0))]
+                                (8, 1, 4, 0), (mp, 1, 2, 0), (mp, 1, 4, 0))]
     # two register buffers (depth 2), with and without the L2 prefetch beyond them
     cfgs += [LaunchConfig(Kernel.MMA_GEMV, mp, triton_backend.mma_rows(mp, w, 2), 128, split, w, a,
                           depth=2) for w, a in ((2, 0), (4, 4))]
