@@ -224,15 +224,20 @@ been 8192..16383 rows only (`hf12`, 2026-12-01: 11008 x 4096 NVFP4 12.2 against 
 MMA_FP4_M1_FOUR_TILES_MAX_PER_SM = 12
 """FP4 at M = 1 in one warp takes 4 tiles a warp (8 rows a program, not 4) where those programs
 number from MMA_FP4_WARPS_PER_SM to this many an SM and rows are at most 4 KB (K <= 8192, not
-split by row length): one resident wave, unsplit, rather than a wave and a tail of 4-row
-programs. On the H200 (132 SMs: 11616..12672 rows) that is 12288 x 4096,
-llama2-7b's qkv (1536 programs, not 3072): `fp4s33` sweep, us, NVFP4 / MXFP4 (MXFP4 at 4 tiles
-without its row exponents, which take 2), 10.4 / 10.7 against 11.1 / 11.1; token (`fp4q34`,
+split by row length): about one resident wave (NVFP4: see its registers below), unsplit,
+rather than a wave and a tail of 4-row programs. On the H200 (132 SMs: 11616..12672 rows)
+that is 12288 x 4096, llama2-7b's qkv (1536 programs, not 3072): `fp4s33` sweep, us, NVFP4 /
+MXFP4 (MXFP4 at 4 tiles without its row exponents, which take 2), 10.4 / 10.7 against 11.1 /
+11.1; token (`fp4q34`,
 2026-12-04, interleaved twice) NVFP4 1.488 / 1.492 -> 1.474 / 1.472 ms, MXFP4 1.484 / 1.489 ->
 1.478 / 1.476. Outside it 2 tiles were faster or within 0.5 us: 6144 x 4096 (4 tiles: 5.8 an
 SM) 7.3 / 7.4 against 7.6 / 8.2, 22016 x 4096 (20.8) 18.6 / 18.4 against 19.6 / 20.2, 28672 x
 4096 23.6 / 22.9 against 24.0 / 24.8, 32000 x 4096 26.7 / 26.0 against 26.2 / 27.4, the
-128256-row head 99.2 / 98.3 against 100.0 / 103.0. Only 12288 rows were measured in the range."""
+128256-row head 99.2 / 98.3 against 100.0 / 103.0. Only 12288 rows were measured in the range.
+Registers at 4 tiles (sm_90, triton 3.9, `benchmarks/sass_mma_loop.py FMT --facts --warps 1
+--set TILES=4`, MXFP4 with ROW_E=0 X_IN_STEP=1): NVFP4 180 (112 at 2 tiles), so 11 one-warp
+programs fit an SM and 12288 rows leave 84 past the first wave; MXFP4 164 (120), 12 fit. The
+loop per 2 tiles' rows: NVFP4 368.5 instructions (395 at 2 tiles), MXFP4 403.5 (385 with ROW_E)."""
 
 MMA_FP4_WARPS_PER_SM = 11
 """FP4 programs at M <= 8 split K until about this many warps an SM are resident (8-bit and
