@@ -2577,6 +2577,25 @@ fp4t35)
   gpu_tests gputests 4 300 "gpu_mma_gemv_matches_reference and (nvfp4 or mxfp4)"
   pack fp4t35
   ;;
+nreg35)
+  # (written in the thirty-fourth session, not run: no device was lent) NVFP4 M = 1 in one warp
+  # of 4 tiles (12288 x 4096, llama2-7b's qkv, since 3f2f3fc) takes 180 registers (sm_90,
+  # triton 3.9): 11 one-warp programs an SM, 84 of its 1536 past the first wave. Capped at 168
+  # (`_mma_flags.MMA_FP4_FOUR_TILES_MAXNREG`; no spills, loop 737 -> 735) 12 fit. Predicted:
+  # the qkv ~0.5-1 us faster (its tail), the NVFP4 token ~1-2%; MXFP4 (164) unchanged. Prints
+  # the registers triton 3.6 gives both builds, then the built-in (variants/prev) against the
+  # cap: NVFP4 MMA GEMV GPU tests, token and llama2-7b GEMVs interleaved twice
+  export SOFTFP8_FP8_DECODE=integer
+  mkdir -p "$OUT/r" variants/prev
+  rm -rf variants/prev/softfp8 && cp -r softfp8 variants/prev/
+  sed -i 's/^MMA_FP4_FOUR_TILES_MAXNREG = 0$/MMA_FP4_FOUR_TILES_MAXNREG = 168/' softfp8/backends/triton/_mma_flags.py
+  grep -n "^MMA_FP4_FOUR_TILES_MAXNREG" softfp8/backends/triton/_mma_flags.py variants/prev/softfp8/backends/triton/_mma_flags.py
+  for n in 0 168; do python3 benchmarks/sass_mma_loop.py nvfp4 --facts --warps 1 --set TILES=4 --maxnreg $n 2>&1 | sed -n 2p; done
+  gpu_tests gputests 4 200 "gpu_mma_gemv_matches_reference and nvfp4"
+  ab_bench token 60 python3 -m softfp8.bench token --preset llama2-7b --backends triton --formats nvfp4,mxfp4
+  ab_bench shapes 45 python3 -m softfp8.bench shapes --preset llama2-7b --backends triton --formats nvfp4
+  pack nreg35
+  ;;
 heads)
   # (written in the twenty-sixth session, not run yet) the M = 1 vocabulary head's two speeds:
   # per process, per weight copy, or per run? benchmarks/gpu_head_modes.py in three processes

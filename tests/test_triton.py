@@ -818,6 +818,24 @@ def test_mma_ring_peel_only_where_the_rows_end_inside_a_step(monkeypatch):
     assert not peel(4096, 1, 4224, 4224, 2, runs2, True, 4224, 4224)  # x row 1 of 2 outside M
 
 
+def test_mma_maxnreg_only_on_fp4_one_warp_four_tiles(monkeypatch):
+    """The register cap (`_mma_flags.MMA_FP4_FOUR_TILES_MAXNREG`, 0 = none until measured on a
+    GPU): FP4's run mapping in one warp of 4 tiles from registers; never the 8-bit formats, 2
+    tiles, more warps, depth 2 or the ring."""
+    from softfp8.backends.triton import _mma_flags
+    cap = triton_backend.mma_maxnreg
+    monkeypatch.setattr(_mma_flags, "MMA_FP4_FOUR_TILES_MAXNREG", 0)
+    assert cap(Format.NVFP4, 1, 4, 1, 1, 0) == 0
+    monkeypatch.setattr(_mma_flags, "MMA_FP4_FOUR_TILES_MAXNREG", 168)
+    for fmt in (Format.NVFP4, Format.MXFP4):
+        assert cap(fmt, 1, 4, 1, 1, 0) == 168 and cap(fmt, 2, 4, 1, 1, 0) == 168
+        assert cap(fmt, 1, 2, 1, 1, 0) == 0 and cap(fmt, 1, 4, 2, 1, 0) == 0
+        assert cap(fmt, 0, 4, 1, 1, 0) == 0  # the tiles
+        assert cap(fmt, 1, 4, 1, 2, 0) == 0 and cap(fmt, 1, 4, 1, 1, 4) == 0
+    for fmt in (Format.E5M2, Format.E4M3):
+        assert cap(fmt, 1, 4, 1, 1, 0) == 0
+
+
 def test_mma_zero_fill_only_where_a_tile_reads_past_the_k_range():
     """ZERO = 0 (loads leave switched-off registers as they were) needs every program's K range
     to be whole passes of depth loop steps (512 / runs bytes a step in the run mapping, 64 a warp

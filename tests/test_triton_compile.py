@@ -143,6 +143,17 @@ def test_peeled_ring_keeps_the_whole_loop(compiled, fmt):
     assert peel["loop_lens"][0] <= plain["loop_len"] - 10, (plain["loop_len"], peel["loop_lens"])
 
 
+def test_fp4_four_tiles_capped_at_168_registers_without_spills(compiled):
+    """`_mma_flags.mma_maxnreg`: NVFP4's one-warp, 4-tile build (FP4 M = 1 where the table
+    wants 12 such programs an SM) capped at 168 registers, 12 warps' worth of an SM's 64 K,
+    keeps its loop without spills."""
+    plain, capped = _sm90_pair(compiled, "loop_len", "mma_gemv-r1t4-w1-nvfp4-fp16",
+                               "mma_gemv-r1t4-w1-nreg168-nvfp4-fp16")
+    # measured (triton 3.9, no bias): 180 -> 168 registers, loop 737 -> 735, no spills
+    assert capped["regs"] <= 168 and capped["spills"] == 0 == plain["spills"], (plain, capped)
+    assert capped["loop_len"] <= plain["loop_len"] + 8, (plain["loop_len"], capped["loop_len"])
+
+
 def _sm90_pair(compiled, key, first, second):
     """The sm_90 records of variants `first` and `second`; skips where this Triton wheel
     bundles no nvdisasm (then no record carries `key`, a count the worker reads from the SASS)."""

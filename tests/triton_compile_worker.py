@@ -132,6 +132,12 @@ def variants(backend: str, arch):
                 # ... without a bias: the rows' 2^(E - 127) loaded before the loop
                 yield (f"mma_gemv-r1t2-inject-rowe-nobias-{fmt}-fp16", _mma.mma_gemv_kernel,
                        dict(c, INJECT=True, NAN=False, ROW_E=True, HAS_BIAS=False), "fp16", 4, 1)
+            if fmt == "nvfp4":  # FP4 M = 1 in one warp of 4 tiles (the table where 11..12
+                # programs an SM), as ptxas allocates and capped (`_mma_flags.mma_maxnreg`)
+                c4 = dict(c, INJECT=True, NAN=False, TILES=4, WARPS=1)
+                yield f"mma_gemv-r1t4-w1-{fmt}-fp16", _mma.mma_gemv_kernel, c4, "fp16", 1, 1
+                yield (f"mma_gemv-r1t4-w1-nreg168-{fmt}-fp16", _mma.mma_gemv_kernel,
+                       dict(c4, maxnreg=168), "fp16", 1, 1)
             # the shared-memory ring (cp.async; 2 stages x 4 warps, the most static smem)
             yield (f"mma_gemv-r1t2-ring2-{fmt}-fp16", _mma.mma_gemv_kernel,
                    dict(c, INJECT=True, RING=2, PARTIAL=True), "fp16", 4, 1)
@@ -354,9 +360,12 @@ def main(backend: str, arch: str, warp: int) -> None:
     for name, fn, constexprs, xd, warps, stages in variants(backend, arch_v):
         t0 = time.time()
         rec = {"target": f"{backend}:{arch}", "variant": name, "hw": constexprs.get("HW", False)}
+        options = {"num_warps": warps, "num_stages": stages}
+        if "maxnreg" in constexprs:  # a compile option, not a constexpr
+            constexprs = dict(constexprs)
+            options["maxnreg"] = constexprs.pop("maxnreg")
         try:
-            k = triton.compile(source(fn, constexprs, xd), target=target,
-                               options={"num_warps": warps, "num_stages": stages})
+            k = triton.compile(source(fn, constexprs, xd), target=target, options=options)
             rec["regs"], rec["spills"] = resources(backend, arch_v, k)
             if backend == "cuda":
                 rec["fp8_cvt"] = sorted({m.group(0).strip() for m in FP8_CVT.finditer(k.asm["ptx"])})

@@ -1,8 +1,8 @@
 """Kernel.MMA_GEMV's switches that the launcher derives per launch, beside the table's
 LaunchConfig: x loaded in its own step, the ring's copies without predicates (WHOLE) and its
-last step peeled (PEEL) -- each with what it was measured on. Pure Python: nothing here imports
-Triton. (The zero fill, `_mma_table.mma_zero_fill`, stays with the table, whose K splits ask
-it.)"""
+last step peeled (PEEL), a register cap -- each with what it was measured on. Pure Python:
+nothing here imports Triton. (The zero fill, `_mma_table.mma_zero_fill`, stays with the table,
+whose K splits ask it.)"""
 from __future__ import annotations
 
 from ...formats import Format
@@ -73,3 +73,23 @@ def mma_ring_peel(n: int, m: int, row_bytes: int, per_split: int, runs: int, cfg
         return False
     last = row_bytes - (programs - 1) * per_split
     return min(per_split, last) // step >= cfg.ring - 1
+
+
+MMA_FP4_FOUR_TILES_MAXNREG = 0
+"""Registers a thread that FP4's one-warp launches of 4 tiles a warp from registers
+(`_mma_table.MMA_FP4_M1_FOUR_TILES_MAX_PER_SM`) are compiled to (Triton's `maxnreg`; 0: as
+ptxas allocates). NVFP4 takes 180 there (sm_90, triton 3.9), so 11 one-warp programs fit an SM
+and 84 of 12288 rows' 1536 programs run after the first wave; capped at 168 (12 fit) ptxas keeps
+it without spills, its loop 737 -> 735 instructions (`benchmarks/sass_mma_loop.py nvfp4 --facts
+--warps 1 --set TILES=4 --maxnreg 168`; at 160: 16 bytes of spills). MXFP4 takes 164 there.
+0 until measured on a GPU (campaign step `nreg35`, written in the thirty-fourth session, not
+run: no device was lent)."""
+
+
+def mma_maxnreg(fmt: Format, runs: int, tiles: int, warps: int, depth: int, ring: int) -> int:
+    """Triton's `maxnreg` for a Kernel.MMA_GEMV launch, 0 for none: MMA_FP4_FOUR_TILES_MAXNREG
+    on FP4's run mapping in one warp of 4 tiles from registers (depth 1, no ring)."""
+    fp4 = fmt in (Format.NVFP4, Format.MXFP4)
+    if fp4 and runs and tiles == 4 and warps == 1 and depth == 1 and not ring:
+        return MMA_FP4_FOUR_TILES_MAXNREG
+    return 0
