@@ -21,6 +21,14 @@ ab_each() {
     in_variant "$d" "$name-$v" "$secs" "${@//@V@/$v}"
   done
 }
+# flip_prev MODULE LINE NEW: variants/prev gets this tree's softfp8 (the built-in, for ab_each),
+# then MODULE's (a path under softfp8/) LINE becomes NEW here; both lines printed
+flip_prev() {
+  local f=softfp8/$1
+  mkdir -p variants/prev && rm -rf variants/prev/softfp8 && cp -r softfp8 variants/prev/
+  sed -i "s/^$2\$/$3/" "$f"
+  grep -n "^${2%% *}" "$f" "variants/prev/$f"
+}
 # ab_bench NAME SECS CMD..: a softfp8-bench CMD as ab_each, each with --out $OUT/r/NAME-<variant>.json
 ab_bench() {
   local name=$1 secs=$2; shift 2
@@ -2553,14 +2561,13 @@ peel35)
   # copies without predicates but the last step (`_mma` PEEL, `_mma_flags.MMA_RING_PEEL`): SASS
   # sm_90 E5M2 94 -> 79 instructions a step, E4M3 219 -> 207. Predicted from WHOLE's gain
   # where it applied (`whole29`): down ~1% (E5M2) / ~3% (E4M3) faster, the token ~0.2% / ~0.6%
-  # (down is 22% of its bytes). The built-in off (variants/prev, copied before the flip) against on in this tree:
-  # the 8-bit ring GPU tests, token and llama2-7b GEMVs interleaved twice; then the token of
-  # every format on the built-in (the FP4 M = 1 four-tile rule as landed)
+  # (down is 22% of its bytes). The built-in off (variants/prev, copied before the flip)
+  # against on in this tree: the 8-bit ring GPU tests, token and llama2-7b GEMVs interleaved
+  # twice; then the token of every format on the built-in (the FP4 M = 1 four-tile rule as
+  # landed)
   export SOFTFP8_FP8_DECODE=integer
-  mkdir -p "$OUT/r" variants/prev
-  rm -rf variants/prev/softfp8 && cp -r softfp8 variants/prev/
-  sed -i 's/^MMA_RING_PEEL = False$/MMA_RING_PEEL = True/' softfp8/backends/triton/_mma_flags.py
-  grep -n "^MMA_RING_PEEL" softfp8/backends/triton/_mma_flags.py variants/prev/softfp8/backends/triton/_mma_flags.py
+  mkdir -p "$OUT/r"
+  flip_prev backends/triton/_mma_flags.py "MMA_RING_PEEL = False" "MMA_RING_PEEL = True"
   gpu_tests gputests 4 150 "ring_peel or ring_whole or (mma_gemv and ring and (e5m2 or e4m3))"
   ab_bench token 60 python3 -m softfp8.bench token --preset llama2-7b --backends triton --formats e5m2,e4m3
   ab_bench shapes 45 python3 -m softfp8.bench shapes --preset llama2-7b --backends triton --formats e5m2,e4m3
@@ -2586,10 +2593,9 @@ nreg35)
   # the registers triton 3.6 gives both builds, then the built-in (variants/prev) against the
   # cap: NVFP4 MMA GEMV GPU tests, token and llama2-7b GEMVs interleaved twice
   export SOFTFP8_FP8_DECODE=integer
-  mkdir -p "$OUT/r" variants/prev
-  rm -rf variants/prev/softfp8 && cp -r softfp8 variants/prev/
-  sed -i 's/^MMA_FP4_FOUR_TILES_MAXNREG = 0$/MMA_FP4_FOUR_TILES_MAXNREG = 168/' softfp8/backends/triton/_mma_flags.py
-  grep -n "^MMA_FP4_FOUR_TILES_MAXNREG" softfp8/backends/triton/_mma_flags.py variants/prev/softfp8/backends/triton/_mma_flags.py
+  mkdir -p "$OUT/r"
+  flip_prev backends/triton/_mma_flags.py "MMA_FP4_FOUR_TILES_MAXNREG = 0" \
+    "MMA_FP4_FOUR_TILES_MAXNREG = 168"
   for n in 0 168; do python3 benchmarks/sass_mma_loop.py nvfp4 --facts --warps 1 --set TILES=4 --maxnreg $n 2>&1 | sed -n 2p; done
   gpu_tests gputests 4 200 "gpu_mma_gemv_matches_reference and nvfp4"
   ab_bench token 60 python3 -m softfp8.bench token --preset llama2-7b --backends triton --formats nvfp4,mxfp4

@@ -1007,6 +1007,15 @@ def test_gpu_mma_gemv_ring_matches_reference(fmt, e2m1, n, k, m, split):
     assert rel_err(run(x, packed, bias, cfg, e2m1=e2m1), want) <= tolerance(torch.float16), cfg
 
 
+def _ring_cfgs(mp, k, split):
+    """(LaunchConfig, bytes of a row a program) of the 8-bit ring in 1, 2, 4, 1 warps of 4, 3,
+    2, 2 stages, run mapping for mp x rows, split K ways."""
+    for w, r in ((1, 4), (2, 3), (4, 2), (1, 2)):
+        cfg = LaunchConfig(Kernel.MMA_GEMV, mp, triton_backend.mma_rows(mp, w, 2), 128, split,
+                           w, 0, ring=r)
+        yield cfg, triton_backend.split_bytes(k, cfg, 8)[0]
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not HAS_GPU, reason="needs a CUDA GPU")
 @pytest.mark.parametrize("fmt", [Format.E5M2, Format.E4M3])
@@ -1020,10 +1029,7 @@ def test_gpu_mma_gemv_ring_whole_matches_reference(fmt, n, k, m, split):
     packed, x, bias, g = _mma_case(fmt, n, k, m, split)
     mp = min(8, 1 << (m - 1).bit_length())
     want = reference.matmul(x, packed, bias)
-    for w, r in ((1, 4), (2, 3), (4, 2), (1, 2)):
-        cfg = LaunchConfig(Kernel.MMA_GEMV, mp, triton_backend.mma_rows(mp, w, 2), 128, split,
-                           w, 0, ring=r)
-        per_split, _ = triton_backend.split_bytes(k, cfg, 8)
+    for cfg, per_split in _ring_cfgs(mp, k, split):
         assert triton_backend.mma_ring_whole(n, m, k, per_split, mp, cfg, True, False), cfg
         y = run(x, packed, bias, cfg)
         assert rel_err(y, want) <= tolerance(torch.float16), cfg
@@ -1046,10 +1052,7 @@ def test_gpu_mma_gemv_ring_peel_matches_reference(fmt, n, k, m, split, monkeypat
     mp = min(8, 1 << (m - 1).bit_length())
     want = reference.matmul(x, packed, bias)
     ran = 0
-    for w, r in ((1, 4), (2, 3), (4, 2), (1, 2)):
-        cfg = LaunchConfig(Kernel.MMA_GEMV, mp, triton_backend.mma_rows(mp, w, 2), 128, split,
-                           w, 0, ring=r)
-        per_split, _ = triton_backend.split_bytes(k, cfg, 8)
+    for cfg, per_split in _ring_cfgs(mp, k, split):
         if not triton_backend.mma_ring_peel(n, m, k, per_split, mp, cfg, True, k, k):
             continue
         ran += 1

@@ -114,13 +114,7 @@ def test_whole_ring_copies_shorten_the_loop(compiled, fmt):
     """The reason `_mma`'s WHOLE exists: where every row and step is inside, the ring's copies
     go without predicates and its K loop is shorter on sm_90 than the same build with them
     (the table's M = 1 ring, one warp, 4 stages, a bias, E4M3 with its NaN fix)."""
-    rc, stderr, records = compiled[("cuda", "90", 32)]
-    assert rc == 0, stderr
-    by_name = {r["variant"]: r for r in records}
-    plain = next(r for n, r in by_name.items() if "-ring" in n and n.endswith(f"-w1-{fmt}-fp16"))
-    whole = by_name[plain["variant"].replace(f"-{fmt}-fp16", f"-whole-{fmt}-fp16")]
-    if "loop_len" not in plain:
-        pytest.skip("this Triton wheel bundles no nvdisasm to read the SASS with")
+    plain, whole = _sm90_ring_pair(compiled, fmt, "whole")
     assert whole["spills"] == 0 and plain["loop_len"] > 0
     # measured (triton 3.9): 94 -> 78 (E5M2), 219 -> 205 (E4M3)
     assert whole["loop_len"] <= plain["loop_len"] - 10, (plain["loop_len"], whole["loop_len"])
@@ -131,13 +125,7 @@ def test_peeled_ring_keeps_the_whole_loop(compiled, fmt):
     """`_mma`'s PEEL (rows that end inside the last step): the main K loop is WHOLE's, without
     predicates, shorter than the predicated build's; the peeled pass and the reads after it
     are loops of their own."""
-    rc, stderr, records = compiled[("cuda", "90", 32)]
-    assert rc == 0, stderr
-    by_name = {r["variant"]: r for r in records}
-    plain = next(r for n, r in by_name.items() if "-ring" in n and n.endswith(f"-w1-{fmt}-fp16"))
-    peel = by_name[plain["variant"].replace(f"-{fmt}-fp16", f"-peel-{fmt}-fp16")]
-    if "loop_lens" not in plain:
-        pytest.skip("this Triton wheel bundles no nvdisasm to read the SASS with")
+    plain, peel = _sm90_ring_pair(compiled, fmt, "peel")
     assert peel["spills"] == 0 and len(peel["loop_lens"]) == 3, peel["loop_lens"]
     # measured (triton 3.9): E5M2 94 -> 79 (WHOLE 78), E4M3 219 -> 207 (WHOLE 205)
     assert peel["loop_lens"][0] <= plain["loop_len"] - 10, (plain["loop_len"], peel["loop_lens"])
@@ -164,6 +152,17 @@ def _sm90_pair(compiled, key, first, second):
     if key not in a or key not in b:
         pytest.skip("this Triton wheel bundles no nvdisasm to read the SASS with")
     return a, b
+
+
+def _sm90_ring_pair(compiled, fmt, kind):
+    """`_sm90_pair` of the table's M = 1 ring build in one warp (its stage count in the name)
+    and its `kind` (whole, peel) variant, both with their loops read from the SASS."""
+    rc, stderr, records = compiled[("cuda", "90", 32)]
+    assert rc == 0, stderr
+    plain = next(r["variant"] for r in records
+                 if "-ring" in r["variant"] and r["variant"].endswith(f"-w1-{fmt}-fp16"))
+    return _sm90_pair(compiled, "loop_lens", plain,
+                      plain.replace(f"-{fmt}-fp16", f"-{kind}-{fmt}-fp16"))
 
 
 @pytest.mark.parametrize("fmt", ["nvfp4", "mxfp4"])

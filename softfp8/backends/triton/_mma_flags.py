@@ -41,9 +41,15 @@ def mma_ring_whole(n: int, m: int, row_bytes: int, per_split: int, runs: int, cf
     71.3%)."""
     if not (cfg.ring and fp8 and runs and not zero and n % cfg.block_n == 0 and m % runs == 0):
         return False
-    step = MMA_STEP_BYTES * (MMA_MAX_M // runs)
+    return _fewest_steps(row_bytes, per_split, MMA_STEP_BYTES * (MMA_MAX_M // runs)) >= (
+        cfg.ring - 1)
+
+
+def _fewest_steps(row_bytes: int, per_split: int, step: int) -> int:
+    """Whole loop steps of `step` bytes in the shortest program's K range: per_split bytes
+    each, the last program what is left of row_bytes."""
     last = row_bytes - (-(-row_bytes // per_split) - 1) * per_split
-    return min(per_split, last) // step >= cfg.ring - 1
+    return min(per_split, last) // step
 
 
 MMA_RING_PEEL = False
@@ -68,11 +74,9 @@ def mma_ring_peel(n: int, m: int, row_bytes: int, per_split: int, runs: int, cfg
     if not (MMA_RING_PEEL and cfg.ring and fp8 and runs and k == padded_k and n % cfg.block_n == 0
             and m % runs == 0 and row_bytes % step != 0):
         return False
-    programs = -(-row_bytes // per_split)
-    if programs > 1 and per_split % step != 0:
+    if per_split < row_bytes and per_split % step != 0:  # a program but the last cut short
         return False
-    last = row_bytes - (programs - 1) * per_split
-    return min(per_split, last) // step >= cfg.ring - 1
+    return _fewest_steps(row_bytes, per_split, step) >= cfg.ring - 1
 
 
 MMA_FP4_FOUR_TILES_MAXNREG = 0
