@@ -253,9 +253,15 @@ _CACHE: dict[tuple, tuple[CapabilityReport, Choice]] = {}
 _CACHE_LIMIT = 4096
 
 
+_GENERATION = [0]
+"""Bumped by clear_cache(): recorded eager calls (`ops.record_eager`) made before are not replayed."""
+
+
 def clear_cache() -> None:
-    """Forget cached select() results (tests that swap backend modules call this)."""
+    """Forget cached select() results (tests that swap backend modules call this), and every
+    recorded eager call's choice with them."""
     _CACHE.clear()
+    _GENERATION[0] += 1
 
 
 def _check_select_args(m: object, device: object) -> torch.device:
@@ -328,6 +334,9 @@ def _key(fmt, m, device, backend, e2m1, activation_quant, report) -> tuple:
 _RAW_BACKEND = raw_reader(BACKEND_ENV)
 _RAW_E2M1 = raw_reader(E2M1_DECODE_ENV)
 _RAW_ACTIVATION_QUANT = raw_reader(ACTIVATION_QUANT_ENV)
+SETTINGS_READERS = (_RAW_BACKEND, _RAW_E2M1, _RAW_ACTIVATION_QUANT, lambda: _GENERATION[0])
+"""What a choice depends on besides its arguments and the probe: a recorded eager call
+(`ops.record_eager`) is replayed only while each of these returns what it did then."""
 
 
 def _cached(key: tuple) -> Choice | None:

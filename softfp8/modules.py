@@ -16,10 +16,32 @@ from torch import nn
 from . import dispatch
 from .dispatch import Backend, BackendUnavailable, E2M1Decode
 from .formats import SPECS, Format, PackedWeight, ScaleKind, padded_k
-from .ops import run_linear
+from .ops import _plain_eager, record_eager, run_linear
 from .quantize import quantize
 
 _PACKED_BUFFERS = ("words", "scales", "global_scale")
+
+
+class _KeptCall:
+    """A recorded eager call of a Linear (`ops.record_eager`) and the tensors it was recorded
+    with: replayed while the layer holds the same tensors, unwritten (an in-place write may
+    change what the launch was planned on, e.g. that no E4M3 code is NaN)."""
+
+    __slots__ = ("call", "tensors", "versions")
+
+    def __init__(self, call, w, s, g, bias):
+        self.call = call
+        self.tensors = (w, s, g, bias)
+        self.versions = self._versions(w, s, g)
+
+    @staticmethod
+    def _versions(w, s, g) -> tuple:
+        return (w._version, None if s is None else s._version, None if g is None else g._version)
+
+    def holds(self, w, s, g, bias) -> bool:
+        kw, ks, kg, kb = self.tensors
+        return (w is kw and s is ks and g is kg and bias is kb
+                and self._versions(w, s, g) == self.versions)
 
 
 def _op_names(fmt: Format | str, backend: Backend | str,
@@ -90,6 +112,7 @@ class Linear(nn.Module):
                                  f"{packed.device}; expected one device")
             bias = nn.Parameter(bias.detach(), requires_grad=False)
         module.bias = bias
+        module._prepare()
         return module
 
     @classmethod
@@ -185,11 +208,42 @@ class Linear(nn.Module):
         buffers = self._buffers  # not self.words: nn.Module.__getattr__ costs ~0.5 us a name
         w, s, g = buffers["words"], buffers["scales"], buffers["global_scale"]
         fmt, backend, e2m1 = self._op_names
-        # traced (torch.compile): the op checks the layout; a PackedWeight built here would be
-        # traced too, and its checks and the cache below guarded on every call
-        packed = None if torch.compiler.is_compiling() else self._validated(w, s, g)
-        return run_linear(x, w, s, g, fmt, self.out_features, self.in_features, self.bias,
+        if torch.compiler.is_compiling():
+            # traced: the op checks the layout; a PackedWeight built here would be traced too,
+            # and its checks and the caches below guarded on every call
+            return run_linear(x, w, s, g, fmt, self.out_features, self.in_features, self.bias,
+                              backend, e2m1)
+        bias = self.bias
+        calls = self.__dict__.get("_eager_calls")
+        if calls is not None and type(x) is torch.Tensor:
+            kept = calls.get((x.shape, x.dtype, x.device))
+            if kept is not None and kept.holds(w, s, g, bias) and _plain_eager(x, w, s, g, bias):
+                y = kept.call.launch(x)
+                if y is not None:
+                    return y
+        packed = self._validated(w, s, g)
+        if isinstance(x, torch.Tensor) and x.is_cuda and _plain_eager(x, w, s, g, bias):
+            recorded = record_eager(x, packed, bias, backend, e2m1)
+            if recorded is not None:
+                y, call = recorded
+                if call is not None:
+                    if calls is None:
+                        calls = self.__dict__["_eager_calls"] = {}
+                    calls[(x.shape, x.dtype, x.device)] = _KeptCall(call, w, s, g, bias)
+                return y
+        return run_linear(x, w, s, g, fmt, self.out_features, self.in_features, bias,
                           backend, e2m1, packed=packed)
+
+    def _prepare(self) -> None:
+        """The weight's facts, computed now rather than in a call (`_facts.prepare`)."""
+        from .backends import _facts
+
+        _facts.prepare(self.packed)
+
+    def forget_eager_calls(self) -> None:
+        """Drop the recorded eager calls (`_KeptCall`); done on every device or dtype move and
+        state_dict load, so a call is recorded again against the new tensors."""
+        self.__dict__.pop("_eager_calls", None)
 
     def _validated(self, w, s, g) -> PackedWeight:
         """`packed`, kept while every buffer is the same tensor with the same shape, dtype and
@@ -237,22 +291,29 @@ class Linear(nn.Module):
                 error_msgs.append(f"{prefix or 'Linear '}: corrupted packed weight for "
                                   f"{self.fmt} ({self.out_features}, {self.in_features}): {err}")
                 return
+        self.forget_eager_calls()
         bias = state_dict.get(prefix + "bias")
         if self.bias is not None and isinstance(bias, torch.Tensor) and bias.dtype != self.bias.dtype:
             error_msgs.append(f"{prefix}bias: expected {self.bias.dtype}, got {bias.dtype}")
             return
         super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys,
                                       unexpected_keys, error_msgs)
+        if not error_msgs:
+            self._prepare()
 
     def _apply(self, fn, recurse=True):
         # model.half() / .to(torch.bfloat16) cast every floating tensor; the fp32 scales must keep
         # their bits, so for packed buffers only the device part of a conversion is applied.
+        self.forget_eager_calls()  # the bias may change dtype in place (param.data = ...)
+
         def keep_packed_dtype(t):
             out = fn(t)
             if out.dtype != t.dtype and any(t is getattr(self, n, None) for n in _PACKED_BUFFERS):
                 out = t.to(out.device)
             return out
-        return super()._apply(keep_packed_dtype, recurse)
+        out = super()._apply(keep_packed_dtype, recurse)
+        self._prepare()
+        return out
 
 
 # -- whole models ---------------------------------------------------------------------------

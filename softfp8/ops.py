@@ -62,6 +62,25 @@ def _packed_linear(x: torch.Tensor, packed: PackedWeight, bias: torch.Tensor | N
     return y if x2 is x else y.reshape(*lead, n)
 
 
+def record_eager(x: torch.Tensor, packed: PackedWeight, bias: torch.Tensor | None,
+                 backend: str, e2m1: str):
+    """A plain eager layer call (`_plain_eager` holds) on a backend that records its launches
+    for replays (its module has `eager_call`: the Triton backend, `_fastcall`): (y, the
+    recorded call or None where it can't be replayed). None where the chosen backend records
+    nothing: the caller runs the ordinary path."""
+    _check_linear_args()(x, packed, bias)
+    n, k = packed.shape
+    x2 = x if x.dim() == 2 and x.is_contiguous() else x.reshape(-1, k).contiguous()
+    if x2.shape[0] == 0:
+        return None
+    choice = dispatch.select(packed.fmt, x2.shape[0], x.device, backend=backend, e2m1=e2m1)
+    record = getattr(dispatch.load(choice.backend), "eager_call", None)
+    if record is None:
+        return None
+    y, call = record(x2, packed, bias, e2m1=choice.e2m1, readers=dispatch.SETTINGS_READERS)
+    return (y if x2 is x else y.reshape(*x.shape[:-1], n)), call
+
+
 @functools.lru_cache(maxsize=None)
 def _check_linear_args():
     from .linear import check_linear_args  # linear.py imports this module

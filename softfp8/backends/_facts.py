@@ -5,6 +5,7 @@ weight is replaced or written in place. Shared by the Triton and Numba backends.
 from __future__ import annotations
 
 import weakref
+from concurrent.futures import ThreadPoolExecutor
 
 import torch
 
@@ -63,6 +64,25 @@ def known_fact(packed: PackedWeight, fact) -> tuple | None:
 def remember_fact(packed: PackedWeight, fact, value) -> None:
     stamp = tuple((weakref.ref(t), t._version) for t in _weight_tensors(packed))
     facts_of(packed.words, create=True)[fact] = (stamp, value)
+
+
+def made_apart(device: torch.device, make):
+    """make() for a tensor that outlives the call that needs it (a weight's fact, split-K's
+    counters), on a thread of its own for a CUDA device. Why: torch's CUDA-graph trees run a
+    compiled function's warm-up with every allocation of the calling thread sent to the graph's
+    private pool, and refuse to record while a tensor made there outlives the warm-up
+    (`RuntimeError: Detected N tensor(s) in the cudagraph pool not tracked as outputs`); a
+    thread of its own allocates outside that pool (the device's default stream does not).
+    make() synchronises before it returns whatever the caller reads on another stream."""
+    if device.type != "cuda":
+        return make()
+
+    def on_device():
+        with torch.cuda.device(device):
+            return make()
+
+    with ThreadPoolExecutor(max_workers=1) as apart:
+        return apart.submit(on_device).result()
 
 
 CHECK_CHUNK_BYTES = 1 << 25
@@ -132,6 +152,14 @@ def mx_row_exponents(packed: PackedWeight) -> torch.Tensor | None:
     if not codes_nan_free(packed):  # a NaN scale (that check is kept too)
         remember_fact(packed, "mx row exponents", None)
         return None
+    if packed.scales.is_cuda:  # the thread below reads the weight on another stream
+        torch.cuda.current_stream(packed.scales.device).synchronize()
+    value = made_apart(packed.scales.device, lambda: _row_exponents(packed))
+    remember_fact(packed, "mx row exponents", value)
+    return value
+
+
+def _row_exponents(packed: PackedWeight) -> torch.Tensor | None:
     n, nb = packed.scales.shape
     words = packed.words.view(torch.uint8).reshape(n, nb, 16)  # a block's 16 bytes a row
     e = torch.empty(n, dtype=torch.int32, device=words.device)
@@ -142,6 +170,15 @@ def mx_row_exponents(packed: PackedWeight) -> torch.Tensor | None:
         rows_e = torch.where(nonzero, scales, 0).amax(dim=1)
         e[r:r + part.shape[0]] = rows_e
         bad |= ((scales < rows_e[:, None] - MX_ROW_E_SPAN) & nonzero).any()
-    value = None if bool(bad) else e
-    remember_fact(packed, "mx row exponents", value)
-    return value
+    return None if bool(bad) else e  # bool(): the thread's stream is done with e
+
+
+def prepare(packed: PackedWeight) -> None:
+    """Compute now the facts a kernel asks of this weight on its first call (`codes_nan_free`,
+    `mx_row_exponents`), so that no call pays for them (a layer is built, moved or loaded;
+    `softfp8.Linear` calls this). Nothing on the meta device or during a CUDA graph capture."""
+    device = packed.words.device
+    if device.type == "meta" or (device.type == "cuda" and torch.cuda.is_current_stream_capturing()):
+        return
+    codes_nan_free(packed)
+    mx_row_exponents(packed)

@@ -110,6 +110,9 @@ def build_parser() -> argparse.ArgumentParser:
         "small-m": "M = 1, 2, 4, 8, 16 on the preset's shapes; bandwidth relative to M=1",
         "prefill": "M = 512, 2048: softfp8 vs fp16 and bf16 cuBLAS; TFLOP/s",
     }
+    for name in USER_PATH:  # parsed by user_path; listed here for --help
+        sub.add_parser(name, help=f"see softfp8-bench {name} --help (transformers generate() "
+                       "tok/s; an eager call's host time)")
     for name, text in help_.items():
         p = sub.add_parser(name, parents=[common], help=text, description=text)
         if name == "token":
@@ -135,8 +138,17 @@ def _device(text: str) -> torch.device:
     return device
 
 
+USER_PATH = ("generate", "calls")
+"""Subcommands of `user_path` (transformers generate(); an eager call's host time): their own
+options, not the GEMV ones above."""
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
+    if argv and argv[0] in USER_PATH:
+        from . import user_path
+
+        return user_path.main(argv)
     args = build_parser().parse_args(argv)
     device = _device(args.device)
     cuda = device.type == "cuda"

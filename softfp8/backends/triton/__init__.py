@@ -28,6 +28,7 @@ from ...formats import Format, PackedWeight, ScaleKind
 from ...linear import check_linear_args
 from .._facts import (codes_nan_free, known_fact, mx_row_exponents,  # noqa: F401 - re-exported
                       remember_fact)
+from ._fastcall import note_split, record_call, start
 from ._device import (FP8_DECODE_ENV, DeviceInfo, Kernel, LaunchConfig, device_info,
                       uses_hardware_fp8)
 from ._mma_flags import mma_maxnreg, mma_ring_peel, mma_ring_whole, mma_x_in_step
@@ -36,6 +37,7 @@ from ._mma_table import (MMA_FORMATS, MMA_GROUPS_MAX_M, MMA_MAX_M, MMA_RING_STAG
                          mma_gemv_runs, mma_layout, mma_ring_fits, mma_rows, mma_split,
                          mma_zero_fill, uses_mma_gemv)
 from ._splitk import SPLITK_REDUCE_ENV, counters, last_program_reduces
+from ._splitk import _read_reduce as _splitk_setting
 from ._table import (DEQUANT_MIN_M, DEQUANT_MIN_M_FP4, DEQUANT_MIN_SLAB_ROWS,
                      DEQUANT_SLAB_BYTES, PDL_ENV, PDL_PREFETCH_ENV, TABLE_ENV, dot_upcast,
                      launch_config, pdl_auto, pdl_settings, tiled_config, uses_ptx_decode)
@@ -110,6 +112,17 @@ def matmul(x: torch.Tensor, packed: PackedWeight, bias: torch.Tensor | None = No
     return _launch(x, packed, bias, cfg, e2m1, hw, pdl)
 
 
+_SETTINGS_READERS = _PLAN_ENV_READERS + (_splitk_setting,)
+
+
+def eager_call(x: torch.Tensor, packed: PackedWeight, bias: torch.Tensor | None, *,
+               e2m1: E2M1Decode | str, readers: tuple):
+    """`matmul` once, recorded for replays of the same call (`_fastcall`): (y, its LayerCall or
+    None). `readers`: what the caller's choice of this backend depended on (functions returning
+    the settings' values); a replay finds those and the launch plan's settings unchanged."""
+    return record_call(matmul, x, packed, bias, e2m1, readers + _SETTINGS_READERS)
+
+
 def run(x: torch.Tensor, packed: PackedWeight, bias: torch.Tensor | None, cfg: LaunchConfig, *,
         e2m1: E2M1Decode = E2M1Decode.SELECT, hw_fp8: bool = False) -> torch.Tensor:
     """Launch with explicit settings (tests and benchmarks use this to reach every variant)."""
@@ -134,6 +147,11 @@ def _counters(split: int, device: torch.device, tiles: int,
     splitk_reduce_kernel reduces (or there is no split)."""
     cnt = None if split == 1 or not last_program_reduces() else counters(device, tiles)
     return (unused, False) if cnt is None else (cnt, True)
+
+
+def _note(split: int, ws: torch.Tensor, last: bool) -> None:
+    if split > 1:
+        note_split(ws, last)
 
 
 def _launch(x: torch.Tensor, packed: PackedWeight, bias: torch.Tensor | None, cfg: LaunchConfig,
@@ -219,15 +237,14 @@ def _launch(x: torch.Tensor, packed: PackedWeight, bias: torch.Tensor | None, cf
         if nreg:  # a register cap, so that one more program fits an SM (`mma_maxnreg`)
             launch = dict(launch, maxnreg=nreg)
         cnt, last = _counters(split, x.device, grid[0], w)
-        mma_gemv_kernel[grid](*args, cnt, *sizes, LAST=last, FMT=packed.fmt.value,
-                              HAS_BIAS=bias is not None, WARPS=cfg.num_warps,
-                              PARTIAL=split > 1, num_warps=cfg.num_warps, num_stages=1, PDL=pdl,
-                              PREFETCH=prefetch, AHEAD=cfg.num_stages, RUNS=runs, TILES=tiles,
-                              HAS_SCALE=has_scale, NAN=nan, DEPTH=cfg.depth, GROUPS=groups,
-                              WIDE=wide, INJECT=e2m1 is E2M1Decode.INJECT, RING=cfg.ring,
-                              ZERO=zero, WHOLE=whole or peel, PEEL=peel, X_IN_STEP=x_in_step,
-                              ROW_E=e_rows is not None,
-                              **launch)
+        _note(split, ws, last)
+        start(mma_gemv_kernel, grid, (*args, cnt, *sizes), dict(
+            LAST=last, FMT=packed.fmt.value, HAS_BIAS=bias is not None, WARPS=cfg.num_warps,
+            PARTIAL=split > 1, num_warps=cfg.num_warps, num_stages=1, PDL=pdl,
+            PREFETCH=prefetch, AHEAD=cfg.num_stages, RUNS=runs, TILES=tiles,
+            HAS_SCALE=has_scale, NAN=nan, DEPTH=cfg.depth, GROUPS=groups, WIDE=wide,
+            INJECT=e2m1 is E2M1Decode.INJECT, RING=cfg.ring, ZERO=zero, WHOLE=whole or peel,
+            PEEL=peel, X_IN_STEP=x_in_step, ROW_E=e_rows is not None, **launch))
     else:
         common = dict(FMT=packed.fmt.value, HAS_SCALE=has_scale, HAS_BIAS=bias is not None,
                       INJECT=e2m1 is E2M1Decode.INJECT, HW=hw_fp8, ASM=asm, BLOCK_M=cfg.block_m,
@@ -239,19 +256,22 @@ def _launch(x: torch.Tensor, packed: PackedWeight, bias: torch.Tensor | None, cf
                                  f"M={m}")
             grid = (-(-n // cfg.block_n), split)
             cnt, last = _counters(split, x.device, grid[0], w)
-            K_.gemv_kernel[grid](*args, cnt, *sizes, LAST=last,
-                                 BLOCK_KB=cfg.block_k * spec.bits // 8, **common)
+            _note(split, ws, last)
+            start(K_.gemv_kernel, grid, (*args, cnt, *sizes),
+                  dict(LAST=last, BLOCK_KB=cfg.block_k * spec.bits // 8, **common))
         else:
             if packed.fmt is Format.MXFP4 and cfg.block_k != 32:
                 raise ValueError("cfg: the tl.dot kernels step one MXFP4 block (block_k=32)")
             grid = (-(-n // cfg.block_n), -(-m // cfg.block_m), split)
             precision = "ieee"  # fp32: exact FMAs (1e-5); fp16/bf16 operands ignore it
             cnt, last = _counters(split, x.device, grid[0] * grid[1], w)
-            K_.dot_kernel[grid](*args, cnt, *sizes, LAST=last, BLOCK_K=cfg.block_k,
-                                PRECISION=precision, UPCAST=dot_upcast(x), **common)
+            _note(split, ws, last)
+            start(K_.dot_kernel, grid, (*args, cnt, *sizes),
+                  dict(LAST=last, BLOCK_K=cfg.block_k, PRECISION=precision,
+                       UPCAST=dot_upcast(x), **common))
     if split > 1 and not last:
         block = 256
-        K_.splitk_reduce_kernel[(-(-n // block), m)](
-            ws, s, g, b, y, m, n, split, FMT=packed.fmt.value, HAS_SCALE=has_scale,
-            HAS_BIAS=bias is not None, BLOCK=block, PDL=pdl, **launch)
+        start(K_.splitk_reduce_kernel, (-(-n // block), m), (ws, s, g, b, y, m, n, split),
+              dict(FMT=packed.fmt.value, HAS_SCALE=has_scale, HAS_BIAS=bias is not None,
+                   BLOCK=block, PDL=pdl, **launch))
     return y

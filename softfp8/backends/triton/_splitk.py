@@ -26,12 +26,12 @@ from __future__ import annotations
 import functools
 import os
 import threading
-from concurrent.futures import ThreadPoolExecutor
 
 import torch
 
 from ..._env import raw_reader
 from ...dispatch import _Choice
+from .._facts import made_apart as _made_apart
 
 SPLITK_REDUCE_ENV = "SOFTFP8_SPLITK_REDUCE"
 
@@ -63,25 +63,6 @@ def last_program_reduces() -> bool:
     """Whether split launches reduce in their last program (SOFTFP8_SPLITK_REDUCE, read each
     call through `_env`, parsed once a value)."""
     return _parse(_read_reduce()) is SplitKReduce.LAST
-
-
-def _made_apart(device: torch.device, make):
-    """make() for the counters this module keeps, on a thread of its own for a CUDA device. Why:
-    torch's CUDA-graph trees run a compiled function's warm-up with every allocation of the
-    calling thread sent to the graph's private pool, and refuse to record while a tensor made
-    there outlives the warm-up (`RuntimeError: Detected N tensor(s) in the cudagraph pool not
-    tracked as outputs`): a model compiled with mode="reduce-overhead" whose first split launch
-    was in that warm-up failed (`rerec14d`, tests/test_compile.py; the device's default stream
-    does not escape the pool, a thread does: `rerec14e`)."""
-    if device.type != "cuda":
-        return make()
-
-    def on_device():
-        with torch.cuda.device(device):
-            return make()
-
-    with ThreadPoolExecutor(max_workers=1) as apart:
-        return apart.submit(on_device).result()
 
 
 class _Pool:

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# The user-path campaign on a lent GPU, one step a call:
+#   OUT=$OUT bash benchmarks/gpu_user_path.sh STEP [STEP ...]
+# tests: the GPU tests of the recorded eager calls, compile and CUDA graphs;
+# calls: an eager call's host time (softfp8-bench calls);
+# eager / static: softfp8-bench generate on llama2-7b (software FP8 decode);
+# eager8b / static8b: the same on llama3-8b.
+set -u
+OUT=${OUT:-out}; mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1
+echo "== $(date -u +%FT%TZ) $(nvidia-smi -L | head -1)"
+python3 -c "import torch, triton, transformers; print('torch', torch.__version__, 'triton', triton.__version__, 'transformers', transformers.__version__)"
+for step in "$@"; do
+  echo "== step $step $(date -u +%T)"
+  case $step in
+    tests) python3 -m pytest -q -m gpu -x tests/test_fastcall.py tests/test_compile.py tests/test_gpu_graphs.py 2>&1 | tail -25 ;;
+    calls) python3 -m softfp8.bench calls --out "$OUT/calls.json" ;;
+    eager) SOFTFP8_FP8_DECODE=integer python3 -m softfp8.bench generate --preset llama2-7b --modes eager --out "$OUT/gen-eager.json" ;;
+    static) SOFTFP8_FP8_DECODE=integer python3 -m softfp8.bench generate --preset llama2-7b --modes static --out "$OUT/gen-static.json" ;;
+    eager8b) SOFTFP8_FP8_DECODE=integer python3 -m softfp8.bench generate --preset llama3-8b --modes eager --out "$OUT/gen-eager-8b.json" ;;
+    static8b) SOFTFP8_FP8_DECODE=integer python3 -m softfp8.bench generate --preset llama3-8b --modes static --out "$OUT/gen-static-8b.json" ;;
+    *) echo "unknown step $step" ;;
+  esac
+done
+echo "== done $(date -u +%T)"
