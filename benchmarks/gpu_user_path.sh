@@ -15,10 +15,10 @@ for step in "$@"; do
   case $step in
     tests) python3 -m pytest -q -m gpu -x tests/test_fastcall.py tests/test_compile.py tests/test_gpu_graphs.py 2>&1 | tail -25 ;;
     calls) python3 -m softfp8.bench calls --out "$OUT/calls.json" ;;
-    eager) SOFTFP8_FP8_DECODE=integer python3 -m softfp8.bench generate --preset llama2-7b --modes eager --out "$OUT/gen-eager.json" ;;
-    static) SOFTFP8_FP8_DECODE=integer python3 -m softfp8.bench generate --preset llama2-7b --modes static --out "$OUT/gen-static.json" ;;
-    eager8b) SOFTFP8_FP8_DECODE=integer python3 -m softfp8.bench generate --preset llama3-8b --modes eager --out "$OUT/gen-eager-8b.json" ;;
-    static8b) SOFTFP8_FP8_DECODE=integer python3 -m softfp8.bench generate --preset llama3-8b --modes static --out "$OUT/gen-static-8b.json" ;;
+    eager) SOFTFP8_FP8_DECODE=integer python3 -m softfp8.bench generate --preset llama2-7b --modes eager --gpu-time --out "$OUT/gen-eager.json" ;;
+    static) SOFTFP8_FP8_DECODE=integer python3 -m softfp8.bench generate --preset llama2-7b --modes static --gpu-time --out "$OUT/gen-static.json" ;;
+    eager8b) SOFTFP8_FP8_DECODE=integer python3 -m softfp8.bench generate --preset llama3-8b --modes eager --gpu-time --out "$OUT/gen-eager-8b.json" ;;
+    static8b) SOFTFP8_FP8_DECODE=integer python3 -m softfp8.bench generate --preset llama3-8b --modes static --gpu-time --out "$OUT/gen-static-8b.json" ;;
     *) echo "unknown step $step" ;;
   esac
 done

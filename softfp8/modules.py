@@ -36,7 +36,11 @@ class _KeptCall:
 
     @staticmethod
     def _versions(w, s, g) -> tuple:
-        return (w._version, None if s is None else s._version, None if g is None else g._version)
+        try:
+            return (w._version, None if s is None else s._version,
+                    None if g is None else g._version)
+        except RuntimeError:  # inference tensors keep no version (`_facts.version_of`)
+            return None
 
     def holds(self, w, s, g, bias) -> bool:
         kw, ks, kg, kb = self.tensors

@@ -40,6 +40,16 @@ def facts_of(words: torch.Tensor, create: bool = False) -> dict | None:
     return facts
 
 
+def version_of(t: torch.Tensor) -> int:
+    """t's version counter (bumped by every in-place write). An inference tensor (made under
+    torch.inference_mode) has none: 0, since outside inference mode it can't be written in
+    place (inside, such writes go unseen: facts then last until the tensor is replaced)."""
+    try:
+        return t._version
+    except RuntimeError:
+        return 0
+
+
 def _weight_tensors(packed: PackedWeight) -> tuple:
     return tuple(t for t in (packed.words, packed.scales, packed.global_scale) if t is not None)
 
@@ -56,13 +66,13 @@ def known_fact(packed: PackedWeight, fact) -> tuple | None:
     if len(now) != len(stamp):
         return None
     for (ref, version), t in zip(stamp, now):  # a loop: all() over a generator costs ~1 us
-        if ref() is not t or t._version != version:
+        if ref() is not t or version_of(t) != version:
             return None
     return (value,)
 
 
 def remember_fact(packed: PackedWeight, fact, value) -> None:
-    stamp = tuple((weakref.ref(t), t._version) for t in _weight_tensors(packed))
+    stamp = tuple((weakref.ref(t), version_of(t)) for t in _weight_tensors(packed))
     facts_of(packed.words, create=True)[fact] = (stamp, value)
 
 

@@ -74,6 +74,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--long", type=int, default=72, help="new tokens of the long call "
                    "(long - short = 64 timed tokens by default)")
     g.add_argument("--repeats", type=int, default=2, help="timed pairs per row (median)")
+    g.add_argument("--gpu-time", action="store_true", help="also the GPU's busy time per token "
+                   "(torch.profiler over one more pair): what the loop around the step costs")
     c = sub.add_parser("calls", help="host time of one eager batch-1 linear, fp16 vs softfp8")
     c.add_argument("--shape", default="4096,4096", help="N,K of the layer")
     c.add_argument("--formats", default="e5m2,e4m3,nvfp4,mxfp4")
@@ -186,9 +188,23 @@ def _decode_rate(model, ids, mode: str, args, device) -> dict:
         per_token.append((t_long - t_short) / (args.long - args.short))
         calls.append(t_long)
     s = statistics.median(per_token)
-    return {"tok_per_s": 1.0 / s if s > 0 else float("nan"), "ms_per_token": s * 1e3,
-            "call_tok_per_s": args.long / statistics.median(calls), "warmup_pairs": pairs,
-            "graphs_recorded_timed": RECORDINGS[0] - before if device.type == "cuda" else None}
+    out = {"tok_per_s": 1.0 / s if s > 0 else float("nan"), "ms_per_token": s * 1e3,
+           "call_tok_per_s": args.long / statistics.median(calls), "warmup_pairs": pairs,
+           "graphs_recorded_timed": RECORDINGS[0] - before if device.type == "cuda" else None}
+    if device.type == "cuda" and getattr(args, "gpu_time", False):
+        busy = [_gpu_busy_ms(model, ids, n, kwargs, device) for n in (args.short, args.long)]
+        out["gpu_busy_ms_per_token"] = (busy[1] - busy[0]) / (args.long - args.short)
+    return out
+
+
+def _gpu_busy_ms(model, ids, new_tokens: int, kwargs: dict, device) -> float:
+    """Milliseconds the GPU spent in kernels during one generate() call (torch.profiler's
+    device self time, summed): against the wall time per token, what the loop leaves idle."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        _generate_seconds(model, ids, new_tokens, kwargs, device)
+    return sum(e.self_device_time_total for e in prof.key_averages()) / 1e3
 
 
 def generate_cmd(args) -> tuple[list[dict], dict]:
@@ -242,8 +258,11 @@ def generate_cmd(args) -> tuple[list[dict], dict]:
                 row["speedup_vs_base"] = row["tok_per_s"] / base[mode]
             rows.append(row)
             peak = row["peak_gpu_bytes"] / 1e9 if row["peak_gpu_bytes"] else float("nan")
-            note = row.get("error") or (f"warm-up {row['warmup_pairs']} pairs, "
-                                        f"{row['graphs_recorded_timed']} graphs in timed calls")
+            note = row.get("error") or f"warm-up {row['warmup_pairs']} pairs"
+            if row.get("graphs_recorded_timed") is not None:
+                note += f", {row['graphs_recorded_timed']} graphs recorded in timed calls"
+            if row.get("gpu_busy_ms_per_token") is not None:
+                note += f", GPU busy {row['gpu_busy_ms_per_token']:.2f} ms/token"
             print(f"{variant:8s} {mode:13s} {row.get('tok_per_s', float('nan')):8.1f} "
                   f"{row.get('speedup_vs_base', float('nan')):7.2f} "
                   f"{row.get('ms_per_token', float('nan')):8.2f} {weights / 1e9:10.2f} "

@@ -86,13 +86,21 @@ def _full_args(fn, args: tuple, kwargs: dict) -> tuple:
     return tuple(bound.arguments.values())
 
 
-def _launch_hook_set() -> bool:
+@functools.lru_cache(maxsize=None)
+def _runtime_knobs():
     try:
         from triton import knobs
     except ImportError:  # a Triton without knobs: no hooks to honour
-        return False
-    runtime = knobs.runtime
-    return runtime.launch_enter_hook is not None or runtime.launch_exit_hook is not None
+        return None
+    return knobs.runtime
+
+
+def _launch_hook_set() -> bool:
+    """Whether a launch hook (a profiler's, e.g. proton) is set: Triton's own launch calls it,
+    so a replay must not skip it."""
+    runtime = _runtime_knobs()
+    return runtime is not None and (runtime.launch_enter_hook is not None
+                                    or runtime.launch_exit_hook is not None)
 
 
 @dataclass(frozen=True)
