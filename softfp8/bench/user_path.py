@@ -24,6 +24,7 @@ import contextlib
 import cProfile
 import gc
 import io
+import math
 import os
 import pstats
 import statistics
@@ -252,10 +253,11 @@ def generate_cmd(args) -> tuple[list[dict], dict]:
                 row["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
                 traceback.print_exc(limit=4)
             row["peak_gpu_bytes"] = torch.cuda.max_memory_allocated(device) if cuda else None
-            if variant in ("fp16", "bf16") and "tok_per_s" in row:
-                base[mode] = row["tok_per_s"]
-            if "tok_per_s" in row and mode in base:
-                row["speedup_vs_base"] = row["tok_per_s"] / base[mode]
+            rate = row.get("tok_per_s", float("nan"))
+            if variant in ("fp16", "bf16") and math.isfinite(rate):
+                base[mode] = rate
+            if mode in base and math.isfinite(rate):
+                row["speedup_vs_base"] = rate / base[mode]
             rows.append(row)
             peak = row["peak_gpu_bytes"] / 1e9 if row["peak_gpu_bytes"] else float("nan")
             note = row.get("error") or f"warm-up {row['warmup_pairs']} pairs"
