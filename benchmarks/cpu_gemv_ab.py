@@ -3,7 +3,7 @@
     python benchmarks/cpu_gemv_ab.py --base HEAD~1 [--shapes 11008x4096,4096x11008]
         [--formats e5m2,e4m3,nvfp4,mxfp4] [--reps 20] [--x fp32|bf16|fp16] [--cold N]
 
-A 2-vCPU VM moves by 20-40% from minute to minute (BENCHMARKS.md, CPU), more than most changes
+A 2-vCPU VM moves by 20-40% from minute to minute (docs/decisions.md, Method), more than most changes
 to a kernel; only calls interleaved round by round in one process compare. The revision's
 `softfp8` package is unpacked (`git archive`) into a temporary folder as `softfp8_base` (its
 imports are relative) and quantizes its own copy of the same weights; each round calls torch's

@@ -6,8 +6,8 @@ device time per generated token.
     python benchmarks/gpu_e2e_profile.py --variant e5m2 --layers 8      # on the GPU
     python benchmarks/gpu_e2e_profile.py --variant e5m2 --tiny --device cpu   # smoke test
 
-Why: compiled, NVFP4 decoded 1.37x faster than fp16 end to end and E5M2 not at all (BENCHMARKS.md,
-`e2e10`), while the `token` bench replays E5M2's linears alone at 2.07x fp16. The table shows
+Why: compiled, NVFP4 decoded 1.37x faster than fp16 end to end and E5M2 not at all (docs/decisions.md,
+"GPU: the whole model"), while the `token` bench replays E5M2's linears alone at 2.07x fp16. The table shows
 whether E5M2's own kernels or something around the `softfp8::linear` calls (copies, casts,
 extra launches) takes the time. Kernel names are cut to --width characters.
 """

@@ -5,7 +5,7 @@ nothing downloaded), replayed as a CUDA graph: fp16 against each softfp8 format,
     python benchmarks/gpu_e2e_step.py --variants fp16,e5m2 --layers 8
     python benchmarks/gpu_e2e_step.py --tiny --device cpu      # smoke test (eager steps, no graph)
 
-Why: compiled generate() hides the model (BENCHMARKS.md, `e2e10`, `e2eprof`): transformers'
+Why: compiled generate() hides the model (docs/decisions.md, "GPU: the whole model"): transformers'
 decode loop spends ~2 ms of host time a token (about 69 eager launches of its own and a host
 sync), longer than an 8-layer model's whole device step, so every variant ran at the host's
 pace. This script times what a serving loop that keeps the host off the critical path gets: the

@@ -11,7 +11,7 @@ Each cell: the fastest of --rounds rounds of --calls calls issued back to back w
 synchronising (the GPU work of a 4096 x 4096 GEMV, ~7 us on an H200, is shorter than the issue
 time, so the queue never fills), us a call; the rounds of all cells interleaved so that the
 host's drift hits every cell alike (a mean over 2000 calls in a row moved 2x between two runs
-of one commit, ninth session).
+of one commit).
 """
 from __future__ import annotations
 

@@ -3,13 +3,13 @@ pure-read kernels (no decode, no arithmetic worth the name), one CUDA graph, aga
 `F.linear` token in the same process.
 
 Why: per shape, the MMA GEMV streams at ~95% of read bandwidth once running, plus a fixed ~2.7
-us a kernel (H200 sweep, BENCHMARKS.md), so the 8-bit token sits at ~80% of read bandwidth.
+us a kernel (H200 sweep), so the 8-bit token sits at ~80% of read bandwidth.
 If a chain of plain reads of the same bytes pays the same fixed cost, the token target is a
 property of launching 128 dependent kernels, not of the decode.
 
 --pdl launches each chain under programmatic dependent launch too (sm_90+), placed as softfp8's
 kernels place it, so the ceiling is that of kernels which may overlap as softfp8's do:
-  off        plain launches (the chain before the twenty-fifth session);
+  off        plain launches (no PDL);
   late       wait first, the next kernel let in after the loads (softfp8's 8-bit default);
   early      the next kernel let in at once, the first load before the wait and the rest after
              it (a GEMV may hold only its first steps of weights before x is known);

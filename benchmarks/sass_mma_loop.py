@@ -1,6 +1,6 @@
 """SASS opcode counts of Kernel.MMA_GEMV's main loop, cross-compiled here for a GPU that is not
 (no GPU needed: triton.compile to a cubin, then the wheel's nvdisasm). Counting first is how a
-decode change gets predicted before device time is spent (BENCHMARKS.md, fifteenth session).
+decode change gets predicted before device time is spent (docs/decisions.md: where the count misled, too).
 
     python benchmarks/sass_mma_loop.py nvfp4 --set INJECT=1 [--warps N] [--arch 90] [--dump]
 

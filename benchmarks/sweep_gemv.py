@@ -52,7 +52,7 @@ def graph_time(fns, reps=10):
     (`softfp8.bench.timing.measure`: replays untimed until the GPU has been busy WARM_GPU_S,
     then `reps` back to back between events). Before (2026-12-03), 10 replays with a sync each
     and no warm-up: a shape's first settings ran in the ~50 ms slow phase after its quantize
-    (BENCHMARKS.md, twenty-seventh session), which is why sweeps had the head 10-15% slower
+    (docs/decisions.md, Method), which is why sweeps had the head 10-15% slower
     than the bench did."""
     return measure(fns, torch.device("cuda"), warmup=1, reps=reps).seconds * 1e3
 

@@ -1,19 +1,22 @@
-"""Regenerate the README's figures from live computation (and from bench receipts, if any).
+"""Regenerate the figures of docs/performance.md from the receipts it cites, and from live
+computation.
 
     python demos/make_figures.py                  # writes figures/*.png
     python demos/make_figures.py --quick --out /tmp/figs
 
 1. figures/error_per_format.png: the output error of one GEMV per format over 3,840 outputs
    (N = 3840), computed now on the backend auto picks, against the unquantized fp32 layer.
-2. figures/bandwidth_model.png: the README's bandwidth model (predicted time = bytes moved /
-   measured read bandwidth) against measured time, one colour per device.
-3. figures/speedups.png: speedup over fp16 per shape and format.
+2. figures/bandwidth_model.png: the bandwidth model (predicted time = bytes moved / (read
+   bandwidth x coefficient)) against the measured time of the llama2-7b token, per format.
+3. figures/speedups.png: speedup over fp16 per shape and format, and for the token.
 
-Figures 2 and 3 take GPU numbers from bench receipts: every *.json under --receipts is searched
-for records (JSON objects, at any depth) holding numbers under keys that contain "predicted" and
-"measured" (figure 2) or "speedup" (figure 3); the record's "format"/"shape"/"name" label it and
-the nearest "gpu"/"device" above it names the device. Without such a receipt they plot only what
-can be measured on this machine, and say so on the figure.
+Figures 2 and 3 take GPU numbers from bench receipts, by default the two docs/performance.md
+cites (RECEIPTS); --receipts names others (files, or folders searched for *.json). Each receipt
+is searched for records (JSON objects, at any depth) holding numbers under keys that contain
+"predicted" and "measured" (figure 2) or "speedup" (figure 3); the record's "format"/"shape"/
+"name" label it and the nearest "gpu"/"device" above it names the device. The foot of each such
+figure names the receipts' date, device, versions and command. Without a receipt the figures
+plot only what can be measured on this machine, and say so.
 """
 from __future__ import annotations
 
@@ -39,6 +42,11 @@ FORMAT_COLOURS = {"e5m2": "tab:blue", "e4m3": "tab:orange", "nvfp4": "tab:green"
 
 
 _COMMAND = "python demos/make_figures.py"  # main() adds its arguments
+
+# The receipts docs/performance.md cites for figures 2 and 3, with the environment they ran
+# under (a bench receipt records its command line, not the SOFTFP8_* variables around it).
+RECEIPTS = {"receipts/final33/token.json": "SOFTFP8_FP8_DECODE=integer",
+            "receipts/final32/shapes-1.json": "SOFTFP8_FP8_DECODE=integer"}
 
 
 def stamp(fig, device: torch.device) -> None:
@@ -88,10 +96,22 @@ def _label(record: dict) -> str:
     return " ".join(parts) or "?"
 
 
-def bench_points(receipts: Path) -> tuple[list[tuple], list[tuple], list[str]]:
+def _receipt_files(receipts) -> list[Path]:
+    """The *.json files named by `receipts`: a path or a list of them, each a file or a folder."""
+    paths = [receipts] if isinstance(receipts, (str, Path)) else list(receipts)
+    files = []
+    for path in map(Path, paths):
+        if path.is_dir():
+            files += sorted(path.glob("**/*.json"))
+        elif path.is_file():
+            files.append(path)
+    return files
+
+
+def bench_points(receipts) -> tuple[list[tuple], list[tuple], list[str]]:
     """Model points (device, label, predicted, measured) and speedups (device, label, fmt, x)."""
     model, speed, files = [], [], []
-    for path in sorted(receipts.glob("**/*.json")) if receipts.is_dir() else []:
+    for path in _receipt_files(receipts):
         try:
             data = json.loads(path.read_text())
         except (OSError, ValueError):
@@ -141,7 +161,7 @@ def figure_error(out: Path, device: torch.device, n: int, k: int) -> dict:
     x = torch.randn(1, k, generator=g).to(device)
     exact = (x.double() @ weight.double().T)[0]
     rms = exact.square().mean().sqrt()
-    fig, ax = plt.subplots(figsize=(7, 4))
+    fig, ax = plt.subplots(figsize=(8.5, 4))
     summary = {}
     for fmt in Format:
         y = softfp8.linear(x, softfp8.quantize(weight, fmt))[0].double()
@@ -154,11 +174,12 @@ def figure_error(out: Path, device: torch.device, n: int, k: int) -> dict:
                 label=f"{fmt.value}: L2 {summary[fmt.value]['relative_l2']:.2%}")
     ax.set_xlabel("log10 |y - y_fp32| / rms(y_fp32), per output")
     ax.set_ylabel("outputs")
-    ax.set_title(f"GEMV output error over {n} outputs (K={k}), {device}, auto backend")
-    ax.legend()
+    ax.set_title(f"GEMV output error over {n} outputs (K={k}), {device}, auto backend",
+                 fontsize=9)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     fig.tight_layout(rect=(0, 0.02, 1, 1))
     stamp(fig, device)
-    fig.savefig(out / "error_per_format.png", dpi=120)
+    fig.savefig(out / "error_per_format.png", dpi=120, bbox_inches="tight")  # keeps the outside legend
     plt.close(fig)
     return summary
 
@@ -183,77 +204,122 @@ def local_gemv_times(device: torch.device, shapes: list[tuple[int, int]]) -> lis
     return rows
 
 
+def receipt_note(files: list[str]) -> str:
+    """Date, device, versions and command of each receipt a figure was drawn from."""
+    lines = []
+    for f in files:
+        try:
+            data = json.loads(Path(f).read_text())
+        except (OSError, ValueError):
+            continue
+        if not isinstance(data, dict):
+            continue
+        device = data.get("device")
+        name = device.get("name") if isinstance(device, dict) else device
+        versions = data.get("versions") if isinstance(data.get("versions"), dict) else {}
+        stack = ", ".join(f"{k} {versions[k]}" for k in ("torch", "triton") if versions.get(k))
+        command = str(data.get("command", "?")).split(" --out ")[0]
+        env = next((e for r, e in RECEIPTS.items() if Path(f).as_posix().endswith(r)), "")
+        command = f"{env} {command}".strip()
+        lines.append(f"{Path(f).parent.name}/{Path(f).name}: {str(data.get('date', '?'))[:10]}, "
+                     f"{name or '?'}, {stack}: {command}")
+    return "\n".join(lines)
+
+
+def _foot(fig, text: str) -> None:
+    fig.text(0.01, 0.005, text, fontsize=6, color="0.3", va="bottom")
+
+
 def figure_model(out: Path, points: list[tuple], local: list[dict], bandwidth: float,
                  device: torch.device, files: list[str]) -> None:
-    fig, ax = plt.subplots(figsize=(6, 5))
+    fig, ax = plt.subplots(figsize=(7.5, 5.5))
     if points:
-        for dev in sorted({p[0] for p in points}):
-            ps = [p for p in points if p[0] == dev]
-            ax.scatter([p[2] for p in ps], [p[3] for p in ps], label=dev, s=18)
-        note = "from " + ", ".join(Path(f).name for f in files)
+        markers = {"e5m2": "o", "e4m3": "s", "nvfp4": "^", "mxfp4": "v"}
+        for dev, label, pred, meas in sorted(points, key=lambda p: -p[3]):
+            fmt = label.split()[0]
+            ax.scatter([pred], [meas], s=44, color=FORMAT_COLOURS.get(fmt, "0.3"),
+                       marker=markers.get(fmt, "D"), zorder=3,
+                       label=f"{label.replace('torch float16 ', 'fp16 ')}: {meas:.3f} ms, "
+                             f"model {pred:.3f}")
+        devices = sorted({p[0] for p in points})
+        ax.set_title(f"Bandwidth model vs measurement, llama2-7b token ({', '.join(devices)})",
+                     fontsize=9)
+        ax.set_xlabel("predicted ms (bytes / (read bandwidth x coefficient))")
+        ax.set_ylabel("measured ms")
+        hi = max(max(p[2], p[3]) for p in points) * 1.12
+        ax.set_xlim(0, hi)
+        ax.set_ylim(0, hi)
+        ax.set_aspect("equal")
+        ax.plot([0, hi], [0, hi], "k--", linewidth=0.8, label="measured = predicted")
+        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0), frameon=False)
+        foot = receipt_note([f for f in files if '"predicted' in Path(f).read_text()])
     else:
         pred = [r["bytes"] / bandwidth * 1e3 for r in local]
         meas = [r["seconds"] * 1e3 for r in local]
-        ax.scatter(pred, meas, label=f"{device} (read {bandwidth / 1e9:.1f} GB/s)", s=18)
+        ax.scatter(pred, meas, s=18, color="tab:blue")
         for r, p, m in zip(local, pred, meas):
             ax.annotate(f"{r['format']} {r.get('backend', '')}", (p, m), fontsize=6)
         ax.set_xscale("log")
         ax.set_yscale("log")
-        note = ("no bench receipt under receipts/: measured on this machine only\n"
-                "(run softfp8-bench on a GPU for the device figures)")
-        pred_ms, meas_ms = "predicted ms (bytes / read bandwidth)", "measured ms"
-        ax.set_xlabel(pred_ms)
-        ax.set_ylabel(meas_ms)
-    lo, hi = ax.get_xlim()
-    ax.plot([lo, hi], [lo, hi], "k--", linewidth=0.8, label="measured = predicted")
-    if points:
-        ax.set_xlabel("predicted (bandwidth model)")
-        ax.set_ylabel("measured")
-    ax.set_title("Bandwidth model vs measurement")
-    ax.text(0.02, 0.98, note, transform=ax.transAxes, va="top", fontsize=7)
-    ax.legend(fontsize=7, loc="lower right")
-    fig.tight_layout(rect=(0, 0.02, 1, 1))
-    stamp(fig, device)
-    fig.savefig(out / "bandwidth_model.png", dpi=120)
+        lo, hi = ax.get_xlim()
+        ax.plot([lo, hi], [lo, hi], "k--", linewidth=0.8)
+        ax.set_xlabel("predicted ms (bytes / read bandwidth)")
+        ax.set_ylabel("measured ms")
+        ax.set_title(f"Bandwidth model vs measurement, {device} "
+                     f"(read {bandwidth / 1e9:.1f} GB/s; no bench receipt: this machine only)",
+                     fontsize=9)
+        foot = None
+    fig.tight_layout(rect=(0, 0.06, 1, 1))
+    if foot:
+        _foot(fig, f"{foot}\ndrawn by {_COMMAND}")
+    else:
+        stamp(fig, device)
+    fig.savefig(out / "bandwidth_model.png", dpi=120, bbox_inches="tight")  # keeps the outside legend
     plt.close(fig)
 
 
 def figure_speedups(out: Path, speed: list[tuple], local: list[dict], device: torch.device,
                     files: list[str]) -> None:
     if speed:
-        entries = [(f"{dev}: {label}", fmt, x) for dev, label, fmt, x in speed]
-        note = "from " + ", ".join(Path(f).name for f in files)
+        devices = sorted({dev for dev, _, _, _ in speed})
+        entries = [(label if len(devices) == 1 else f"{dev}: {label}", fmt, x)
+                   for dev, label, fmt, x in speed]
+        title = f"Speedup over fp16 F.linear at M = 1 ({', '.join(devices)})"
     else:
         base = "float16" if device.type == "cuda" else "float32"
         entries = [(r["shape"], r["format"], r["speedup"]) for r in local if r["format"] != base]
-        note = (f"no bench receipt under receipts/: measured on this machine ({device}) against "
-                f"{base} F.linear,\nbackends as auto picks them here")
+        title = (f"Speedup over {base} F.linear at M = 1, {device} "
+                 "(no bench receipt: this machine only, backends as auto picks them)")
     groups = list(dict.fromkeys(e[0] for e in entries))
     formats = list(dict.fromkeys(e[1] for e in entries))
     width = 0.8 / max(len(formats), 1)
-    fig, ax = plt.subplots(figsize=(max(6, 1.2 * len(groups)), 4))
+    fig, ax = plt.subplots(figsize=(max(7.5, 1.3 * len(groups) + 1.5), 4.8))
     for i, fmt in enumerate(formats):
         xs = [groups.index(g) + i * width for g, f, _ in entries if f == fmt]
         ys = [x for _, f, x in entries if f == fmt]
-        ax.bar(xs, ys, width, label=fmt, color=FORMAT_COLOURS.get(fmt))
+        bars = ax.bar(xs, ys, width, label=fmt, color=FORMAT_COLOURS.get(fmt))
+        ax.bar_label(bars, labels=[f"{y:.2f}" for y in ys], fontsize=6, padding=1)
     ax.axhline(1.0, color="k", linewidth=0.8)
-    ax.set_xticks([i + 0.4 - width / 2 for i in range(len(groups))], groups, rotation=20,
-                  fontsize=7)
-    ax.set_ylabel("speedup over fp16 (x)" if speed else "speedup over F.linear (x)")
-    ax.set_yscale("log")
-    ax.set_title("GEMV speedup per shape")
-    ax.text(0.02, 0.98, note, transform=ax.transAxes, va="top", fontsize=7)
-    ax.legend(fontsize=7)
-    fig.tight_layout(rect=(0, 0.02, 1, 1))
-    stamp(fig, device)
-    fig.savefig(out / "speedups.png", dpi=120)
+    ax.set_xticks([i + 0.4 - width / 2 for i in range(len(groups))], groups, rotation=15,
+                  fontsize=8)
+    ax.set_ylabel("x fp16 (higher is faster)")
+    ax.set_ylim(0, max(e[2] for e in entries) * 1.15)
+    ax.set_title(title, fontsize=9)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+    fig.tight_layout(rect=(0, 0.06, 1, 1))
+    if speed:
+        _foot(fig, f"{receipt_note(files)}\ndrawn by {_COMMAND}")
+    else:
+        stamp(fig, device)
+    fig.savefig(out / "speedups.png", dpi=120, bbox_inches="tight")  # keeps the outside legend
     plt.close(fig)
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description="Regenerate figures/*.png")
     parser.add_argument("--out", default="figures")
-    parser.add_argument("--receipts", default="receipts")
+    parser.add_argument("--receipts", nargs="+", default=list(RECEIPTS),
+                        help="bench receipts (files, or folders searched for *.json)")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--quick", action="store_true", help="small shapes (tests, slow CPUs)")
     args = parser.parse_args(argv)
@@ -266,7 +332,9 @@ def main(argv=None) -> int:
     for fmt, e in errors.items():
         print(f"{fmt:6s} over {e['outputs']} outputs: relative L2 {e['relative_l2']:.2%}, "
               f"median {e['median']:.2%}, p99 {e['p99']:.2%} of rms")
-    model, speed, files = bench_points(Path(args.receipts))
+    root = Path(__file__).resolve().parents[1]  # the receipts' paths are the repository's
+    model, speed, files = bench_points([p if Path(p).is_absolute() or Path(p).exists()
+                                        else root / p for p in args.receipts])
     local, bandwidth = [], float("nan")
     if not model or not speed:
         shapes = [(256, 256), (512, 256)] if args.quick else [(4096, 4096), (11008, 4096),

@@ -248,63 +248,6 @@ def test_matmul_takes_row_steps_for_float32_x_only(fmt, monkeypatch):
     assert calls == [True] * 4
 
 
-def test_avx2_ablation_scripts_still_edit_the_kernel():
-    """benchmarks/cpu_fp4_ablate.py, cpu_fp4_scaled_ab.py and cpu_fp4_chains_ab.py build their
-    variants by replacing lines of _numba_pshufb's source: each line they replace is still there
-    (else the scripts stop with "update this script"; this says so in CI, not on the day a
-    measurement is wanted)."""
-    import importlib.util
-    import inspect
-    import pathlib
-    import sys
-
-    bench = pathlib.Path(__file__).resolve().parent.parent / "benchmarks"
-    sys.path.insert(0, str(bench))
-    try:
-        mods = {}
-        for name in ("cpu_fp4_ablate", "cpu_fp4_scaled_ab", "cpu_fp4_chains_ab"):
-            spec = importlib.util.spec_from_file_location(name, bench / f"{name}.py")
-            mods[name] = importlib.util.module_from_spec(spec)
-            spec.loader.exec_module(mods[name])
-    finally:
-        sys.path.remove(str(bench))
-    src = inspect.getsource(P)
-    edits = [old for variant in mods["cpu_fp4_ablate"].VARIANTS.values() for old, _ in variant]
-    edits += [old for old, _ in mods["cpu_fp4_scaled_ab"].edits]
-    edits += [mods["cpu_fp4_chains_ab"].ONE_CHAIN, mods["cpu_fp4_chains_ab"].ONE_FMA]
-    assert len(edits) == 8
-    for old in edits:
-        assert old and old in src, old
-
-
-def test_rows_sweep_rebuilds_every_kernel_module():
-    """benchmarks/cpu_rows_sweep.py rebuilds _numba_lut, _numba_pshufb and _numba_fp8_rows from
-    their source with the prefetch distance and row count edited (cpu_fp4_ablate.from_source)
-    and its prefetch locality set:
-    each edit's text is still there and each rebuilt module imports (its relative imports made
-    absolute: a `from . import` once broke it). Import only: nothing compiles here."""
-    import importlib.util
-    import pathlib
-    import sys
-
-    from softfp8.backends import _numba_fp8_rows
-
-    bench = pathlib.Path(__file__).resolve().parent.parent / "benchmarks"
-    sys.path.insert(0, str(bench))
-    try:
-        spec = importlib.util.spec_from_file_location("cpu_rows_sweep", bench / "cpu_rows_sweep.py")
-        sweep = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(sweep)
-        for mod, rows in ((L, 2), (P, 4), (_numba_fp8_rows, 2)):  # _numba_pshufb: one row
-            rebuilt = sweep.with_ahead(mod, 2, rows, locality=0)
-            src = pathlib.Path(rebuilt.__file__).read_text()
-            assert "2 * nrows" in src and sweep.AHEAD not in src
-            assert rebuilt.ROWS == (rows if mod is not P else 1)
-            assert rebuilt.prefetch.keywords == {"locality": 0}  # what its IR's calls use
-    finally:
-        sys.path.remove(str(bench))
-
-
 _PREFETCH_INSTRUCTION = {3: "prefetcht0", 2: "prefetcht1", 1: "prefetcht2", 0: "prefetchnta"}
 
 
