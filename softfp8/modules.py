@@ -11,6 +11,7 @@ from __future__ import annotations
 import fnmatch
 import json
 import operator
+import sys
 import warnings
 from dataclasses import dataclass
 from typing import Callable
@@ -46,7 +47,8 @@ class FormatTag:
     @classmethod
     def from_tensor(cls, tag: object) -> "FormatTag":
         """Parse a saved tag; anything else raises ValueError naming `_extra_state`."""
-        expected = "softfp8's format tag (a 1-D uint8 tensor of JSON: fmt, out_features, in_features)"
+        expected = ("softfp8's format tag (a 1-D uint8 tensor of JSON: fmt, out_features, "
+                    "in_features)")
         if not isinstance(tag, torch.Tensor) or tag.dtype != torch.uint8 or tag.dim() != 1:
             got = (f"{tag.dtype} of shape {tuple(tag.shape)}" if isinstance(tag, torch.Tensor)
                    else type(tag).__name__)
@@ -436,7 +438,11 @@ def quantize_model(model: nn.Module, fmt: Format | str = Format.E5M2, *, skip=No
     own device and each original weight is released as soon as its packed copy exists, so peak
     memory is the model plus one layer (a weight tied to another module, e.g. an lm_head sharing
     the embedding, lives on through that module). A skip name that matches no nn.Linear is
-    warned about and listed in the summary's `unmatched_skip`."""
+    warned about and listed in the summary's `unmatched_skip`.
+
+    A transformers `PreTrainedModel` also gets softfp8's quantization config, so that its
+    `save_pretrained` writes a checkpoint that `from_pretrained` loads back (after
+    `import softfp8`) instead of one that loads as random weights."""
     if not isinstance(model, nn.Module):
         raise TypeError(f"model: expected a torch.nn.Module, got {type(model).__name__}")
     fmt = Format.parse(fmt)
@@ -477,6 +483,10 @@ def quantize_model(model: nn.Module, fmt: Format | str = Format.E5M2, *, skip=No
             converted.append(name)
     summary = QuantizeSummary(fmt, tuple(converted), tuple(skipped), before, model_bytes(model),
                               unmatched)
+    if "transformers" in sys.modules:  # only a transformers model can be one; never import it here
+        from .hub.hf_quantizer import attach_to_pretrained_model
+        attach_to_pretrained_model(model, summary, skip=_skip_patterns(skip), backend=backend,
+                                   e2m1=e2m1, quantize_kwargs=quantize_kwargs)
     return summary
 
 
