@@ -485,8 +485,8 @@ def quantize_model(model: nn.Module, fmt: Format | str = Format.E5M2, *, skip=No
                               unmatched)
     if "transformers" in sys.modules:  # only a transformers model can be one; never import it here
         from .hub.hf_quantizer import attach_to_pretrained_model
-        attach_to_pretrained_model(model, summary, skip=_skip_patterns(skip), backend=backend,
-                                   e2m1=e2m1, quantize_kwargs=quantize_kwargs)
+        attach_to_pretrained_model(model, skip=None if callable(skip) else skip,
+                                   backend=backend, e2m1=e2m1)
     return summary
 
 

@@ -259,3 +259,31 @@ def test_transformers_outside_the_tested_range():
         hf_quantizer.check_transformers_version("5.31.0")
     hf_quantizer.check_transformers_version("5.17.0")  # the range's ends: silent
     hf_quantizer.check_transformers_version("5.25.2")
+
+
+# -- softfp8.save_pretrained and the loader for softfp8's own checkpoints -----------------------
+
+def test_save_pretrained_adds_the_model_card_line_and_loads_back(saved_e4m3, ids, tmp_path):
+    model, _ = saved_e4m3
+    (tmp_path / "README.md").write_text("# my model\n")
+    softfp8.save_pretrained(model, tmp_path)
+    softfp8.save_pretrained(model, tmp_path)  # again: the line is there once
+    card = (tmp_path / "README.md").read_text()
+    assert card.startswith("# my model\n") and card.count("pip install softfp8") == 1
+    fresh = tmp_path / "fresh"
+    softfp8.save_pretrained(model, fresh)
+    assert (fresh / "README.md").read_text().startswith("---\nlibrary_name: transformers\n")
+    again = hf_quantizer.load_pretrained(fresh, backend="torch", e2m1="select")
+    layer = again.model.layers[0].mlp.up_proj
+    assert (layer.backend, layer.e2m1) == (softfp8.Backend.TORCH, softfp8.E2M1Decode.SELECT)
+    assert same_state(again.state_dict(), model.state_dict())
+    with pytest.raises(TypeError, match="expected a transformers PreTrainedModel, got Sequential"):
+        softfp8.save_pretrained(torch.nn.Sequential(softfp8.Linear(16, 8, "e4m3")), tmp_path)
+    with pytest.raises(ValueError, match="has no softfp8.Linear"):
+        softfp8.save_pretrained(tiny("llama"), tmp_path)
+
+
+def test_load_pretrained_refuses_a_checkpoint_that_is_not_softfp8(fp_folders):
+    _, fp_path = fp_folders["llama"]
+    with pytest.raises(ValueError, match="not a softfp8 checkpoint.*quant_method None"):
+        hf_quantizer.load_pretrained(fp_path)

@@ -353,29 +353,61 @@ def _check_checkpoint(model: nn.Module, plan: dict, files: list[str]) -> None:
                              "as config.json's quantization_config describes it")
 
 
-def attach_to_pretrained_model(model: nn.Module, summary, *, skip, backend, e2m1,
-                               quantize_kwargs: dict) -> None:
-    """Give a transformers model converted by `quantize_model` softfp8's quantizer and config, so
-    that its save_pretrained writes a softfp8 checkpoint. Other models are left alone."""
+def attach_to_pretrained_model(model: nn.Module, *, skip=None,
+                               backend: Backend | str = Backend.AUTO,
+                               e2m1: E2M1Decode | str = E2M1Decode.AUTO) -> bool:
+    """Give a transformers model whose layers were converted outside from_pretrained (by
+    `quantize_model`, or built from packed weights) softfp8's quantizer and config, so that its
+    save_pretrained writes a softfp8 checkpoint. Returns whether it did: any other model, one
+    with no softfp8.Linear, or one already quantized otherwise, is left alone."""
     modeling = sys.modules.get("transformers.modeling_utils")
     if modeling is None or not isinstance(model, modeling.PreTrainedModel):
-        return
+        return False
     current = getattr(model, "hf_quantizer", None)
     if isinstance(current, SoftFP8HfQuantizer):
-        return  # its config is brought up to date from the layers when saving
+        return True  # its config is brought up to date from the layers when saving
+    converted = [n for n, m in model.named_modules() if isinstance(m, Linear)]
+    if not converted:
+        return False
     if current is not None:
         warnings.warn(f"model: already quantized by {type(current).__name__}; its save_pretrained "
                       "will not write softfp8's quantization_config", UserWarning, stacklevel=3)
-        return
-    row_scale = quantize_kwargs.get("row_scale") if summary.fmt is Format.E5M2 else None
-    config = SoftFP8Config(summary.fmt, skip=[] if skip is None else list(skip), backend=backend,
-                           e2m1=e2m1, row_scale=bool(row_scale) if row_scale is not None else None,
-                           modules_to_not_convert=list(summary.skipped))
-    _untie(model, summary.converted)
+        return False
+    patterns = _skip_patterns(skip)
+    config = describe(model, SoftFP8Config(skip=None if patterns is None else list(patterns),
+                                           backend=backend, e2m1=e2m1))
+    _untie(model, converted)
     model.hf_quantizer = SoftFP8HfQuantizer(config, pre_quantized=False)
     model.config.quantization_config = config
     model.is_quantized = True
     model.quantization_method = QUANT_METHOD
+    return True
+
+
+def load_pretrained(name_or_path, *, model_class=None, backend: Backend | str | None = None,
+                    e2m1: E2M1Decode | str | None = None, **hf_kwargs) -> nn.Module:
+    """A softfp8 checkpoint (config.json's quant_method "softfp8") loaded through transformers:
+    `model_class.from_pretrained(name_or_path, **hf_kwargs)` (AutoModelForCausalLM by default),
+    its softfp8 layers then set to `backend` / `e2m1` where given (the saved config's otherwise).
+    Any other checkpoint raises ValueError: this is the loader for softfp8's own layout only."""
+    register()
+    backend = None if backend is None else Backend.parse(backend, arg="backend")
+    e2m1 = None if e2m1 is None else E2M1Decode.parse(e2m1, arg="e2m1")
+    if model_class is None:
+        from transformers import AutoModelForCausalLM as model_class
+    model = model_class.from_pretrained(name_or_path, **hf_kwargs)
+    if not isinstance(getattr(model, "hf_quantizer", None), SoftFP8HfQuantizer):
+        found = getattr(getattr(model.config, "quantization_config", None), "quant_method", None)
+        raise ValueError(f"{name_or_path}: not a softfp8 checkpoint (config.json's "
+                         f"quantization_config has quant_method {found!r}, expected "
+                         f"{QUANT_METHOD!r})")
+    for module in model.modules():
+        if isinstance(module, Linear):
+            if backend is not None:
+                module.backend = backend
+            if e2m1 is not None:
+                module.e2m1 = e2m1
+    return model
 
 
 def register() -> None:
@@ -396,4 +428,4 @@ def register() -> None:
 
 
 __all__ = ["QUANT_METHOD", "SoftFP8Config", "SoftFP8HfQuantizer", "attach_to_pretrained_model",
-           "check_transformers_version", "describe", "register"]
+           "check_transformers_version", "describe", "load_pretrained", "register"]
