@@ -116,7 +116,7 @@ class Linear(nn.Module):
         elif spec.scale is not ScaleKind.ROW:
             scales = torch.zeros(n, kp // spec.block, dtype=torch.uint8, device=device)
         self.register_buffer("scales", scales)
-        self.register_buffer("global_scale", torch.ones((), device=device)
+        self.register_buffer("global_scale", torch.ones((), dtype=torch.float32, device=device)
                              if fmt is Format.NVFP4 else None)
         self.bias = (nn.Parameter(torch.zeros(n, dtype=bias_dtype, device=device),
                                   requires_grad=False) if bias else None)

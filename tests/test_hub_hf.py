@@ -287,3 +287,19 @@ def test_load_pretrained_refuses_a_checkpoint_that_is_not_softfp8(fp_folders):
     _, fp_path = fp_folders["llama"]
     with pytest.raises(ValueError, match="not a softfp8 checkpoint.*quant_method None"):
         hf_quantizer.load_pretrained(fp_path)
+
+
+def test_bf16_model_round_trips_with_fp32_scales(fp_folders, tmp_path, ids):
+    # (Loaded with dtype=bfloat16, not cast with .to(): a cast also rounds the rotary table,
+    # which transformers keeps in fp32, so the logits would differ for a reason not softfp8's.)
+    _, fp_path = fp_folders["qwen2"]
+    model = load(fp_path, dtype=torch.bfloat16,
+                 quantization_config=SoftFP8Config(fmt="nvfp4", backend="torch"))
+    model.save_pretrained(tmp_path)
+    again = load(tmp_path, dtype=torch.bfloat16)
+    set_backend(again)
+    layer = again.model.layers[0].self_attn.k_proj
+    assert layer.global_scale.dtype == torch.float32 and layer.bias.dtype == torch.bfloat16
+    assert same_state(again.state_dict(), model.state_dict())
+    with torch.no_grad():
+        assert torch.equal(again(ids).logits, model(ids).logits)

@@ -399,3 +399,16 @@ def test_quantize_model_reports_skip_names_that_match_nothing():
     assert summary.unmatched_skip == ("lm_haed", "blocks")
     assert "skip matched nothing for ['lm_haed', 'blocks']" in str(summary)
     assert summary.skipped == ("blocks.0.0", "blocks.1.0", "blocks.2.0")
+
+
+def test_constructor_keeps_fp32_scales_under_another_default_dtype():
+    # transformers builds models under its dtype as torch's default (bf16, say): the scales'
+    # dtype is the format's, never the default's.
+    before = torch.get_default_dtype()
+    torch.set_default_dtype(torch.bfloat16)
+    try:
+        layer = softfp8.Linear(64, 8, "nvfp4", device="meta")
+        row = softfp8.Linear(64, 8, "e5m2", row_scale=True)
+    finally:
+        torch.set_default_dtype(before)
+    assert layer.global_scale.dtype == torch.float32 and row.scales.dtype == torch.float32
