@@ -303,3 +303,24 @@ def test_bf16_model_round_trips_with_fp32_scales(fp_folders, tmp_path, ids):
     assert same_state(again.state_dict(), model.state_dict())
     with torch.no_grad():
         assert torch.equal(again(ids).logits, model(ids).logits)
+
+
+# -- on a GPU (run there with -m gpu): device_map placement, tags read from device tensors -------
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("fmt", list(Format))
+def test_gpu_quantize_on_load_and_reload_with_device_map(fmt, fp_folders, ids, tmp_path):
+    _, fp_path = fp_folders["llama"]
+    q = load(fp_path, quantization_config=SoftFP8Config(fmt=fmt), device_map="cuda",
+             dtype=torch.float16)
+    q.save_pretrained(tmp_path)
+    again = load(tmp_path, device_map="cuda", dtype=torch.float16)
+    layer = again.model.layers[0].mlp.down_proj
+    assert isinstance(layer, softfp8.Linear) and layer.words.is_cuda and layer.scales.is_cuda
+    assert same_state({k: v.cpu() for k, v in again.state_dict().items()},
+                      {k: v.cpu() for k, v in q.state_dict().items()})
+    cuda_ids = ids.cuda()
+    with torch.no_grad():  # the same kernels on the same packed weights: the same logits
+        assert torch.equal(again(cuda_ids).logits, q(cuda_ids).logits)
+    assert torch.equal(again.generate(cuda_ids, **GREEDY), q.generate(cuda_ids, **GREEDY))
