@@ -143,6 +143,13 @@ def test_quantize_model_output_saves_and_reloads_through_both_entry_points(ids, 
         assert same_state(again.state_dict(), model.state_dict())
         with torch.no_grad():
             assert torch.equal(again(ids).logits, want)
+    # As after quantize_model, a dtype cast is allowed and leaves the packed tensors alone.
+    packed = {k: v.clone() for k, v in again.state_dict().items()
+              if k.endswith(("words", "scales"))}
+    again.half()
+    assert same_state({k: v for k, v in again.state_dict().items() if k in packed}, packed)
+    assert again.model.layers[0].self_attn.q_proj.bias.dtype == torch.float16
+    model.half()
 
 
 # -- folders transformers must not load as random weights -------------------------------------

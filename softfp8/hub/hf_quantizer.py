@@ -194,6 +194,10 @@ class SoftFP8HfQuantizer(HfQuantizer):
         return model
 
     def _process_model_after_weight_loading(self, model, **kwargs):
+        # transformers refuses .half() / .float() on a model whose `is_quantized` is set (its
+        # quantized layers would be cast); softfp8.Linear keeps its packed bits through any dtype
+        # cast (Linear._apply), so those stay allowed, as after quantize_model.
+        model.is_quantized = False
         config = self.quantization_config
         if self.pre_quantized:
             for name in self._planned:
@@ -379,8 +383,7 @@ def attach_to_pretrained_model(model: nn.Module, *, skip=None,
     _untie(model, converted)
     model.hf_quantizer = SoftFP8HfQuantizer(config, pre_quantized=False)
     model.config.quantization_config = config
-    model.is_quantized = True
-    model.quantization_method = QUANT_METHOD
+    model.quantization_method = QUANT_METHOD  # not `is_quantized`: see the quantizer
     return True
 
 
