@@ -242,6 +242,9 @@ def test_config_round_trips_and_refuses_bad_values():
 def test_registered_with_transformers_and_idempotent():
     assert hf_auto.AUTO_QUANTIZATION_CONFIG_MAPPING["softfp8"] is SoftFP8Config
     assert hf_auto.AUTO_QUANTIZER_MAPPING["softfp8"] is hf_quantizer.SoftFP8HfQuantizer
+    quantizer = hf_quantizer.SoftFP8HfQuantizer(SoftFP8Config("e4m3"), pre_quantized=True)
+    # generate() compiles a softfp8 model with a static cache as it would a plain one
+    assert quantizer.is_compileable and quantizer.is_serializable() and not quantizer.is_trainable
     hf_quantizer.register()  # again: nothing changes, nothing raises
 
 

@@ -168,6 +168,12 @@ class SoftFP8HfQuantizer(HfQuantizer):
     def is_trainable(self) -> bool:
         return False
 
+    @property
+    def is_compileable(self) -> bool:
+        # softfp8's linear is a torch custom op with a fake kernel: generate() may compile the
+        # model (static cache) as it would without a quantizer, as after quantize_model.
+        return True
+
     def _process_model_before_weight_loading(self, model, checkpoint_files=None, **kwargs):
         if not self.pre_quantized:
             return model  # the full-precision weights load into the model's own nn.Linears
