@@ -120,15 +120,16 @@ def test_quantize_on_load_save_and_reload_bit_exact(arch, fmt, fp_folders, ids, 
 
 def test_quantize_model_output_saves_and_reloads_through_both_entry_points(ids, tmp_path):
     """A model converted by hand (quantize_model, mixed formats, e5m2 with row scales, a tied
-    lm_head converted too) saves as a softfp8 checkpoint that the architecture's own class and the
-    Auto class load back bit for bit."""
+    lm_head converted too) saves as a sharded softfp8 checkpoint that the architecture's own class
+    and the Auto class load back bit for bit."""
     model = tiny("qwen2", tie=True)
     softfp8.quantize_model(model, "e4m3", skip=["*.mlp.*"], progress=False)
     softfp8.quantize_model(model, "e5m2", skip=["down_proj"], row_scale=True, progress=False)
     softfp8.quantize_model(model, "mxfp4", progress=False)
     set_backend(model)
     assert type(model.lm_head) is softfp8.Linear
-    model.save_pretrained(tmp_path)
+    model.save_pretrained(tmp_path, max_shard_size="30KB")  # a layer's tensors across shards
+    assert len(list(tmp_path.glob("model-*.safetensors"))) > 2
     saved = json.loads((tmp_path / "config.json").read_text())["quantization_config"]
     assert saved["fmt"] == "e4m3" and saved["modules_to_not_convert"] == []
     assert saved["modules_with_own_format"]["model.layers.0.mlp.up_proj"] == {
