@@ -6,7 +6,21 @@ from .linear import linear
 from .modules import Linear, QuantizeSummary, quantize_model
 from .quantize import dequantize, quantize
 
+# transformers learns quant_method "softfp8" when it loads its quantizer registry, not now:
+# importing softfp8 never imports transformers (softfp8/hub/_hf_hook.py says how).
+from .hub._hf_hook import install as _install_transformers_hook
+from .hub.save import save_pretrained
+
+_install_transformers_hook()
+
 __all__ = ["ActivationQuant", "Backend", "BackendUnavailable", "CapabilityReport", "E2M1Decode",
            "Format", "Linear", "PackedWeight", "QuantizeSummary", "dequantize", "linear", "probe",
-           "quantize", "quantize_model"]
+           "quantize", "quantize_model", "save_pretrained", "SoftFP8Config"]
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str):
+    if name == "SoftFP8Config":  # needs transformers: imported on first use only
+        from .hub.hf_quantizer import SoftFP8Config
+        return SoftFP8Config
+    raise AttributeError(f"module 'softfp8' has no attribute {name!r}")

@@ -2,11 +2,17 @@
 
 A `Linear` holds the packed words and scales as buffers and nothing else of the weight: no
 full-precision copy exists at any time after conversion. Its state_dict is those buffers plus the
-bias, bit for bit, so it round-trips through `torch.save` and safetensors.
+bias, bit for bit, and a format tag (`_extra_state`: a uint8 tensor of JSON naming the format and
+the logical shape), so it round-trips through `torch.save`, safetensors and transformers'
+`save_pretrained`, and a load into a layer of another format or width is refused.
 """
 from __future__ import annotations
 
 import fnmatch
+import json
+import operator
+import sys
+import warnings
 from dataclasses import dataclass
 from typing import Callable
 
@@ -20,6 +26,48 @@ from .ops import _plain_eager, record_eager, run_linear
 from .quantize import quantize
 
 _PACKED_BUFFERS = ("words", "scales", "global_scale")
+_TAG = "_extra_state"  # torch's state_dict key for get_extra_state()
+
+
+@dataclass(frozen=True)
+class FormatTag:
+    """What a saved Linear says about itself: its format and logical (N, K). The padded words
+    can't tell K (K = 253 and 256 pack to the same width), nor E5M2 from E4M3 (both 4 codes a
+    word, both fp32 row scales), so the tag travels with the buffers."""
+
+    fmt: Format
+    out_features: int
+    in_features: int
+
+    def to_tensor(self) -> torch.Tensor:
+        text = json.dumps({"fmt": self.fmt.value, "out_features": self.out_features,
+                           "in_features": self.in_features}, sort_keys=True)
+        return torch.frombuffer(bytearray(text.encode()), dtype=torch.uint8)
+
+    @classmethod
+    def from_tensor(cls, tag: object) -> "FormatTag":
+        """Parse a saved tag; anything else raises ValueError naming `_extra_state`."""
+        expected = ("softfp8's format tag (a 1-D uint8 tensor of JSON: fmt, out_features, "
+                    "in_features)")
+        if not isinstance(tag, torch.Tensor) or tag.dtype != torch.uint8 or tag.dim() != 1:
+            got = (f"{tag.dtype} of shape {tuple(tag.shape)}" if isinstance(tag, torch.Tensor)
+                   else type(tag).__name__)
+            raise ValueError(f"{_TAG}: expected {expected}, got {got}")
+        if tag.device.type == "meta":
+            raise ValueError(f"{_TAG}: expected {expected}, got a tensor on the meta device")
+        try:
+            info = json.loads(tag.cpu().numpy().tobytes().decode())
+            fields = {key: info[key] for key in ("fmt", "out_features", "in_features")}
+            n, k = (operator.index(fields[key]) for key in ("out_features", "in_features"))
+            if isinstance(fields["out_features"], bool) or isinstance(fields["in_features"], bool):
+                raise TypeError("a bool is not a size")
+            fmt = Format.parse(fields["fmt"])
+        except (ValueError, TypeError, KeyError, UnicodeDecodeError) as err:
+            raise ValueError(f"{_TAG}: expected {expected}; could not read it ({err})") from None
+        return cls(fmt, n, k)
+
+    def __str__(self) -> str:
+        return f"{self.fmt} ({self.out_features}, {self.in_features})"
 
 
 class _KeptCall:
@@ -56,6 +104,17 @@ def _op_names(fmt: Format | str, backend: Backend | str,
             E2M1Decode.parse(e2m1, arg="e2m1").value)
 
 
+def _agreeing(arg: str, given, saved):
+    """`given` if the state_dict's tag agrees (or has none), the tag's value if not given."""
+    if given is None and saved is None:
+        raise ValueError(f"{arg}: the state_dict has no format tag ({_TAG}), so {arg} must be "
+                         "given")
+    if given is not None and saved is not None and given != saved:
+        raise ValueError(f"{arg}={given!s}, but the state_dict's {_TAG} says {arg}={saved!s}; "
+                         "expected them to agree")
+    return saved if given is None else given
+
+
 class Linear(nn.Module):
     """y = x @ W.T + b with W stored packed (`fmt`); a drop-in for `nn.Linear` at inference.
 
@@ -83,7 +142,7 @@ class Linear(nn.Module):
         elif spec.scale is not ScaleKind.ROW:
             scales = torch.zeros(n, kp // spec.block, dtype=torch.uint8, device=device)
         self.register_buffer("scales", scales)
-        self.register_buffer("global_scale", torch.ones((), device=device)
+        self.register_buffer("global_scale", torch.ones((), dtype=torch.float32, device=device)
                              if fmt is Format.NVFP4 else None)
         self.bias = (nn.Parameter(torch.zeros(n, dtype=bias_dtype, device=device),
                                   requires_grad=False) if bias else None)
@@ -136,24 +195,47 @@ class Linear(nn.Module):
         return cls.from_packed(packed, bias, backend=backend, e2m1=e2m1)
 
     @classmethod
-    def from_state_dict(cls, state_dict: dict[str, torch.Tensor], fmt: Format | str, *,
-                        in_features: int, prefix: str = "", backend: Backend | str = Backend.AUTO,
+    def from_state_dict(cls, state_dict: dict[str, torch.Tensor], fmt: Format | str | None = None,
+                        *, in_features: int | None = None, prefix: str = "",
+                        backend: Backend | str = Backend.AUTO,
                         e2m1: E2M1Decode | str = E2M1Decode.AUTO) -> "Linear":
         """A Linear from a state_dict (e.g. `safetensors.torch.load_file`), tensors used as given.
 
-        `fmt` and `in_features` are needed because the padded words don't determine K; every
-        tensor is checked (shape, dtype, device, presence) and a bad one raises ValueError."""
+        `fmt` and `in_features` come from the state_dict's format tag (`_extra_state`, written by
+        every `Linear.state_dict()`); given as well, they must agree with it. A state_dict without
+        a tag needs both (the padded words don't determine K). Every tensor is checked (shape,
+        dtype, device, presence) and a bad one raises ValueError."""
         if not isinstance(state_dict, dict):
             raise TypeError(f"state_dict: expected a dict, got {type(state_dict).__name__}")
-        known = {prefix + name for name in (*_PACKED_BUFFERS, "bias")}
+        known = {prefix + name for name in (*_PACKED_BUFFERS, "bias", _TAG)}
         extra = sorted(key for key in state_dict if key.startswith(prefix) and key not in known)
         if extra:
             raise ValueError(f"state_dict: unexpected keys {extra}; expected only "
                              f"{sorted(known)}")
+        tag = state_dict.get(prefix + _TAG)
+        tag = None if tag is None else FormatTag.from_tensor(tag)
+        fmt = _agreeing("fmt", None if fmt is None else Format.parse(fmt), tag and tag.fmt)
+        if in_features is not None and (isinstance(in_features, bool) or
+                                        not isinstance(in_features, int) or in_features < 1):
+            raise TypeError(f"in_features: expected a positive int, got {in_features!r}")
+        in_features = _agreeing("in_features", in_features, tag and tag.in_features)
         words = state_dict.get(prefix + "words")
         if not isinstance(words, torch.Tensor) or words.dim() != 2:
             raise ValueError(f"state_dict: expected a 2-D int32 tensor at {prefix}words, got "
                              f"{type(words).__name__ if words is None else tuple(words.shape)}")
+        if tag is not None and words.shape[0] != tag.out_features:
+            raise ValueError(f"{prefix}words: {words.shape[0]} rows, but the state_dict's "
+                             f"{_TAG} says out_features={tag.out_features}")
+        spec = SPECS[fmt]
+        width = padded_k(in_features, fmt) // spec.codes_per_word
+        if words.shape[1] != width:
+            hi = words.shape[1] * spec.codes_per_word
+            lo = max(1, hi - spec.k_align + 1)
+            fits = (f"in_features from {lo} to {hi}" if hi % spec.k_align == 0
+                    else f"no in_features ({hi} codes is not a multiple of {spec.k_align})")
+            raise ValueError(f"in_features={in_features}: {in_features} {fmt} codes pack into "
+                             f"{width} words a row, but {prefix}words has {words.shape[1]} a row "
+                             f"(that width fits {fits})")
         packed = PackedWeight(fmt, (words.shape[0], in_features), words,
                               state_dict.get(prefix + "scales"),
                               state_dict.get(prefix + "global_scale"))
@@ -280,8 +362,38 @@ class Linear(nn.Module):
 
     # -- state_dict and device moves ------------------------------------------------------------
 
+    def get_extra_state(self) -> torch.Tensor:
+        """The format tag saved beside the buffers (module docstring): a tensor, so that
+        safetensors and transformers' save_pretrained keep it like any other entry."""
+        return FormatTag(self.fmt, self.out_features, self.in_features).to_tensor()
+
+    def set_extra_state(self, state: torch.Tensor) -> None:
+        """Check a loaded tag against this layer: another format or width raises ValueError."""
+        self._check_tag(state)
+
+    def _check_tag(self, state: object) -> None:
+        theirs = FormatTag.from_tensor(state)
+        mine = FormatTag(self.fmt, self.out_features, self.in_features)
+        if theirs.fmt is not mine.fmt:
+            raise ValueError(f"{_TAG}: the state_dict's weight is {theirs} but this Linear is "
+                             f"{mine}; one format's codes read as another's are wrong weights: "
+                             f"build the layer with fmt={theirs.fmt.value!r}")
+        if theirs != mine:
+            raise ValueError(f"{_TAG}: the state_dict holds a weight of in_features="
+                             f"{theirs.in_features}, out_features={theirs.out_features}, but this "
+                             f"Linear has in_features={mine.in_features}, out_features="
+                             f"{mine.out_features} ({mine.fmt})")
+
     def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys,
                               unexpected_keys, error_msgs):
+        # The tag first: an E5M2 row-scaled state has E4M3's shapes and dtypes exactly, so only
+        # the tag tells that its codes mean other numbers (or that K differs within the padding).
+        if prefix + _TAG in state_dict:
+            try:
+                self._check_tag(state_dict[prefix + _TAG])
+            except ValueError as err:
+                error_msgs.append(f"{prefix or 'Linear '}: {err}")
+                return
         # nn.Module would copy_ with a silent dtype cast (float scales into int32 words, say):
         # check the incoming packed tensors as a PackedWeight first, so corruption is an error.
         present = [prefix + name for name in _PACKED_BUFFERS if getattr(self, name) is not None]
@@ -331,24 +443,43 @@ class QuantizeSummary:
     skipped: tuple[str, ...]
     bytes_before: int
     bytes_after: int
+    unmatched_skip: tuple[str, ...] = ()  # skip names/globs that matched no nn.Linear
 
     def __str__(self) -> str:
+        unmatched = (f"; skip matched nothing for {list(self.unmatched_skip)}"
+                     if self.unmatched_skip else "")
         return (f"{len(self.converted)} linears to {self.fmt}, {len(self.skipped)} skipped; "
-                f"{self.bytes_before / 2**20:.1f} MiB -> {self.bytes_after / 2**20:.1f} MiB")
+                f"{self.bytes_before / 2**20:.1f} MiB -> {self.bytes_after / 2**20:.1f} MiB"
+                f"{unmatched}")
+
+
+def _skip_patterns(skip) -> tuple[str, ...] | None:
+    """`skip` as a tuple of names/globs, or None for a predicate or no skip; bad input raises."""
+    if skip is None or callable(skip):
+        return None
+    patterns = ((skip,) if isinstance(skip, str) else
+                tuple(skip) if isinstance(skip, (list, tuple, set, frozenset)) else None)
+    if patterns is None or not all(isinstance(p, str) for p in patterns):
+        bad = skip if patterns is None else next(p for p in patterns if not isinstance(p, str))
+        raise TypeError(f"skip: expected a module name or glob, a list of them, or a predicate "
+                        f"(name, module) -> bool; got {type(bad).__name__} {bad!r}")
+    return patterns
+
+
+def _matches(name: str, pattern: str) -> bool:
+    # "lm_head" matches the module named lm_head at any depth ("model.lm_head" too).
+    return fnmatch.fnmatchcase(name, pattern) or fnmatch.fnmatchcase(name, "*." + pattern)
 
 
 def _skip_predicate(skip) -> Callable[[str, nn.Module], bool]:
-    if skip is None:
-        return lambda name, module: False
-    if callable(skip):
-        return skip
-    patterns = (skip,) if isinstance(skip, str) else tuple(skip)
-    if not all(isinstance(p, str) for p in patterns):
-        raise TypeError(f"skip: expected a name/glob, a list of them or a predicate "
-                        f"(name, module) -> bool, got {skip!r}")
-    # "lm_head" matches the module named lm_head at any depth ("model.lm_head" too).
-    return lambda name, module: any(fnmatch.fnmatchcase(name, p) or
-                                    fnmatch.fnmatchcase(name, "*." + p) for p in patterns)
+    patterns = _skip_patterns(skip)
+    if patterns is None:
+        return skip if callable(skip) else (lambda name, module: False)
+    return lambda name, module: any(_matches(name, p) for p in patterns)
+
+
+def _unmatched(patterns: tuple[str, ...] | None, names: list[str]) -> tuple[str, ...]:
+    return tuple(p for p in patterns or () if not any(_matches(n, p) for n in names))
 
 
 def model_bytes(model: nn.Module) -> int:
@@ -371,7 +502,12 @@ def quantize_model(model: nn.Module, fmt: Format | str = Format.E5M2, *, skip=No
     of them, or a predicate `(name, module) -> bool`. Layers are converted one at a time on their
     own device and each original weight is released as soon as its packed copy exists, so peak
     memory is the model plus one layer (a weight tied to another module, e.g. an lm_head sharing
-    the embedding, lives on through that module)."""
+    the embedding, lives on through that module). A skip name that matches no nn.Linear is
+    warned about and listed in the summary's `unmatched_skip`.
+
+    A transformers `PreTrainedModel` also gets softfp8's quantization config, so that its
+    `save_pretrained` writes a checkpoint that `from_pretrained` loads back (after
+    `import softfp8`) instead of one that loads as random weights."""
     if not isinstance(model, nn.Module):
         raise TypeError(f"model: expected a torch.nn.Module, got {type(model).__name__}")
     fmt = Format.parse(fmt)
@@ -383,6 +519,18 @@ def quantize_model(model: nn.Module, fmt: Format | str = Format.E5M2, *, skip=No
     before = model_bytes(model)
     # Names only: holding the modules themselves would keep every original weight alive.
     names = [name for name, m in model.named_modules() if isinstance(m, nn.Linear)]
+    unmatched = _unmatched(_skip_patterns(skip), names)
+    if unmatched:
+        # A warning, not an error: a skip list is often shared by several architectures
+        # ("lm_head", "output", "score"), so a name absent here is not necessarily a mistake, and
+        # every layer is still converted exactly as asked. But a typo or a container's name
+        # ("mlp" names no nn.Linear: "mlp.*" does) would quietly quantize a layer meant to stay
+        # full precision, so it is said now and kept in the summary (`unmatched_skip`) for a
+        # caller that wants to refuse.
+        warnings.warn(f"skip: {list(unmatched)} matched no nn.Linear of this model, so nothing "
+                      f"was skipped for them; names are matched as globs against the full "
+                      f"module names (e.g. {names[0] if names else 'model.layers.0.mlp.up_proj'!r}"
+                      "), a bare name at any depth", UserWarning, stacklevel=2)
     converted, skipped = [], []
     bar = _progress(names, fmt, progress)
     with torch.no_grad():
@@ -398,7 +546,13 @@ def quantize_model(model: nn.Module, fmt: Format | str = Format.E5M2, *, skip=No
             original.weight = None  # released now even if something else holds the module
             del original, new
             converted.append(name)
-    return QuantizeSummary(fmt, tuple(converted), tuple(skipped), before, model_bytes(model))
+    summary = QuantizeSummary(fmt, tuple(converted), tuple(skipped), before, model_bytes(model),
+                              unmatched)
+    if "transformers" in sys.modules:  # only a transformers model can be one; never import it here
+        from .hub.hf_quantizer import attach_to_pretrained_model
+        attach_to_pretrained_model(model, skip=None if callable(skip) else skip,
+                                   backend=backend, e2m1=e2m1)
+    return summary
 
 
 def _progress(names: list[str], fmt: Format, enabled: bool):

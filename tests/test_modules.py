@@ -313,3 +313,102 @@ def test_whole_module_pickles_round_trip_and_old_ones_load():
     bad = dict(old, fmt="fp7")
     with pytest.raises(ValueError, match="fp7"):
         softfp8.Linear.__new__(softfp8.Linear).__setstate__(bad)
+
+
+# -- the format tag: a state_dict says which format and width it holds ----------------------
+
+def test_state_dict_carries_its_format_and_width():
+    q = softfp8.Linear.from_linear(make_linear(n=8, k=253), "nvfp4")
+    tag = q.state_dict()["_extra_state"]
+    assert tag.dtype == torch.uint8
+    assert softfp8.modules.FormatTag.from_tensor(tag) == softfp8.modules.FormatTag(
+        Format.NVFP4, 8, 253)
+
+
+@pytest.mark.parametrize("saved, target", [("e5m2", "e4m3"), ("e4m3", "e5m2"),
+                                           ("nvfp4", "mxfp4"), ("mxfp4", "nvfp4")])
+def test_loading_one_format_into_another_raises_naming_both(saved, target):
+    # e5m2 with row scales has e4m3's shapes and dtypes exactly (and the FP4 pairs differ only in
+    # their scales' width at some K): without the tag this loaded with "All keys matched".
+    kwargs = {"row_scale": True} if saved == "e5m2" else {}
+    sd = softfp8.Linear.from_linear(make_linear(k=256), saved, **kwargs).state_dict()
+    layer = softfp8.Linear(256, 40, target, **({"row_scale": True} if target == "e5m2" else {}))
+    with pytest.raises(RuntimeError, match=rf"weight is {saved} \(40, 256\) but this Linear is "
+                                           rf"{target} \(40, 256\)"):
+        layer.load_state_dict(sd)
+
+
+def test_loading_another_width_within_the_padding_raises_naming_in_features():
+    sd = softfp8.Linear.from_linear(make_linear(k=256), "e4m3").state_dict()
+    with pytest.raises(RuntimeError, match="in_features=256.*this Linear has in_features=253"):
+        softfp8.Linear(253, 40, "e4m3").load_state_dict(sd)
+
+
+def test_from_state_dict_checks_the_logical_width():
+    sd = softfp8.Linear.from_linear(make_linear(k=256), "e4m3").state_dict()
+    with pytest.raises(ValueError, match="in_features=253, but the state_dict's _extra_state says "
+                                         "in_features=256"):
+        softfp8.Linear.from_state_dict(sd, "e4m3", in_features=253)
+    with pytest.raises(ValueError, match="fmt=e5m2, but the state_dict's _extra_state says "
+                                         "fmt=e4m3"):
+        softfp8.Linear.from_state_dict(sd, "e5m2", in_features=256)
+    # Both read from the tag when not given.
+    back = softfp8.Linear.from_state_dict(sd)
+    assert (back.fmt, back.in_features, back.out_features) == (Format.E4M3, 256, 40)
+    # A state_dict without a tag: the width must at least fit the words, and the message says
+    # which in_features would.
+    untagged = {k: v for k, v in sd.items() if k != "_extra_state"}
+    with pytest.raises(ValueError, match=r"in_features=300: .*words has 64 a row \(that width fits "
+                                         r"in_features from 241 to 256\)"):
+        softfp8.Linear.from_state_dict(untagged, "e4m3", in_features=300)
+    with pytest.raises(ValueError, match="no format tag.*fmt must be given"):
+        softfp8.Linear.from_state_dict(untagged, in_features=256)
+    with pytest.raises(TypeError, match="in_features: expected a positive int"):
+        softfp8.Linear.from_state_dict(sd, "e4m3", in_features=256.0)
+
+
+@pytest.mark.parametrize("tag", [
+    torch.zeros(3),  # not uint8
+    torch.frombuffer(bytearray(b'{"fmt": "e4m3"'), dtype=torch.uint8),  # cut short
+    torch.frombuffer(bytearray(b'{"fmt": "fp7", "in_features": 300, "out_features": 40}'),
+                     dtype=torch.uint8),
+])
+def test_a_damaged_tag_is_refused(tag):
+    sd = dict(softfp8.Linear.from_linear(make_linear(), "e4m3").state_dict())
+    sd["_extra_state"] = tag
+    with pytest.raises(RuntimeError, match="_extra_state: expected softfp8's format tag"):
+        softfp8.Linear(300, 40, "e4m3").load_state_dict(sd)
+
+
+# -- quantize_model's skip ------------------------------------------------------------------
+
+@pytest.mark.parametrize("skip", [123, b"lm_head", {"lm_head": True}, ["lm_head", None]])
+def test_quantize_model_skip_of_the_wrong_type_is_a_clear_type_error(skip):
+    model = Tiny()
+    with pytest.raises(TypeError, match=r"skip: expected a module name or glob, a list of them, "
+                                        r"or a predicate \(name, module\) -> bool; got"):
+        softfp8.quantize_model(model, "e4m3", skip=skip, progress=False)
+    assert type(model.lm_head) is nn.Linear  # refused before converting anything
+
+
+def test_quantize_model_reports_skip_names_that_match_nothing():
+    model = Tiny()
+    with pytest.warns(UserWarning, match=r"skip: \['lm_haed', 'blocks'\] matched no nn.Linear"):
+        summary = softfp8.quantize_model(model, "e4m3", skip=["lm_haed", "blocks", "0"],
+                                         progress=False)
+    assert summary.unmatched_skip == ("lm_haed", "blocks")
+    assert "skip matched nothing for ['lm_haed', 'blocks']" in str(summary)
+    assert summary.skipped == ("blocks.0.0", "blocks.1.0", "blocks.2.0")
+
+
+def test_constructor_keeps_fp32_scales_under_another_default_dtype():
+    # transformers builds models under its dtype as torch's default (bf16, say): the scales'
+    # dtype is the format's, never the default's.
+    before = torch.get_default_dtype()
+    torch.set_default_dtype(torch.bfloat16)
+    try:
+        layer = softfp8.Linear(64, 8, "nvfp4", device="meta")
+        row = softfp8.Linear(64, 8, "e5m2", row_scale=True)
+    finally:
+        torch.set_default_dtype(before)
+    assert layer.global_scale.dtype == torch.float32 and row.scales.dtype == torch.float32
