@@ -13,7 +13,8 @@ python3 -c "import torch, triton, transformers; print('torch', torch.__version__
 for step in "$@"; do
   echo "== step $step $(date -u +%T)"
   case $step in
-    tests) python3 -m pytest -q -m gpu -x tests/test_fastcall.py tests/test_compile.py tests/test_gpu_graphs.py 2>&1 | tail -25 ;;
+    tests) python3 -m pytest -q -m gpu tests/test_fastcall.py tests/test_compile.py 2>&1 | tail -25 ;;
+    graphs) python3 -m pytest -q -m gpu tests/test_gpu_graphs.py tests/test_hub_hf.py 2>&1 | tail -15 ;;
     calls) python3 -m softfp8.bench calls --out "$OUT/calls.json" ;;
     eager) SOFTFP8_FP8_DECODE=integer python3 -m softfp8.bench generate --preset llama2-7b --modes eager --gpu-time --out "$OUT/gen-eager.json" ;;
     static) SOFTFP8_FP8_DECODE=integer python3 -m softfp8.bench generate --preset llama2-7b --modes static --gpu-time --out "$OUT/gen-static.json" ;;
