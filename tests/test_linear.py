@@ -91,8 +91,8 @@ def test_quantization_error_per_format_is_reported():
     (lambda p: softfp8.linear([1.0] * 7, p), TypeError, "x.*Tensor"),
     (lambda p: softfp8.linear(torch.randn(1, 7), "w"), TypeError, "packed.*PackedWeight"),
     (lambda p: softfp8.linear(torch.randn(1, 7), p, torch.randn(4)), ValueError, r"bias.*\(5,\)"),
-    (lambda p: softfp8.linear(torch.randn(1, 7), p, backend="cuda"), ValueError,
-     "backend='cuda'.*'auto', 'native', 'triton', 'numba', 'torch'"),
+    (lambda p: softfp8.linear(torch.randn(1, 7), p, backend="gpu"), ValueError,
+     "backend='gpu'.*'auto', 'native', 'triton', 'cuda', 'numba', 'torch'"),
     (lambda p: softfp8.linear(torch.randn(1, 7), p, e2m1="fast"), ValueError, "e2m1"),
 ])
 def test_bad_linear_input(call, exc, match):
