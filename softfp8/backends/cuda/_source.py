@@ -1,0 +1,481 @@
+"""The CUDA C source of the CUDA backend's kernels, one text per `Variant`, compiled by NVRTC.
+
+Every decode is integer bit operations plus at most one float32 multiply by a power of two, so a
+GPU without FP8 units (and with fp16 arithmetic at 1/64 rate, as on a P40) runs it at fp32 speed:
+no FP8 conversion instructions, no fp16 arithmetic, fp32 accumulation. The decoders mirror
+`softfp8.decode` bit for bit. The multiply by 2^112 / 2^120 / 2^126 is exact only where float32
+denormals are honoured: `COMPILE_OPTIONS` never asks for flush-to-zero, and the probe measures
+that the compiled code keeps them (`ftz_cuda`).
+
+The decoder block (`DECODERS`) is plain C++ as well as CUDA C, so the same text compiles on the
+host, where the tests run it over every code. Kernels:
+
+- `gemv`: M = 1..`GEMV_MAX_M` rows of x. One warp per `rows_per_warp(M)` weight rows; each lane reads the
+  rows' packed words 16 bytes at a time (`uint4`), decodes them to float32 in registers and
+  accumulates x . w for every row of x in float32; the warp then sums its lanes with shuffles.
+  FP4 formats sum each block in float32 and scale it once (NVFP4: the E4M3 block scale times the
+  tensor's fp32 scale; MXFP4: the E8M0 scale); FP8 formats scale the row's sum by its row scale.
+- `dequant`: rows start..stop of the weight to float32 [rows, Kp] (one thread a 16-byte vector):
+  larger M multiply such a slab with cuBLAS, the slab bounded in size.
+"""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from ...formats import SPECS, Format
+
+GEMV_MAX_M = 16
+"""The largest M the GEMV kernel serves; more rows of x go through `dequant` and cuBLAS."""
+
+def rows_per_warp(m: int) -> int:
+    """Weight rows a warp reduces at once: two up to M = 4 (x is read, and converted, once for
+    both), one above, where M accumulators a row and M x vectors in flight fill the registers
+    (two rows spilled at M = 8 and 16 with float32 x, sm_61)."""
+    return 2 if m <= 4 else 1
+
+WARPS = 4
+"""Warps a block (128 threads)."""
+
+
+PARTIAL_MAX_M = 4
+"""FP4 GEMV up to this M sums each block (16 codes) unscaled and scales the M sums (M multiplies a
+block); above it, the 16 decoded weights are scaled instead (16 multiplies, M sums fewer
+registers: the M sums spilled at M = 8 and 16 with float32 x, sm_61). Both give the reference's
+weights bit for bit in the second case, and its products up to float32 rounding in the first."""
+
+
+def min_blocks(m: int) -> int:
+    """`__launch_bounds__`'s blocks per SM for the GEMV at M rows of x: a register budget that
+    keeps enough warps in flight to cover memory latency at small M (65536 / (128 * blocks)
+    registers a thread: 64 at M = 1), and lets the accumulators of larger M stay in registers.
+    Without it ptxas spilled a register of the NVFP4 M = 1 kernel for sm_61 at 72."""
+    return 8 if m == 1 else 6 if m == 2 else 4 if m <= 4 else 3 if m <= 8 else 2
+
+COMPILE_OPTIONS: tuple[str, ...] = ()
+"""NVRTC options on top of the architecture (which CuPy adds): none. Never --use_fast_math or
+--ftz=true: the decodes multiply float32 denormals by powers of two and need them kept, which is
+NVRTC's default; the PTX checks in CI reject any `.ftz` instruction."""
+
+
+class XKind(str, enum.Enum):
+    """The dtype of x (and y) as the kernel reads and writes it."""
+
+    F32 = "f32"
+    F16 = "f16"
+    BF16 = "bf16"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+_FMT_ID = {Format.E5M2: 0, Format.E4M3: 1, Format.NVFP4: 2, Format.MXFP4: 3}
+_X_ID = {XKind.F32: 0, XKind.F16: 1, XKind.BF16: 2}
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One compiled kernel. `specials`: the weight holds codes whose decode needs the slow fix
+    (E5M2 inf/NaN, E4M3 NaN, NVFP4 NaN block scales); without them the fix is left out.
+    `inject`: FP4 E2M1 by exponent injection (needs denormals) instead of selection; the GEMV
+    above `PARTIAL_MAX_M` always selects.
+    `m`: rows of x (GEMV only). `x`, `bias`: dtypes of x/y and of the bias (None: no bias)."""
+
+    kernel: str  # "gemv" or "dequant"
+    fmt: Format
+    m: int = 1
+    x: XKind = XKind.F32
+    bias: XKind | None = None
+    specials: bool = True
+    inject: bool = False
+    row_scale: bool = True  # E5M2 may have none
+
+    @property
+    def name(self) -> str:
+        """The kernel's (extern "C") symbol."""
+        parts = [f"softfp8_{self.kernel}", str(self.fmt)]
+        if self.kernel == "gemv":
+            parts += [f"m{self.m}", str(self.x), f"b{self.bias or 'none'}"]
+        parts += ["sp" if self.specials else "nosp", "inj" if self.inject else "sel",
+                  "rs" if self.row_scale else "nors"]
+        return "_".join(parts)
+
+    def __post_init__(self) -> None:
+        if self.kernel not in ("gemv", "dequant"):
+            raise ValueError(f"kernel: expected 'gemv' or 'dequant', got {self.kernel!r}")
+        if not 1 <= self.m <= GEMV_MAX_M:
+            raise ValueError(f"m: expected 1..{GEMV_MAX_M} rows of x, got {self.m}")
+        if self.kernel == "gemv" and self.m > PARTIAL_MAX_M and self.inject:
+            # The decode is shared by M multiply-adds a weight there, so injection saves little,
+            # and selection needs fewer registers (injection spilled at M = 16, float32 x).
+            object.__setattr__(self, "inject", False)
+
+
+DECODERS = r"""
+typedef unsigned int u32;
+typedef unsigned short u16;
+typedef unsigned char u8;
+
+#ifdef __CUDACC__
+#define SF8_DEV static __device__ __forceinline__
+SF8_DEV float bits_f32(u32 b) { return __uint_as_float(b); }
+SF8_DEV u32 f32_bits(float f) { return __float_as_uint(f); }
+#else
+#include <string.h>
+#define SF8_DEV static inline
+SF8_DEV float bits_f32(u32 b) { float f; memcpy(&f, &b, 4); return f; }
+SF8_DEV u32 f32_bits(float f) { u32 b; memcpy(&b, &f, 4); return b; }
+#endif
+
+#define SF8_2P112 0x77800000u  /* 2^112 */
+#define SF8_2P120 0x7B800000u  /* 2^120 */
+#define SF8_2P126 0x7E800000u  /* 2^126 */
+#define SF8_QNAN 0x7FC00000u
+#define SF8_INF 0x7F800000u
+
+/* E5M2 (bias 15): the code's low 7 bits at float32 bits 21..27 are the value times 2^-112
+   (a denormal for subnormal codes), one multiply restores it; the all-ones exponent is inf
+   (mantissa 0) or NaN, fixed only where the weight has such codes. */
+template <bool SPECIALS> SF8_DEV float dec_e5m2(u32 c) {
+  u32 sign = (c & 0x80u) << 24, mag = c & 0x7Fu;
+  float v = bits_f32((mag << 21) | sign) * bits_f32(SF8_2P112);
+  if (SPECIALS && mag >= 0x7Cu) v = bits_f32(((mag & 3u) ? SF8_QNAN : SF8_INF) | sign);
+  return v;
+}
+
+/* E4M3fn (bias 7): bits 20..26, times 2^120; 0x7F / 0xFF are NaN. */
+template <bool SPECIALS> SF8_DEV float dec_e4m3(u32 c) {
+  u32 sign = (c & 0x80u) << 24, mag = c & 0x7Fu;
+  float v = bits_f32((mag << 20) | sign) * bits_f32(SF8_2P120);
+  if (SPECIALS && mag == 0x7Fu) v = bits_f32(SF8_QNAN | sign);
+  return v;
+}
+
+/* E2M1 by selection: the normalised float32 built directly (exact with or without denormals).
+   Magnitude code 1 is 0.5, 0 is 0, 2..7 re-bias the exponent: (mag << 22) + 0x3F000000. */
+SF8_DEV float dec_e2m1_select(u32 c) {
+  u32 mag = c & 7u;
+  u32 b = (mag << 22) + 0x3F000000u;
+  b = mag == 1u ? 0x3F000000u : b;
+  b = mag == 0u ? 0u : b;
+  return bits_f32(b | ((c & 8u) << 28));
+}
+
+/* E2M1 by injection: e1 e0 m0 at float32 bits 22..24 are the value times 2^-126 (a denormal
+   for +-0.5), one multiply restores it. */
+SF8_DEV float dec_e2m1_inject(u32 c) {
+  return bits_f32(((c & 7u) << 22) | ((c & 8u) << 28)) * bits_f32(SF8_2P126);
+}
+
+/* E8M0: 2^(c - 127); 0 is the denormal 2^-127, 0xFF is NaN. */
+SF8_DEV float dec_e8m0(u32 c) {
+  u32 b = c == 0u ? 0x00400000u : (c << 23);
+  return bits_f32(c == 0xFFu ? SF8_QNAN : b);
+}
+
+/* fp16 (x) to float32 with integer operations: no fp16 unit involved. */
+SF8_DEV float f16_f32(u32 h) {
+  u32 sign = (h & 0x8000u) << 16, mag = h & 0x7FFFu;
+  float v = bits_f32((mag << 13) | sign) * bits_f32(SF8_2P112);
+  if (mag >= 0x7C00u) v = bits_f32(SF8_INF | (mag << 13) | sign);
+  return v;
+}
+
+SF8_DEV float bf16_f32(u32 h) { return bits_f32(h << 16); }
+
+/* float32 to bf16, round to nearest even (as torch); NaN stays NaN. */
+SF8_DEV u32 f32_bf16(float f) {
+  u32 b = f32_bits(f);
+  if ((b & 0x7FFFFFFFu) > SF8_INF) return (b >> 16) | 0x40u;
+  return (b + 0x7FFFu + ((b >> 16) & 1u)) >> 16;
+}
+"""
+
+_COMMON = r"""
+#if SF8_INJECT
+#define DEC_E2M1 dec_e2m1_inject
+#else
+#define DEC_E2M1 dec_e2m1_select
+#endif
+
+/* Code j (0..15) of a 16-byte vector as float32, unscaled: FP8 byte j or FP4 nibble j of the
+   vector's first or second half (`half` selects words 0-1 or 2-3 for FP4). */
+SF8_DEV void decode16(const uint4 v, int half, float* w) {
+#if SF8_FMT <= 1
+  const u32 words[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int j = 0; j < 16; ++j) {
+    u32 c = (words[j >> 2] >> ((j & 3) * 8)) & 0xFFu;
+#if SF8_FMT == 0
+    w[j] = dec_e5m2<SF8_SPECIALS>(c);
+#else
+    w[j] = dec_e4m3<SF8_SPECIALS>(c);
+#endif
+  }
+#else
+  const u32 a = half ? v.z : v.x, b = half ? v.w : v.y;
+#pragma unroll
+  for (int j = 0; j < 16; ++j) w[j] = DEC_E2M1(((j < 8 ? a : b) >> ((j & 7) * 4)) & 0xFu);
+#endif
+}
+
+SF8_DEV float block_scale(const u8* __restrict__ scales, size_t i, float g) {
+#if SF8_FMT == 2
+  return dec_e4m3<SF8_SPECIALS>(__ldg(scales + i)) * g;
+#elif SF8_FMT == 3
+  return dec_e8m0(__ldg(scales + i));
+#else
+  return 1.0f;
+#endif
+}
+
+"""
+
+_GEMV = r"""
+/* 16 consecutive x values from element offset `k` of a row, as float32 (16-byte loads). */
+SF8_DEV void load_x16(const void* __restrict__ xrow, int k, float* out) {
+#if SF8_X == 0
+  const float4* p = reinterpret_cast<const float4*>(static_cast<const float*>(xrow) + k);
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {
+    float4 f = __ldg(p + q);
+    out[4 * q] = f.x; out[4 * q + 1] = f.y; out[4 * q + 2] = f.z; out[4 * q + 3] = f.w;
+  }
+#else
+  const uint4* p = reinterpret_cast<const uint4*>(static_cast<const u16*>(xrow) + k);
+#pragma unroll
+  for (int q = 0; q < 2; ++q) {
+    uint4 u = __ldg(p + q);
+    const u32 h[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+#if SF8_X == 1
+      out[8 * q + 2 * i] = f16_f32(h[i] & 0xFFFFu);
+      out[8 * q + 2 * i + 1] = f16_f32(h[i] >> 16);
+#else
+      out[8 * q + 2 * i] = bits_f32(h[i] << 16);
+      out[8 * q + 2 * i + 1] = bits_f32(h[i] & 0xFFFF0000u);
+#endif
+    }
+  }
+#endif
+}
+
+#if SF8_X == 0
+typedef float x_t;
+#else
+typedef u16 x_t;
+#endif
+
+SF8_DEV float load_bias(const void* bias, int row) {
+#if SF8_BIAS == 0
+  return __ldg(static_cast<const float*>(bias) + row);
+#elif SF8_BIAS == 1
+  return f16_f32(__ldg(static_cast<const u16*>(bias) + row));
+#elif SF8_BIAS == 2
+  return bf16_f32(__ldg(static_cast<const u16*>(bias) + row));
+#else
+  return 0.0f;
+#endif
+}
+
+SF8_DEV void store_y(x_t* y, size_t i, float v) {
+#if SF8_X == 0
+  y[i] = v;
+#elif SF8_X == 1
+  u16 h;
+  asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(v));
+  y[i] = h;
+#else
+  y[i] = (u16)f32_bf16(v);
+#endif
+}
+
+/* y[m, row] = sum_k x[m, k] w[row, k] (+ bias[row]) for m < SF8_M; x is [SF8_M, ldx], padded
+   to the weight's Kp with zeros; y is [SF8_M, n]. words: [n, vecs] 16-byte vectors. */
+extern "C" __global__ void __launch_bounds__(SF8_WARPS * 32, SF8_MIN_BLOCKS)
+SF8_NAME(const uint4* __restrict__ words, const float* __restrict__ row_scale,
+         const u8* __restrict__ scales, const float* __restrict__ gscale,
+         const x_t* __restrict__ x, const void* __restrict__ bias, x_t* __restrict__ y,
+         int n, int vecs, int ldx) {
+  const int lane = threadIdx.x & 31;
+  const int row0 = (blockIdx.x * SF8_WARPS + (threadIdx.x >> 5)) * SF8_ROWS;
+  if (row0 >= n) return;
+  int rows[SF8_ROWS];
+#pragma unroll
+  for (int r = 0; r < SF8_ROWS; ++r) rows[r] = min(row0 + r, n - 1);  /* past n: read, unused */
+  float acc[SF8_ROWS][SF8_M];
+#pragma unroll
+  for (int r = 0; r < SF8_ROWS; ++r)
+#pragma unroll
+    for (int m = 0; m < SF8_M; ++m) acc[r][m] = 0.0f;
+#if SF8_FMT == 2
+  const float g = __ldg(gscale);
+#else
+  const float g = 1.0f;
+#endif
+  for (int v = lane; v < vecs; v += 32) {
+    uint4 wv[SF8_ROWS];
+#pragma unroll
+    for (int r = 0; r < SF8_ROWS; ++r) wv[r] = __ldg(words + (size_t)rows[r] * vecs + v);
+#if SF8_FMT == 3
+    float vec_scale[SF8_ROWS];  /* one E8M0 block a vector */
+#pragma unroll
+    for (int r = 0; r < SF8_ROWS; ++r)
+      vec_scale[r] = block_scale(scales, (size_t)rows[r] * vecs + v, 1.0f);
+#endif
+#pragma unroll 1  /* unrolled, both halves' x loads were hoisted: FP4 spilled at M >= 8 */
+    for (int h = 0; h < SF8_HALVES; ++h) {
+      float w[SF8_ROWS][16];
+#pragma unroll
+      for (int r = 0; r < SF8_ROWS; ++r) decode16(wv[r], h, w[r]);
+#if SF8_FMT == 2
+      float s[SF8_ROWS];  /* one E4M3 block a half vector, times the tensor's scale */
+#pragma unroll
+      for (int r = 0; r < SF8_ROWS; ++r)
+        s[r] = block_scale(scales, (size_t)rows[r] * vecs * 2 + v * 2 + h, g);
+#elif SF8_FMT == 3
+      const float* s = vec_scale;
+#endif
+#if SF8_SCALE_W
+#pragma unroll
+      for (int r = 0; r < SF8_ROWS; ++r)
+#pragma unroll
+        for (int j = 0; j < 16; ++j) w[r][j] *= s[r];
+#endif
+#if SF8_PARTIAL
+      float part[SF8_ROWS][SF8_M];
+#pragma unroll
+      for (int r = 0; r < SF8_ROWS; ++r)
+#pragma unroll
+        for (int m = 0; m < SF8_M; ++m) part[r][m] = 0.0f;
+#define SF8_SUM part
+#else
+#define SF8_SUM acc
+#endif
+#pragma unroll
+      for (int m = 0; m < SF8_M; ++m) {
+        float xv[16];
+        load_x16(x + (size_t)m * ldx, (v * SF8_HALVES + h) * 16, xv);
+#pragma unroll
+        for (int r = 0; r < SF8_ROWS; ++r)
+#pragma unroll
+          for (int j = 0; j < 16; ++j) SF8_SUM[r][m] = fmaf(w[r][j], xv[j], SF8_SUM[r][m]);
+      }
+#undef SF8_SUM
+#if SF8_PARTIAL
+#pragma unroll
+      for (int r = 0; r < SF8_ROWS; ++r)
+#pragma unroll
+        for (int m = 0; m < SF8_M; ++m) acc[r][m] = fmaf(part[r][m], s[r], acc[r][m]);
+#endif
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < SF8_ROWS; ++r)
+#pragma unroll
+    for (int m = 0; m < SF8_M; ++m)
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) acc[r][m] += __shfl_xor_sync(0xFFFFFFFFu, acc[r][m], o);
+#pragma unroll
+  for (int r = 0; r < SF8_ROWS; ++r) {
+    const int row = row0 + r;
+    if (row >= n) break;
+#if SF8_FMT <= 1 && SF8_ROW_SCALE
+    const float s = __ldg(row_scale + row);
+#else
+    const float s = 1.0f;
+#endif
+#pragma unroll
+    for (int m = 0; m < SF8_M; ++m)
+      if (lane == ((r * SF8_M + m) & 31))
+        store_y(y, (size_t)m * n + row, acc[r][m] * s + load_bias(bias, row));
+  }
+}
+"""
+
+_DEQUANT = r"""
+/* out[row - start, :] = the weight's rows start..stop in float32, scales applied; one thread a
+   16-byte vector (16 FP8 or 32 FP4 codes). out is [stop - start, vecs * codes per vector]. */
+extern "C" __global__ void __launch_bounds__(256)
+SF8_NAME(const uint4* __restrict__ words, const float* __restrict__ row_scale,
+         const u8* __restrict__ scales, const float* __restrict__ gscale,
+         float* __restrict__ out, int start, int stop, int vecs) {
+  const size_t t = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+  const int row = start + (int)(t / vecs), v = (int)(t % vecs);
+  if (row >= stop) return;
+  const uint4 wv = __ldg(words + (size_t)row * vecs + v);
+#if SF8_FMT <= 1
+  const int per = 16;
+#else
+  const int per = 32;
+#endif
+  float4* dst = reinterpret_cast<float4*>(out + ((size_t)(row - start) * vecs + v) * per);
+#pragma unroll
+  for (int h = 0; h < per / 16; ++h) {
+    float w[16];
+    decode16(wv, h, w);
+#if SF8_FMT <= 1 && SF8_ROW_SCALE
+    const float s = __ldg(row_scale + row);
+#elif SF8_FMT == 2
+    const float s = block_scale(scales, (size_t)row * vecs * 2 + v * 2 + h, __ldg(gscale));
+#elif SF8_FMT == 3
+    const float s = block_scale(scales, (size_t)row * vecs + v, 1.0f);
+#else
+    const float s = 1.0f;
+#endif
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+#if SF8_FMT <= 1 && !SF8_ROW_SCALE
+      dst[h * 4 + q] = make_float4(w[4 * q], w[4 * q + 1], w[4 * q + 2], w[4 * q + 3]);
+#else
+      dst[h * 4 + q] = make_float4(w[4 * q] * s, w[4 * q + 1] * s, w[4 * q + 2] * s,
+                                   w[4 * q + 3] * s);
+#endif
+    }
+  }
+}
+"""
+
+
+def source(variant: Variant) -> str:
+    """The CUDA C text of `variant`: its settings as macros, the decoders, its kernel."""
+    bias = "3" if variant.bias is None else str(_X_ID[variant.bias])
+    fp4 = variant.fmt in (Format.NVFP4, Format.MXFP4)
+    head = "\n".join([
+        f"#define SF8_NAME {variant.name}",
+        f"#define SF8_FMT {_FMT_ID[variant.fmt]}",
+        f"#define SF8_M {variant.m}",
+        f"#define SF8_X {_X_ID[variant.x]}",
+        f"#define SF8_BIAS {bias}",
+        f"#define SF8_SPECIALS {'true' if variant.specials else 'false'}",
+        f"#define SF8_INJECT {int(variant.inject)}",
+        f"#define SF8_ROW_SCALE {int(variant.row_scale)}",
+        f"#define SF8_ROWS {rows_per_warp(variant.m)}",
+        f"#define SF8_WARPS {WARPS}",
+        f"#define SF8_MIN_BLOCKS {min_blocks(variant.m)}",
+        f"#define SF8_HALVES {1 if not fp4 else 2}",
+        f"#define SF8_SCALE_W {int(fp4 and variant.m > PARTIAL_MAX_M)}",
+        f"#define SF8_PARTIAL {int(fp4 and variant.m <= PARTIAL_MAX_M)}",
+    ])
+    body = _GEMV if variant.kernel == "gemv" else _DEQUANT
+    return f"{head}\n{DECODERS}\n{_COMMON}\n{body}"
+
+
+def codes_per_vector(fmt: Format) -> int:
+    """Codes in one 16-byte vector of a row: 16 (FP8) or 32 (FP4)."""
+    return 4 * SPECS[fmt].codes_per_word
+
+
+PROBE_NAME = "softfp8_probe"
+
+PROBE_SOURCE = DECODERS + r"""
+/* The probe's kernel, compiled with the backends's options: out = inject-decode of E2M1 codes
+   1 and 9 (+-0.5 through the denormal +-2^-127) and E4M3 code 1 (2^-9 through a denormal). */
+extern "C" __global__ void softfp8_probe(const u32* codes, float* out) {
+  out[0] = dec_e2m1_inject(codes[0]);
+  out[1] = dec_e2m1_inject(codes[1]);
+  out[2] = dec_e4m3<true>(codes[2]);
+}
+"""
+"""`PROBE_NAME`'s text: run by `softfp8.capability`'s sub-probe on each CUDA GPU."""

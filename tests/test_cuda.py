@@ -1,0 +1,360 @@
+"""The CUDA backend (softfp8/backends/cuda) without a GPU: its decoders, compiled on the host
+from the kernels' own source, over every code; its kernels compiled by NVRTC for sm_60, sm_61 and
+sm_70 and their PTX / ptxas report checked; dispatch to it with torch.cuda mocked as a cc 6.1
+device. Running the kernels is the GPU script's job (benchmarks/gpu_cuda_backend.py)."""
+import ctypes
+import importlib.util
+import re
+import shutil
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+import torch
+from conftest import same_bits
+from fake_backends import install, mock_gpus
+
+from softfp8 import Backend, E2M1Decode, Format, capability, dispatch
+from softfp8.backends.cuda import _source
+from softfp8.backends.cuda._source import COMPILE_OPTIONS, Variant, XKind, source
+from softfp8.capability import Check
+from softfp8.decode import (decode_e2m1_to_f32, decode_e2m1_to_f32_inject, decode_e4m3_to_f32,
+                            decode_e5m2_to_f32, decode_e8m0)
+from softfp8.dispatch import BackendUnavailable, select
+
+import nvrtc_ptx
+
+# --- the decoders, compiled on the host from _source.DECODERS -------------------------------
+_HOST_WRAPPERS = r"""
+extern "C" void run(int which, const u32* c, u32* out, int n) {
+  for (int i = 0; i < n; ++i) {
+    float v = 0.0f;
+    switch (which) {
+      case 0: v = dec_e5m2<true>(c[i]); break;
+      case 1: v = dec_e5m2<false>(c[i]); break;
+      case 2: v = dec_e4m3<true>(c[i]); break;
+      case 3: v = dec_e4m3<false>(c[i]); break;
+      case 4: v = dec_e2m1_select(c[i]); break;
+      case 5: v = dec_e2m1_inject(c[i]); break;
+      case 6: v = dec_e8m0(c[i]); break;
+      case 7: v = f16_f32(c[i]); break;
+      case 8: v = bf16_f32(c[i]); break;
+      case 9: out[i] = f32_bf16(bits_f32(c[i])); continue;
+    }
+    out[i] = f32_bits(v);
+  }
+}
+"""
+_WHICH = {"e5m2": 0, "e5m2_nofix": 1, "e4m3": 2, "e4m3_nofix": 3, "e2m1_select": 4,
+          "e2m1_inject": 5, "e8m0": 6, "f16": 7, "bf16": 8, "to_bf16": 9}
+
+
+@pytest.fixture(scope="module")
+def host(tmp_path_factory):
+    """The decoders as a host library (g++, strict IEEE: no fast-math, denormals kept)."""
+    cxx = shutil.which("g++") or shutil.which("c++")
+    if cxx is None:
+        pytest.skip("no C++ compiler to build the decoders on the host")
+    d = tmp_path_factory.mktemp("cuda_decoders")
+    (d / "dec.cpp").write_text(_source.DECODERS + _HOST_WRAPPERS)
+    subprocess.run([cxx, "-O2", "-std=c++14", "-shared", "-fPIC", str(d / "dec.cpp"), "-o",
+                    str(d / "dec.so")], check=True, capture_output=True)
+    lib = ctypes.CDLL(str(d / "dec.so"))
+
+    def run(name: str, codes) -> torch.Tensor:
+        c = np.ascontiguousarray(np.asarray(codes, dtype=np.uint32))
+        out = np.empty_like(c)
+        lib.run(_WHICH[name], c.ctypes.data_as(ctypes.c_void_p), out.ctypes.data_as(
+            ctypes.c_void_p), len(c))
+        return torch.from_numpy(out.view(np.int32).copy()).view(torch.float32)
+
+    return run
+
+
+def _bits(t: torch.Tensor) -> list[int]:
+    return (t.contiguous().view(torch.int32) & 0xFFFFFFFF).tolist()
+
+
+ALL8 = torch.arange(256)
+
+
+@pytest.mark.parametrize("name, ref", [("e5m2", decode_e5m2_to_f32), ("e4m3", decode_e4m3_to_f32),
+                                       ("e8m0", decode_e8m0)])
+def test_8bit_decoders_bit_exact_over_every_code(host, name, ref):
+    # bit for bit, NaNs included (the reference's quiet NaN with the code's sign)
+    assert _bits(host(name, ALL8)) == _bits(ref(ALL8))
+
+
+@pytest.mark.parametrize("name, ref, special", [
+    ("e5m2", decode_e5m2_to_f32, lambda c: (c & 0x7C) == 0x7C),
+    ("e4m3", decode_e4m3_to_f32, lambda c: (c & 0x7F) == 0x7F)])
+def test_8bit_decoders_without_the_fix(host, name, ref, special):
+    """The variant for weights without special codes: exact on every other code, and it does
+    differ on the special ones (so `specials` must be set where they occur)."""
+    out, want, sp = host(f"{name}_nofix", ALL8), ref(ALL8), special(ALL8)
+    assert same_bits(out[~sp], want[~sp]).all()
+    assert torch.isfinite(out[sp]).all() and not torch.isfinite(want[sp]).any()
+
+
+@pytest.mark.parametrize("name, ref", [("e2m1_select", decode_e2m1_to_f32),
+                                       ("e2m1_inject", decode_e2m1_to_f32_inject)])
+def test_e2m1_decoders_bit_exact(host, name, ref):
+    # every nibble, with garbage in the bits above it (the kernels pass whole shifted words)
+    codes = torch.arange(256)
+    assert _bits(host(name, codes)) == _bits(ref(codes & 0xF))
+    assert _bits(host(name, codes[:16])) == _bits(torch.tensor(
+        [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0]))
+
+
+def test_x_conversions_bit_exact(host):
+    """fp16 and bf16 x to float32 over all 65536 patterns, and float32 to bf16 (y) against torch."""
+    h = torch.arange(65536, dtype=torch.int32)
+    f16 = h.to(torch.int16).view(torch.float16).float()
+    assert same_bits(host("f16", h), f16).all()
+    assert _bits(host("f16", h)[~torch.isnan(f16)]) == _bits(f16[~torch.isnan(f16)])
+    assert _bits(host("bf16", h)) == _bits(h.to(torch.int16).view(torch.bfloat16).float())
+    g = torch.Generator().manual_seed(0)
+    x = torch.randint(-2**31, 2**31 - 1, (1 << 16,), generator=g, dtype=torch.int64)
+    x = torch.cat([x, torch.tensor([0x3F808000, 0x3F818000, 0x7F7FFFFF, 0x7F800000, 0xFF800000,
+                                    0x00000001, 0x80008000, 0x7FC00001])]).to(torch.int32)
+    f = x.view(torch.float32)
+    mine = host("to_bf16", x).view(torch.int32)
+    want = f.to(torch.bfloat16).view(torch.int16).to(torch.int32) & 0xFFFF
+    nan = torch.isnan(f)
+    assert torch.equal(mine[~nan], want[~nan])
+    assert torch.isnan((mine[nan] << 16).view(torch.float32)).all()
+
+
+# --- the kernels through NVRTC, checked in PTX and ptxas's report ----------------------------
+needs_nvrtc = pytest.mark.skipif(
+    nvrtc_ptx.load() is None,
+    reason=f"NVRTC not installed: pip install {nvrtc_ptx.PIP_PACKAGE} to compile the CUDA kernels")
+
+ARCHS = ("sm_60", "sm_61", "sm_70")
+FP8_CVT = re.compile(r"\bcvt\.[\w.]*(e4m3|e5m2|e2m1|e3m2|e2m3|ue8m0)")
+F16_MATH = re.compile(r"(?:^|[;{])\s*(@!?%\w+\s+)?(add|sub|mul|fma|neg|abs|min|max|setp|set|ex2|rcp|sqrt|div"
+                      r"|tanh|lg2|sin|cos)[\w.]*\.(f16|f16x2|bf16|bf16x2)\b", re.M)
+SPILLS = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
+
+
+def ptx_problems(ptx: str, log: str) -> list[str]:
+    """What the checks object to in one kernel's PTX and ptxas log (empty: it passes)."""
+    found = []
+    if FP8_CVT.search(ptx):
+        found.append(f"FP8/FP4 conversion: {FP8_CVT.search(ptx).group(0)}")
+    if F16_MATH.search(ptx):
+        found.append(f"fp16 arithmetic: {F16_MATH.search(ptx).group(0).strip()}")
+    if ".local" in ptx:
+        found.append("local memory in the PTX")
+    if ".ftz" in ptx:
+        found.append("flush-to-zero arithmetic (the decodes need denormals)")
+    frames = SPILLS.findall(log)
+    if not frames:
+        found.append("no ptxas report in the log")
+    found += [f"stack {s} / spills {a}+{b} bytes" for s, a, b in frames if (s, a, b) != ("0",) * 3]
+    return found
+
+
+def fast_variants() -> list[Variant]:
+    """Every format in each kernel and x dtype, both settings of each decode flag, M = 1 and the
+    largest; the CI set (the full M x dtype x flag matrix is the slow test)."""
+    out = []
+    for fmt in Format:
+        fp4 = fmt in (Format.NVFP4, Format.MXFP4)
+        out += [Variant("gemv", fmt, 1, XKind.F32, None, specials=True),
+                Variant("gemv", fmt, 1, XKind.F16, XKind.F32, specials=False, inject=fp4),
+                Variant("gemv", fmt, 3, XKind.BF16, XKind.BF16, row_scale=fmt is not Format.E5M2),
+                Variant("dequant", fmt, specials=True, inject=False),
+                Variant("dequant", fmt, specials=False, inject=fp4,
+                        row_scale=fmt is not Format.E5M2)]
+    return out
+
+
+def _compile_all(pairs):
+    def one(pair):
+        variant, arch = pair
+        try:
+            c = nvrtc_ptx.compile_for(source(variant), arch, COMPILE_OPTIONS)
+        except RuntimeError as exc:
+            return variant, arch, [str(exc)[-1500:]], ""
+        return variant, arch, ptx_problems(c.ptx, c.log), c.ptx
+    with ThreadPoolExecutor(max_workers=2) as pool:  # ctypes drops the GIL while NVRTC works
+        return list(pool.map(one, pairs))
+
+
+@needs_nvrtc
+def test_every_kernel_compiles_clean_for_pascal_and_volta():
+    results = _compile_all([(v, a) for v in fast_variants() for a in ARCHS])
+    bad = [(v.name, a, p) for v, a, p, _ in results if p]
+    assert not bad, bad
+    for v, a, _, ptx in results:
+        assert f".target {a}" in ptx
+        assert re.search(r"ld\.global\.nc\.v4\.u32", ptx), f"{v.name} {a}: weights not read 16 B at a time"
+
+
+@needs_nvrtc
+def test_the_largest_gemv_fits_in_registers_on_a_p40():
+    """M = 16 holds 2 x 16 accumulators and 2 x 16 decoded weights a lane: no spills on sm_61."""
+    variants = [Variant("gemv", fmt, 16, x, XKind.F32, specials=True, inject=inj)
+                for fmt in Format for x, inj in ((XKind.F16, False), (XKind.F32, True))]
+    results = _compile_all([(v, "sm_61") for v in variants])
+    assert not [(v.name, p) for v, _, p, _ in results if p]
+
+
+@pytest.mark.slow
+@needs_nvrtc
+def test_every_m_compiles_clean_for_a_p40():
+    """Every M of the GEMV for sm_61 with the dtypes that take the most registers."""
+    variants = [Variant("gemv", fmt, m, x, XKind.F32, specials=True, inject=inj)
+                for fmt in Format for m in range(1, _source.GEMV_MAX_M + 1)
+                for x in (XKind.F32, XKind.F16)
+                for inj in ((False, True) if fmt in (Format.NVFP4, Format.MXFP4) else (False,))]
+    results = _compile_all([(v, "sm_61") for v in dict.fromkeys(variants)])
+    assert not [(v.name, p) for v, _, p, _ in results if p]
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("snippet, options, expected", [
+    ("out[0] = __uint_as_float(c[0]) * 3.0f;", ("--use_fast_math",), "flush-to-zero"),
+    ("float t[64]; for (int i = 0; i < 64; ++i) t[i] = i * c[i]; out[0] = t[c[0] & 63];", (),
+     "local memory"),
+    ("unsigned short h; asm(\"{.reg .f16 a; mov.b16 a, %1; add.f16 a, a, a; mov.b16 %0, a;}\""
+     " : \"=h\"(h) : \"h\"((unsigned short)c[0])); out[0] = h;", (), "fp16 arithmetic"),
+])
+def test_the_checks_can_fail(snippet, options, expected):
+    code = ('extern "C" __global__ void k(const unsigned* c, float* out) {' + snippet + "}")
+    compiled = nvrtc_ptx.compile_for(code, "sm_61", options)
+    assert any(expected in p for p in ptx_problems(compiled.ptx, compiled.log))
+
+
+def test_variant_names_are_unique_and_checked():
+    names = [v.name for v in fast_variants()]
+    assert len(names) == len(set(names))
+    with pytest.raises(ValueError, match="m: expected 1..16"):
+        Variant("gemv", Format.E4M3, 17)
+    with pytest.raises(ValueError, match="kernel: expected"):
+        Variant("gemm", Format.E4M3)
+
+
+# --- dispatch, with torch.cuda mocked --------------------------------------------------------
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch):
+    for name in (dispatch.BACKEND_ENV, dispatch.E2M1_DECODE_ENV, dispatch.ACTIVATION_QUANT_ENV):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(dispatch, "_CACHE", {})
+
+
+def with_cupy(monkeypatch, present: bool) -> None:
+    """importlib's find_spec as on a machine with (or without) CuPy, whatever is installed here."""
+    real = importlib.util.find_spec
+
+    def find_spec(name, *args, **kwargs):
+        if name == "cupy":
+            return importlib.machinery.ModuleSpec("cupy", None) if present else None
+        return real(name, *args, **kwargs)
+    monkeypatch.setattr(importlib.util, "find_spec", find_spec)
+
+
+def mocked(monkeypatch, cap, *, cuda_ok=True, triton=None, cupy=True) -> capability.CapabilityReport:
+    """The probe's report on one mocked NVIDIA GPU; the CUDA backend's checks given."""
+    mock_gpus(monkeypatch, [cap], hip=None)
+    with_cupy(monkeypatch, cupy)
+    facts = {("cpu", "numba"): Check.no("given"), ("cpu", "ftz_numba"): Check.no("given"),
+             ("*", "float8"): Check.yes("mocked"), ("*", "ftz_torch"): Check.no("mocked"),
+             ("cuda:0", "scaled_mm"): Check.no("mocked: needs FP8 hardware")}
+    if cuda_ok:
+        facts[("cuda:0", "cuda_kernels")] = Check.yes("mocked: compiled and launched")
+        facts[("cuda:0", "ftz_cuda")] = Check.no("mocked: inject(1, 9) = +0.5, -0.5")
+    if triton is not None:
+        facts[("cuda:0", "triton")] = triton
+    return capability.collect(facts=facts)
+
+
+def test_p40_auto_picks_the_cuda_backend(monkeypatch):
+    report = mocked(monkeypatch, (6, 1))
+    assert report.device("cuda:0").triton.is_no  # measured by the probe's own rule: 6.1 < 7.0
+    for fmt in Format:
+        for m in (1, 16, 4096):
+            choice = select(fmt, m, "cuda:0", report=report)
+            assert choice.backend is Backend.CUDA, (fmt, m, choice.reason)
+            assert "auto: cuda is the first" in choice.reason
+            assert "not triton" in choice.reason and "6.1" in choice.reason
+            assert "7.0" in choice.reason
+            if fmt in (Format.NVFP4, Format.MXFP4):
+                assert choice.e2m1 is E2M1Decode.INJECT
+                assert "measured exact in the CUDA backend's kernel" in choice.e2m1_reason
+
+
+def test_cuda_backend_that_flushes_gets_select(monkeypatch):
+    report = mocked(monkeypatch, (6, 0))
+    dev = report.device("cuda:0")
+    report = capability.CapabilityReport(devices=(report.devices[0], type(dev)(**{
+        **{f: getattr(dev, f) for f in dev.__dataclass_fields__},
+        "ftz_cuda": Check.yes("mocked: +0, -0")})))
+    choice = select("nvfp4", 1, "cuda:0", report=report)
+    assert (choice.backend, choice.e2m1) == (Backend.CUDA, E2M1Decode.SELECT)
+
+
+def test_triton_failing_on_a_newer_gpu_falls_to_the_cuda_backend(monkeypatch):
+    report = mocked(monkeypatch, (7, 5), triton=Check.no("mocked: compiling failed: ptxas died"))
+    choice = select("e4m3", 1, "cuda:0", report=report)
+    assert choice.backend is Backend.CUDA
+    assert "Triton can't run on cuda:0 (no: mocked: compiling failed" in choice.reason
+
+
+def test_triton_that_runs_comes_first(monkeypatch):
+    install(monkeypatch, Backend.TRITON)
+    report = mocked(monkeypatch, (8, 0), triton=Check.yes("mocked: launched"))
+    monkeypatch.setattr(dispatch, "_CACHE", {})
+    report = capability.collect(facts={**{(d, f): getattr(report.device(d), f) for d in
+                                          ("cuda:0",) for f in ("cuda_kernels", "ftz_cuda",
+                                                                "triton", "scaled_mm")},
+                                       ("cuda:0", "ftz_triton"): Check.no("mocked")})
+    assert select("mxfp4", 1, "cuda:0", report=report).backend is Backend.TRITON
+    assert select("mxfp4", 1, "cuda:0", backend="cuda", report=report).backend is Backend.CUDA
+
+
+def test_without_cupy_the_probe_and_an_explicit_request_name_it(monkeypatch):
+    report = mocked(monkeypatch, (6, 1), cuda_ok=False, cupy=False)
+    dev = report.device("cuda:0")
+    assert dev.cuda_kernels.is_no and "'cupy' is not installed" in dev.cuda_kernels.detail
+    assert dev.ftz_cuda.status is capability.Status.UNKNOWN
+    with pytest.raises(BackendUnavailable, match=r"backend cuda \(backend='cuda'\) can't run e5m2 "
+                       r"on cuda:0: the package 'cupy' is not installed"):
+        select("e5m2", 1, "cuda:0", backend="cuda", report=report)
+    monkeypatch.setenv(dispatch.BACKEND_ENV, "cuda")
+    with pytest.raises(BackendUnavailable, match="SOFTFP8_BACKEND=cuda"):
+        select("e5m2", 1, "cuda:0", report=report)
+    monkeypatch.delenv(dispatch.BACKEND_ENV)
+    choice = select("e5m2", 1, "cuda:0", report=report)
+    assert choice.backend is Backend.TORCH and "not cuda: the package 'cupy'" in choice.reason
+
+
+def test_probe_failure_is_a_refusal_with_its_reason(monkeypatch):
+    report = mocked(monkeypatch, (6, 1), cuda_ok=False)
+    report = capability.collect(facts={("cuda:0", "cuda_kernels"): Check.no(
+        "compiling or launching failed: NVRTC_ERROR_INVALID_OPTION: sm_61"),
+        ("cuda:0", "scaled_mm"): Check.no("mocked")})
+    with pytest.raises(BackendUnavailable, match="the CUDA backend's kernels can't run on cuda:0 "
+                       r"\(no: compiling or launching failed: NVRTC_ERROR_INVALID_OPTION"):
+        select("nvfp4", 1, "cuda:0", backend="cuda", report=report)
+
+
+def test_rocm_and_cpu_are_refused_in_words(monkeypatch):
+    with pytest.raises(BackendUnavailable, match="it runs on cuda devices, not cpu"):
+        select("e4m3", 1, "cpu", backend="cuda")
+    mock_gpus(monkeypatch, [(9, 4)], hip="6.2")
+    with_cupy(monkeypatch, True)
+    report = capability.collect(facts={("*", "triton"): Check.no("mocked")})
+    assert report.device("cuda:0").cuda_kernels is None  # not applicable on ROCm
+    with pytest.raises(BackendUnavailable, match=r"can't run on cuda:0 \(not applicable\)"):
+        select("e4m3", 1, "cuda:0", backend="cuda", report=report)
+
+
+def test_matmul_refuses_cpu_tensors_in_words():
+    from softfp8 import quantize
+    from softfp8.backends import cuda
+    p = quantize(torch.randn(8, 32), "e4m3")
+    with pytest.raises(ValueError, match="one CUDA device for the cuda backend, got cpu and cpu"):
+        cuda.matmul(torch.randn(1, 32), p)
