@@ -3,6 +3,7 @@ from the kernels' own source, over every code; its kernels compiled by NVRTC for
 sm_70 and their PTX / ptxas report checked; dispatch to it with torch.cuda mocked as a cc 6.1
 device. Running the kernels is the GPU script's job (benchmarks/gpu_cuda_backend.py)."""
 import ctypes
+import importlib.machinery
 import importlib.util
 import re
 import shutil

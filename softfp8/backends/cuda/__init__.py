@@ -36,7 +36,7 @@ def _e5m2_specials(packed: PackedWeight) -> bool:
     known = known_fact(packed, "e5m2 specials")
     if known is not None:
         return known[0]
-    if torch.cuda.is_current_stream_capturing():
+    if packed.words.is_cuda and torch.cuda.is_current_stream_capturing():
         return True
     found = torch.zeros((), dtype=torch.bool, device=packed.device)
     for _, part in _row_chunks(packed.words.view(torch.uint8)):
@@ -74,8 +74,8 @@ def _padded(x: torch.Tensor, kp: int) -> torch.Tensor:
     """x [M, Kp], zero-padded along K, contiguous and 16-byte aligned (the kernels' loads)."""
     if x.shape[1] != kp:
         x = torch.nn.functional.pad(x, (0, kp - x.shape[1]))
-    if not x.is_contiguous() or x.data_ptr() % 16:
-        x = x.contiguous() if x.data_ptr() % 16 == 0 else x.clone()
+    if not x.is_contiguous() or x.data_ptr() % 16:  # a fresh allocation is 256-byte aligned
+        x = x.clone(memory_format=torch.contiguous_format)
     return x
 
 
@@ -89,15 +89,15 @@ def matmul(x: torch.Tensor, packed: PackedWeight, bias: torch.Tensor | None = No
     n, _ = packed.shape
     kp = packed.padded_k
     vecs = kp // codes_per_vector(packed.fmt)
-    inject = E2M1Decode(e2m1) is E2M1Decode.INJECT
-    common = dict(fmt=packed.fmt, specials=specials(packed), inject=inject,
-                  row_scale=packed.scales is not None)
     fp4 = packed.fmt in (Format.NVFP4, Format.MXFP4)
+    # flags that don't apply to the format are normalised, so they never make a second kernel
+    common = dict(fmt=packed.fmt, specials=specials(packed),
+                  inject=fp4 and E2M1Decode(e2m1) is E2M1Decode.INJECT,
+                  row_scale=not fp4 and packed.scales is not None)
     row_scale = None if fp4 else packed.scales
     block_scales = packed.scales if fp4 else None
     if m == 0:
-        y = torch.zeros((0, n), dtype=x.dtype, device=x.device)
-        return y
+        return torch.zeros((0, n), dtype=x.dtype, device=x.device)
     if m <= GEMV_MAX_M:
         xp = _padded(x.detach(), kp)
         if bias is not None and bias.dtype not in _X_KIND:
