@@ -127,6 +127,156 @@ def test_x_conversions_bit_exact(host):
     assert torch.isnan((mine[nan] << 16).view(torch.float32)).all()
 
 
+# --- the kernels themselves, run on the host -------------------------------------------------
+# The kernels' text compiles as C++ too (DECODERS' host branch); a driver runs each warp's 32
+# lanes in turn, then the shuffles' butterfly, then the stores, exactly as the device orders
+# them. The real launcher (`matmul`) runs with its launch pointed here, so its padding, flags
+# and slabs are tested too. What only the GPU has (the 16-bit cvt, __ldg) is the GPU script's.
+_HOST_DRIVER = r"""
+extern "C" void host_launch(const uint4* words, const float* row_scale, const u8* scales,
+                            const float* gscale, void* x_or_out, const void* bias, void* y,
+                            int n, int vecs, int ldx) {
+#ifdef SF8_GEMV
+  for (int row0 = 0; row0 < n; row0 += SF8_ROWS) {
+    float acc[32][SF8_ROWS][SF8_M];
+    for (int lane = 0; lane < 32; ++lane)
+      gemv_lane(words, scales, gscale, (const x_t*)x_or_out, n, vecs, ldx, row0, lane, acc[lane]);
+    for (int o = 16; o > 0; o >>= 1) {  /* acc += __shfl_xor_sync(acc, o), all lanes at once */
+      float t[32][SF8_ROWS][SF8_M];
+      memcpy(t, acc, sizeof t);
+      for (int l = 0; l < 32; ++l)
+        for (int r = 0; r < SF8_ROWS; ++r)
+          for (int m = 0; m < SF8_M; ++m) acc[l][r][m] = t[l][r][m] + t[l ^ o][r][m];
+    }
+    for (int lane = 0; lane < 32; ++lane)
+      gemv_store(row_scale, bias, (x_t*)y, n, row0, lane, acc[lane]);
+  }
+#else  /* dequant: n = start, vecs = stop, ldx = vecs (the kernel's own argument order) */
+  for (size_t t = 0; t < (size_t)(vecs - n) * ldx; ++t)
+    dequant_thread(words, row_scale, scales, gscale, (float*)x_or_out, n, vecs, ldx, t);
+#endif
+}
+"""
+
+
+@pytest.fixture
+def on_the_host(monkeypatch, tmp_path_factory):
+    """`softfp8.backends.cuda.matmul` for CPU tensors, its kernels compiled with g++ (-O0: fast
+    to build; IEEE float32 either way) and run by `_HOST_DRIVER`."""
+    cxx = shutil.which("g++") or shutil.which("c++")
+    if cxx is None:
+        pytest.skip("no C++ compiler to build the kernels on the host")
+    from softfp8.backends import cuda
+    from softfp8.backends.cuda import _runtime
+    d = tmp_path_factory.mktemp("cuda_kernels")
+    libs = {}
+
+    def lib(variant):
+        if variant not in libs:
+            src = d / f"{variant.name}.cpp"
+            head = "#define SF8_GEMV 1\n" if variant.kernel == "gemv" else ""
+            src.write_text(head + source(variant) + _HOST_DRIVER)
+            subprocess.run([cxx, "-O0", "-std=c++14", "-Wno-unknown-pragmas", "-shared", "-fPIC",
+                            str(src), "-o", str(src.with_suffix(".so"))], check=True,
+                           capture_output=True)
+            libs[variant] = ctypes.CDLL(str(src.with_suffix(".so")))
+        return libs[variant]
+
+    def launch(device, variant, grid, block, args):
+        c = [ctypes.c_void_p(int(a)) if a.dtype == np.uint64 else ctypes.c_int(int(a))
+             for a in args]
+        if variant.kernel == "dequant":  # (words, row_scale, scales, gscale, out, start, stop, vecs)
+            c = c[:5] + [ctypes.c_void_p(0), ctypes.c_void_p(0)] + c[5:]
+        lib(variant).host_launch(*c)
+
+    monkeypatch.setattr(_runtime, "launch", launch)
+    monkeypatch.setattr(cuda, "_check", lambda x, packed, bias: None)
+    return cuda.matmul, libs
+
+
+def every_code_weight(fmt, *, specials=True, row_scale=True, k=24):
+    """Row n holds code c_n in column 0, zeros after: every code (FP4: x every block-scale
+    code), or those that don't need the special-code fix."""
+    from softfp8.formats import PackedWeight, padded_k
+    from softfp8.quantize import pack_codes
+    if fmt in (Format.NVFP4, Format.MXFP4):
+        sc, codes = torch.arange(256).repeat_interleave(16), torch.arange(16).repeat(256)
+        if not specials and fmt is Format.NVFP4:
+            keep = (sc & 0x7F) != 0x7F
+            sc, codes = sc[keep], codes[keep]
+    else:
+        codes = torch.arange(256)
+        if not specials:
+            bad = (codes & 0x7C) == 0x7C if fmt is Format.E5M2 else (codes & 0x7F) == 0x7F
+            codes = codes[~bad]
+    n = codes.numel()
+    full = torch.zeros((n, k), dtype=torch.uint8)
+    full[:, 0] = codes.to(torch.uint8)
+    scales = gscale = None
+    if fmt in (Format.NVFP4, Format.MXFP4):
+        block = 16 if fmt is Format.NVFP4 else 32
+        scales = torch.full((n, padded_k(k, fmt) // block), 0x38 if fmt is Format.NVFP4 else 127,
+                            dtype=torch.uint8)
+        scales[:, 0] = sc.to(torch.uint8)
+        gscale = torch.tensor(1.3125) if fmt is Format.NVFP4 else None
+    elif row_scale:
+        scales = torch.rand(n, generator=torch.Generator().manual_seed(n)) + 0.5
+    return PackedWeight(fmt, (n, k), pack_codes(full, fmt), scales, gscale)
+
+
+def _exact_cases():
+    for fmt in Format:
+        for specials in (True, False):
+            yield fmt, specials, True
+        if fmt is Format.E5M2:
+            yield fmt, True, False
+
+
+@pytest.mark.parametrize("fmt, specials, row_scale", list(_exact_cases()),
+                         ids=lambda v: str(v))
+def test_every_code_through_the_kernels_on_the_host(on_the_host, fmt, specials, row_scale):
+    """x = e_0 in every row of x, so y[m, n] is row n's one code, decoded and scaled: bit for
+    bit the reference's, NaN as NaN, in the GEMV (M = 1: block sums, two rows a warp; M = 5:
+    scaled weights, one row a warp; E2M1 injected and selected) and the dequant path."""
+    from softfp8.quantize import dequantize
+    matmul, libs = on_the_host
+    p = every_code_weight(fmt, specials=specials, row_scale=row_scale)
+    want = dequantize(p)[:, 0]
+    fp4 = fmt in (Format.NVFP4, Format.MXFP4)
+    for m in (1, 5, 17):
+        for e2m1 in ((E2M1Decode.INJECT, E2M1Decode.SELECT) if fp4 else (E2M1Decode.SELECT,)):
+            x = torch.zeros((m, p.shape[1]))
+            x[:, 0] = 1.0
+            y = matmul(x, p, None, e2m1=e2m1)
+            hit = same_bits(y, want.expand(m, -1)) | ((y == 0) & (want == 0))  # zero's sign aside
+            assert hit.all(), (m, e2m1, torch.nonzero(~hit)[:5].tolist())
+    assert [v.specials for v in libs] == [specials and fmt is not Format.MXFP4] * len(libs)
+
+
+@pytest.mark.parametrize("fmt", list(Format), ids=str)
+def test_kernels_on_the_host_match_the_reference(on_the_host, fmt):
+    """Odd N and K (K padded inside), bias, x of each dtype, M across the GEMV's settings and the
+    dequant path; float32 within 1e-5 of the reference, 16-bit x within their rounding."""
+    from softfp8 import quantize
+    from softfp8.backends import reference
+    matmul, libs = on_the_host
+    g = torch.Generator().manual_seed(3)
+    p = quantize(torch.randn(37, 70, generator=g), fmt)
+    for m, dtype, bias_dtype, tol in ((1, torch.float32, None, 1e-5),
+                                      (3, torch.bfloat16, torch.bfloat16, 8e-3),
+                                      (16, torch.float16, torch.float32, 1e-3),
+                                      (20, torch.float32, torch.float64, 1e-5)):
+        x = torch.randn(m, 70, generator=g).to(dtype)
+        bias = None if bias_dtype is None else torch.randn(37, generator=g).to(bias_dtype)
+        y = matmul(x, p, bias, e2m1=E2M1Decode.INJECT)
+        ref = reference.matmul(x, p, bias)
+        assert y.dtype == dtype and y.shape == (m, 37)
+        err = ((y.double() - ref.double()).norm() / ref.double().norm()).item()
+        assert err <= tol, (m, dtype, err)
+    kinds = sorted((v.kernel, v.m) for v in libs)
+    assert kinds == [("dequant", 1), ("gemv", 1), ("gemv", 3), ("gemv", 16)]
+
+
 # --- the kernels through NVRTC, checked in PTX and ptxas's report ----------------------------
 needs_nvrtc = pytest.mark.skipif(
     nvrtc_ptx.load() is None,

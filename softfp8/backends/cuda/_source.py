@@ -120,11 +120,19 @@ typedef unsigned char u8;
 #define SF8_DEV static __device__ __forceinline__
 SF8_DEV float bits_f32(u32 b) { return __uint_as_float(b); }
 SF8_DEV u32 f32_bits(float f) { return __float_as_uint(f); }
-#else
+#else  /* the host: the same text as C++, for the tests (what CUDA provides, in plain C++) */
+#include <math.h>
+#include <stddef.h>
 #include <string.h>
 #define SF8_DEV static inline
+#define __restrict__
 SF8_DEV float bits_f32(u32 b) { float f; memcpy(&f, &b, 4); return f; }
 SF8_DEV u32 f32_bits(float f) { u32 b; memcpy(&b, &f, 4); return b; }
+struct uint4 { u32 x, y, z, w; };
+struct float4 { float x, y, z, w; };
+SF8_DEV float4 make_float4(float a, float b, float c, float d) { float4 f = {a, b, c, d}; return f; }
+template <class T> SF8_DEV T __ldg(const T* p) { return *p; }
+SF8_DEV int min(int a, int b) { return a < b ? a : b; }
 #endif
 
 #define SF8_2P112 0x77800000u  /* 2^112 */
@@ -282,29 +290,26 @@ SF8_DEV float load_bias(const void* bias, int row) {
 SF8_DEV void store_y(x_t* y, size_t i, float v) {
 #if SF8_X == 0
   y[i] = v;
-#elif SF8_X == 1
+#elif SF8_X == 1 && defined(__CUDACC__)
   u16 h;
   asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(v));
   y[i] = h;
+#elif SF8_X == 1  /* the host (tests): the compiler's own round to nearest even */
+  _Float16 h = (_Float16)v;
+  memcpy(&y[i], &h, 2);
 #else
   y[i] = (u16)f32_bf16(v);
 #endif
 }
 
-/* y[m, row] = sum_k x[m, k] w[row, k] (+ bias[row]) for m < SF8_M; x is [SF8_M, ldx], padded
-   to the weight's Kp with zeros; y is [SF8_M, n]. words: [n, vecs] 16-byte vectors. */
-extern "C" __global__ void __launch_bounds__(SF8_WARPS * 32, SF8_MIN_BLOCKS)
-SF8_NAME(const uint4* __restrict__ words, const float* __restrict__ row_scale,
-         const u8* __restrict__ scales, const float* __restrict__ gscale,
-         const x_t* __restrict__ x, const void* __restrict__ bias, x_t* __restrict__ y,
-         int n, int vecs, int ldx) {
-  const int lane = threadIdx.x & 31;
-  const int row0 = (blockIdx.x * SF8_WARPS + (threadIdx.x >> 5)) * SF8_ROWS;
-  if (row0 >= n) return;
+/* One lane's share of a warp's rows row0..row0 + SF8_ROWS - 1: the sums over its vectors
+   v = lane, lane + 32, ... of x[m] . w[row] for every row and m, float32, unreduced. */
+SF8_DEV void gemv_lane(const uint4* __restrict__ words, const u8* __restrict__ scales,
+                       const float* __restrict__ gscale, const x_t* __restrict__ x, int n,
+                       int vecs, int ldx, int row0, int lane, float acc[SF8_ROWS][SF8_M]) {
   int rows[SF8_ROWS];
 #pragma unroll
   for (int r = 0; r < SF8_ROWS; ++r) rows[r] = min(row0 + r, n - 1);  /* past n: read, unused */
-  float acc[SF8_ROWS][SF8_M];
 #pragma unroll
   for (int r = 0; r < SF8_ROWS; ++r)
 #pragma unroll
@@ -371,12 +376,13 @@ SF8_NAME(const uint4* __restrict__ words, const float* __restrict__ row_scale,
 #endif
     }
   }
-#pragma unroll
-  for (int r = 0; r < SF8_ROWS; ++r)
-#pragma unroll
-    for (int m = 0; m < SF8_M; ++m)
-#pragma unroll
-      for (int o = 16; o > 0; o >>= 1) acc[r][m] += __shfl_xor_sync(0xFFFFFFFFu, acc[r][m], o);
+}
+
+/* After the warp's reduction (every lane holds every sum): lane (r * M + m) % 32 writes
+   y[m, row0 + r], row-scaled and biased, in x's dtype. */
+SF8_DEV void gemv_store(const float* __restrict__ row_scale, const void* __restrict__ bias,
+                        x_t* __restrict__ y, int n, int row0, int lane,
+                        float acc[SF8_ROWS][SF8_M]) {
 #pragma unroll
   for (int r = 0; r < SF8_ROWS; ++r) {
     const int row = row0 + r;
@@ -392,27 +398,44 @@ SF8_NAME(const uint4* __restrict__ words, const float* __restrict__ row_scale,
         store_y(y, (size_t)m * n + row, acc[r][m] * s + load_bias(bias, row));
   }
 }
+
+#ifdef __CUDACC__
+/* y[m, row] = sum_k x[m, k] w[row, k] (+ bias[row]) for m < SF8_M; x is [SF8_M, ldx], padded
+   to the weight's Kp with zeros; y is [SF8_M, n]. words: [n, vecs] 16-byte vectors. */
+extern "C" __global__ void __launch_bounds__(SF8_WARPS * 32, SF8_MIN_BLOCKS)
+SF8_NAME(const uint4* __restrict__ words, const float* __restrict__ row_scale,
+         const u8* __restrict__ scales, const float* __restrict__ gscale,
+         const x_t* __restrict__ x, const void* __restrict__ bias, x_t* __restrict__ y,
+         int n, int vecs, int ldx) {
+  const int lane = threadIdx.x & 31;
+  const int row0 = (blockIdx.x * SF8_WARPS + (threadIdx.x >> 5)) * SF8_ROWS;
+  if (row0 >= n) return;  /* the whole warp: its shuffles below see all 32 lanes */
+  float acc[SF8_ROWS][SF8_M];
+  gemv_lane(words, scales, gscale, x, n, vecs, ldx, row0, lane, acc);
+#pragma unroll
+  for (int r = 0; r < SF8_ROWS; ++r)
+#pragma unroll
+    for (int m = 0; m < SF8_M; ++m)
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) acc[r][m] += __shfl_xor_sync(0xFFFFFFFFu, acc[r][m], o);
+  gemv_store(row_scale, bias, y, n, row0, lane, acc);
+}
+#endif
 """
 
 _DEQUANT = r"""
-/* out[row - start, :] = the weight's rows start..stop in float32, scales applied; one thread a
-   16-byte vector (16 FP8 or 32 FP4 codes). out is [stop - start, vecs * codes per vector]. */
-extern "C" __global__ void __launch_bounds__(256)
-SF8_NAME(const uint4* __restrict__ words, const float* __restrict__ row_scale,
-         const u8* __restrict__ scales, const float* __restrict__ gscale,
-         float* __restrict__ out, int start, int stop, int vecs) {
-  const size_t t = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+/* Thread t's 16-byte vector of rows start..stop, decoded and scaled into out (float32
+   [stop - start, vecs * codes per vector]). */
+SF8_DEV void dequant_thread(const uint4* __restrict__ words, const float* __restrict__ row_scale,
+                            const u8* __restrict__ scales, const float* __restrict__ gscale,
+                            float* __restrict__ out, int start, int stop, int vecs, size_t t) {
   const int row = start + (int)(t / vecs), v = (int)(t % vecs);
   if (row >= stop) return;
   const uint4 wv = __ldg(words + (size_t)row * vecs + v);
-#if SF8_FMT <= 1
-  const int per = 16;
-#else
-  const int per = 32;
-#endif
-  float4* dst = reinterpret_cast<float4*>(out + ((size_t)(row - start) * vecs + v) * per);
+  float4* dst = reinterpret_cast<float4*>(out + ((size_t)(row - start) * vecs + v) * 16 *
+                                          SF8_HALVES);
 #pragma unroll
-  for (int h = 0; h < per / 16; ++h) {
+  for (int h = 0; h < SF8_HALVES; ++h) {
     float w[16];
     decode16(wv, h, w);
 #if SF8_FMT <= 1 && SF8_ROW_SCALE
@@ -421,8 +444,6 @@ SF8_NAME(const uint4* __restrict__ words, const float* __restrict__ row_scale,
     const float s = block_scale(scales, (size_t)row * vecs * 2 + v * 2 + h, __ldg(gscale));
 #elif SF8_FMT == 3
     const float s = block_scale(scales, (size_t)row * vecs + v, 1.0f);
-#else
-    const float s = 1.0f;
 #endif
 #pragma unroll
     for (int q = 0; q < 4; ++q) {
@@ -435,6 +456,16 @@ SF8_NAME(const uint4* __restrict__ words, const float* __restrict__ row_scale,
     }
   }
 }
+
+#ifdef __CUDACC__
+extern "C" __global__ void __launch_bounds__(256)
+SF8_NAME(const uint4* __restrict__ words, const float* __restrict__ row_scale,
+         const u8* __restrict__ scales, const float* __restrict__ gscale,
+         float* __restrict__ out, int start, int stop, int vecs) {
+  dequant_thread(words, row_scale, scales, gscale, out, start, stop, vecs,
+                 (size_t)blockIdx.x * blockDim.x + threadIdx.x);
+}
+#endif
 """
 
 
