@@ -29,10 +29,12 @@ GEMV_MAX_M = 16
 """The largest M the GEMV kernel serves; more rows of x go through `dequant` and cuBLAS."""
 
 def rows_per_warp(m: int) -> int:
-    """Weight rows a warp reduces at once: two up to M = 4 (x is read, and converted, once for
-    both), one above, where M accumulators a row and M x vectors in flight fill the registers
-    (two rows spilled at M = 8 and 16 with float32 x, sm_61)."""
-    return 2 if m <= 4 else 1
+    """Weight rows a warp reduces at once, reading (and converting) x once for all of them and
+    keeping as many 16-byte weight loads in flight: four at M = 1 (PTX instructions a code,
+    sm_61, fp16 x: 9.4 against 11.9 with two), two up to M = 4, one
+    above, where M accumulators a row and M x vectors fill the registers (two rows spilled at
+    M = 8 and 16 with float32 x)."""
+    return 4 if m == 1 else 2 if m <= 4 else 1
 
 WARPS = 4
 """Warps a block (128 threads)."""
@@ -48,9 +50,10 @@ weights bit for bit in the second case, and its products up to float32 rounding 
 def min_blocks(m: int) -> int:
     """`__launch_bounds__`'s blocks per SM for the GEMV at M rows of x: a register budget that
     keeps enough warps in flight to cover memory latency at small M (65536 / (128 * blocks)
-    registers a thread: 64 at M = 1), and lets the accumulators of larger M stay in registers.
-    Without it ptxas spilled a register of the NVFP4 M = 1 kernel for sm_61 at 72."""
-    return 8 if m == 1 else 6 if m == 2 else 4 if m <= 4 else 3 if m <= 8 else 2
+    registers a thread: 85 at M = 1, whose four rows a warp spilled at 64), and lets the
+    accumulators of larger M stay in registers. Without one, ptxas spilled a register of the
+    NVFP4 M = 1 kernel for sm_61 at 72."""
+    return 6 if m <= 2 else 4 if m <= 4 else 3 if m <= 8 else 2
 
 COMPILE_OPTIONS: tuple[str, ...] = ()
 """NVRTC options on top of the architecture (which CuPy adds): none. Never --use_fast_math or
