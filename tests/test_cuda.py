@@ -17,7 +17,7 @@ from conftest import same_bits
 from fake_backends import install, mock_gpus
 
 from softfp8 import Backend, E2M1Decode, Format, capability, dispatch
-from softfp8.backends.cuda import _source
+from softfp8.backends.cuda import _source, _text
 from softfp8.backends.cuda._source import COMPILE_OPTIONS, Variant, XKind, source
 from softfp8.capability import Check
 from softfp8.decode import (decode_e2m1_to_f32, decode_e2m1_to_f32_inject, decode_e4m3_to_f32,
@@ -58,7 +58,7 @@ def host(tmp_path_factory):
     if cxx is None:
         pytest.skip("no C++ compiler to build the decoders on the host")
     d = tmp_path_factory.mktemp("cuda_decoders")
-    (d / "dec.cpp").write_text(_source.DECODERS + _HOST_WRAPPERS)
+    (d / "dec.cpp").write_text(_text.DECODERS + _HOST_WRAPPERS)
     subprocess.run([cxx, "-O2", "-std=c++14", "-shared", "-fPIC", str(d / "dec.cpp"), "-o",
                     str(d / "dec.so")], check=True, capture_output=True)
     lib = ctypes.CDLL(str(d / "dec.so"))

@@ -7,7 +7,8 @@ import functools
 import numpy as np
 import torch
 
-from ._source import COMPILE_OPTIONS, PROBE_NAME, PROBE_SOURCE, Variant, source
+from ._source import COMPILE_OPTIONS, Variant, source
+from ._text import PROBE_NAME, PROBE_SOURCE
 
 
 @functools.lru_cache(maxsize=None)
@@ -57,7 +58,7 @@ def launch(device: torch.device, variant: Variant, grid: int, block: int, args: 
 
 
 def probe_values(device: torch.device) -> tuple[float, float, float]:
-    """The probe kernel's three values on `device` (see `_source.PROBE_SOURCE`), synchronised."""
+    """The probe kernel's three values on `device` (see `_text.PROBE_SOURCE`), synchronised."""
     with torch.cuda.device(device):
         codes = torch.tensor([1, 9, 1], dtype=torch.int32, device=device)
         out = torch.full((3,), float("nan"), device=device)
