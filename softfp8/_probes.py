@@ -236,8 +236,9 @@ class SubProbes:
     def _cuda_run(self, dev: DeviceReport) -> tuple[Check, tuple | None]:
         if dev.device not in self._cuda_runs:
             if not self.cupy_installed:
-                run = (Check.no("the package 'cupy' is not installed (pip install cupy-cuda12x "
-                                "or cupy-cuda13x, matching the CUDA of torch)"), None)
+                run = (Check.no("the package 'cupy' is not installed (pip install "
+                                "cupy-cuda12x, or cupy-cuda13x where torch's CUDA is 13; "
+                                "Pascal and Volta need 12)"), None)
             else:
                 try:
                     from .backends.cuda._runtime import probe_values, versions

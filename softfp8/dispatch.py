@@ -120,7 +120,8 @@ class Needs:
             return f"it runs on {kinds} devices{need}, not {device.type}"
         for package in self.packages:
             if not _installed(package, importlib.util.find_spec):
-                return f"the package {package!r} is not installed (pip install {package})"
+                return (f"the package {package!r} is not installed "
+                        f"(pip install {_PIP_NAMES.get(package, package)})")
         if (self.min_capability is not None and capability is not None
                 and capability < self.min_capability):
             need = ".".join(map(str, self.min_capability))
@@ -128,6 +129,10 @@ class Needs:
             return f"it needs compute capability {need} or newer, this GPU has {have}"
         return None
 
+
+_PIP_NAMES = {"cupy": "cupy-cuda12x, or cupy-cuda13x where torch's CUDA is 13; "
+                      "Pascal and Volta need 12"}
+"""What to pip install for an import name, where the two differ."""
 
 _FOUND: set = set()
 

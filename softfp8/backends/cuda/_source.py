@@ -12,10 +12,11 @@ The decoder block (`DECODERS`) is plain C++ as well as CUDA C, so the same text 
 host, where the tests run it over every code. Kernels:
 
 - `gemv`: M = 1..`GEMV_MAX_M` rows of x. One warp per `rows_per_warp(M)` weight rows; each
-  lane reads the rows' packed words 16 bytes at a time (`uint4`), decodes them to float32 in registers and
-  accumulates x . w for every row of x in float32; the warp then sums its lanes with shuffles.
-  FP4 formats sum each block in float32 and scale it once (NVFP4: the E4M3 block scale times the
-  tensor's fp32 scale; MXFP4: the E8M0 scale); FP8 formats scale the row's sum by its row scale.
+  lane reads the rows' packed words 16 bytes at a time (`uint4`), decodes them to float32 in
+  registers and accumulates x . w for every row of x in float32; the warp then sums its lanes
+  with shuffles. FP4 formats sum each block in float32 and scale it once (NVFP4: the E4M3 block
+  scale times the tensor's fp32 scale; MXFP4: the E8M0 scale), or scale the weights at larger M
+  (`PARTIAL_MAX_M`); FP8 formats scale the row's sum by its row scale.
 - `dequant`: rows start..stop of the weight to float32 [rows, Kp] (one thread a 16-byte vector):
   larger M multiply such a slab with cuBLAS, the slab bounded in size.
 """

@@ -26,7 +26,10 @@ SF8_DEV float bits_f32(u32 b) { float f; memcpy(&f, &b, 4); return f; }
 SF8_DEV u32 f32_bits(float f) { u32 b; memcpy(&b, &f, 4); return b; }
 struct uint4 { u32 x, y, z, w; };
 struct float4 { float x, y, z, w; };
-SF8_DEV float4 make_float4(float a, float b, float c, float d) { float4 f = {a, b, c, d}; return f; }
+SF8_DEV float4 make_float4(float a, float b, float c, float d) {
+  float4 f = {a, b, c, d};
+  return f;
+}
 template <class T> SF8_DEV T __ldg(const T* p) { return *p; }
 SF8_DEV int min(int a, int b) { return a < b ? a : b; }
 #endif
