@@ -296,7 +296,7 @@ def test_select_cuda_on_cpu_only_build_is_unavailable_not_assertion():
         select("e5m2", 1, "cuda")
 
 
-MISSING = [b for b in (Backend.NATIVE, Backend.TRITON, Backend.NUMBA, Backend.TORCH)
+MISSING = [b for b in (Backend.NATIVE, Backend.TRITON, Backend.CUDA, Backend.NUMBA, Backend.TORCH)
            if b not in backends_for("e5m2")]
 
 

@@ -12,7 +12,7 @@ SHAPES = [(1, 1), (3, 17), (17, 3), (1, 4097), (4097, 1), (33, 4097), (17, 17)]
 
 def available_backends(device="cpu"):
     found = []
-    for b in (Backend.NATIVE, Backend.TRITON, Backend.NUMBA, Backend.TORCH):
+    for b in (Backend.NATIVE, Backend.TRITON, Backend.CUDA, Backend.NUMBA, Backend.TORCH):
         try:
             select(Format.E5M2, 1, device, backend=b)
         except BackendUnavailable:
