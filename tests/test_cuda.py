@@ -391,3 +391,21 @@ def test_matmul_refuses_cpu_tensors_in_words():
     p = quantize(torch.randn(8, 32), "e4m3")
     with pytest.raises(ValueError, match="one CUDA device for the cuda backend, got cpu and cpu"):
         cuda.matmul(torch.randn(1, 32), p)
+
+
+@pytest.mark.parametrize("values, kernels, ftz", [
+    ((0.5, -0.5, 2.0 ** -9), "yes", "no"),  # denormals kept: the backend runs, inject is exact
+    ((0.0, -0.0, 0.0), "no", "yes"),  # flushed: its 8-bit decodes would be wrong, so it can't run
+])
+def test_the_sub_probe_judges_the_kernels_values(monkeypatch, values, kernels, ftz):
+    from softfp8 import _probes
+    from softfp8.backends.cuda import _runtime
+    monkeypatch.setattr(_runtime, "probe_values", lambda device: values)
+    monkeypatch.setattr(_runtime, "versions", lambda: "CuPy (mocked)")
+    probes = _probes.SubProbes(triton_installed=False, numba_installed=False, interpret=False,
+                               cupy_installed=True)
+    dev = capability.DeviceReport("cuda:0", capability.Runtime.CUDA, capability=(6, 1))
+    assert str(probes.cuda_kernels(dev).status) == kernels
+    assert str(probes.ftz_cuda(dev).status) == ftz
+    if kernels == "no":
+        assert "flushed denormals" in probes.cuda_kernels(dev).detail
