@@ -128,8 +128,11 @@ def _numba_inject_funcs():
 class SubProbes:
     """One probing pass: remembers each kernel run so the launch and FTZ checks share it."""
 
-    def __init__(self, *, triton_installed: bool, numba_installed: bool, interpret: bool):
+    def __init__(self, *, triton_installed: bool, numba_installed: bool, interpret: bool,
+                 cupy_installed: bool = False):
         self.triton_installed = triton_installed
+        self.cupy_installed = cupy_installed
+        self._cuda_runs: dict[str, tuple[Check, tuple | None]] = {}
         self.numba_installed = numba_installed
         self.interpret = interpret
         self._triton_runs: dict[str, tuple[Check, tuple | None]] = {}
@@ -228,6 +231,40 @@ class SubProbes:
         if values is None:
             return Check.unknown(f"no Triton kernel ran on {dev.device}: {launch.detail}")
         return judge_inject(values, f"a Triton kernel on {dev.device}")
+
+    # the CUDA backend (CuPy + NVRTC) --------------------------------------------------------
+    def _cuda_run(self, dev: DeviceReport) -> tuple[Check, tuple | None]:
+        if dev.device not in self._cuda_runs:
+            if not self.cupy_installed:
+                run = (Check.no("the package 'cupy' is not installed (pip install "
+                                "cupy-cuda12x, or cupy-cuda13x where torch's CUDA is 13; "
+                                "Pascal and Volta need 12)"), None)
+            else:
+                try:
+                    from .backends.cuda._runtime import probe_values, versions
+                    values = probe_values(torch.device(dev.device))
+                    ftz = judge_inject(values[:2], f"the CUDA backend's kernel on {dev.device}")
+                    tiny = _f32_bits(values[2]) == 0x3B000000  # E4M3 code 1: 2^-9
+                    if ftz.is_no and tiny:
+                        run = (Check.yes(f"compiled ({versions()}) and launched a kernel on "
+                                         f"{dev.device}; denormals kept"), values)
+                    else:
+                        run = (Check.no(f"a kernel ran on {dev.device} but flushed denormals "
+                                        f"({ftz.detail}; E4M3 code 1 gave {values[2]!r}), and "
+                                        "the backend's decodes need them"), values)
+                except Exception as exc:
+                    run = (Check.no(f"compiling or launching failed: {describe(exc)}"), None)
+            self._cuda_runs[dev.device] = run
+        return self._cuda_runs[dev.device]
+
+    def cuda_kernels(self, dev: DeviceReport) -> Check:
+        return self._cuda_run(dev)[0]
+
+    def ftz_cuda(self, dev: DeviceReport) -> Check:
+        launch, values = self._cuda_run(dev)
+        if values is None:
+            return Check.unknown(f"no CUDA backend kernel ran on {dev.device}: {launch.detail}")
+        return judge_inject(values[:2], f"the CUDA backend's kernel on {dev.device}")
 
     # numba ----------------------------------------------------------------------------------
     def _numba(self) -> tuple[Check, tuple | None, tuple | None]:

@@ -112,6 +112,11 @@ class DeviceReport:
     """Can Triton compile and launch a kernel for this device here?"""
     ftz_triton: Check | None = NOT_PROBED
     """Does a Triton kernel on this device flush denormals (the same decode in the kernel)?"""
+    cuda_kernels: Check | None = None
+    """NVIDIA GPUs only: can CuPy compile (NVRTC) and launch the CUDA backend's kernels here,
+    with float32 denormals kept (its decodes need them)?"""
+    ftz_cuda: Check | None = None
+    """NVIDIA GPUs only: does the CUDA backend's kernel flush denormals (the inject decode)?"""
     numba: Check | None = None
     """CPU only: can Numba compile and run a nopython function here?"""
     ftz_numba: Check | None = None
@@ -257,7 +262,8 @@ def _enumerate() -> list[DeviceReport]:
         devices.append(DeviceReport(
             f"cuda:{i}", Runtime.ROCM if rocm else Runtime.CUDA, name=str(props.name),
             capability=None if rocm else (int(cap[0]), int(cap[1])), arch=arch,
-            memory_bytes=int(getattr(props, "total_memory", 0)) or None))
+            memory_bytes=int(getattr(props, "total_memory", 0)) or None,
+            cuda_kernels=None if rocm else NOT_PROBED, ftz_cuda=None if rocm else NOT_PROBED))
     try:
         mps = torch.backends.mps.is_available()
     except Exception:
@@ -281,7 +287,8 @@ def collect(*, bandwidth: bool = False, facts: Facts | None = None) -> Capabilit
         devices = [DeviceReport("cpu", Runtime.CPU, name=f"unreadable ({_probes.describe(exc)})")]
     triton_version = _version("triton")
     probes = _probes.SubProbes(triton_installed=triton_version is not None,
-                               numba_installed=_installed("numba"), interpret=interpret)
+                               numba_installed=_installed("numba"), interpret=interpret,
+                               cupy_installed=_installed("cupy"))
 
     def fact(dev: DeviceReport, name: str, run) -> Check:
         given = facts.get((dev.device, name), facts.get(("*", name)))
@@ -296,6 +303,10 @@ def collect(*, bandwidth: bool = False, facts: Facts | None = None) -> Capabilit
             changes["triton"] = fact(dev, "triton", lambda: probes.triton(dev))
         if dev.ftz_triton is not None:
             changes["ftz_triton"] = fact(dev, "ftz_triton", lambda: probes.ftz_triton(dev))
+        if dev.cuda_kernels is not None:
+            changes["cuda_kernels"] = fact(dev, "cuda_kernels", lambda: probes.cuda_kernels(dev))
+        if dev.ftz_cuda is not None:
+            changes["ftz_cuda"] = fact(dev, "ftz_cuda", lambda: probes.ftz_cuda(dev))
         if dev.runtime is Runtime.CPU:
             changes["numba"] = fact(dev, "numba", probes.numba)
             changes["ftz_numba"] = fact(dev, "ftz_numba", probes.ftz_numba)

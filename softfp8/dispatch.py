@@ -5,7 +5,7 @@ docstring for what a module exposes). Nothing here matches GPU names: a backend 
 needs as data (`Needs`), the probe measures what the machine does (`capability.probe()`), and the
 routing policy below is data too:
 
-- auto tries `AUTO_ORDER` (native, triton, numba, torch) and takes the first that runs, where
+- auto tries `AUTO_ORDER` (native, triton, cuda, numba, torch) and takes the first that runs, where
   "runs" means: auto uses it on this device type (`AUTO_DEVICE_TYPES`: never Triton for CPU
   tensors, even under TRITON_INTERPRET=1, where forcing it is allowed), its module is part of
   the build, its `NEEDS` are met, the probe measured YES for every check in `PROBED` on this
@@ -65,6 +65,9 @@ class Backend(_Choice):
     """torch float8 dtypes and torch._scaled_mm, on GPUs with FP8 units."""
     TRITON = "triton"
     """Triton kernels that decode the packed codes in registers; any GPU Triton supports."""
+    CUDA = "cuda"
+    """CUDA C kernels compiled at run time by NVRTC (CuPy), decoding to float32 in registers:
+    NVIDIA GPUs Triton can't reach (compute capability below 7.0, or Triton missing/failing)."""
     NUMBA = "numba"
     """Numba-compiled parallel CPU kernels."""
     TORCH = "torch"
@@ -117,7 +120,8 @@ class Needs:
             return f"it runs on {kinds} devices{need}, not {device.type}"
         for package in self.packages:
             if not _installed(package, importlib.util.find_spec):
-                return f"the package {package!r} is not installed (pip install {package})"
+                return (f"the package {package!r} is not installed "
+                        f"(pip install {_PIP_NAMES.get(package, package)})")
         if (self.min_capability is not None and capability is not None
                 and capability < self.min_capability):
             need = ".".join(map(str, self.min_capability))
@@ -125,6 +129,10 @@ class Needs:
             return f"it needs compute capability {need} or newer, this GPU has {have}"
         return None
 
+
+_PIP_NAMES = {"cupy": "cupy-cuda12x, or cupy-cuda13x where torch's CUDA is 13; "
+                      "Pascal and Volta need 12"}
+"""What to pip install for an import name, where the two differ."""
 
 _FOUND: set = set()
 
@@ -146,15 +154,17 @@ def _installed(package: str, find_spec) -> bool:
 _MODULES: dict[Backend, str] = {
     Backend.NATIVE: "softfp8.backends.native",
     Backend.TRITON: "softfp8.backends.triton",
+    Backend.CUDA: "softfp8.backends.cuda",
     Backend.NUMBA: "softfp8.backends.numba_cpu",
     Backend.TORCH: "softfp8.backends.reference",
 }
 
-AUTO_ORDER = (Backend.NATIVE, Backend.TRITON, Backend.NUMBA, Backend.TORCH)
+AUTO_ORDER = (Backend.NATIVE, Backend.TRITON, Backend.CUDA, Backend.NUMBA, Backend.TORCH)
 
 AUTO_DEVICE_TYPES: dict[Backend, frozenset[str]] = {
     Backend.NATIVE: frozenset({"cuda"}),
     Backend.TRITON: frozenset({"cuda"}),
+    Backend.CUDA: frozenset({"cuda"}),
     Backend.NUMBA: frozenset({"cpu"}),
     Backend.TORCH: frozenset({"cpu", "cuda", "mps", "xpu"}),
 }
@@ -163,20 +173,22 @@ AUTO_DEVICE_TYPES: dict[Backend, frozenset[str]] = {
 PROBED: dict[Backend, tuple[str, ...]] = {
     Backend.NATIVE: ("float8", "scaled_mm"),
     Backend.TRITON: ("triton",),
+    Backend.CUDA: ("cuda_kernels",),
     Backend.NUMBA: ("numba",),
     Backend.TORCH: (),
 }
 """`DeviceReport` checks that must have measured YES on the device for the backend to run."""
 
 E2M1_PATH: dict[Backend, str | None] = {
-    Backend.NATIVE: None, Backend.TRITON: "ftz_triton", Backend.NUMBA: "ftz_numba",
-    Backend.TORCH: None,
+    Backend.NATIVE: None, Backend.TRITON: "ftz_triton", Backend.CUDA: "ftz_cuda",
+    Backend.NUMBA: "ftz_numba", Backend.TORCH: None,
 }
 """The FTZ check of the path that decodes E2M1 in each backend; None: it always selects."""
 
 _KIND_NAMES = {"cuda": "CUDA/ROCm GPUs", "cpu": "the CPU", "mps": "Apple GPUs", "xpu": "XPUs"}
 _MISSING = {"float8": "no float8 tensors", "scaled_mm": "no native FP8 matmul",
-            "triton": "Triton can't run", "numba": "Numba can't run"}
+            "triton": "Triton can't run", "numba": "Numba can't run",
+            "cuda_kernels": "the CUDA backend's kernels can't run"}
 
 
 def load(backend: Backend | str) -> ModuleType:
@@ -445,7 +457,8 @@ def _refusal(backend: Backend, fmt: Format, m: int, device: torch.device,
     return None
 
 
-_PATH_NAME = {"ftz_triton": "the Triton kernel", "ftz_numba": "Numba"}
+_PATH_NAME = {"ftz_triton": "the Triton kernel", "ftz_numba": "Numba",
+              "ftz_cuda": "the CUDA backend's kernel"}
 
 
 def _decoder(backend: Backend, device: torch.device, dev: DeviceReport | None,

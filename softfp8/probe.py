@@ -24,7 +24,9 @@ ENV_VARS = (dispatch.BACKEND_ENV, dispatch.E2M1_DECODE_ENV, dispatch.ACTIVATION_
 # (DeviceReport field, label, whether YES means "FTZ on" rather than "works")
 _CHECKS = (("float8", "float8 tensors", False), ("scaled_mm", "torch._scaled_mm", False),
            ("ftz_torch", "FTZ, torch ops", True), ("triton", "Triton launches", False),
-           ("ftz_triton", "FTZ, Triton kernel", True), ("numba", "Numba runs", False),
+           ("ftz_triton", "FTZ, Triton kernel", True),
+           ("cuda_kernels", "CUDA kernels (CuPy)", False),
+           ("ftz_cuda", "FTZ, CUDA kernel", True), ("numba", "Numba runs", False),
            ("ftz_numba", "FTZ, Numba", True), ("bandwidth", "memory bandwidth", False))
 
 

@@ -45,13 +45,14 @@ SPECS_BY_BACKEND = {
     Backend.TRITON: dict(NEEDS=Needs(formats=frozenset(Format),
                                      device_types=frozenset({"cuda", "cpu"}),
                                      min_capability=(7, 0), packages=("triton",))),
+    Backend.CUDA: dict(NEEDS=Needs(formats=frozenset(Format), device_types=frozenset({"cuda"}))),
     Backend.NUMBA: dict(NEEDS=Needs(formats=frozenset(Format), device_types=frozenset({"cpu"}),
                                     packages=("numba",))),
 }
 
 
 def install(monkeypatch, *backends: Backend, **overrides) -> dict[Backend, types.ModuleType]:
-    """Register fake modules for `backends` (default: native, triton, numba) for one test."""
+    """Register fake modules for `backends` (default: native, triton, cuda, numba) for one test."""
     made = {}
     for backend in backends or tuple(SPECS_BY_BACKEND):
         name = dispatch._MODULES[backend]

@@ -8,7 +8,7 @@ import softfp8
 from softfp8 import Backend, Format
 from softfp8.dispatch import BackendUnavailable, select
 
-CONCRETE_BACKENDS = (Backend.NATIVE, Backend.TRITON, Backend.NUMBA, Backend.TORCH)
+CONCRETE_BACKENDS = (Backend.NATIVE, Backend.TRITON, Backend.CUDA, Backend.NUMBA, Backend.TORCH)
 
 
 def backends_for(fmt: Format | str = Format.E5M2, device: str = "cpu", m: int = 1) -> list[Backend]:

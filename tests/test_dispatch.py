@@ -47,6 +47,9 @@ def gpu_report(monkeypatch, name, *, triton_flushes=False):
     facts[("cuda:0", "scaled_mm")] = (Check.yes("mocked: _scaled_mm ran") if fp8 else Check.no(
         "mocked: torch._scaled_mm raised RuntimeError: needs FP8 hardware"))
     facts[("cuda:0", "ftz_torch")] = Check.no("mocked: denormals survive")
+    if not hip:  # the CUDA backend's kernels run on any NVIDIA GPU with CuPy
+        facts[("cuda:0", "cuda_kernels")] = Check.yes("mocked: compiled and launched")
+        facts[("cuda:0", "ftz_cuda")] = Check.no("mocked: +0.5, -0.5")
     if hip or cap >= (7, 0):  # below 7.0 the probe itself refuses to launch Triton
         facts[("cuda:0", "triton")] = Check.yes("mocked: launched")
         facts[("cuda:0", "ftz_triton")] = (Check.yes("mocked: inject(1, 9) = +0, -0") if
@@ -57,7 +60,7 @@ def gpu_report(monkeypatch, name, *, triton_flushes=False):
 def expected(name, fmt, m):
     cap, hip, fp8 = GPUS[name]
     if not hip and cap < (7, 0):
-        return Backend.TORCH, E2M1Decode.SELECT
+        return Backend.CUDA, E2M1Decode.INJECT
     if fp8 and fmt in (Format.E4M3, Format.E5M2) and m >= NATIVE_MIN_M:
         return Backend.NATIVE, E2M1Decode.SELECT
     return Backend.TRITON, E2M1Decode.INJECT
@@ -75,7 +78,7 @@ def test_gpu_routing(monkeypatch, name):
             if fmt in FP4:
                 assert choice.e2m1 is want_decode, (fmt, m, choice.e2m1_reason)
             assert f"{want_backend} is the first" in choice.reason
-            if want_backend is Backend.TORCH:  # the P40: the reason names the capability
+            if want_backend is Backend.CUDA:  # the P40: the reason names the capability
                 assert "6.1" in choice.reason and "7.0" in choice.reason
             elif want_backend is Backend.TRITON and fmt in FP4:
                 assert "not native: it does not implement" in choice.reason
@@ -84,7 +87,8 @@ def test_gpu_routing(monkeypatch, name):
             elif want_backend is Backend.TRITON:
                 assert "weight-only path is faster" in choice.reason
             if choice.e2m1 is E2M1Decode.INJECT:
-                assert "measured exact in the Triton kernel" in choice.e2m1_reason
+                path = "CUDA backend's" if want_backend is Backend.CUDA else "Triton"
+                assert f"measured exact in the {path} kernel" in choice.e2m1_reason
 
 
 def test_triton_that_flushes_gets_select(monkeypatch):
@@ -227,7 +231,7 @@ def test_overrides_from_env_and_keywords(monkeypatch):
 
 
 @pytest.mark.parametrize("env, value, valid", [
-    (dispatch.BACKEND_ENV, "cuda", "'auto', 'native', 'triton', 'numba', 'torch'"),
+    (dispatch.BACKEND_ENV, "gpu", "'auto', 'native', 'triton', 'cuda', 'numba', 'torch'"),
     (dispatch.E2M1_DECODE_ENV, "fast", "'auto', 'inject', 'select'"),
     (dispatch.ACTIVATION_QUANT_ENV, "maybe", "'allow', 'forbid'"),
 ])

@@ -126,7 +126,8 @@ def test_dequantize_bad_input(packed, dtype, exc, match):
     pytest.param(lambda p: softfp8.linear(torch.randn(2, 7), p, backend=None), ValueError,
                  "backend=None.*'torch'", id="backend-None"),
     pytest.param(lambda p: softfp8.linear(torch.randn(2, 7), p, backend="gpu"), ValueError,
-                 "backend='gpu'.*'auto', 'native', 'triton', 'numba', 'torch'", id="backend-unknown"),
+                 "backend='gpu'.*'auto', 'native', 'triton', 'cuda', 'numba', 'torch'",
+                 id="backend-unknown"),
     pytest.param(lambda p: softfp8.linear(torch.randn(2, 7), p, e2m1="fast"), ValueError,
                  "e2m1='fast'.*'inject', 'select'", id="e2m1-unknown"),
 ])
@@ -295,7 +296,7 @@ def test_select_cuda_on_cpu_only_build_is_unavailable_not_assertion():
         select("e5m2", 1, "cuda")
 
 
-MISSING = [b for b in (Backend.NATIVE, Backend.TRITON, Backend.NUMBA, Backend.TORCH)
+MISSING = [b for b in (Backend.NATIVE, Backend.TRITON, Backend.CUDA, Backend.NUMBA, Backend.TORCH)
            if b not in backends_for("e5m2")]
 
 
@@ -309,7 +310,7 @@ def test_env_names_a_backend_that_cannot_run_here(monkeypatch, backend):
         select("e5m2", 1, "cpu")
 
 
-@pytest.mark.parametrize("var, value", [("SOFTFP8_BACKEND", "cuda"), ("SOFTFP8_BACKEND", "reference"),
+@pytest.mark.parametrize("var, value", [("SOFTFP8_BACKEND", "gpu"), ("SOFTFP8_BACKEND", "reference"),
                                         ("SOFTFP8_E2M1_DECODE", "lut")])
 def test_env_unknown_value_names_the_variable(monkeypatch, var, value):
     monkeypatch.setenv(var, value)

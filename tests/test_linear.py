@@ -12,7 +12,7 @@ SHAPES = [(1, 1), (3, 17), (17, 3), (1, 4097), (4097, 1), (33, 4097), (17, 17)]
 
 def available_backends(device="cpu"):
     found = []
-    for b in (Backend.NATIVE, Backend.TRITON, Backend.NUMBA, Backend.TORCH):
+    for b in (Backend.NATIVE, Backend.TRITON, Backend.CUDA, Backend.NUMBA, Backend.TORCH):
         try:
             select(Format.E5M2, 1, device, backend=b)
         except BackendUnavailable:
@@ -91,8 +91,8 @@ def test_quantization_error_per_format_is_reported():
     (lambda p: softfp8.linear([1.0] * 7, p), TypeError, "x.*Tensor"),
     (lambda p: softfp8.linear(torch.randn(1, 7), "w"), TypeError, "packed.*PackedWeight"),
     (lambda p: softfp8.linear(torch.randn(1, 7), p, torch.randn(4)), ValueError, r"bias.*\(5,\)"),
-    (lambda p: softfp8.linear(torch.randn(1, 7), p, backend="cuda"), ValueError,
-     "backend='cuda'.*'auto', 'native', 'triton', 'numba', 'torch'"),
+    (lambda p: softfp8.linear(torch.randn(1, 7), p, backend="gpu"), ValueError,
+     "backend='gpu'.*'auto', 'native', 'triton', 'cuda', 'numba', 'torch'"),
     (lambda p: softfp8.linear(torch.randn(1, 7), p, e2m1="fast"), ValueError, "e2m1"),
 ])
 def test_bad_linear_input(call, exc, match):

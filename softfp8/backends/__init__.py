@@ -22,5 +22,5 @@ What the probe must have measured for each backend (Triton launches, Numba runs,
 works) is the dispatcher's table `dispatch.PROBED`, not the module's business.
 
 Modules are imported only when a backend is asked for, so a missing optional package (triton,
-numba) costs nothing until then.
+numba, cupy) costs nothing until then.
 """
