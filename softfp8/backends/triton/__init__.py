@@ -30,7 +30,7 @@ from .._facts import (codes_nan_free, known_fact, mx_row_exponents,  # noqa: F40
                       remember_fact)
 from ._device import (FP8_DECODE_ENV, DeviceInfo, Kernel, LaunchConfig, device_info,
                       uses_hardware_fp8)
-from ._mma_flags import mma_maxnreg, mma_ring_peel, mma_ring_whole, mma_x_in_step
+from ._mma_flags import mma_ring_whole, mma_x_in_step
 from ._mma_table import (MMA_FORMATS, MMA_GROUPS_MAX_M, MMA_MAX_M, MMA_RING_STAGES,
                          MMA_RUN_TILES, MMA_RUNS, MMA_TILE_ROWS, MMA_WIDE_M, mma_config,
                          mma_gemv_runs, mma_layout, mma_ring_fits, mma_rows, mma_split,
@@ -44,7 +44,7 @@ __all__ = ["NEEDS", "INTERPRET", "matmul", "run", "split_bytes", "codes_nan_free
            "known_fact", "remember_fact", "mx_row_exponents",  # the backend; the launch settings:
            "Kernel", "LaunchConfig", "DeviceInfo", "device_info", "launch_config", "tiled_config",
            "mma_config", "mma_gemv_runs", "mma_layout", "mma_ring_fits", "mma_rows", "mma_split",
-           "mma_zero_fill", "mma_ring_whole", "mma_ring_peel", "mma_x_in_step", "mma_maxnreg",
+           "mma_zero_fill", "mma_ring_whole", "mma_x_in_step",
            "MMA_RING_STAGES",
            "uses_mma_gemv", "uses_hardware_fp8",
            "uses_ptx_decode", "dot_upcast", "pdl_auto", "pdl_settings", "DEQUANT_MIN_M",
@@ -204,8 +204,6 @@ def _launch(x: torch.Tensor, packed: PackedWeight, bias: torch.Tensor | None, cf
         zero = mma_zero_fill(rb, per_split, runs, cfg, k, packed.padded_k)
         fp8 = packed.fmt in (Format.E5M2, Format.E4M3)
         whole = mma_ring_whole(n, m, rb, per_split, runs, cfg, fp8, zero)
-        peel = not whole and mma_ring_peel(n, m, rb, per_split, runs, cfg, fp8, k,
-                                           packed.padded_k)
         # MXFP4 from registers: each block against its row's exponent, where the scales allow
         e_rows = None
         if packed.fmt is Format.MXFP4 and cfg.depth == 1 and not cfg.ring and tiles == 2 and (
@@ -215,9 +213,6 @@ def _launch(x: torch.Tensor, packed: PackedWeight, bias: torch.Tensor | None, cf
             args = args[:3] + (e_rows,) + args[4:]  # g_ptr: MXFP4 has no tensor scale
         x_in_step = (mma_x_in_step(packed.fmt, e_rows is not None) and cfg.depth == 1
                      and not cfg.ring)
-        nreg = mma_maxnreg(packed.fmt, runs, tiles, cfg.num_warps, cfg.depth, cfg.ring)
-        if nreg:  # a register cap, so that one more program fits an SM (`mma_maxnreg`)
-            launch = dict(launch, maxnreg=nreg)
         cnt, last = _counters(split, x.device, grid[0], w)
         mma_gemv_kernel[grid](*args, cnt, *sizes, LAST=last, FMT=packed.fmt.value,
                               HAS_BIAS=bias is not None, WARPS=cfg.num_warps,
@@ -225,7 +220,7 @@ def _launch(x: torch.Tensor, packed: PackedWeight, bias: torch.Tensor | None, cf
                               PREFETCH=prefetch, AHEAD=cfg.num_stages, RUNS=runs, TILES=tiles,
                               HAS_SCALE=has_scale, NAN=nan, DEPTH=cfg.depth, GROUPS=groups,
                               WIDE=wide, INJECT=e2m1 is E2M1Decode.INJECT, RING=cfg.ring,
-                              ZERO=zero, WHOLE=whole or peel, PEEL=peel, X_IN_STEP=x_in_step,
+                              ZERO=zero, WHOLE=whole, X_IN_STEP=x_in_step,
                               ROW_E=e_rows is not None,
                               **launch)
     else:

@@ -102,7 +102,7 @@ def mma_gemv_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr, cnt_ptr,
                     LAST: tl.constexpr = False, INJECT: tl.constexpr = False,
                     RING: tl.constexpr = 0, RING_X: tl.constexpr = True,
                     WHOLE: tl.constexpr = False, X_IN_STEP: tl.constexpr = False,
-                    ROW_E: tl.constexpr = False, PEEL: tl.constexpr = False):
+                    ROW_E: tl.constexpr = False):
     """Program (pid_n, pid_k) over bytes [pid_k * KB_SPLIT, +KB_SPLIT) of its rows.
     RUNS = 0 (the tile mapping): rows pid_n * 32 .. +32, two 16-row tiles; warp w takes the
     64-byte steps w, w + WARPS, ...; the warps' sums are added at the end.
@@ -140,8 +140,6 @@ def mma_gemv_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr, cnt_ptr,
     K range is whole steps, at least RING - 1 of them (the launcher checks): the copies go
     without predicates, and the last RING - 1 steps, which copy nothing, run in a loop of their
     own (each commits an empty group, so the reads' wait counts stay as they are).
-    PEEL (with WHOLE): as WHOLE but the rows end inside the last step, whose copy (the last
-    loop pass's) goes with predicates (`_mma_flags.mma_ring_peel`).
     X_IN_STEP (registers, depth 1): each step's x loaded in that step, not one step ahead with
     the weights (`_mma_flags.mma_x_in_step`).
     ROW_E (MXFP4 from registers, depth 1, 2 tiles): g_ptr holds each row's exponent E (int32,
@@ -235,11 +233,7 @@ def mma_gemv_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr, cnt_ptr,
         last = kb_hi
         if WHOLE:  # the copies of the last RING - 1 steps would pass the end: a loop of their own
             last = kb_hi - (RING - 1) * stride
-        tl.static_assert(not PEEL or WHOLE, "PEEL: with WHOLE")
-        whole_end = last
-        if PEEL:  # the last pass copies the rows' last, partial step: a pass of its own
-            whole_end = last - stride
-        for _ in range(kb_lo, whole_end, stride):
+        for _ in range(kb_lo, last, stride):
             _ring_issue_weights(wr, pstride, w_ptr, s_ptr, row, rows_in, RB, SB,
                                 off + (RING - 1) * stride, kb_hi, RS, FMT, WHOLE)
             if RING_X:
@@ -256,18 +250,6 @@ def mma_gemv_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr, cnt_ptr,
             wr = rd
             rd = tl.where(rd == slot0 + (RING - 1) * STAGE, slot0, rd + STAGE)
             off += stride
-        if PEEL:  # none where the program is shorter than RING steps (its copies all ahead)
-            for _ in range(tl.maximum(whole_end, kb_lo), last, stride):
-                _ring_issue_weights(wr, pstride, w_ptr, s_ptr, row, rows_in, RB, SB,
-                                    off + (RING - 1) * stride, kb_hi, RS, FMT)
-                _ring_issue_x(wr, pstride, x_row, off + (RING - 1) * stride, kb_hi, K, in_m,
-                              FP8)
-                rw, xw = _ring_read(rd, pstride, shifts, RING, FMT)
-                a, b, av, bv = _tiles(rw[0], rw[1], rw[2], rw[3], xw, xw, a, b, av, bv, FMT,
-                                      DIAG, NAN, WIDE, INJECT)
-                wr = rd
-                rd = tl.where(rd == slot0 + (RING - 1) * STAGE, slot0, rd + STAGE)
-                off += stride
         for _ in range(last, kb_hi, stride):  # WHOLE only: reads, each after an empty commit
             _ring_commit(tid)
             rw, xw = _ring_read(rd, pstride, shifts, RING, FMT)

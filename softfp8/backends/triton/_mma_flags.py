@@ -1,6 +1,6 @@
 """Kernel.MMA_GEMV's switches that the launcher derives per launch, beside the table's
-LaunchConfig: x loaded in its own step, the ring's copies without predicates (WHOLE) and its
-last step peeled (PEEL), a register cap -- each with what it was measured on. Pure Python:
+LaunchConfig: x loaded in its own step, the ring's copies without predicates (WHOLE) -- each
+with what it was measured on. Pure Python:
 nothing here imports Triton. (The zero fill, `_mma_table.mma_zero_fill`, stays with the table,
 whose K splits ask it.)"""
 from __future__ import annotations
@@ -50,50 +50,3 @@ def _fewest_steps(row_bytes: int, per_split: int, step: int) -> int:
     each, the last program what is left of row_bytes."""
     last = row_bytes - (-(-row_bytes // per_split) - 1) * per_split
     return min(per_split, last) // step
-
-
-MMA_RING_PEEL = False
-"""Whether `mma_ring_peel` may pick `_mma`'s PEEL. SASS sm_90 (triton 3.9, `tests/
-triton_compile_worker.py` loop lengths), instructions a loop pass, one warp of 4 stages, E5M2 /
-E4M3: no PEEL one loop of 94 / 219; WHOLE 78 + 57 (the drain) / 205 + 184; PEEL 79 + 93 (the
-peeled pass) + 57 / 207 + 218 + 184, no spills. False until measured on a GPU, correctness
-included (campaign step `peel35`, written in the thirty-fourth session, not run: no device was
-lent); the GPU test turns it on."""
-
-
-def mma_ring_peel(n: int, m: int, row_bytes: int, per_split: int, runs: int, cfg: LaunchConfig,
-                  fp8: bool, k: int, padded_k: int) -> bool:
-    """Whether an 8-bit ring launch that is not WHOLE only because its rows end inside a loop
-    step runs WHOLE with that step peeled (`_mma`'s PEEL): the copy of the last step, issued
-    RING - 1 steps before its read, goes with predicates, every other without. As
-    `mma_ring_whole` otherwise: rows inside N, x rows inside M, no padding past K (x's copies
-    stay inside it), each program but the last whole steps, every program at least RING - 1
-    whole steps. llama2-7b's down (4096 x 11008: 21.5 steps of 512 bytes) is one. Only where
-    MMA_RING_PEEL."""
-    step = MMA_STEP_BYTES * (MMA_MAX_M // runs) if runs else 0
-    if not (MMA_RING_PEEL and cfg.ring and fp8 and runs and k == padded_k and n % cfg.block_n == 0
-            and m % runs == 0 and row_bytes % step != 0):
-        return False
-    if per_split < row_bytes and per_split % step != 0:  # a program but the last cut short
-        return False
-    return _fewest_steps(row_bytes, per_split, step) >= cfg.ring - 1
-
-
-MMA_FP4_FOUR_TILES_MAXNREG = 0
-"""Registers a thread that FP4's one-warp launches of 4 tiles a warp from registers
-(`_mma_table.MMA_FP4_M1_FOUR_TILES_MAX_PER_SM`) are compiled to (Triton's `maxnreg`; 0: as
-ptxas allocates). NVFP4 takes 180 there (sm_90, triton 3.9), so 11 one-warp programs fit an SM
-and 84 of 12288 rows' 1536 programs run after the first wave; capped at 168 (12 fit) ptxas keeps
-it without spills, its loop 737 -> 735 instructions (`benchmarks/sass_mma_loop.py nvfp4 --facts
---warps 1 --set TILES=4 --maxnreg 168`; at 160: 16 bytes of spills). MXFP4 takes 164 there.
-0 until measured on a GPU (campaign step `nreg35`, written in the thirty-fourth session, not
-run: no device was lent)."""
-
-
-def mma_maxnreg(fmt: Format, runs: int, tiles: int, warps: int, depth: int, ring: int) -> int:
-    """Triton's `maxnreg` for a Kernel.MMA_GEMV launch, 0 for none: MMA_FP4_FOUR_TILES_MAXNREG
-    on FP4's run mapping in one warp of 4 tiles from registers (depth 1, no ring)."""
-    fp4 = fmt in (Format.NVFP4, Format.MXFP4)
-    if fp4 and runs and tiles == 4 and warps == 1 and depth == 1 and not ring:
-        return MMA_FP4_FOUR_TILES_MAXNREG
-    return 0
