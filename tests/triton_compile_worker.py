@@ -194,7 +194,7 @@ def variants(backend: str, arch):
 def source(fn, constexprs, xd):
     names = fn.arg_names
     # a constexpr parameter left out takes its default (as a launch does), not a runtime i32:
-    # otherwise every branch on it is compiled, e.g. the MMA GEMV's DIAG probes
+    # otherwise every branch on it is compiled, e.g. the MMA GEMV's ring (RING)
     constexprs = dict(constexprs)
     if constexprs.get("PARTIAL"):  # split launches reduce in their last program, as launched
         constexprs.setdefault("LAST", True)
