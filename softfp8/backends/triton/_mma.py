@@ -36,8 +36,8 @@ E2M1 -> fp16, as the E2M1 decoder (`dispatch`, from the probe) says:
   (0.5 a subnormal), a mask and a `mad` per four codes, a `prmt` a pair; x re-paired to the
   pairs (c, c+2) (`_mma_ptx._decode_word_inject`); the scales carry the 2^14. 20% fewer
   integer-ALU instructions a loop step on sm_90 (SASS: NVFP4 246 -> 198); measured 5-7% faster
-  on 22016 x 4096, the llama2-7b token 1% (BENCHMARKS.md, fifteenth session). The FP4 loop
-  waits on its loads more than on the ALU (`gpu_mma_probe.py`: the loads alone take 60% of it).
+  on 22016 x 4096, the llama2-7b token 1% (docs/decisions.md). The FP4 loop waits on its loads
+  more than on the ALU (the same loop with its loads alone takes 60% of its time).
 Scales, in fp16 on each pair before the mma (the mma then sums exact products in fp32;
 under INJECT each factor below is also * 2^14, which the pairs' 2^-14 cancels):
 - NVFP4: the E4M3 block scale as fp16 * 2^-8 (a shift, a mask and the NaN fix of
@@ -54,8 +54,7 @@ under INJECT each factor below is also * 2^14, which the pairs' 2^-14 cancels):
   once per weight, `_facts.mx_row_exponents`), E is the row's instead (ROW_E): no shared
   exponent to find each step, the sums carry over the steps and are multiplied by 2^(E - 127)
   once; exact by the same argument, for every block of the row (SASS, sm_90: 424 -> 387
-  instructions a step; the llama2-7b token 1.612 -> 1.518 ms on the H200, BENCHMARKS.md,
-  thirty-second session).
+  instructions a step; the llama2-7b token 1.612 -> 1.518 ms on the H200, docs/decisions.md).
 """
 import triton
 import triton.language as tl
