@@ -658,6 +658,22 @@ def test_table_from_a_sweep_receipt_overrides_exact_shapes(tmp_path, monkeypatch
         launch_config(4096, 4096, 1, Format.E5M2, h200)
 
 
+@pytest.mark.parametrize("name, value, expected", [
+    ("SOFTFP8_FP8_DECODE", "intger", "one of 'auto', 'integer', 'hardware'"),
+    ("SOFTFP8_PDL", "erly", "one of 'auto', 'off', 'early', 'late'"),
+    ("SOFTFP8_PDL_PREFETCH", "32k", "a multiple of 16"),
+    ("SOFTFP8_TRITON_TABLE", "no-such-sweep.json", "the path of a sweep receipt")])
+def test_a_launch_setting_typo_raises_where_triton_does_not_run(monkeypatch, name, value,
+                                                                expected):
+    """The launcher reads these (and checks them there: the tests above); a typo is an error on
+    a layer call that another backend runs too (`_env.check_environment`), never ignored."""
+    monkeypatch.setenv(name, value)
+    softfp8.dispatch.clear_cache()
+    packed = softfp8.quantize(torch.randn(8, 32), "e5m2")
+    with pytest.raises(ValueError, match=f"{name}='{value}' is not valid; expected {expected}"):
+        softfp8.linear(torch.randn(1, 32), packed, backend="torch")
+
+
 @pytest.mark.parametrize("chunk", [None, 16])
 def test_codes_nan_free_checks_once_and_again_after_an_in_place_write(chunk, monkeypatch):
     """chunk: the check reads one row at a time."""

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ..._env import SETTINGS
 from ...formats import Format
 
 
@@ -76,12 +77,8 @@ H200 measures what a T4 or RTX 3090 user gets; `hardware` on a GPU without it is
 
 
 def fp8_decode_wanted() -> str:
-    """SOFTFP8_FP8_DECODE, checked: 'auto', 'integer' or 'hardware'."""
-    wanted = os.environ.get(FP8_DECODE_ENV, "auto").strip().lower()
-    if wanted not in ("auto", "integer", "hardware"):
-        raise ValueError(f"{FP8_DECODE_ENV}={wanted!r} is not valid; expected one of "
-                         "'auto', 'integer', 'hardware'")
-    return wanted
+    """SOFTFP8_FP8_DECODE, checked (`_env.SETTINGS`): 'auto', 'integer' or 'hardware'."""
+    return SETTINGS[FP8_DECODE_ENV].check(os.environ.get(FP8_DECODE_ENV) or "auto")
 
 
 def uses_hardware_fp8(fmt: Format, info: DeviceInfo) -> bool:

@@ -13,6 +13,7 @@ import os
 
 import torch
 
+from ..._env import SETTINGS
 from ...formats import Format
 from ._device import DeviceInfo, Kernel, LaunchConfig
 from ._mma_table import mma_config, uses_mma_gemv
@@ -55,16 +56,11 @@ def pdl_settings(info: DeviceInfo, fmt: Format,
                  cfg: LaunchConfig | None = None) -> tuple[int, int]:
     """(PDL mode: 0 off, 1 early, 2 late; prefetch bytes) for launches of `cfg` (auto: by
     format where not given) on this device."""
-    wanted = os.environ.get(PDL_ENV, "auto").strip().lower()
+    wanted = SETTINGS[PDL_ENV].check(os.environ.get(PDL_ENV) or "auto")  # `_env.SETTINGS`
     auto_mode, auto_bytes = pdl_auto(fmt, cfg)
     if wanted == "auto":
         wanted = auto_mode
-    if wanted not in _PDL_MODES:
-        raise ValueError(f"{PDL_ENV}={wanted!r} is not valid; expected one of 'auto', "
-                         "'off', 'early', 'late'")
-    raw = os.environ.get(PDL_PREFETCH_ENV, str(auto_bytes)).strip()
-    if not raw.isdigit() or int(raw) % 16:
-        raise ValueError(f"{PDL_PREFETCH_ENV}={raw!r}: expected a multiple of 16 (bytes)")
+    raw = SETTINGS[PDL_PREFETCH_ENV].check(os.environ.get(PDL_PREFETCH_ENV) or str(auto_bytes))
     if info.capability is None or info.capability < (9, 0) or info.interpreter:
         return 0, 0
     mode = _PDL_MODES[wanted]
