@@ -9,7 +9,7 @@ GPU (`triton_compile_worker.table_m1`: the run mapping, its warps, depth, ring a
 with whole steps; --facts adds what the launcher takes from a quantized weight's facts (no NaN
 code: NAN = 0 for E4M3 and FP4; MXFP4 against its rows' exponents, ROW_E = 1, and x where
 `mma_x_in_step` then puts it; FP4 by exponent injection, as on NVIDIA GPUs); --warps and --set
-NAME=VALUE override (ints); --maxnreg caps the registers. Prints registers, spills, the
+NAME=VALUE override (ints). Prints registers, spills, the
 loop's instruction count and its opcodes (modifiers dropped), and the integer-ALU share: the
 opcodes that issue to sm_80/sm_90's ALU pipe (PRMT, LOP3, SHF, ISETP, IADD3, SEL, LEA, VIADD,
 VIMNMX) against those on the FMA pipe (IMAD*, HMUL2, HFMA2, FFMA).
@@ -43,8 +43,6 @@ def main() -> None:
     ap.add_argument("--arch", type=int, default=90)
     ap.add_argument("--set", action="append", default=[], metavar="NAME=VALUE")
     ap.add_argument("--dump", action="store_true", help="print the loop's instructions too")
-    ap.add_argument("--maxnreg", type=int, default=0,
-                    help="registers a thread, as Triton's maxnreg (0: as ptxas allocates)")
     ap.add_argument("--facts", action="store_true",
                     help="as a quantized weight runs: no NaN fix, MXFP4 on its rows' exponents")
     args = ap.parse_args()
@@ -65,8 +63,7 @@ def main() -> None:
         c[name] = int(value)
     k = triton.compile(worker.source(_mma.mma_gemv_kernel, c, "fp16"),
                        target=GPUTarget("cuda", args.arch, 32),
-                       options=dict(num_warps=c["WARPS"], num_stages=1,
-                                    **(dict(maxnreg=args.maxnreg) if args.maxnreg else {})))
+                       options=dict(num_warps=c["WARPS"], num_stages=1))
     regs, spills = worker.resources("cuda", args.arch, k)  # ptxas: every wheel has it
     print(f"{args.fmt} sm_{args.arch} {c}")
     sass = worker.sass_text(k.asm["cubin"])

@@ -130,7 +130,9 @@ class DeviceReport:
 
     @property
     def native_fp8(self) -> bool:
-        """torch itself runs FP8 here: float8 tensors and _scaled_mm both measured working."""
+        """torch itself runs FP8 ops here: float8 tensors and _scaled_mm both measured working.
+        They work on CPUs too, so this is not whether backend='native' runs here:
+        `dispatch.refusal(Backend.NATIVE, ...)` says that (the probe's "native FP8" line)."""
         return self.float8.is_yes and self.scaled_mm.is_yes
 
 

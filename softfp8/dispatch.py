@@ -30,7 +30,7 @@ from types import ModuleType
 
 import torch
 
-from ._env import raw_reader
+from ._env import check_environment, raw_reader
 from .capability import CapabilityReport, DeviceReport, probe
 from .formats import Format
 
@@ -325,6 +325,7 @@ def select(fmt: Format | str, m: int, device: torch.device | str, *,
     hit = _cached(key)
     if hit is not None:
         return hit
+    check_environment()  # every SOFTFP8_* setting, also those no backend here reads
     choice = _select(Format.parse(fmt), m_bucket(m), device, report, backend, e2m1,
                      activation_quant)
     try:
@@ -364,6 +365,19 @@ def _current_cuda_index() -> int:
         return torch.cuda.current_device()
     except Exception:
         return 0
+
+
+def refusal(backend: Backend | str, fmt: Format | str, device: torch.device | str,
+            report: CapabilityReport | None = None) -> str | None:
+    """None if an explicit request of `backend` can run `fmt` on `device`, else why not, in the
+    words select() would raise BackendUnavailable with. `report` defaults to `probe()`."""
+    backend = Backend.parse(backend, arg="backend")
+    if backend is Backend.AUTO:
+        raise ValueError("backend='auto' is no backend of its own; name one")
+    device = _check_select_args(1, device)
+    report = probe() if report is None else report
+    return _refusal(backend, Format.parse(fmt), 1, device, report.device(device), report,
+                    ActivationQuant.ALLOW, auto=False)
 
 
 def _select(fmt: Format, m: int, device: torch.device, report: CapabilityReport,

@@ -13,13 +13,13 @@ import sys
 import types
 
 
-from . import capability, dispatch
+from . import _env, capability, dispatch
 from .capability import CapabilityReport, Check, DeviceReport, Status
 from .formats import SPECS, Format
 
 LARGE_M = 4096
-ENV_VARS = (dispatch.BACKEND_ENV, dispatch.E2M1_DECODE_ENV, dispatch.ACTIVATION_QUANT_ENV,
-            capability.TRITON_INTERPRET_ENV)
+ENV_VARS = (*_env.SETTINGS, capability.TRITON_INTERPRET_ENV)
+"""The variables the report shows, with any other SOFTFP8_* name that is set."""
 
 # (DeviceReport field, label, whether YES means "FTZ on" rather than "works")
 _CHECKS = (("float8", "float8 tensors", False), ("scaled_mm", "torch._scaled_mm", False),
@@ -51,11 +51,35 @@ def routing(report: CapabilityReport, ms: tuple[int, ...] = (1, LARGE_M)) -> lis
 
 
 def environment() -> dict[str, str | None]:
-    return {name: os.environ.get(name) for name in ENV_VARS}
+    """Every variable of ENV_VARS (None where unset) and every other SOFTFP8_* name set."""
+    names = [*ENV_VARS, *sorted(n for n in os.environ if n.startswith("SOFTFP8_")
+                                and n not in ENV_VARS)]
+    return {name: os.environ.get(name) for name in names}
+
+
+def _override_text(name: str, value: str) -> str:
+    """`name=value`, and why softfp8 won't take it where it won't."""
+    setting = _env.SETTINGS.get(name)
+    if setting is None and name.startswith("SOFTFP8_"):
+        return f"{name}={value} (read by nothing: no such setting)"
+    if setting is not None and value.strip():
+        try:
+            setting.check(value)
+        except ValueError as exc:
+            return f"{name}={value} (invalid: {str(exc).split('; ', 1)[-1]})"
+    return f"{name}={value}"
+
+
+def native_fp8(report: CapabilityReport, dev: DeviceReport) -> str | None:
+    """None where backend='native' (torch's float8 and _scaled_mm) runs FP8 weights on `dev`,
+    else why not: torch's FP8 ops working on a device (they do on CPUs) is not enough."""
+    return dispatch.refusal(dispatch.Backend.NATIVE, Format.E4M3, dev.device, report)
 
 
 def as_json(report: CapabilityReport) -> dict:
-    return {"report": report.to_dict(), "environment": environment(), "routing": routing(report)}
+    return {"report": report.to_dict(), "environment": environment(), "routing": routing(report),
+            "native_fp8": {dev.device: {"runs": (why := native_fp8(report, dev)) is None,
+                                        "why_not": why} for dev in report.devices}}
 
 
 def _answer(check: Check, ftz: bool) -> str:
@@ -64,7 +88,7 @@ def _answer(check: Check, ftz: bool) -> str:
     return str(check.status)
 
 
-def _device_lines(dev: DeviceReport) -> list[str]:
+def _device_lines(report: CapabilityReport, dev: DeviceReport) -> list[str]:
     facts = [dev.name or "?"]
     if dev.arch:
         facts.append(dev.arch)
@@ -77,8 +101,12 @@ def _device_lines(dev: DeviceReport) -> list[str]:
         check = getattr(dev, name)
         if check is not None:
             lines.append(f"  {label:<20} {_answer(check, ftz):<8} {check.detail}")
-    if dev.native_fp8:
-        lines.append(f"  {'native FP8':<20} {'yes':<8} float8 tensors and _scaled_mm both work")
+    why = native_fp8(report, dev)
+    if why is None:
+        lines.append(f"  {'native FP8':<20} {'yes':<8} backend='native' runs here (float8 "
+                     f"tensors and _scaled_mm work)")
+    else:
+        lines.append(f"  {'native FP8':<20} {'no':<8} backend='native' can't run here: {why}")
     return lines
 
 
@@ -117,14 +145,15 @@ def as_text(report: CapabilityReport) -> str:
         versions.append(f"CUDA {v.cuda}")
     if v.hip:
         versions.append(f"HIP {v.hip}")
-    env = ", ".join(f"{k}={val}" for k, val in environment().items() if val) or "none set"
+    env = ", ".join(_override_text(k, val) for k, val in environment().items() if val) or (
+        "none set")
     lines = [f"softfp8 capability report (probed in {report.probe_seconds:.2f} s; calling "
              f"thread: {report.thread_denormals})",
              "versions: " + ", ".join(versions),
              f"Triton here: {report.triton.status}: {report.triton.detail}",
              f"overrides: {env}", "", "devices"]
     for dev in report.devices:
-        lines += ["  " + line for line in _device_lines(dev)]
+        lines += ["  " + line for line in _device_lines(report, dev)]
     lines += ["", f"routing (linear() with backend='auto'; M=1 is batch-1 decoding, "
                   f"M={LARGE_M} a prefill; E2M1 matters for nvfp4/mxfp4 only)"]
     lines += _routing_lines(routing(report))

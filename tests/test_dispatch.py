@@ -241,6 +241,19 @@ def test_unknown_values_list_the_valid_ones(monkeypatch, env, value, valid):
         select("e5m2", 1, "cpu")
 
 
+@pytest.mark.parametrize("env, value", [(dispatch.BACKEND_ENV, "cuda"),
+                                        (dispatch.E2M1_DECODE_ENV, "fast"),
+                                        (dispatch.ACTIVATION_QUANT_ENV, "maybe")])
+def test_an_invalid_setting_raises_where_an_argument_overrides_it(monkeypatch, env, value):
+    """An explicit argument wins over a valid setting (test_overrides_from_env_and_keywords);
+    an invalid one is an error all the same (`_env.check_environment`): a typo that nothing
+    reads today would mislead whoever relies on it tomorrow."""
+    monkeypatch.setenv(env, value)
+    dispatch.clear_cache()
+    with pytest.raises(ValueError, match=f"{env}='{value}' is not valid; expected one of"):
+        select("e5m2", 1, "cpu", backend="torch", e2m1="select", activation_quant="allow")
+
+
 def test_bad_arguments():
     with pytest.raises(ValueError, match="backend='gpu'"):
         select("e5m2", 1, "cpu", backend="gpu")

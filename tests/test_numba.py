@@ -414,3 +414,14 @@ def test_gemv_follows_the_fp4_table_setting(monkeypatch):
 
     plan = facts_of(packed.words)[numba_cpu._PLAN][-1]
     assert type(plan) is numba_cpu._Fp4BitsGemv
+
+
+def test_an_fp4_table_setting_typo_raises(monkeypatch):
+    """SOFTFP8_NUMBA_FP4_LUT takes 1, 0, avx2 or avx512; anything else raises on the layer call
+    naming them (`_env.check_environment`), where it used to run as if 1."""
+    packed, g = quantized("nvfp4", 40, 256, seed=6)
+    monkeypatch.setenv("SOFTFP8_NUMBA_FP4_LUT", "avx3")
+    softfp8.dispatch.clear_cache()
+    with pytest.raises(ValueError, match="SOFTFP8_NUMBA_FP4_LUT='avx3' is not valid; expected "
+                                         "one of '1', '0', 'avx2', 'avx512'"):
+        softfp8.linear(torch.randn(1, 256, generator=g), packed, backend="numba")

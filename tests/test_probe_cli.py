@@ -67,6 +67,51 @@ def test_routing_errors_are_reported_not_raised(monkeypatch, capsys):
     assert "error: SOFTFP8_BACKEND='warp-drive' is not valid" in capsys.readouterr().out
 
 
+def test_native_fp8_line_says_whether_backend_native_runs_on_each_device(monkeypatch, capsys):
+    """'native FP8 yes' only where backend='native' runs: not on the CPU, though torch's float8
+    tensors and _scaled_mm work there, nor on a GPU below compute capability 8.9; the JSON says
+    the same, with the reason."""
+    from softfp8.backends import native
+
+    install(monkeypatch, native={"NEEDS": native.NEEDS})
+    mock_gpus(monkeypatch, [(9, 0), (8, 6)])
+    works = Check.yes("mocked: works")
+    facts = {(d, c): works for d in ("cpu", "cuda:0", "cuda:1") for c in ("float8", "scaled_mm")}
+    report = capability.collect(facts=facts)
+    monkeypatch.setattr(capability, "probe", lambda *a, **k: report)
+    probe_cli.main([])
+    lines = [ln.split(None, 2)[2] for ln in capsys.readouterr().out.splitlines()
+             if ln.strip().startswith("native FP8")]
+    assert len(lines) == 3, lines  # cpu, cuda:0, cuda:1
+    cpu, h100, a100 = lines
+    assert cpu.startswith("no ") and "not cpu" in cpu, cpu
+    assert h100.startswith("yes ") and "backend='native' runs here" in h100, h100
+    assert a100.startswith("no ") and "8.9 or newer, this GPU has 8.6" in a100, a100
+    probe_cli.main(["--json"])
+    native_fp8 = json.loads(capsys.readouterr().out)["native_fp8"]
+    assert {d: v["runs"] for d, v in native_fp8.items()} == {
+        "cpu": False, "cuda:0": True, "cuda:1": False}
+    assert "not cpu" in native_fp8["cpu"]["why_not"] and native_fp8["cuda:0"]["why_not"] is None
+
+
+def test_overrides_line_shows_every_setting_and_what_is_wrong_with_it(monkeypatch, capsys):
+    """Every SOFTFP8_* variable set is shown (not only the routing ones), an invalid value with
+    what it takes, a name no setting has as read by nothing; every routing row then reports
+    the invalid value as its error."""
+    monkeypatch.setenv("SOFTFP8_FP8_DECODE", "integer")
+    monkeypatch.setenv("SOFTFP8_NUMBA_FP4_LUT", "avx3")
+    monkeypatch.setenv("SOFTFP8_MMA_STAGES", "3")
+    assert probe_cli.main([]) == 0
+    text = capsys.readouterr().out
+    overrides = next(ln for ln in text.splitlines() if ln.startswith("overrides: "))
+    assert "SOFTFP8_FP8_DECODE=integer," in overrides, overrides
+    assert ("SOFTFP8_NUMBA_FP4_LUT=avx3 (invalid: expected one of '1', '0', 'avx2', 'avx512')"
+            in overrides), overrides
+    assert "SOFTFP8_MMA_STAGES=3 (read by nothing: no such setting)" in overrides, overrides
+    errors = [ln for ln in text.splitlines() if "-> error: SOFTFP8_NUMBA_FP4_LUT='avx3'" in ln]
+    assert len(errors) == len(Format), text
+
+
 def test_softfp8_probe_stays_callable_after_the_cli_module_is_imported():
     import softfp8.probe  # noqa: F401 - rebinds the package attribute to the module
     assert isinstance(softfp8.probe(), softfp8.CapabilityReport)

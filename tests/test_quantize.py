@@ -218,3 +218,16 @@ def test_corrupted_packed_weight_is_refused():
         PackedWeight(p.fmt, p.shape, p.words, p.scales, None)
     with pytest.raises(ValueError, match="words"):
         PackedWeight(p.fmt, p.shape, p.words.float(), p.scales, p.global_scale)
+
+
+def test_help_of_softfp8_quantize_reaches_the_policy():
+    """`softfp8.quantize` is the function, which hides the module: its docstring carries the
+    module's policy for values a format can't hold, so help(softfp8.quantize) shows it."""
+    import pydoc
+    import sys
+
+    policy = sys.modules["softfp8.quantize"].__doc__
+    assert "Policy for values a format can't hold" in policy
+    shown = pydoc.render_doc(softfp8.quantize, renderer=pydoc.plaintext)
+    for line in policy.strip().splitlines():
+        assert line.strip() in shown, line

@@ -40,6 +40,17 @@ def _case(fmt, n, k, m, dtype, seed=3):
     return x, packed, bias
 
 
+def test_a_reduce_setting_typo_raises_where_triton_does_not_run(monkeypatch):
+    """SOFTFP8_SPLITK_REDUCE, read by split launches, is checked on any layer call
+    (`_env.check_environment`): a typo raises naming the valid values."""
+    monkeypatch.setenv(ENV, "later")
+    softfp8.dispatch.clear_cache()
+    packed = softfp8.quantize(torch.randn(8, 32), "e5m2")
+    with pytest.raises(ValueError, match=f"{ENV}='later' is not valid; expected one of 'last', "
+                                         "'kernel'"):
+        softfp8.linear(torch.randn(1, 32), packed, backend="torch")
+
+
 @pytest.mark.parametrize("fmt", list(Format))
 @pytest.mark.parametrize("cfg, m", [(LaunchConfig(Kernel.GEMV, 2, 16, 64, split_k=3), 2),
                                     (LaunchConfig(Kernel.SMALL_M, 16, 32, 32, split_k=4), 19)],

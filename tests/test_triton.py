@@ -658,6 +658,22 @@ def test_table_from_a_sweep_receipt_overrides_exact_shapes(tmp_path, monkeypatch
         launch_config(4096, 4096, 1, Format.E5M2, h200)
 
 
+@pytest.mark.parametrize("name, value, expected", [
+    ("SOFTFP8_FP8_DECODE", "intger", "one of 'auto', 'integer', 'hardware'"),
+    ("SOFTFP8_PDL", "erly", "one of 'auto', 'off', 'early', 'late'"),
+    ("SOFTFP8_PDL_PREFETCH", "32k", "a multiple of 16"),
+    ("SOFTFP8_TRITON_TABLE", "no-such-sweep.json", "the path of a sweep receipt")])
+def test_a_launch_setting_typo_raises_where_triton_does_not_run(monkeypatch, name, value,
+                                                                expected):
+    """The launcher reads these (and checks them there: the tests above); a typo is an error on
+    a layer call that another backend runs too (`_env.check_environment`), never ignored."""
+    monkeypatch.setenv(name, value)
+    softfp8.dispatch.clear_cache()
+    packed = softfp8.quantize(torch.randn(8, 32), "e5m2")
+    with pytest.raises(ValueError, match=f"{name}='{value}' is not valid; expected {expected}"):
+        softfp8.linear(torch.randn(1, 32), packed, backend="torch")
+
+
 @pytest.mark.parametrize("chunk", [None, 16])
 def test_codes_nan_free_checks_once_and_again_after_an_in_place_write(chunk, monkeypatch):
     """chunk: the check reads one row at a time."""
@@ -787,53 +803,6 @@ def test_mma_ring_whole_only_where_every_row_and_step_is_inside():
     assert not whole(4096, 3, 4096, 4096, 4, runs4, True, False)  # x row 3 of 4 outside M
     assert whole(4096, 4, 256, 256, 4, runs4, True, False)  # 2 steps = ring - 1
     assert not whole(4096, 4, 128, 128, 4, runs4, True, False)  # 1 step
-
-
-def test_mma_ring_peel_only_where_the_rows_end_inside_a_step(monkeypatch):
-    """PEEL (WHOLE but the last, partial step's copy with predicates): where WHOLE is missed only
-    because the rows end inside a step; each program but the last whole steps, every program at
-    least ring - 1 whole steps, no padding past K; 8-bit ring only; never while MMA_RING_PEEL
-    is off (until measured on a GPU)."""
-    from softfp8.backends.triton import _mma_flags
-    peel = triton_backend.mma_ring_peel
-    ring = LaunchConfig(Kernel.MMA_GEMV, 1, 4, 128, 1, 1, 0, ring=4)  # 512-byte steps
-    monkeypatch.setattr(_mma_flags, "MMA_RING_PEEL", False)
-    assert not peel(4096, 1, 11008, 11008, 1, ring, True, 11008, 11008)
-    monkeypatch.setattr(_mma_flags, "MMA_RING_PEEL", True)
-    assert peel(4096, 1, 11008, 11008, 1, ring, True, 11008, 11008)  # llama2-7b down
-    assert not peel(4096, 1, 4096, 4096, 1, ring, True, 4096, 4096)  # whole: WHOLE's
-    assert not peel(4096, 1, 11008, 11008, 1, ring, False, 11008, 11008)  # FP4
-    assert not peel(4103, 1, 11008, 11008, 1, ring, True, 11008, 11008)  # past N
-    assert not peel(4096, 1, 11008, 11008, 1, ring, True, 11000, 11008)  # x padded past K
-    assert not peel(4096, 1, 11008, 11008, 1,
-                    LaunchConfig(Kernel.MMA_GEMV, 1, 4, 128, 1, 1, 0), True, 11008, 11008)
-    assert peel(4096, 1, 1792, 1792, 1, ring, True, 1792, 1792)  # 3.5 steps: 3 whole
-    assert not peel(4096, 1, 1280, 1280, 1, ring, True, 1280, 1280)  # 2.5 steps
-    assert not peel(4096, 1, 4352, 2048, 1, ring, True, 4352, 4352)  # 4 + 4 + 0.5 steps
-    assert not peel(4096, 1, 4352, 1536, 1, ring, True, 4352, 4352)  # 3 + 3 + 2.5
-    assert peel(4096, 1, 4352, 1536, 1, dataclasses.replace(ring, ring=3), True, 4352, 4352)
-    assert not peel(4096, 1, 4352, 2176, 1, ring, True, 4352, 4352)  # splits of 4.25 steps
-    runs2 = LaunchConfig(Kernel.MMA_GEMV, 2, 8, 128, 1, 2, 0, ring=3)  # 256-byte steps
-    assert peel(4096, 2, 4224, 4224, 2, runs2, True, 4224, 4224)
-    assert not peel(4096, 1, 4224, 4224, 2, runs2, True, 4224, 4224)  # x row 1 of 2 outside M
-
-
-def test_mma_maxnreg_only_on_fp4_one_warp_four_tiles(monkeypatch):
-    """The register cap (`_mma_flags.MMA_FP4_FOUR_TILES_MAXNREG`, 0 = none until measured on a
-    GPU): FP4's run mapping in one warp of 4 tiles from registers; never the 8-bit formats, 2
-    tiles, more warps, depth 2 or the ring."""
-    from softfp8.backends.triton import _mma_flags
-    cap = triton_backend.mma_maxnreg
-    monkeypatch.setattr(_mma_flags, "MMA_FP4_FOUR_TILES_MAXNREG", 0)
-    assert cap(Format.NVFP4, 1, 4, 1, 1, 0) == 0
-    monkeypatch.setattr(_mma_flags, "MMA_FP4_FOUR_TILES_MAXNREG", 168)
-    for fmt in (Format.NVFP4, Format.MXFP4):
-        assert cap(fmt, 1, 4, 1, 1, 0) == 168 and cap(fmt, 2, 4, 1, 1, 0) == 168
-        assert cap(fmt, 1, 2, 1, 1, 0) == 0 and cap(fmt, 1, 4, 2, 1, 0) == 0
-        assert cap(fmt, 0, 4, 1, 1, 0) == 0  # the tiles
-        assert cap(fmt, 1, 4, 1, 2, 0) == 0 and cap(fmt, 1, 4, 1, 1, 4) == 0
-    for fmt in (Format.E5M2, Format.E4M3):
-        assert cap(fmt, 1, 4, 1, 1, 0) == 0
 
 
 def test_mma_zero_fill_only_where_a_tile_reads_past_the_k_range():
@@ -1033,32 +1002,6 @@ def test_gpu_mma_gemv_ring_whole_matches_reference(fmt, n, k, m, split):
         assert triton_backend.mma_ring_whole(n, m, k, per_split, mp, cfg, True, False), cfg
         y = run(x, packed, bias, cfg)
         assert rel_err(y, want) <= tolerance(torch.float16), cfg
-
-
-@pytest.mark.gpu
-@pytest.mark.skipif(not HAS_GPU, reason="needs a CUDA GPU")
-@pytest.mark.parametrize("fmt", [Format.E5M2, Format.E4M3])
-@pytest.mark.parametrize("n, k, m, split", [(4096, 11008, 1, 1), (256, 1792, 1, 1),
-                                            (96, 4352, 1, 3), (512, 4224, 2, 1),
-                                            (2048, 4160, 4, 1)])
-def test_gpu_mma_gemv_ring_peel_matches_reference(fmt, n, k, m, split, monkeypatch):
-    """The ring whose rows end inside a step (`_mma`'s PEEL, picked by the launcher, here with
-    MMA_RING_PEEL on): WHOLE copies but the last step's; a program of exactly ring steps
-    (K = 1792: 3.5 steps of 512 bytes, the peeled pass its only one), K splits whose last part
-    is short, M = 2 and 4, row scales and a bias."""
-    from softfp8.backends.triton import _mma_flags
-    monkeypatch.setattr(_mma_flags, "MMA_RING_PEEL", True)
-    packed, x, bias, g = _mma_case(fmt, n, k, m, split)
-    mp = min(8, 1 << (m - 1).bit_length())
-    want = reference.matmul(x, packed, bias)
-    ran = 0
-    for cfg, per_split in _ring_cfgs(mp, k, split):
-        if not triton_backend.mma_ring_peel(n, m, k, per_split, mp, cfg, True, k, k):
-            continue
-        ran += 1
-        y = run(x, packed, bias, cfg)
-        assert rel_err(y, want) <= tolerance(torch.float16), cfg
-    assert ran >= 2
 
 
 @pytest.mark.gpu

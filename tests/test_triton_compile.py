@@ -120,28 +120,6 @@ def test_whole_ring_copies_shorten_the_loop(compiled, fmt):
     assert whole["loop_len"] <= plain["loop_len"] - 10, (plain["loop_len"], whole["loop_len"])
 
 
-@pytest.mark.parametrize("fmt", ["e5m2", "e4m3"])
-def test_peeled_ring_keeps_the_whole_loop(compiled, fmt):
-    """`_mma`'s PEEL (rows that end inside the last step): the main K loop is WHOLE's, without
-    predicates, shorter than the predicated build's; the peeled pass and the reads after it
-    are loops of their own."""
-    plain, peel = _sm90_ring_pair(compiled, fmt, "peel")
-    assert peel["spills"] == 0 and len(peel["loop_lens"]) == 3, peel["loop_lens"]
-    # measured (triton 3.9): E5M2 94 -> 79 (WHOLE 78), E4M3 219 -> 207 (WHOLE 205)
-    assert peel["loop_lens"][0] <= plain["loop_len"] - 10, (plain["loop_len"], peel["loop_lens"])
-
-
-def test_fp4_four_tiles_capped_at_168_registers_without_spills(compiled):
-    """`_mma_flags.mma_maxnreg`: NVFP4's one-warp, 4-tile build (FP4 M = 1 where the table
-    wants 12 such programs an SM) capped at 168 registers, 12 warps' worth of an SM's 64 K,
-    keeps its loop without spills."""
-    plain, capped = _sm90_pair(compiled, "loop_len", "mma_gemv-r1t4-w1-nvfp4-fp16",
-                               "mma_gemv-r1t4-w1-nreg168-nvfp4-fp16")
-    # measured (triton 3.9, no bias): 180 -> 168 registers, loop 737 -> 735, no spills
-    assert capped["regs"] <= 168 and capped["spills"] == 0 == plain["spills"], (plain, capped)
-    assert capped["loop_len"] <= plain["loop_len"] + 8, (plain["loop_len"], capped["loop_len"])
-
-
 def _sm90_pair(compiled, key, first, second):
     """The sm_90 records of variants `first` and `second`; skips where this Triton wheel
     bundles no nvdisasm (then no record carries `key`, a count the worker reads from the SASS)."""
@@ -156,7 +134,7 @@ def _sm90_pair(compiled, key, first, second):
 
 def _sm90_ring_pair(compiled, fmt, kind):
     """`_sm90_pair` of the table's M = 1 ring build in one warp (its stage count in the name)
-    and its `kind` (whole, peel) variant, both with their loops read from the SASS."""
+    and its `kind` (whole) variant, both with their loops read from the SASS."""
     rc, stderr, records = compiled[("cuda", "90", 32)]
     assert rc == 0, stderr
     plain = next(r["variant"] for r in records

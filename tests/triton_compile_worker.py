@@ -133,11 +133,9 @@ def variants(backend: str, arch):
                 yield (f"mma_gemv-r1t2-inject-rowe-nobias-{fmt}-fp16", _mma.mma_gemv_kernel,
                        dict(c, INJECT=True, NAN=False, ROW_E=True, HAS_BIAS=False), "fp16", 4, 1)
             if fmt == "nvfp4":  # FP4 M = 1 in one warp of 4 tiles (the table where 11..12
-                # programs an SM), as ptxas allocates and capped (`_mma_flags.mma_maxnreg`)
+                # programs an SM)
                 c4 = dict(c, INJECT=True, NAN=False, TILES=4, WARPS=1)
                 yield f"mma_gemv-r1t4-w1-{fmt}-fp16", _mma.mma_gemv_kernel, c4, "fp16", 1, 1
-                yield (f"mma_gemv-r1t4-w1-nreg168-{fmt}-fp16", _mma.mma_gemv_kernel,
-                       dict(c4, maxnreg=168), "fp16", 1, 1)
             # the shared-memory ring (cp.async; 2 stages x 4 warps, the most static smem)
             yield (f"mma_gemv-r1t2-ring2-{fmt}-fp16", _mma.mma_gemv_kernel,
                    dict(c, INJECT=True, RING=2, PARTIAL=True), "fp16", 4, 1)
@@ -180,10 +178,6 @@ def variants(backend: str, arch):
                 yield (f"mma_gemv-r1t2-ring{cfg.ring}-w{cfg.num_warps}-whole-{fmt}-fp16",
                        _mma.mma_gemv_kernel, dict(c, WHOLE=True, ZERO=False), "fp16",
                        cfg.num_warps, 1)
-                # ... where the rows end inside the last step: it alone copies with them
-                yield (f"mma_gemv-r1t2-ring{cfg.ring}-w{cfg.num_warps}-peel-{fmt}-fp16",
-                       _mma.mma_gemv_kernel, dict(c, WHOLE=True, PEEL=True), "fp16",
-                       cfg.num_warps, 1)
         if not hw:  # the large-M slab decode (portable decoders only)
             c = dict(FMT=fmt, HAS_SCALE=fmt in FP8, INJECT=inject, BLOCK_R=16,
                      BLOCK_KB=512 * (8 if fmt in FP8 else 4) // 8, CHECK=xd != "fp32",
@@ -200,7 +194,7 @@ def variants(backend: str, arch):
 def source(fn, constexprs, xd):
     names = fn.arg_names
     # a constexpr parameter left out takes its default (as a launch does), not a runtime i32:
-    # otherwise every branch on it is compiled, e.g. the MMA GEMV's DIAG probes
+    # otherwise every branch on it is compiled, e.g. the MMA GEMV's ring (RING)
     constexprs = dict(constexprs)
     if constexprs.get("PARTIAL"):  # split launches reduce in their last program, as launched
         constexprs.setdefault("LAST", True)
@@ -361,9 +355,6 @@ def main(backend: str, arch: str, warp: int) -> None:
         t0 = time.time()
         rec = {"target": f"{backend}:{arch}", "variant": name, "hw": constexprs.get("HW", False)}
         options = {"num_warps": warps, "num_stages": stages}
-        if "maxnreg" in constexprs:  # a compile option, not a constexpr
-            constexprs = dict(constexprs)
-            options["maxnreg"] = constexprs.pop("maxnreg")
         try:
             k = triton.compile(source(fn, constexprs, xd), target=target, options=options)
             rec["regs"], rec["spills"] = resources(backend, arch_v, k)

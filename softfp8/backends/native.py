@@ -20,10 +20,10 @@ Numerics (W8A8 vs the weight-only path, both on the same quantized weight):
     huge outlier (absmax ≫ typical value, as in some LLM "massive activation" channels) lose
     more, because their small elements fall into E4M3's subnormals (below absmax · 2^-6 / 448);
     forbid activation quantization where that matters. Measured on CPU with an emulation of
-    ``_scaled_mm`` that decodes and multiplies exactly (2026-11-29, 2-core x86 CI machine, torch
-    2.13.0+cpu; ``python -m pytest -s tests/test_native.py -k documented_bound``; standard normal
-    x [64, 1024], E4M3 weight [256, 1024]): 2.66%. The number measured on the H200
-    (benchmarks/gpu_native_crossover.py, column "err e4m3") belongs in the README.
+    ``_scaled_mm`` that decodes and multiplies exactly (``python -m pytest -s tests/test_native.py
+    -k documented_bound``; standard normal x [64, 1024], E4M3 weight [256, 1024]): 2.66%. That
+    number, with its machine and versions, and the one measured on a GPU
+    (benchmarks/gpu_native_crossover.py, column "err e4m3") belong in docs/performance.md.
 
 ``_scaled_mm`` constraints, handled here and invisible to the caller:
 - K of both operands a multiple of 16: Kp already is (the packing pads K); x is padded with zeros.
@@ -63,10 +63,10 @@ QUANTIZES_ACTIVATIONS = True
 """W8A8: activations are rounded to E4M3 per call (see the module docstring for the bound)."""
 
 # Auto uses native from this M upwards and the weight-only (Triton) path below it. Measured on
-# the H200, 2026-11-29, torch 2.11.0+cu130, triton 3.6.0, llama3-8b layer shapes, E4M3 W8A8 vs
-# Triton weight-only: `python benchmarks/gpu_native_crossover.py --ms 1,4,16,32,64,128,256,512,
-# 2048 --reps 10` (BENCHMARKS.md): native is faster for gate_up and down from M = 256 and for
-# the whole layer from M = 256.
+# the H200 (llama3-8b layer shapes, E4M3 W8A8 against Triton weight-only, `python
+# benchmarks/gpu_native_crossover.py --ms 1,4,16,32,64,128,256,512,2048 --reps 10`;
+# docs/performance.md): native is faster for gate_up and down from M = 256 and for the whole
+# layer from M = 256.
 NATIVE_MIN_M = 256
 
 EXPECTED_REL_ERR_BOUND = 0.05

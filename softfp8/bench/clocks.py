@@ -1,11 +1,10 @@
 """The GPU's clocks while the bench times it: `nvidia-smi` sampled on a thread of its own.
 
 Why: on the H200 a whole measurement (a median of 50 replays) sometimes lands 30-50% slow, the
-same kernel, process and weight copy measuring at its usual speed a minute later (BENCHMARKS.md,
-twenty-ninth session, `headm29`). A row that carries the SM and memory clocks seen while it ran,
+same kernel, process and weight copy measuring at its usual speed a minute later
+(docs/decisions.md). A row that carries the SM and memory clocks seen while it ran,
 the board's power and the driver's clock-event reasons says whether the GPU slowed down or the
-kernel did: those were dips of the SM clock to 780-1200 MHz under the board's 700 W power cap
-(thirtieth session, `slow30`).
+kernel did: those were dips of the SM clock to 780-1200 MHz under the board's 700 W power cap.
 
 `nvidia-smi --query-gpu=... -lms PERIOD` ships with every NVIDIA driver and needs no Python
 package; it prints one line per sample, stamped by nvidia-smi itself: its output may reach a

@@ -109,8 +109,8 @@ def table(rows: list[dict], columns: list[tuple[str, str]], title: str = "") -> 
 
 
 def markdown(rows: list[dict], columns: list[tuple[str, str]], receipt: dict | None = None) -> str:
-    """The table as Markdown; with `receipt`, headed by what BENCHMARKS.md asks of every table:
-    date, device, versions and the exact command."""
+    """The table as Markdown; with `receipt`, headed by what docs/performance.md asks of every
+    table: date, device, versions and the exact command."""
     lines = []
     if receipt is not None:
         v = receipt["versions"]

@@ -100,15 +100,15 @@ def _measure_host(calls, *, warmup: int, reps: int) -> Timing:
 
 WARM_GPU_S = 0.2
 """Before the timed replays, the GPU runs the pass untimed until it has been busy this long (by
-its own events, not a count of passes). Measured on the H200 (2026-12-03, `len27`,
-benchmarks/gpu_head_modes.py --trace): right after quantizing, the 128256 x 4096 M = 1 GEMV
+its own events, not a count of passes). Measured on the H200 (benchmarks/gpu_head_modes.py
+--trace; docs/decisions.md): right after quantizing, the 128256 x 4096 M = 1 GEMV
 ran at 132-135 us for the first 50-54 ms of back-to-back replays, then at 116-119 us from
-one 2.5 ms window to the next, both formats, in both processes. With the 50 ms warm-up of
-before (at most 1000 passes), each bench run timed the vocabulary head at one of two speeds
+one 2.5 ms window to the next, both formats, in both processes. With a 50 ms warm-up (at most
+1000 passes), each bench run timed the vocabulary head at one of two speeds
 (0.121 or 0.136 ms) as the warm-up ended just before or just after that step. The cause is not
 established (the SM clock nvidia-smi reports is 1980 MHz in both; a clock that comes up after
-~50 ms of load fits). The first measurement (2026-12-01, benchmarks/gpu_bench_bisect.py): 3
-warm-up passes and 50 replays right after quantizing took 135.6 us, timed again at once 120.2."""
+~50 ms of load fits). With 3 warm-up passes, 50 replays right after quantizing took 135.6 us,
+timed again at once 120.2."""
 
 WARM_CHUNK_S = 0.01  # GPU time enqueued between syncs while warming
 

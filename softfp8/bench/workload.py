@@ -158,7 +158,7 @@ def time_torch(shape: Shape, m: int, dtype: torch.dtype, s: Settings, read_bw: f
         t = measure(calls, s.device, warmup=s.warmup, reps=s.reps, graph=s.graph)
         nbytes = bytes_moved(base.nbytes, m, shape.n, shape.k, x.element_size())
         row.update(copies=len(weights), **t.as_dict(), **_rate_fields(nbytes, t.seconds, read_bw))
-    except Exception as exc:  # noqa: BLE001 - one failed variant must not end the campaign
+    except Exception as exc:  # noqa: BLE001 - one failed variant must not end the run
         row["error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
     return log_row(s, row)
 
@@ -203,7 +203,7 @@ def time_softfp8(shape: Shape, m: int, fmt: Format, backends: list[Backend], s: 
             nbytes = bytes_moved(packed.nbytes, m, n, shape.k, x.element_size())
             row.update(copies=len(weights), **t.as_dict(), **_rate_fields(nbytes, t.seconds, read_bw))
             done[resolved] = row
-        except Exception as exc:  # noqa: BLE001 - one failed variant must not end the campaign
+        except Exception as exc:  # noqa: BLE001 - one failed variant must not end the run
             row["error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
         out.append(log_row(s, row))
     return out

@@ -31,7 +31,7 @@ from .._facts import (codes_nan_free, known_fact, mx_row_exponents,  # noqa: F40
 from ._fastcall import note_split, record_call, start
 from ._device import (FP8_DECODE_ENV, DeviceInfo, Kernel, LaunchConfig, device_info,
                       uses_hardware_fp8)
-from ._mma_flags import mma_maxnreg, mma_ring_peel, mma_ring_whole, mma_x_in_step
+from ._mma_flags import mma_ring_whole, mma_x_in_step
 from ._mma_table import (MMA_FORMATS, MMA_GROUPS_MAX_M, MMA_MAX_M, MMA_RING_STAGES,
                          MMA_RUN_TILES, MMA_RUNS, MMA_TILE_ROWS, MMA_WIDE_M, mma_config,
                          mma_gemv_runs, mma_layout, mma_ring_fits, mma_rows, mma_split,
@@ -46,7 +46,7 @@ __all__ = ["NEEDS", "INTERPRET", "matmul", "run", "split_bytes", "codes_nan_free
            "known_fact", "remember_fact", "mx_row_exponents",  # the backend; the launch settings:
            "Kernel", "LaunchConfig", "DeviceInfo", "device_info", "launch_config", "tiled_config",
            "mma_config", "mma_gemv_runs", "mma_layout", "mma_ring_fits", "mma_rows", "mma_split",
-           "mma_zero_fill", "mma_ring_whole", "mma_ring_peel", "mma_x_in_step", "mma_maxnreg",
+           "mma_zero_fill", "mma_ring_whole", "mma_x_in_step",
            "MMA_RING_STAGES",
            "uses_mma_gemv", "uses_hardware_fp8",
            "uses_ptx_decode", "dot_upcast", "pdl_auto", "pdl_settings", "DEQUANT_MIN_M",
@@ -222,8 +222,6 @@ def _launch(x: torch.Tensor, packed: PackedWeight, bias: torch.Tensor | None, cf
         zero = mma_zero_fill(rb, per_split, runs, cfg, k, packed.padded_k)
         fp8 = packed.fmt in (Format.E5M2, Format.E4M3)
         whole = mma_ring_whole(n, m, rb, per_split, runs, cfg, fp8, zero)
-        peel = not whole and mma_ring_peel(n, m, rb, per_split, runs, cfg, fp8, k,
-                                           packed.padded_k)
         # MXFP4 from registers: each block against its row's exponent, where the scales allow
         e_rows = None
         if packed.fmt is Format.MXFP4 and cfg.depth == 1 and not cfg.ring and tiles == 2 and (
@@ -233,9 +231,6 @@ def _launch(x: torch.Tensor, packed: PackedWeight, bias: torch.Tensor | None, cf
             args = args[:3] + (e_rows,) + args[4:]  # g_ptr: MXFP4 has no tensor scale
         x_in_step = (mma_x_in_step(packed.fmt, e_rows is not None) and cfg.depth == 1
                      and not cfg.ring)
-        nreg = mma_maxnreg(packed.fmt, runs, tiles, cfg.num_warps, cfg.depth, cfg.ring)
-        if nreg:  # a register cap, so that one more program fits an SM (`mma_maxnreg`)
-            launch = dict(launch, maxnreg=nreg)
         cnt, last = _counters(split, x.device, grid[0], w)
         _note(split, ws, last)
         start(mma_gemv_kernel, grid, (*args, cnt, *sizes), dict(
@@ -243,8 +238,8 @@ def _launch(x: torch.Tensor, packed: PackedWeight, bias: torch.Tensor | None, cf
             PARTIAL=split > 1, num_warps=cfg.num_warps, num_stages=1, PDL=pdl,
             PREFETCH=prefetch, AHEAD=cfg.num_stages, RUNS=runs, TILES=tiles,
             HAS_SCALE=has_scale, NAN=nan, DEPTH=cfg.depth, GROUPS=groups, WIDE=wide,
-            INJECT=e2m1 is E2M1Decode.INJECT, RING=cfg.ring, ZERO=zero, WHOLE=whole or peel,
-            PEEL=peel, X_IN_STEP=x_in_step, ROW_E=e_rows is not None, **launch))
+            INJECT=e2m1 is E2M1Decode.INJECT, RING=cfg.ring, ZERO=zero, WHOLE=whole,
+            X_IN_STEP=x_in_step, ROW_E=e_rows is not None, **launch))
     else:
         common = dict(FMT=packed.fmt.value, HAS_SCALE=has_scale, HAS_BIAS=bias is not None,
                       INJECT=e2m1 is E2M1Decode.INJECT, HW=hw_fp8, ASM=asm, BLOCK_M=cfg.block_m,

@@ -104,12 +104,12 @@ def e2m1_to_f16(code, INJECT: tl.constexpr):
 
 
 # -- NVIDIA PTX: four codes per 32-bit word ---------------------------------------------------
-# Triton unpacks a uint8 tensor one byte per register and re-packs fp16 pairs for the tensor
-# cores: several integer operations a code, which made the 8-bit GEMV decode-bound (measured on
-# the H200, BENCHMARKS.md). `prmt` moves bytes of a whole word at once. With pack=4, Triton hands
-# the asm one register holding codes 0..3 and takes back two registers of fp16 pairs ($0: codes
-# 0, 1; $1: codes 2, 3; element 0 in the low half). NVIDIA only (the launcher's ASM flag); the
-# functions above are the portable mirror, and the GPU tests check both give the same bits.
+# Triton unpacks a uint8 tensor one byte per register and re-packs fp16 pairs for the tensor cores:
+# several integer operations a code, which made the 8-bit GEMV decode-bound (measured on the H200,
+# docs/decisions.md). `prmt` moves bytes of a whole word at once. With pack=4, Triton hands the asm
+# one register holding codes 0..3 and takes back two registers of fp16 pairs ($0: codes 0, 1; $1:
+# codes 2, 3; element 0 in the low half). NVIDIA only (the launcher's ASM flag); the functions above
+# are the portable mirror, and the GPU tests check both give the same bits.
 
 @triton.jit
 def e5m2_to_f16_ptx(code):

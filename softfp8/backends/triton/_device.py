@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ..._env import SETTINGS
 from ...formats import Format
 
 
@@ -76,12 +77,8 @@ H200 measures what a T4 or RTX 3090 user gets; `hardware` on a GPU without it is
 
 
 def fp8_decode_wanted() -> str:
-    """SOFTFP8_FP8_DECODE, checked: 'auto', 'integer' or 'hardware'."""
-    wanted = os.environ.get(FP8_DECODE_ENV, "auto").strip().lower()
-    if wanted not in ("auto", "integer", "hardware"):
-        raise ValueError(f"{FP8_DECODE_ENV}={wanted!r} is not valid; expected one of "
-                         "'auto', 'integer', 'hardware'")
-    return wanted
+    """SOFTFP8_FP8_DECODE, checked (`_env.SETTINGS`): 'auto', 'integer' or 'hardware'."""
+    return SETTINGS[FP8_DECODE_ENV].check(os.environ.get(FP8_DECODE_ENV) or "auto")
 
 
 def uses_hardware_fp8(fmt: Format, info: DeviceInfo) -> bool:
@@ -94,7 +91,7 @@ def uses_hardware_fp8(fmt: Format, info: DeviceInfo) -> bool:
                          "instructions (they need NVIDIA compute capability 8.9 or newer)")
     if wanted == "hardware":
         return fmt in (Format.E5M2, Format.E4M3)
-    # auto: measured on the H200 (2026-11-29, benchmarks/gpu_triton_check.py, 128256 x 4096): the
-    # cvt is 10% faster than the PTX prmt decode for E5M2 but 38% slower for E4M3, whose
-    # cvt.f16x2.e4m3 costs more than a shift and the NaN fix-up on fp16 pairs.
+    # auto: measured on the H200 (128256 x 4096; docs/decisions.md): the cvt is 10% faster
+    # than the PTX prmt decode for E5M2 but 38% slower for E4M3, whose cvt.f16x2.e4m3 costs
+    # more than a shift and the NaN fix-up on fp16 pairs.
     return fmt is Format.E5M2 and has_hw and wanted != "integer"

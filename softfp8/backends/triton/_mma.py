@@ -36,8 +36,8 @@ E2M1 -> fp16, as the E2M1 decoder (`dispatch`, from the probe) says:
   (0.5 a subnormal), a mask and a `mad` per four codes, a `prmt` a pair; x re-paired to the
   pairs (c, c+2) (`_mma_ptx._decode_word_inject`); the scales carry the 2^14. 20% fewer
   integer-ALU instructions a loop step on sm_90 (SASS: NVFP4 246 -> 198); measured 5-7% faster
-  on 22016 x 4096, the llama2-7b token 1% (BENCHMARKS.md, fifteenth session). The FP4 loop
-  waits on its loads more than on the ALU (`gpu_mma_probe.py`: the loads alone take 60% of it).
+  on 22016 x 4096, the llama2-7b token 1% (docs/decisions.md). The FP4 loop waits on its loads
+  more than on the ALU (the same loop with its loads alone takes 60% of its time).
 Scales, in fp16 on each pair before the mma (the mma then sums exact products in fp32;
 under INJECT each factor below is also * 2^14, which the pairs' 2^-14 cancels):
 - NVFP4: the E4M3 block scale as fp16 * 2^-8 (a shift, a mask and the NaN fix of
@@ -54,8 +54,7 @@ under INJECT each factor below is also * 2^14, which the pairs' 2^-14 cancels):
   once per weight, `_facts.mx_row_exponents`), E is the row's instead (ROW_E): no shared
   exponent to find each step, the sums carry over the steps and are multiplied by 2^(E - 127)
   once; exact by the same argument, for every block of the row (SASS, sm_90: 424 -> 387
-  instructions a step; the llama2-7b token 1.612 -> 1.518 ms on the H200, BENCHMARKS.md,
-  thirty-second session).
+  instructions a step; the llama2-7b token 1.612 -> 1.518 ms on the H200, docs/decisions.md).
 """
 import triton
 import triton.language as tl
@@ -95,14 +94,14 @@ def mma_gemv_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr, cnt_ptr,
                     FMT: tl.constexpr, HAS_BIAS: tl.constexpr, WARPS: tl.constexpr,
                     PARTIAL: tl.constexpr, PDL: tl.constexpr = 0, PREFETCH: tl.constexpr = 0,
                     HAS_SCALE: tl.constexpr = False,
-                    AHEAD: tl.constexpr = 0, DIAG: tl.constexpr = 0, RUNS: tl.constexpr = 0,
+                    AHEAD: tl.constexpr = 0, RUNS: tl.constexpr = 0,
                     TILES: tl.constexpr = 2, NAN: tl.constexpr = True,
                     DEPTH: tl.constexpr = 1, ZERO: tl.constexpr = True,
                     GROUPS: tl.constexpr = 1, WIDE: tl.constexpr = False,
                     LAST: tl.constexpr = False, INJECT: tl.constexpr = False,
-                    RING: tl.constexpr = 0, RING_X: tl.constexpr = True,
+                    RING: tl.constexpr = 0,
                     WHOLE: tl.constexpr = False, X_IN_STEP: tl.constexpr = False,
-                    ROW_E: tl.constexpr = False, PEEL: tl.constexpr = False):
+                    ROW_E: tl.constexpr = False):
     """Program (pid_n, pid_k) over bytes [pid_k * KB_SPLIT, +KB_SPLIT) of its rows.
     RUNS = 0 (the tile mapping): rows pid_n * 32 .. +32, two 16-row tiles; warp w takes the
     64-byte steps w, w + WARPS, ...; the warps' sums are added at the end.
@@ -115,8 +114,7 @@ def mma_gemv_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr, cnt_ptr,
     mapping only): 16-row mma tiles per warp, the second pair doubles the bytes each thread
     has in flight and halves x's loads per weight byte.
     AHEAD > 0: each step also pulls the weights of the step AHEAD steps later toward L2.
-    DIAG (1: no decode, 2: no mma either) gives wrong results on purpose:
-    benchmarks/gpu_mma_probe.py only. NAN=False: E4M3 codes known to hold no NaN (the decode
+    NAN=False: E4M3 codes known to hold no NaN (the decode
     leaves out its NaN fix; `codes_nan_free`). DEPTH = 2 (run mapping, 2 tiles): two register
     buffers of weights and x, each refilled after its own step's mma, so a warp has two steps
     in flight (ptxas places a one-buffer loop's loads after the mma that frees its registers).
@@ -132,16 +130,13 @@ def mma_gemv_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr, cnt_ptr,
     LAST (PARTIAL): the last of a block's K programs adds the parts (`_kernels._reduce_last`).
     RING > 0 (run mapping, 2 tiles, depth 1, not WIDE): weights, scale bytes and x reach each
     thread through its own shared-memory slots, copied RING - 1 steps ahead (`_mma_ring`);
-    RING_X = False (diagnostics only, benchmarks/gpu_mma_probe.py --ring): x by registers.
     The rows' scales, tensor scale and bias are loaded before any store (`_mma_store`): with
     the ring at the program's start (they arrive during the loop), else after the loop (FP4's
     loop holds ~128 registers).
-    WHOLE (the ring, 8-bit, RING_X): every program's rows lie inside N, its x rows inside M, its
+    WHOLE (the ring, 8-bit): every program's rows lie inside N, its x rows inside M, its
     K range is whole steps, at least RING - 1 of them (the launcher checks): the copies go
     without predicates, and the last RING - 1 steps, which copy nothing, run in a loop of their
     own (each commits an empty group, so the reads' wait counts stay as they are).
-    PEEL (with WHOLE): as WHOLE but the rows end inside the last step, whose copy (the last
-    loop pass's) goes with predicates (`_mma_flags.mma_ring_peel`).
     X_IN_STEP (registers, depth 1): each step's x loaded in that step, not one step ahead with
     the weights (`_mma_flags.mma_x_in_step`).
     ROW_E (MXFP4 from registers, depth 1, 2 tiles): g_ptr holds each row's exponent E (int32,
@@ -158,10 +153,10 @@ def mma_gemv_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr, cnt_ptr,
     PROG_ROWS: tl.constexpr = WARP_ROWS * WARPS if RUNS > 0 else ROWS
     RS: tl.constexpr = MP if RUNS > 0 else 8  # row step between a thread's rows
     tl.static_assert(RUNS > 0 or TILES == 2, "the tile mapping has two tiles a warp")
-    tl.static_assert(not WIDE or ((RUNS == 0 or RUNS == 8) and TILES == 2 and GROUPS == 1
-                                  and DIAG == 0), "WIDE: 8 x rows a tile, 2 tiles, one group")
-    tl.static_assert(not ROW_E or (FMT == "mxfp4" and RING == 0 and DEPTH == 1 and TILES == 2
-                                   and DIAG == 0), "ROW_E: MXFP4 from registers, 2 tiles")
+    tl.static_assert(not WIDE or ((RUNS == 0 or RUNS == 8) and TILES == 2 and GROUPS == 1),
+                     "WIDE: 8 x rows a tile, 2 tiles, one group")
+    tl.static_assert(not ROW_E or (FMT == "mxfp4" and RING == 0 and DEPTH == 1 and TILES == 2),
+                     "ROW_E: MXFP4 from registers, 2 tiles")
     pid_n = tl.program_id(0) // GROUPS
     m0 = (tl.program_id(0) % GROUPS) * (MP if RUNS > 0 else 8)  # this group's first x row
     pid_k = tl.program_id(1)
@@ -205,7 +200,7 @@ def mma_gemv_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr, cnt_ptr,
     av = a  # WIDE: the sums of x rows 8..15
     bv = a
     if RING > 0:
-        tl.static_assert(RUNS > 0 and TILES == 2 and DEPTH == 1 and not WIDE and DIAG != 1,
+        tl.static_assert(RUNS > 0 and TILES == 2 and DEPTH == 1 and not WIDE,
                          "RING: the run mapping, 2 tiles, depth 1, not WIDE")
         STAGE: tl.constexpr = NT * SLOT_BYTES
         slot0 = _ring_base(tid, RING, WARPS)
@@ -215,19 +210,14 @@ def mma_gemv_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr, cnt_ptr,
             shifts = _ring_shifts(s_ptr, row, N, RB, SB, off, RS, FMT)
         # weights don't depend on the previous kernel: their copies start before the PDL wait
         rows_in = _ring_rows_in(row, N, RS)  # loop-invariant: computed once
-        tl.static_assert(not WHOLE or (FP8 and RING_X), "WHOLE: 8-bit, x on the ring")
+        tl.static_assert(not WHOLE or FP8, "WHOLE: 8-bit")
         for j in tl.static_range(RING - 1):
             _ring_issue_weights(slot0 + j * STAGE, pstride, w_ptr, s_ptr, row, rows_in, RB, SB,
                                 off + j * stride, kb_hi, RS, FMT, WHOLE)
         _pdl_wait(w_ptr, pid_n * PROG_ROWS, N, RB, kb_lo, kb_hi, PROG_ROWS, PDL, PREFETCH)
         for j in tl.static_range(RING - 1):  # each closes one step's group
-            if RING_X:
-                _ring_issue_x(slot0 + j * STAGE, pstride, x_row, off + j * stride, kb_hi, K,
-                              in_m, FP8, WHOLE)
-            else:
-                _ring_commit(tid)
-        if not RING_X:  # x by registers, one step ahead (diagnostics: gpu_mma_probe.py)
-            xr = _x_step(x_row, off, kb_hi, K, in_m, FP8, True)
+            _ring_issue_x(slot0 + j * STAGE, pstride, x_row, off + j * stride, kb_hi, K, in_m,
+                          FP8, WHOLE)
         # this step's stage, and the one the step RING - 1 ahead goes to: the stage read by
         # the step before (a running address, no multiply or modulo a step)
         rd = slot0
@@ -235,43 +225,21 @@ def mma_gemv_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr, cnt_ptr,
         last = kb_hi
         if WHOLE:  # the copies of the last RING - 1 steps would pass the end: a loop of their own
             last = kb_hi - (RING - 1) * stride
-        tl.static_assert(not PEEL or WHOLE, "PEEL: with WHOLE")
-        whole_end = last
-        if PEEL:  # the last pass copies the rows' last, partial step: a pass of its own
-            whole_end = last - stride
-        for _ in range(kb_lo, whole_end, stride):
+        for _ in range(kb_lo, last, stride):
             _ring_issue_weights(wr, pstride, w_ptr, s_ptr, row, rows_in, RB, SB,
                                 off + (RING - 1) * stride, kb_hi, RS, FMT, WHOLE)
-            if RING_X:
-                _ring_issue_x(wr, pstride, x_row, off + (RING - 1) * stride, kb_hi, K, in_m, FP8,
-                              WHOLE)
-            else:
-                _ring_commit(tid)
+            _ring_issue_x(wr, pstride, x_row, off + (RING - 1) * stride, kb_hi, K, in_m, FP8,
+                          WHOLE)
             rw, xw = _ring_read(rd, pstride, shifts, RING, FMT)
-            if not RING_X:
-                xw = xr
-                xr = _x_step(x_row, off + stride, kb_hi, K, in_m, FP8, True)
-            a, b, av, bv = _tiles(rw[0], rw[1], rw[2], rw[3], xw, xw, a, b, av, bv, FMT, DIAG,
+            a, b, av, bv = _tiles(rw[0], rw[1], rw[2], rw[3], xw, xw, a, b, av, bv, FMT,
                                   NAN, WIDE, INJECT)
             wr = rd
             rd = tl.where(rd == slot0 + (RING - 1) * STAGE, slot0, rd + STAGE)
             off += stride
-        if PEEL:  # none where the program is shorter than RING steps (its copies all ahead)
-            for _ in range(tl.maximum(whole_end, kb_lo), last, stride):
-                _ring_issue_weights(wr, pstride, w_ptr, s_ptr, row, rows_in, RB, SB,
-                                    off + (RING - 1) * stride, kb_hi, RS, FMT)
-                _ring_issue_x(wr, pstride, x_row, off + (RING - 1) * stride, kb_hi, K, in_m,
-                              FP8)
-                rw, xw = _ring_read(rd, pstride, shifts, RING, FMT)
-                a, b, av, bv = _tiles(rw[0], rw[1], rw[2], rw[3], xw, xw, a, b, av, bv, FMT,
-                                      DIAG, NAN, WIDE, INJECT)
-                wr = rd
-                rd = tl.where(rd == slot0 + (RING - 1) * STAGE, slot0, rd + STAGE)
-                off += stride
         for _ in range(last, kb_hi, stride):  # WHOLE only: reads, each after an empty commit
             _ring_commit(tid)
             rw, xw = _ring_read(rd, pstride, shifts, RING, FMT)
-            a, b, av, bv = _tiles(rw[0], rw[1], rw[2], rw[3], xw, xw, a, b, av, bv, FMT, DIAG,
+            a, b, av, bv = _tiles(rw[0], rw[1], rw[2], rw[3], xw, xw, a, b, av, bv, FMT,
                                   NAN, WIDE, INJECT)
             rd = tl.where(rd == slot0 + (RING - 1) * STAGE, slot0, rd + STAGE)
         _ring_drain(tid)
@@ -296,7 +264,7 @@ def mma_gemv_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr, cnt_ptr,
         for _ in range(kb_lo, kb_hi, 2 * stride):
             if AHEAD > 0:
                 _prefetch_rows(w_ptr, row, N, RB, off + AHEAD * stride, kb_hi, RS)
-            a, b, av, bv = _tiles(r0, r1, r2, r3, xw, xv, a, b, av, bv, FMT, DIAG, NAN, WIDE,
+            a, b, av, bv = _tiles(r0, r1, r2, r3, xw, xv, a, b, av, bv, FMT, NAN, WIDE,
                                   INJECT)
             r0, r1, r2, r3 = _rows_step(w_ptr, s_ptr, row, N, RB, SB, off + 2 * stride, kb_hi,
                                         FMT, RS, ZERO)
@@ -305,7 +273,7 @@ def mma_gemv_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr, cnt_ptr,
                 xv = _x_step(x_wide, off + 2 * stride, kb_hi, K, in_v, FP8, ZERO)
             if AHEAD > 0:
                 _prefetch_rows(w_ptr, row, N, RB, off + (AHEAD + 1) * stride, kb_hi, RS)
-            a, b, av, bv = _tiles(q0, q1, q2, q3, qx, qv, a, b, av, bv, FMT, DIAG, NAN, WIDE,
+            a, b, av, bv = _tiles(q0, q1, q2, q3, qx, qv, a, b, av, bv, FMT, NAN, WIDE,
                                   INJECT)
             q0, q1, q2, q3 = _rows_step(w_ptr, s_ptr, row, N, RB, SB, off + 3 * stride, kb_hi,
                                         FMT, RS, ZERO)
@@ -354,11 +322,11 @@ def mma_gemv_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr, cnt_ptr,
                 r1 = (r1[0], r1[1], r1[2], r1[3], r1[4] + e1)
                 r2 = (r2[0], r2[1], r2[2], r2[3], r2[4] + e2)
                 r3 = (r3[0], r3[1], r3[2], r3[3], r3[4] + e3)
-            a, b, av, bv = _tiles(r0, r1, r2, r3, xw, xv, a, b, av, bv, FMT, DIAG, NAN, WIDE,
+            a, b, av, bv = _tiles(r0, r1, r2, r3, xw, xv, a, b, av, bv, FMT, NAN, WIDE,
                                   INJECT, ROW_E)
             if TILES == 4:
-                c = _tile(r4, r5, xw, c, FMT, DIAG, NAN, INJECT)
-                d = _tile(r6, r7, xw, d, FMT, DIAG, NAN, INJECT)
+                c = _tile(r4, r5, xw, c, FMT, NAN, INJECT)
+                d = _tile(r6, r7, xw, d, FMT, NAN, INJECT)
                 r4, r5, r6, r7 = n4, n5, n6, n7
             r0, r1, r2, r3, xw, xv = n0, n1, n2, n3, nx, nv
     _pdl_exit(PDL)

@@ -1,8 +1,8 @@
 """Kernel.MMA_GEMV's switches that the launcher derives per launch, beside the table's
-LaunchConfig: x loaded in its own step, the ring's copies without predicates (WHOLE) and its
-last step peeled (PEEL), a register cap -- each with what it was measured on. Pure Python:
-nothing here imports Triton. (The zero fill, `_mma_table.mma_zero_fill`, stays with the table,
-whose K splits ask it.)"""
+LaunchConfig: x loaded in its own step, the ring's copies without predicates (WHOLE), each with
+why. Pure Python: nothing here imports Triton. (The zero fill, `_mma_table.mma_zero_fill`,
+stays with the table, whose K splits ask it.) The measurements behind them are in
+docs/decisions.md (MMA GEMV)."""
 from __future__ import annotations
 
 from ...formats import Format
@@ -14,17 +14,11 @@ def mma_x_in_step(fmt: Format, row_e: bool = False) -> bool:
     """Whether Kernel.MMA_GEMV's register path (depth 1, no ring: the launcher checks) loads
     each step's x in that step rather than one step ahead with the weights (`_mma`'s
     X_IN_STEP): 16 registers and 16 register copies a step fewer (SASS, sm_90: MXFP4 445 ->
-    436 instructions a step, NVFP4 401 -> 384), x's loads then wait in the step (L1: every
-    program reads x). MXFP4 only:
-    measured on the H200 (2026-12-04, llama2-7b token against the commit before, interleaved
-    twice): x in step for both FP4 formats (`xstep31`) MXFP4 1.686 / 1.688 -> 1.639 / 1.640
-    ms, NVFP4 1.560 / 1.561 -> 1.626 / 1.626 (its shorter step shows the loads' wait); for
-    MXFP4 only (`xstep31b`) MXFP4 1.685 / 1.686 -> 1.638 / 1.642, NVFP4 1.556 -> 1.534 (the
-    loop's other savings: x's bounds, the scale offset). Not where MXFP4 runs against its
-    rows' exponents (row_e, `_mma` ROW_E: 369 instructions a step with x in it, 387 ahead):
-    its step too is then short enough to show x's loads (`rowe32`, token against the commit
-    before, interleaved twice: x in step 1.614 / 1.620 -> 1.586 / 1.588 ms, ahead 1.523 /
-    1.520)."""
+    436 instructions a step, NVFP4 401 -> 384), but x's loads then wait in the step (L1: every
+    program reads x). That wait shows where the step is short: MXFP4 only, and not where it
+    runs against its rows' exponents (row_e, `_mma` ROW_E: 369 instructions a step). On the
+    H200 the llama2-7b token took MXFP4 1.686 -> 1.639 ms with x in its step, NVFP4 1.560 ->
+    1.626, MXFP4 on its rows' exponents 1.523 ahead against 1.586 in step (docs/decisions.md)."""
     return fmt is Format.MXFP4 and not row_e
 
 
@@ -34,11 +28,8 @@ def mma_ring_whole(n: int, m: int, row_bytes: int, per_split: int, runs: int, cf
     rows inside N (whole row blocks), its x rows inside M (M a multiple of the x rows the run
     mapping is laid out for), its K range whole steps (`zero` = `mma_zero_fill` False) and at
     least ring - 1 steps long (the last program's too). sm_90 SASS of the M = 1 ring's loop:
-    E5M2 94 -> 78 instructions a step, E4M3 219 -> 205 (156 -> 142 without its NaN fix).
-    Measured on the H200 (2026-12-03, `whole29`: the commit before and after, interleaved
-    twice): llama2-7b token E5M2 1.613 / 1.615 -> 1.601 / 1.600 ms, E4M3 1.669 / 1.672 ->
-    1.633 / 1.637; llama3-8b GEMVs +0.5 to +3.6 points of read bandwidth, o most (E5M2 67.8 ->
-    71.3%)."""
+    E5M2 94 -> 78 instructions a step, E4M3 219 -> 205 (156 -> 142 without its NaN fix); on the
+    H200 the llama2-7b token E5M2 1.613 -> 1.601 ms, E4M3 1.669 -> 1.633 (docs/decisions.md)."""
     if not (cfg.ring and fp8 and runs and not zero and n % cfg.block_n == 0 and m % runs == 0):
         return False
     return _fewest_steps(row_bytes, per_split, MMA_STEP_BYTES * (MMA_MAX_M // runs)) >= (
@@ -50,50 +41,3 @@ def _fewest_steps(row_bytes: int, per_split: int, step: int) -> int:
     each, the last program what is left of row_bytes."""
     last = row_bytes - (-(-row_bytes // per_split) - 1) * per_split
     return min(per_split, last) // step
-
-
-MMA_RING_PEEL = False
-"""Whether `mma_ring_peel` may pick `_mma`'s PEEL. SASS sm_90 (triton 3.9, `tests/
-triton_compile_worker.py` loop lengths), instructions a loop pass, one warp of 4 stages, E5M2 /
-E4M3: no PEEL one loop of 94 / 219; WHOLE 78 + 57 (the drain) / 205 + 184; PEEL 79 + 93 (the
-peeled pass) + 57 / 207 + 218 + 184, no spills. False until measured on a GPU, correctness
-included (campaign step `peel35`, written in the thirty-fourth session, not run: no device was
-lent); the GPU test turns it on."""
-
-
-def mma_ring_peel(n: int, m: int, row_bytes: int, per_split: int, runs: int, cfg: LaunchConfig,
-                  fp8: bool, k: int, padded_k: int) -> bool:
-    """Whether an 8-bit ring launch that is not WHOLE only because its rows end inside a loop
-    step runs WHOLE with that step peeled (`_mma`'s PEEL): the copy of the last step, issued
-    RING - 1 steps before its read, goes with predicates, every other without. As
-    `mma_ring_whole` otherwise: rows inside N, x rows inside M, no padding past K (x's copies
-    stay inside it), each program but the last whole steps, every program at least RING - 1
-    whole steps. llama2-7b's down (4096 x 11008: 21.5 steps of 512 bytes) is one. Only where
-    MMA_RING_PEEL."""
-    step = MMA_STEP_BYTES * (MMA_MAX_M // runs) if runs else 0
-    if not (MMA_RING_PEEL and cfg.ring and fp8 and runs and k == padded_k and n % cfg.block_n == 0
-            and m % runs == 0 and row_bytes % step != 0):
-        return False
-    if per_split < row_bytes and per_split % step != 0:  # a program but the last cut short
-        return False
-    return _fewest_steps(row_bytes, per_split, step) >= cfg.ring - 1
-
-
-MMA_FP4_FOUR_TILES_MAXNREG = 0
-"""Registers a thread that FP4's one-warp launches of 4 tiles a warp from registers
-(`_mma_table.MMA_FP4_M1_FOUR_TILES_MAX_PER_SM`) are compiled to (Triton's `maxnreg`; 0: as
-ptxas allocates). NVFP4 takes 180 there (sm_90, triton 3.9), so 11 one-warp programs fit an SM
-and 84 of 12288 rows' 1536 programs run after the first wave; capped at 168 (12 fit) ptxas keeps
-it without spills, its loop 737 -> 735 instructions (`benchmarks/sass_mma_loop.py nvfp4 --facts
---warps 1 --set TILES=4 --maxnreg 168`; at 160: 16 bytes of spills). MXFP4 takes 164 there.
-0 until measured on a GPU (campaign step `nreg35`, written in the thirty-fourth session, not
-run: no device was lent)."""
-
-
-def mma_maxnreg(fmt: Format, runs: int, tiles: int, warps: int, depth: int, ring: int) -> int:
-    """Triton's `maxnreg` for a Kernel.MMA_GEMV launch, 0 for none: MMA_FP4_FOUR_TILES_MAXNREG
-    on FP4's run mapping in one warp of 4 tiles from registers (depth 1, no ring)."""
-    fp4 = fmt in (Format.NVFP4, Format.MXFP4)
-    if fp4 and runs and tiles == 4 and warps == 1 and depth == 1 and not ring:
-        return MMA_FP4_FOUR_TILES_MAXNREG
-    return 0

@@ -268,23 +268,6 @@ def _tile_asm(fmt: str, wide: bool = False, inject: bool = False, nan: bool = Tr
     return "{\n" + "\n".join(body) + "\n}"
 
 
-def _probe_tile_asm(decode: bool) -> str:
-    """Diagnostics only (benchmarks/gpu_mma_probe.py, wrong results): the tile step with the
-    words fed to the mma undecoded (decode=False: what the decode costs), or no mma either, the
-    words xor-ed into the accumulator bits (the loads alone)."""
-    body = [".reg .b32 v;"] + [f"mov.f32 ${i}, ${30 + i};" for i in range(4)]
-    if decode:
-        for j in range(4):
-            for ii in range(2):
-                body.append(_mma("$", (f"${4 + j}", f"${8 + j}", f"${4 + j}", f"${8 + j}"),
-                                 (f"${14 + 4 * j + 2 * ii}", f"${15 + 4 * j + 2 * ii}")))
-    else:
-        body += ["xor.b32 v, $4, $5;", "xor.b32 v, v, $6;", "xor.b32 v, v, $7;",
-                 "xor.b32 v, v, $8;", "xor.b32 v, v, $9;", "xor.b32 v, v, $10;",
-                 "xor.b32 v, v, $11;", "xor.b32 v, v, $14;", "mov.b32 $0, v;"]
-    return "{\n" + "\n".join(body) + "\n}"
-
-
 # Loads below: zero=True fills what a predicate leaves unloaded with zeros, for steps whose tiles
 # use them (a K range that ends inside a step, rows past N). zero=False (`mma_gemv_kernel`'s
 # ZERO = 0, whole steps only) leaves those registers as they were: the only loads switched off

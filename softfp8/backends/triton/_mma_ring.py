@@ -4,8 +4,8 @@ reads them back with `ld.shared` when the step comes.
 
 Why: the FP4 loop holds one step of registers ahead (123 registers a thread: 4 warps a
 scheduler), so a warp has at most one step's 2 KB of weights in flight and, with ptxas placing
-the next step's loads after the mma that frees their registers, often none (Nsight Compute,
-BENCHMARKS.md fifteenth session: occupancy- and latency-bound, half the issue slots empty).
+the next step's loads after the mma that frees their registers, often none (Nsight Compute:
+occupancy- and latency-bound, half the issue slots empty; docs/decisions.md).
 Bytes in flight in shared memory cost no registers. Each thread reads back only what it copied
 itself, so `cp.async.wait_group` alone orders the copies and the reads (no barrier).
 
@@ -15,7 +15,7 @@ contiguous bytes): pieces 0..3 the 4 rows' codes, 4..7 x (FP4: 64 bytes, 32 code
 8-bit: the first two), 8 the rows' scale words (FP4; the 4-byte word that holds each row's
 scale byte(s), the byte offset inside it being the same every step). (The first layout, each
 thread's 144 bytes together, ran 7x slower: Nsight Compute showed the warps stalled on a full
-MIO queue; BENCHMARKS.md, sixteenth session.)
+MIO queue; docs/decisions.md.)
 Copies that fall outside the rows, the K range or x's row copy no bytes and fill zeros
 (src-size 0), so a step past the end adds nothing.
 """
@@ -94,7 +94,7 @@ def _issue_x_asm(pieces: int) -> str:
     for v in range(pieces):
         lines += [_piece("d", "$1", "$4", X_PIECE + v)]
         # through L1: every warp of every SM reads the same x, and .cg sent each copy to the
-        # same few L2 lines (ring16d: 5x slower than x by registers, which L1 serves)
+        # same few L2 lines (measured 5x slower than x by registers, which L1 serves)
         lines += _copy("d", f"$2+{16 * v}" if v else "$2", 16, v, "$3", "ca")
     return "{\n" + "\n".join(lines + ["cp.async.commit_group;", "mov.b32 $0, 0;"]) + "\n}"
 

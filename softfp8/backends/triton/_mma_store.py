@@ -1,15 +1,14 @@
 """Kernel.MMA_GEMV's epilogue: a warp's mma sums -> y (or a K-split's part in ws).
 
-Each output row's terms (its row scale, NVFP4's tensor scale, its bias) are loaded by
-`_row_terms` before any store: on the shared-memory ring, and for MXFP4 on its rows' exponents
-without a bias, at the program's start (they arrive while the loop runs), elsewhere right after
-the loop (FP4's loop holds ~128 registers). Loaded
-beside the stores, each load came after the previous row's store in program order, and ptxas
-keeps a global load behind a global store it cannot prove apart (y and the scales may alias for
-all it knows), so a program's four row-scale loads and the shuffle reductions waiting on them
-ran one after another at the end of every program (SASS, sm_90: E4M3 at M = 1; Nsight Compute
-had 20% of E4M3's warp samples after the loop, `ncu27`). Measured on the H200: the llama2-7b
-token E4M3 1.726 -> 1.621 ms, NVFP4 1.590 -> 1.56 (BENCHMARKS.md, twenty-eighth session).
+Each output row's terms (its row scale, NVFP4's tensor scale, its bias) are loaded by `_row_terms`
+before any store: on the shared-memory ring, and for MXFP4 on its rows' exponents without a bias,
+at the program's start (they arrive while the loop runs), elsewhere right after the loop (FP4's
+loop holds ~128 registers). Loaded beside the stores, each load came after the previous row's store
+in program order, and ptxas keeps a global load behind a global store it cannot prove apart (y and
+the scales may alias for all it knows), so a program's four row-scale loads and the shuffle
+reductions waiting on them ran one after another at the end of every program (SASS, sm_90: E4M3 at
+M = 1; Nsight Compute had 20% of E4M3's warp samples after the loop). Measured on the H200: the
+llama2-7b token E4M3 1.726 -> 1.621 ms, NVFP4 1.590 -> 1.56 (docs/decisions.md).
 tests/test_triton_compile.py checks the SASS for a load after a store.
 """
 import triton

@@ -1,6 +1,7 @@
 """Kernel.MMA_GEMV's launch settings: its domain, when `launch_config` picks it, its run and
-tile mappings and their tiles, K-split and zero fill -- every rule with what it was measured
-on. Pure Python: nothing here imports Triton."""
+tile mappings and their tiles, K-split and zero fill, each rule with why. The measurements that
+decided them (H200 sweeps and `softfp8-bench token`) are in docs/decisions.md (MMA GEMV launch
+rules), the current numbers in docs/performance.md. Pure Python: nothing here imports Triton."""
 from __future__ import annotations
 
 import dataclasses
@@ -33,39 +34,32 @@ def mma_gemv_runs(k: int, m: int, fmt: Format, info: DeviceInfo, x_dtype: torch.
 
 MMA_FP8_M8_MAX_CODES = 6144 * 4096
 """8-bit weights of at most this many codes run M = 5..8 on Kernel.MMA_GEMV (runs laid out for 8
-x rows, two steps in registers), larger ones the dot kernel: `pipe3` sweep on the H200, M = 8,
-E5M2 / E4M3 us, MMA_GEMV against the dot kernel: 4096 x 4096 9.3 / 10.3 against 10.0 / 11.0,
-6144 x 4096 11.1 / 12.6 against 11.6 / 13.1; 4096 x 14336 23.0 / 25.9 against 21.7 / 22.6."""
+x rows, two steps in registers), larger ones the dot kernel: at M = 8 on the H200 MMA_GEMV
+was faster up to 6144 x 4096 (E5M2 11.1 against 11.6 us), slower at 4096 x 14336 (23.0
+against 21.7; docs/decisions.md)."""
 
 MMA_FP8_MAX_N = 65536
-"""8-bit rows (a vocabulary head) from which M = 2..4 runs the dot kernel, not MMA_GEMV: there
-`softfp8-bench small-m` (the issue's instrument) and `sweep_gemv.py` disagree. On the H200
-(`pipe3`/`pipe4`, 128256 x 4096) the sweep has MMA_GEMV at 119-122 us and the dot kernel at
-138-139 (M = 1 and 4), the bench MMA_GEMV at 135-148 us and the dot kernel at 124-131 (M = 2..8).
-Much of that was the bench's 3-pass warm-up (BENCHMARKS.md, seventh session: with 50 ms the
-head at M = 1 takes 118 us for E5M2, 122 for E4M3 on MMA_GEMV, 125 on the dot kernel);
-M = 2..4 heads were not measured again since."""
+"""8-bit rows (a vocabulary head) from which M = 2..4 runs the dot kernel, not MMA_GEMV (where
+the ring doesn't take them: `_fp8_ring`): on the H200 a sweep and `softfp8-bench small-m`
+disagreed on which is faster there (MMA_GEMV 119-122 against 138-139 us in the sweep, 135-148
+against 124-131 in the bench, much of that gap from a bench warm-up too short, since lengthened:
+`bench.timing.WARM_GPU_S`; docs/decisions.md). Not measured again: the dot kernel stays."""
 
 
 def uses_mma_gemv(n: int, k: int, m: int, fmt: Format, info: DeviceInfo,
                   x_dtype: torch.dtype) -> bool:
     """Whether launch_config picks Kernel.MMA_GEMV: within its domain, FP4 at M <= 16 (M = 9..16 in
     one program a row block, the weights decoded once for both halves of x's rows: WIDE) and the
-    8-bit formats at M <= 4 (M <= 8 for small weights; E5M2 small weights also at M = 9..16, wide),
-    where it was measured faster than the FMA/dot kernels on the H200 (BENCHMARKS.md, campaign steps
-    `mma8`, `runs2`-`runs4`, `pipe2`-`pipe4`, `smallm8`, `wide10`). 8-bit M = 3..4 joined once each
-    thread held two steps in registers (depth 2; `pipe3` sweep, M = 4: every llama3-8b shape but
-    E4M3's 4096 x 14336 (22.9 against 22.4 us) faster than the dot kernel; in the bench qkv, o, down
-    and gate_up 2-15% faster); vocabulary heads only at M = 1 (MMA_FP8_MAX_N) unless on the
-    shared-memory ring (`_fp8_ring`: M <= 4 from sm_90). At M = 5..8 the runs are 64 bytes long and
-    lose to the dot kernel on the large shapes (E4M3 28672 x 4096 41.1 against 37.6 us), not on the
-    small ones (MMA_FP8_M8_MAX_CODES). Not for 8-bit codes under SOFTFP8_FP8_DECODE=hardware: its
-    decode is the integer one. M = 9..16 (`wide10` sweep, llama3-8b shapes, us at M = 12 / 16): FP4
-    wide against the two groups (or NVFP4's head on the dot kernel at 16) 135 / 154 against 202 /
-    483 on the head, 42.5 / 48.0 against 50.0 / 52.5 on gate_up (NVFP4), 12.3 / 12.5 against 15.5 /
-    15.9 on qkv; E5M2 wide against the dot kernel 11.3 / 11.4 against 11.5 / 12.1 on qkv, 9.6 / 9.6
-    against 10.2 / 10.2 on o, but 23.2 against 21.3 on down and 143 against 141 on the head; E4M3
-    12.6 / 12.5 against 12.4 / 12.1 on qkv (the dot kernel stays)."""
+    8-bit formats at M <= 4 (M <= 8 for small weights, MMA_FP8_M8_MAX_CODES; E5M2 small weights
+    also at M = 9..16, wide), where it was measured faster than the FMA/dot kernels on the H200
+    (docs/decisions.md). 8-bit M = 3..4 take it because each thread holds two steps in registers
+    (depth 2); vocabulary heads only at M = 1 (MMA_FP8_MAX_N) unless on the shared-memory ring
+    (`_fp8_ring`: M <= 4 from sm_90). At M = 5..8 the runs are 64 bytes long and lose to the dot
+    kernel on large shapes, not on small ones. Not for 8-bit codes under
+    SOFTFP8_FP8_DECODE=hardware: its decode is the integer one. At M = 9..16 FP4 wide beat two
+    groups by 9-68% on llama3-8b's shapes (head, gate_up, qkv); E5M2 wide beat the dot kernel
+    on qkv and o by 2-6% and lost on down and the head, E4M3 lost on qkv (the dot kernel
+    stays)."""
     small = n * k <= MMA_FP8_M8_MAX_CODES
     if fmt in (Format.E5M2, Format.E4M3) and (
             (m > 4 and not small) or (m > MMA_MAX_M and fmt is not Format.E5M2)
@@ -93,8 +87,7 @@ one warp only (MMA_RING_PROGRAM_SLOTS)."""
 MMA_RING_SLOT_BYTES = 144
 """A thread's bytes of one ring stage (`_mma_ring`), every format: 8-bit stages of the 96 bytes
 they use (two thirds of the shared memory, more programs an SM) were measured slower on the
-H200 (2026-12-03, `slot26`: token E5M2 1.610-1.611 -> 1.622 ms, E4M3 the same; qkv 6144 x
-4096 88 -> 74% of read, down 4096 x 14336 76 -> 81%; BENCHMARKS.md twenty-sixth session)."""
+H200 (llama2-7b token E5M2 1.610 -> 1.622 ms; docs/decisions.md)."""
 MMA_RING_PROGRAM_SLOTS = (2, 3, 4, 6, 8)
 """stages * warps a ring may take: its static shared memory (<= 8 * 32 * 144 bytes) stays
 under the 48 KB a kernel may declare."""
@@ -155,30 +148,23 @@ def mma_split(programs: int, warps: int, info: DeviceInfo, per_sm: int = 12) -> 
 
 MMA_FP8_RING_STAGES = 3
 """8-bit weights run M = 2..4 on the shared-memory ring (`_mma_ring`) with this many stages, 2
-warps (M = 1 did too until MMA_FP8_RING_M1), K split only to fill the GPU, not in two register
-buffers. Measured on the H200 (2026-12-02):
-per shape (`ring16e` sweep, E5M2, us, the ring against depth 2) 4096 x 4096 6.1 against 6.9,
-4096 x 11008 13.3 against 14.7, 12288 x 4096 15.4 against 14.8, 22016 x 4096 24.3 against
-24.1, the 128256-row head 120.1 against 119.8. Taken for every shape, not only where it wins:
-with the ring below 8192 rows only, the llama2-7b token was 2% slower (E5M2 1.766 -> 1.802 ms)
-although each of its shapes was faster alone (`ring16f`); with every shape on it, 1.766 ->
-1.726 ms, E4M3 1.929 -> 1.824 (`ring16g`, twice each, interleaved). A kernel with shared memory
-after one without (the L1/shared split changes between them) is the likely cost: not measured
-apart. FP4 gained nothing from the ring (its loop is bound by the decode once the loads fly:
-22016 x 4096 NVFP4 ring 2 24.5 us, its loads alone 18.0, the table 23.1; `ring16e` probe)."""
+warps, K split only to fill the GPU, not in two register buffers. Taken for every shape, not
+only where it wins alone: on the H200 the ring was faster than two register buffers on some
+shapes and within 0.6 us slower on others, but with the ring below 8192 rows only the llama2-7b
+token was 2% slower, with every shape on it 2% faster (E5M2 1.766 -> 1.726 ms, E4M3 1.929 ->
+1.824; docs/decisions.md). A kernel with shared memory after one without (the L1/shared split
+changes between them) is the likely cost of mixing them: not measured apart. FP4 gains nothing
+from the ring: its loop is bound by the decode once the loads fly."""
 
 
 MMA_FP8_RING_M1 = (1, 4)
 """(warps, stages) of the 8-bit M = 1 ring, launched early under PDL (`_table.pdl_auto`): each
 program holds 3 of its steps (of 8 in a 4096-byte row) before its PDL wait, so it reads while
-the kernel before finishes. Measured on the H200 (2026-12-03, `softfp8-bench token --preset
-llama2-7b`, tables over the four shapes, interleaved twice; BENCHMARKS.md twenty-fifth
-session), ms, E5M2 / E4M3: 3 stages in 2 warps, late (before) 1.742-1.745 / 1.837-1.838; early
-1.754-1.757 / 1.878-1.881 (`pdl25`); 4 stages in 2 warps late 1.715-1.717 / 1.850-1.853, early
-1.650-1.668 / 1.805-1.817; 4 stages in 1 warp, early 1.607 / 1.782-1.784 (kept); 6 in 1 warp
-1.696-1.698 / 1.914-1.915; 8 in 1 warp 1.952-1.958 / 2.200-2.207 (`ring25`, `deep25`). A plain
-read of the token's bytes by 128 kernels gains the same way only where each holds its bytes
-before the wait (`gpu_read_chain.py --pdl`); an L2 prefetch in their place lost (`pf25`)."""
+the kernel before finishes. On the H200 (`softfp8-bench token --preset llama2-7b`; docs/
+decisions.md), ms, E5M2 / E4M3: 3 stages in 2 warps, late 1.742 / 1.837; 4 stages in 2 warps,
+early 1.650-1.668 / 1.805-1.817; 4 stages in 1 warp, early 1.607 / 1.782 (kept); 6 or 8 stages
+in 1 warp slower (1.696 / 1.914, 1.952 / 2.200). The gain needs each program to hold its bytes
+before the wait: an L2 prefetch in their place lost."""
 
 
 MMA_RING_MIN_CC = (9, 0)
@@ -190,18 +176,12 @@ register buffers leave resident; not measured there, so they keep two register b
 
 MMA_FP8_RING_MAX_M = 4
 """8-bit M = 2..4 run on the ring too (from sm_90): 3 stages, 2 warps, vocabulary heads at M = 2
-in 4 warps of 2 stages; measured on the H200 (2026-12-02, llama3-8b shapes). Sweeps (`ring17`,
-`ring17b`, E5M2 us, the ring against the table's two register buffers in 4 warps): M = 2 qkv
-8.6 against 10.0, o 7.0 against 7.6, gate_up 30.3 against 35.1, down 17.9 against 18.2, the
-head (4 warps, 2 stages) 121.7 against 144.0 on the dot kernel; M = 4 qkv 9.5 against 10.3,
-o 7.9 against 8.4, gate_up 30.8 against 31.2, down 19.2 against 19.3. `softfp8-bench small-m`
-with the sweep's fastest against the built-in table, interleaved twice (`ring17b`): every shape
-faster at M = 2 and 4 in both pairs, all five shapes' bandwidth against M = 1: E5M2 M = 2
-0.942 -> 0.977-0.979, M = 4 0.931 -> 0.950-0.951; E4M3 M = 2 0.938-0.942 -> 0.993-0.994. At
-M = 8 the ring lost everywhere (gate_up 35.0 us on two buffers, the head 206 against 139 on
-the dot kernel; `ring17`). K-split: M = 2 for about 3 warps an SM and rows over 4 KB in 7 KB
-pieces (qkv 8.6 us unsplit, 9.3 split 2; down 17.9 split 2, 19.6 unsplit); M = 3..4 for
-about 12 (qkv 9.5 split 5, 11.5 unsplit)."""
+in 4 warps of 2 stages. On the H200 (llama3-8b shapes; docs/decisions.md) the ring beat two
+register buffers on every shape at M = 2 (qkv 8.6 against 10.0 us, the head 121.7 against
+144.0 on the dot kernel) and M = 4 (qkv 9.5 against 10.3), and lost everywhere at M = 8
+(gate_up 35.0 us on two buffers, the head 206 against 139 on the dot kernel). K-split: M = 2
+for about 3 warps an SM and rows over 4 KB in 7 KB pieces (down 17.9 us split 2, 19.6
+unsplit); M = 3..4 for about 12 (qkv 9.5 split 5, 11.5 unsplit)."""
 
 
 def _fp8_ring(m: int, info: DeviceInfo) -> bool:
@@ -212,42 +192,29 @@ def _fp8_ring(m: int, info: DeviceInfo) -> bool:
 
 
 MMA_FP4_M1_ONE_WARP_MIN_ROWS = 6144
-"""FP4 weights with at least this many rows run M = 1 in programs of one warp (4 rows), not two.
-`fp4s33` sweep on the H200 (2026-12-04, the `inject` E2M1 decode, us, one warp against two):
-NVFP4 / MXFP4 6144 x 4096 7.3 / 7.4 against 7.6 / 7.6 (both unsplit), 22016 x 4096 18.6 / 18.4
-against 19.7 / 19.4, 28672 x 4096 23.6 / 22.9 against 24.8 / 23.9, 32000 x 4096 26.7 / 26.0
-against 27.3 / 26.8, 128256 x 4096 99.2 / 98.3 against 101.6 / 99.0. Not at 4096 rows (4096 x
-4096 6.2 / 6.4 unsplit against 6.2 / 6.0 in two warps split 2; 4096 x 11008 two warps). It had
-been 8192..16383 rows only (`hf12`, 2026-12-01: 11008 x 4096 NVFP4 12.2 against 12.7), when
-4 warps were faster on heads (`runs4`), before the NaN-free tile and MXFP4's row exponents."""
+"""FP4 weights with at least this many rows run M = 1 in programs of one warp (4 rows), not two:
+on the H200 (the `inject` E2M1 decode) one warp was 1-6% faster from 6144 rows up to the
+128256-row head (22016 x 4096 NVFP4 18.6 against 19.7 us), not at 4096 rows (4096 x 4096 in
+two warps split 2 as fast or faster; docs/decisions.md)."""
 
 MMA_FP4_M1_FOUR_TILES_MAX_PER_SM = 12
 """FP4 at M = 1 in one warp takes 4 tiles a warp (8 rows a program, not 4) where those programs
 number from MMA_FP4_WARPS_PER_SM to this many an SM and rows are at most 4 KB (K <= 8192, not
-split by row length): about one resident wave (NVFP4: see its registers below), unsplit,
-rather than a wave and a tail of 4-row programs. On the H200 (132 SMs: 11616..12672 rows)
-that is 12288 x 4096, llama2-7b's qkv (1536 programs, not 3072): `fp4s33` sweep, us, NVFP4 /
-MXFP4 (MXFP4 at 4 tiles without its row exponents, which take 2), 10.4 / 10.7 against 11.1 /
-11.1; token (`fp4q34`,
-2026-12-04, interleaved twice) NVFP4 1.488 / 1.492 -> 1.474 / 1.472 ms, MXFP4 1.484 / 1.489 ->
-1.478 / 1.476. Outside it 2 tiles were faster or within 0.5 us: 6144 x 4096 (4 tiles: 5.8 an
-SM) 7.3 / 7.4 against 7.6 / 8.2, 22016 x 4096 (20.8) 18.6 / 18.4 against 19.6 / 20.2, 28672 x
-4096 23.6 / 22.9 against 24.0 / 24.8, 32000 x 4096 26.7 / 26.0 against 26.2 / 27.4, the
-128256-row head 99.2 / 98.3 against 100.0 / 103.0. Only 12288 rows were measured in the range.
-Registers at 4 tiles (sm_90, triton 3.9, `benchmarks/sass_mma_loop.py FMT --facts --warps 1
---set TILES=4`, MXFP4 with ROW_E=0 X_IN_STEP=1): NVFP4 180 (112 at 2 tiles), so 11 one-warp
-programs fit an SM and 12288 rows leave 84 past the first wave; MXFP4 164 (120), 12 fit. The
-loop per 2 tiles' rows: NVFP4 368.5 instructions (395 at 2 tiles), MXFP4 403.5 (385 with ROW_E)."""
+split by row length): about one resident wave, unsplit, rather than a wave and a tail of 4-row
+programs. On the H200 (132 SMs: 11616..12672 rows) that is 12288 x 4096, llama2-7b's qkv (1536
+programs, not 3072): NVFP4 / MXFP4 10.4 / 10.7 us against 11.1 / 11.1, the token NVFP4 1.488 ->
+1.474 ms, MXFP4 1.484 -> 1.478 (docs/decisions.md). Outside that range 2 tiles were faster or
+within 0.5 us; only 12288 rows were measured inside it. Registers at 4 tiles (sm_90, triton
+3.9, `benchmarks/sass_mma_loop.py FMT --facts --warps 1 --set TILES=4`, MXFP4 with --set ROW_E=0
+--set X_IN_STEP=1): NVFP4 180 (11 programs fit an SM), MXFP4 164 (12 fit)."""
 
 MMA_FP4_WARPS_PER_SM = 11
 """FP4 programs at M <= 8 split K until about this many warps an SM are resident (8-bit and
 M = 9..16: 12). One below the 8-bit formats' so that 6144-row weights (1536 one-warp programs
 at M = 1, 192 eight-warp tiles at M = 2..8: 11.6 warps an SM on the H200's 132 SMs) stay
-unsplit: `fp4s33` sweep (2026-12-04, `inject`), 6144 x 4096, us, NVFP4 / MXFP4, unsplit
-against split 2: M = 1 in one warp 7.3 / 7.4 against 9.0 / 9.0; the tiles in 8 warps at M = 2
-9.0 / 8.9 against 13.0 / 12.8, M = 4 9.3 / 9.1 against 13.2 / 13.1, M = 8 9.4 / 9.4 against
-12.6 / 12.7. 4096-row weights still split 2 (4096 x 4096 M = 1 in two warps 6.2 / 6.0 against
-6.8 / 6.9 unsplit)."""
+unsplit: on the H200 unsplit was 19-31% faster there (M = 1 NVFP4 7.3 against 9.0 us, M = 2
+9.0 against 13.0; docs/decisions.md). 4096-row weights still split 2 (4096 x 4096 M = 1 in two
+warps 6.2 against 6.8 us unsplit)."""
 
 
 MMA_FP4_RUNS_M4_MIN_ROWS = 8192
@@ -256,16 +223,10 @@ MMA_FP4_RUNS_M4_MIN_ROWS = 8192
 
 def _fp4_runs(n: int, m: int, fmt: Format) -> bool:
     """FP4 at M = 2, and at M = 3..4 from MMA_FP4_RUNS_M4_MIN_ROWS rows, on the run mapping (laid
-    out for 2 or 4 x rows), not the 32-row tiles. `fp4s33` sweep on the H200 (2026-12-04,
-    llama3-8b shapes, `inject`, us, NVFP4 / MXFP4 at M = 4, the runs in 4 warps against the
-    tiles in the table's warps and split): gate_up 25.6 / 25.3 against 29.4 / 30.1, head 99.6 /
-    95.8 against 108.9 / 108.3; qkv 10.6 / 10.8 (split 5) against 9.3 / 9.1 (8 warps, unsplit);
-    o 8.1 / 8.2 (split 4) against 8.3 / 8.1, down 16.9 / 17.1 (split 7) against 17.6 / 16.9. At
-    M = 2 the runs are faster or within 0.2 us on all five (qkv 9.2 / 9.0 split 2 against 9.0 /
-    8.9).
-    Until then NVFP4 ran M = 3..4 on the runs everywhere (`fp4m10`, 2026-12-01) and MXFP4 only
-    on heads (gate_up 28.6 against 30.5 on the runs then), before its row exponents shortened
-    the runs' loop (424 -> 387 instructions a step)."""
+    out for 2 or 4 x rows), not the 32-row tiles. On the H200 (llama3-8b shapes, `inject`,
+    M = 4; docs/decisions.md) the runs in 4 warps beat the tiles on gate_up (NVFP4 25.6 against
+    29.4 us) and the head (99.6 against 108.9), lost on qkv (10.6 against 9.3) and were within
+    about 1 us on o and down; at M = 2 they were faster or within 0.2 us on all five."""
     if fmt not in (Format.NVFP4, Format.MXFP4) or not 2 <= m <= 4:
         return False
     return m == 2 or n >= MMA_FP4_RUNS_M4_MIN_ROWS
@@ -279,46 +240,29 @@ def mma_config(n: int, k: int, m: int, fmt: Format, info: DeviceInfo) -> LaunchC
       block_m = the next power of two >= M, 2 tiles a warp; M = 1 in 2 warps (FP4 from
       MMA_FP4_M1_ONE_WARP_MIN_ROWS: 1, in 4 tiles a warp where
       MMA_FP4_M1_FOUR_TILES_MAX_PER_SM), else 4. 8-bit M = 1 runs on the shared-memory ring from
-      sm_90 in one warp of 4 stages (MMA_FP8_RING_M1, MMA_RING_MIN_CC; before it, and below
-      sm_90, from 16384 rows in 4 warps), and so does M = 2..4 in 2 warps of 3
-      (MMA_FP8_RING_STAGES, MMA_FP8_RING_MAX_M). Otherwise the 8-bit formats at
-      M = 2..8 hold two steps in registers (depth 2): with one, ptxas issues the next step's
-      loads after this step's mma (SASS, sm_90), so a warp had one step in flight;
-      `pipe1` sweep, M = 1, best per shape against depth 1: 22016 x 4096 E5M2 24.0 against
-      26.4 us, E4M3 27.8 against 29.6; token E5M2 1.897 -> 1.794 ms. An L2 prefetch beyond
-      the registers (num_stages 2 / 4) was slower in 93 of 116 pairs and never a shape's best;
-      FP4 (125 registers at depth 1) gained nothing from depth 2 (`pipe2`/`pipe3` sweeps).
+      sm_90 in one warp of 4 stages (MMA_FP8_RING_M1, MMA_RING_MIN_CC; below sm_90, from 16384
+      rows in 4 warps), and so does M = 2..4 in 2 warps of 3 (MMA_FP8_RING_STAGES,
+      MMA_FP8_RING_MAX_M). Otherwise the 8-bit formats at M = 2..8 hold two steps in registers
+      (depth 2): with one, ptxas issues the next step's loads after this step's mma (SASS,
+      sm_90), so a warp has one step in flight (22016 x 4096 E5M2 at M = 1: 24.0 against 26.4
+      us). An L2 prefetch beyond the registers (num_stages 2 / 4) was slower in 93 of 116
+      pairs and never a shape's best; FP4 (125 registers at depth 1) gains nothing from depth 2.
     - FP4 at M = 2, and 3..4 from MMA_FP4_RUNS_M4_MIN_ROWS rows: the runs too, 4 warps
       (`_fp4_runs`).
     - FP4 otherwise at M = 2..8: the 32-row tiles (block_m = 8), warps along K, 2-step L2
-      prefetch; 8 warps below 256 programs, 4 above (`fp4m10`, M = 8: the runs 12-16% slower on
+      prefetch; 8 warps below 256 programs, 4 above (at M = 8 the runs were 12-16% slower on
       the head, mixed elsewhere).
     - M = 9..16 (FP4, E5M2 small weights): block_m = MMA_WIDE_M, the runs for 8 x rows with
-      both halves of x in one program (WIDE), 4 warps, the format's depth, no L2 prefetch
-      (`wide10` sweep, llama3-8b shapes at M = 12 and 16: 4 warps within 3% of 2 warps or
-      faster on 29 of 30 shape/format/M, up to 11% faster, 4% slower once; the 32-row tiles
-      wide up to 30% slower on gate_up and the head, within 0-4% on qkv, o and down).
+      both halves of x in one program (WIDE), 4 warps, the format's depth, no L2 prefetch (4
+      warps within 3% of 2 or faster on 29 of 30 shape/format/M; the 32-row tiles wide up to
+      30% slower on gate_up and the head).
     Programs split K until about 12 warps per SM are resident (M = 1 at depth 2: 6, twice the
     bytes a warp; FP4: MMA_FP4_WARPS_PER_SM); at M = 1, rows over 4 KB also until each program
     takes at most 3.5 KB of a row (depth 2: 7 KB; 4096 x 11008 E5M2: 14.3 us split 2 against
-    15.1 split 4).
-    Measured on the H200 (2026-11-29, sweep_gemv.py --kernels mma_gemv, integer FP8 decode;
-    BENCHMARKS.md, campaign steps `runs1` on the llama2-7b shapes and `runs2` on llama3-8b's):
-    - M = 1: 2 warps fastest or within 3% on 10 of 11 shapes in `runs1`/`runs2` (22016 x 4096
-      E5M2: 26.3 us against 30.4 with 4 warps; the exception is 32000 x 4096 8-bit, 8% behind
-      8 warps); `runs4` (another machine) found 4 warps 0-10% faster on 28672-128256 rows.
-      Which is faster moves between machines; the token is the same within 1% either way;
-      4 tiles a warp (twice the bytes in flight a thread) was slower everywhere but one shape;
-      K-splits of 2-4 at 4096 rows (E4M3 4096 x 11008: 17.5 us split 4, 24.3 unsplit); rows of
-      4 KB or less unsplit where the rows fill the GPU (12288 x 4096 E5M2: 14.7 us against
-      16.4 split 2; `runs3` split them and its token lost 3%).
-    - M = 2: the runs laid out for 2 rows beat the dot kernel on all five llama3-8b shapes
-      (E4M3 28672 x 4096: 36.6 us against 42.4) and the 32-row tiles (45.8).
-    - M = 4, E4M3 (`runs2`, before the dot kernel's NaN-free decode): the runs beat the dot
-      kernel on 4 of 5 shapes; after it (`runs3`, `runs4`) the dot kernel was faster, until the
-      runs held two steps (`pipe3`: `uses_mma_gemv` has 8-bit M = 3..4 on the runs again).
-    The earlier M = 1 rule (4 warps, `mma8`/`long1`) and the FP4 tiles' settings are in
-    BENCHMARKS.md's log."""
+    15.1 split 4). M = 1 in 2 warps is fastest or within 3% on 10 of 11 shapes on the H200;
+    which warp count wins moves between machines, the token within 1% either way. Rows of 4 KB
+    or less stay unsplit where the rows fill the GPU (12288 x 4096 E5M2: 14.7 us against 16.4
+    split 2). All measured with benchmarks/sweep_gemv.py on the H200 (docs/decisions.md)."""
     fp8 = fmt in (Format.E5M2, Format.E4M3)
     depth = 2 if fp8 else 1
     wide = m > MMA_MAX_M
@@ -366,11 +310,9 @@ def _whole_step_split(cfg: LaunchConfig, row_bytes: int, k: int) -> LaunchConfig
     """cfg with the smallest K split from its own up to 8 whose programs each take whole loop
     steps (`mma_zero_fill` False); where none does, the next power of two. A split that cuts a
     step makes every program's loads leave zeros (ZERO), and 3 ways was slow even where every
-    split cuts one: `fp4t33` / `fp4v33` (2026-12-04, H200, FP4 at M = 2, the runs in 4 warps,
-    split 3 against the 4 of the commit before, us, NVFP4 / MXFP4): 4096 x 4096 7.9 / 7.8 against
-    7.1 / 6.9, 4096 x 14336 18.7 / 18.9 against 14.8 / 14.7, 4096 x 11008 (86 steps: no split
-    whole) 15.7 / 15.8-16.0 against 13.3 / 13.5. FP4 only: the 8-bit formats' splits were
-    measured as they are."""
+    split cuts one: on the H200, FP4 at M = 2, split 3 against 4 took 4096 x 14336 NVFP4 18.7
+    against 14.8 us (docs/decisions.md). FP4 only: the 8-bit formats' splits were measured as
+    they are."""
     runs, _ = mma_layout(cfg)
     steps = -(-row_bytes // MMA_STEP_BYTES)  # block_k = 128 FP4 codes: MMA_STEP_BYTES a row
     for split in range(cfg.split_k, 9):

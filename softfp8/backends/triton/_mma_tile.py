@@ -5,7 +5,7 @@ import triton
 import triton.language as tl
 
 from ._const import Const
-from ._mma_ptx import _fp8_tile_asm, _probe_tile_asm, _tile_asm, tile_constraints
+from ._mma_ptx import _fp8_tile_asm, _tile_asm, tile_constraints
 
 _TILE_NV = Const(_tile_asm("nvfp4"))
 _TILE_MX = Const(_tile_asm("mxfp4"))
@@ -17,8 +17,6 @@ _TILE_NV_INJECT_FINITE = Const(_tile_asm("nvfp4", inject=True, nan=False))
 _TILE_MX_INJECT_FINITE = Const(_tile_asm("mxfp4", inject=True, nan=False))
 _TILE_MX_ROW_E = Const(_tile_asm("mxfp4", nan=False, row_e=True))
 _TILE_MX_INJECT_ROW_E = Const(_tile_asm("mxfp4", inject=True, nan=False, row_e=True))
-_TILE_PROBE_MMA = Const(_probe_tile_asm(True))
-_TILE_PROBE_LOADS = Const(_probe_tile_asm(False))
 _TILE_E5M2 = Const(_fp8_tile_asm("e5m2"))
 _TILE_E4M3 = Const(_fp8_tile_asm("e4m3"))
 _TILE_E4M3_FINITE = Const(_fp8_tile_asm("e4m3", nan=False))
@@ -40,7 +38,7 @@ _WIDE_CONS = Const(tile_constraints(wide=True))
 
 
 @triton.jit
-def _tile(rg, rh, xw, acc, FMT: tl.constexpr, DIAG: tl.constexpr = 0, NAN: tl.constexpr = True,
+def _tile(rg, rh, xw, acc, FMT: tl.constexpr, NAN: tl.constexpr = True,
           INJECT: tl.constexpr = False, ROW_E: tl.constexpr = False):
     """acc (4 fp32) += one loop step of a 16-row tile; rg/rh: (4 words, scale) of rows g, g+8;
     xw: x's 16 words (FP4 uses all, 8-bit the first 8). INJECT: FP4 by exponent injection.
@@ -52,13 +50,7 @@ def _tile(rg, rh, xw, acc, FMT: tl.constexpr, DIAG: tl.constexpr = 0, NAN: tl.co
             xw[8], xw[9], xw[10], xw[11], xw[12], xw[13], xw[14], xw[15],
             acc[0], acc[1], acc[2], acc[3]]
     # no early returns: triton 3.6 builds every branch that follows a `return`
-    if DIAG == 1:
-        out = tl.inline_asm_elementwise(_TILE_PROBE_MMA, _TILE_CONS, args, (tl.float32,) * 4,
-                                        is_pure=True, pack=1)
-    elif DIAG == 2:
-        out = tl.inline_asm_elementwise(_TILE_PROBE_LOADS, _TILE_CONS, args, (tl.float32,) * 4,
-                                        is_pure=True, pack=1)
-    elif FMT == "nvfp4" and INJECT and not NAN:  # block scales known to hold no NaN code
+    if FMT == "nvfp4" and INJECT and not NAN:  # block scales known to hold no NaN code
         out = tl.inline_asm_elementwise(_TILE_NV_INJECT_FINITE, _TILE_CONS, args, (tl.float32,) * 4,
                                         is_pure=True, pack=1)
     elif FMT == "nvfp4" and INJECT:
@@ -154,9 +146,8 @@ def _tile_wide(rg, rh, xw, xv, acc, acv, FMT: tl.constexpr, NAN: tl.constexpr = 
 
 
 @triton.jit
-def _tiles(ra, rb, rc, rd, xw, xv, a, b, av, bv, FMT: tl.constexpr, DIAG: tl.constexpr,
-           NAN: tl.constexpr, WIDE: tl.constexpr, INJECT: tl.constexpr,
-           ROW_E: tl.constexpr = False):
+def _tiles(ra, rb, rc, rd, xw, xv, a, b, av, bv, FMT: tl.constexpr, NAN: tl.constexpr,
+           WIDE: tl.constexpr, INJECT: tl.constexpr, ROW_E: tl.constexpr = False):
     """One loop step of a thread's two tiles (rows ra/rb, rc/rd): a, b += x rows g's sums;
     WIDE: av, bv += x rows g + 8's, from the same decoded weights (`_tile_wide`)."""
     if WIDE:
@@ -167,6 +158,6 @@ def _tiles(ra, rb, rc, rd, xw, xv, a, b, av, bv, FMT: tl.constexpr, DIAG: tl.con
         b = (v[0], v[1], v[2], v[3])
         bv = (v[4], v[5], v[6], v[7])
     else:
-        a = _tile(ra, rb, xw, a, FMT, DIAG, NAN, INJECT, ROW_E)
-        b = _tile(rc, rd, xw, b, FMT, DIAG, NAN, INJECT, ROW_E)
+        a = _tile(ra, rb, xw, a, FMT, NAN, INJECT, ROW_E)
+        b = _tile(rc, rd, xw, b, FMT, NAN, INJECT, ROW_E)
     return a, b, av, bv

@@ -8,9 +8,9 @@ counts last reads the parts back in order s = 0, 1, ... (the same float32, bit f
 
 Eager only. Why: eager decoding is host-bound (~100 us of Python a linear on the H200's host)
 and the reduce kernel is a second launch. Under CUDA graph capture the reduce kernel stays:
-measured on the H200 (twelfth session, `splitk12`), a graph of every linear of a token ran
-0.7-2.7% slower for NVFP4/MXFP4 with the fused reduce, 8-bit unchanged; and again (`noinline13`,
-0.6-3.5%, 8-bit too) with the reduce a called function, which took the FP4 kernel's registers
+measured on the H200 (docs/decisions.md), a graph of every linear of a token ran 0.7-2.7%
+slower for NVFP4/MXFP4 with the fused reduce, 8-bit unchanged; and again (0.6-3.5%, 8-bit
+too) with the reduce a called function, which took the FP4 kernel's registers
 back from 128 to 100: so not the registers, but each program's wait on its atomic and the last
 program's serial reads at the kernel's end, where a separate reduce under PDL costs less.
 

@@ -13,6 +13,7 @@ import os
 
 import torch
 
+from ..._env import SETTINGS
 from ...formats import Format
 from ._device import DeviceInfo, Kernel, LaunchConfig
 from ._mma_table import mma_config, uses_mma_gemv
@@ -30,17 +31,20 @@ _PDL_MODES = {"off": 0, "early": 1, "late": 2}
 
 
 def pdl_auto(fmt: Format, cfg: LaunchConfig | None = None) -> tuple[str, int]:
-    """Measured on the H200 (2026-11-29, `bench token --preset llama2-7b`; BENCHMARKS.md), ms per
-    token. 8-bit (campaign steps pdl1, pdl2), off -> late -> early + 32 KiB prefetch: E5M2 2.121
-    -> 2.079 -> 2.518, E4M3 3.384 -> 3.308 -> 4.521; the waiting programs of an early launch
-    take SM slots from these bandwidth-bound kernels, and the prefetch alone (late + 32 KiB) cost
-    E5M2 9%. FP4 on Kernel.MMA_GEMV (step pdl3), off -> late -> early -> early + 32 KiB: NVFP4
-    1.926 -> 1.817 -> 1.802 -> 1.871, MXFP4 2.043 -> 1.909 -> 1.919 -> 1.889 (the prefetch
-    that helped the FMA GEMV no longer does). Since 4e7562a the MMA GEMV under an early launch
-    issues its first weight loads before the wait (`_mma`); `pdlw1` (2026-12-01), late / early:
-    E5M2 1.794 / 1.790, E4M3 1.943 / 1.958, NVFP4 1.793 / 1.753, MXFP4 1.946 / 1.871.
-    8-bit M = 1 on the ring in one warp of 4 stages (`cfg`; MMA_FP8_RING_M1, 2026-12-03): early,
-    its first 3 steps copied before the wait: E5M2 1.742 -> 1.607 ms, E4M3 1.837 -> 1.782."""
+    """(mode, prefetch bytes) of programmatic dependent launch by format and launch. Measured
+    on the H200 with `softfp8-bench token --preset llama2-7b` (docs/decisions.md), ms a token:
+    - 8-bit, off -> late -> early + 32 KiB prefetch: E5M2 2.121 -> 2.079 -> 2.518, E4M3 3.384
+      -> 3.308 -> 4.521: the waiting programs of an early launch take SM slots from these
+      bandwidth-bound kernels, and the prefetch alone (late + 32 KiB) cost E5M2 9%. With the
+      MMA GEMV's first loads ahead of the wait, late / early: E5M2 1.794 / 1.790, E4M3 1.943 /
+      1.958. So late, no prefetch.
+    - FP4 on Kernel.MMA_GEMV, which issues its first weight loads before the wait (`_mma`),
+      late / early: NVFP4 1.793 / 1.753, MXFP4 1.946 / 1.871. A 32 KiB L2 prefetch on top of an
+      early launch (before the loads moved ahead of the wait): NVFP4 1.802 -> 1.871, MXFP4
+      1.919 -> 1.889. So early, no prefetch.
+    - 8-bit M = 1 on the ring in one warp of 4 stages (`cfg`; MMA_FP8_RING_M1), its first 3
+      steps copied before the wait: early against late E5M2 1.607 against 1.742 ms, E4M3 1.782
+      against 1.837. So early there, late elsewhere."""
     if fmt not in (Format.E5M2, Format.E4M3):
         return ("early", 0)
     ring_m1 = (cfg is not None and cfg.kernel is Kernel.MMA_GEMV and cfg.ring > 0
@@ -52,16 +56,11 @@ def pdl_settings(info: DeviceInfo, fmt: Format,
                  cfg: LaunchConfig | None = None) -> tuple[int, int]:
     """(PDL mode: 0 off, 1 early, 2 late; prefetch bytes) for launches of `cfg` (auto: by
     format where not given) on this device."""
-    wanted = os.environ.get(PDL_ENV, "auto").strip().lower()
+    wanted = SETTINGS[PDL_ENV].check(os.environ.get(PDL_ENV) or "auto")  # `_env.SETTINGS`
     auto_mode, auto_bytes = pdl_auto(fmt, cfg)
     if wanted == "auto":
         wanted = auto_mode
-    if wanted not in _PDL_MODES:
-        raise ValueError(f"{PDL_ENV}={wanted!r} is not valid; expected one of 'auto', "
-                         "'off', 'early', 'late'")
-    raw = os.environ.get(PDL_PREFETCH_ENV, str(auto_bytes)).strip()
-    if not raw.isdigit() or int(raw) % 16:
-        raise ValueError(f"{PDL_PREFETCH_ENV}={raw!r}: expected a multiple of 16 (bytes)")
+    raw = SETTINGS[PDL_PREFETCH_ENV].check(os.environ.get(PDL_PREFETCH_ENV) or str(auto_bytes))
     if info.capability is None or info.capability < (9, 0) or info.interpreter:
         return 0, 0
     mode = _PDL_MODES[wanted]
@@ -70,14 +69,14 @@ def pdl_settings(info: DeviceInfo, fmt: Format,
 
 DEQUANT_MIN_M = 512
 """From this many activation rows on, Kernel.DEQUANT (FP4: DEQUANT_MIN_M_FP4). Measured on the
-H200 (BENCHMARKS.md): at M = 512 DEQUANT beat the tiled kernel on every llama3-8b shape for E5M2,
-E4M3 and NVFP4 (0.57-0.69x fp16 against 0.21-0.55x; `pipe2` sweep, with its row ranges cached and
-32 MiB slabs); at M = 256 the 8-bit tiled kernel still wins on the two largest shapes (28672 and
-128256 rows: E5M2 153 / 632 us against 195 / 871), DEQUANT on the three smaller (`pipe3`)."""
+H200 (docs/decisions.md): at M = 512 DEQUANT beat the tiled kernel on every llama3-8b shape for
+E5M2, E4M3 and NVFP4 (0.57-0.69x fp16 against 0.21-0.55x, with its row ranges cached and 32 MiB
+slabs); at M = 256 the 8-bit tiled kernel still wins on the two largest shapes (28672 and
+128256 rows: E5M2 153 / 632 us against 195 / 871), DEQUANT on the three smaller."""
 DEQUANT_MIN_M_FP4 = 256
 """FP4's DEQUANT threshold: its tiled kernels are slow at every M (MXFP4 steps one 32-code block
 at a time: 0.11-0.15x fp16), and at M = 256 DEQUANT beat them on every llama3-8b shape (NVFP4
-0.41-0.53x against 0.27-0.28x, `pipe3`; below 256 not measured)."""
+0.41-0.53x against 0.27-0.28x; below 256 not measured)."""
 DEQUANT_SLAB_BYTES = 32 << 20
 """Bytes of one dequantised slab (two are in flight): a bounded workspace, whatever the layer,
 except that a slab holds at least DEQUANT_MIN_SLAB_ROWS rows."""
@@ -113,7 +112,7 @@ def _table_from_sweep(path: str) -> dict:
 
 SMALL_M_FP8_TALL_ROWS = 28672
 """8-bit weights of at least this many rows run M = 5..16 on the dot kernel in 128 x 256 tiles,
-unsplit (below: 64 x 256). Measured on the H200 (2026-12-02, `dot17`; sweep us, 128 x 256
+unsplit (below: 64 x 256). Measured on the H200 (docs/decisions.md; sweep us, 128 x 256
 against 64 x 256, 4 warps, 3 stages): 28672 x 4096 M = 8 E5M2 33.1 against 35.4, E4M3 33.2
 against 37.1, M = 16 33.7 / 32.6 against 37.5 / 35.0 (split 3: 37.7-41.3); the 128256-row head
 124.0-128.3 against 140.0-142.6. In `softfp8-bench small-m` (interleaved twice) the head at
@@ -122,19 +121,19 @@ M = 8 / 16 took 124 / 126-127 us against 125 / 128, gate_up 32 against 33. 4096 
 
 SMALL_M_UNSPLIT_PER_SM = 2
 """The dot kernel at M = 5..16 splits K only while its row blocks number fewer than this many
-per SM (below that, up to four): `m16sweep` on the H200, 8-bit, M = 16, 64 x 256 tiles:
+per SM (below that, up to four). Swept on the H200 (docs/decisions.md), 8-bit, M = 16, 64 x 256
+tiles:
 28672 x 4096 (3.4 blocks an SM) unsplit 33.9 / 34.7 us (E5M2 / E4M3) against 37.4 / 37.9
 split 2, and in the bench with the sweep's winners (128 x 256, unsplit) gate_up 3251 -> 3622
 GB/s; 6144 x 4096 and 4096 x 4096 (0.7 and 0.5 an SM) split 6 and 9 11.7-11.8 / 10.0 us
-against 13.3-13.4 / 12.5 unsplit. `sweep9`, 28672 x 4096 at M = 5 and 8: unsplit 33.1-34.2 us
-against 34.7-37.8 split 2 (an older sweep, `runs2`, had split 2 ahead by 2-8% at M = 2..8 on
-the kernels of then). M = 2..4 not measured again."""
+against 13.3-13.4 / 12.5 unsplit; 28672 x 4096 at M = 5 and 8: unsplit 33.1-34.2 us against
+34.7-37.8 split 2. M = 2..4 keep the split."""
 
 
 def launch_config(n: int, k: int, m: int, fmt: Format, info: DeviceInfo,
                   x_dtype: torch.dtype = torch.float16) -> LaunchConfig:
-    """The launch table, keyed on (N, K, M, device). Measured on the H200 (2026-11-29,
-    benchmarks/sweep_gemv.py, integer FP8 decode, fp16 activations; BENCHMARKS.md):
+    """The launch table, keyed on (N, K, M, device). Measured on the H200
+    (benchmarks/sweep_gemv.py, integer FP8 decode, fp16 activations; docs/decisions.md):
     - M = 1, 8-bit, N >= 8192, where tl.dot has tensor cores: the dot kernel with one 16-row x
       block (decode to fp16 tiles), 32 (N < 16384) or 64 x 256 tiles, 4 warps, 3 stages (E5M2
       4196 GB/s at 128256 x 4096 under PDL, 93.8% of read; 128 x 256 with 8 warps was faster
@@ -156,7 +155,7 @@ def launch_config(n: int, k: int, m: int, fmt: Format, info: DeviceInfo,
     - fp32 activations with
       M <= 4 stay on the GEMV (an fp32 "ieee" dot is FMAs on 16 padded rows, 4x the work), and
       FMA-dot tiles are smaller (fp32 at 128 x 128 spilled 42 KB on sm_90; fp16 at 64 x 256 on
-      sm_75 spilled 9 KB: triton_compile_worker.py, 2026-11-29, triton 3.9.0).
+      sm_75 spilled 9 KB: tests/triton_compile_worker.py, triton 3.9.0).
     - Tiled: 64/128 x 128 output tiles, 8 warps, 3 stages, the usual Hopper/Ampere shapes.
     The interpreter gets large tiles and few programs, since it pays per program, not per byte
     (and no DEQUANT: the tests run it explicitly).
@@ -209,7 +208,7 @@ def launch_config(n: int, k: int, m: int, fmt: Format, info: DeviceInfo,
     want = 4 * info.sm_count if wide else info.sm_count
     if (cfg.kernel is Kernel.SMALL_M and m > 4 and not info.interpreter
             and (programs >= SMALL_M_UNSPLIT_PER_SM * info.sm_count or tall)):
-        want = programs  # enough row blocks: no split (m16sweep)
+        want = programs  # enough row blocks: no split (SMALL_M_UNSPLIT_PER_SM)
     split = 1 if programs >= want else min(16, steps, -(-want // programs))
     return LaunchConfig(cfg.kernel, cfg.block_m, cfg.block_n, cfg.block_k, max(split, 1),
                         cfg.num_warps, cfg.num_stages)
