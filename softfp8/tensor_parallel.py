@@ -44,7 +44,8 @@ class ShardDim(int, enum.Enum):
     """K, the input features: row-parallel (x's last dimension is split; partial sums add up)."""
 
 
-def shard_bounds(size: int, world: int, *, align: int = 1, what: str = "size") -> tuple[tuple[int, int], ...]:
+def shard_bounds(size: int, world: int, *, align: int = 1,
+                 what: str = "size") -> tuple[tuple[int, int], ...]:
     """[start, stop) of each rank's slice of `size`, as `torch.chunk` splits it; every slice but
     the last must be a multiple of `align`. A split that leaves a rank empty, or a misaligned one,
     raises ValueError naming the sizes."""
@@ -52,8 +53,9 @@ def shard_bounds(size: int, world: int, *, align: int = 1, what: str = "size") -
         raise ValueError(f"world: expected a positive number of ranks, got {world}")
     chunk = -(-size // world)
     if chunk * (world - 1) >= size:
-        raise ValueError(f"{what}={size} can't be split over {world} ranks: torch.chunk's slices of "
-                         f"{chunk} leave the last rank(s) empty; expected {what} > {chunk * (world - 1)}")
+        raise ValueError(f"{what}={size} can't be split over {world} ranks: torch.chunk's "
+                         f"slices of {chunk} leave the last rank(s) empty; expected {what} > "
+                         f"{chunk * (world - 1)}")
     if world > 1 and chunk % align:
         raise ValueError(f"{what}={size} over {world} ranks gives slices of {chunk}, not a multiple "
                          f"of {align} (whole words and whole scale blocks of this format, padding "
@@ -93,7 +95,8 @@ def shard(packed: PackedWeight, dim: ShardDim | int, rank: int, world: int) -> P
     return PackedWeight(packed.fmt, (n, b - a), words, scales, None if g is None else g.clone())
 
 
-def unshard(shards: list[PackedWeight] | tuple[PackedWeight, ...], dim: ShardDim | int) -> PackedWeight:
+def unshard(shards: list[PackedWeight] | tuple[PackedWeight, ...],
+            dim: ShardDim | int) -> PackedWeight:
     """The weight that `shard` split into `shards` (rank order): its inverse."""
     dim = ShardDim(dim)
     if not shards:
@@ -108,7 +111,8 @@ def unshard(shards: list[PackedWeight] | tuple[PackedWeight, ...], dim: ShardDim
     if dim is ShardDim.OUT:
         k = first.shape[1]
         if any(s.shape[1] != k for s in shards):
-            raise ValueError(f"shards: expected one in_features, got {[s.shape[1] for s in shards]}")
+            raise ValueError(f"shards: expected one in_features, got "
+                             f"{[s.shape[1] for s in shards]}")
         scales = None if first.scales is None else torch.cat([s.scales for s in shards])
         return PackedWeight(fmt, (sum(s.shape[0] for s in shards), k),
                             torch.cat([s.words for s in shards]), scales, g)
