@@ -57,10 +57,10 @@ def shard_bounds(size: int, world: int, *, align: int = 1,
                          f"slices of {chunk} leave the last rank(s) empty; expected {what} > "
                          f"{chunk * (world - 1)}")
     if world > 1 and chunk % align:
-        raise ValueError(f"{what}={size} over {world} ranks gives slices of {chunk}, not a multiple "
-                         f"of {align} (whole words and whole scale blocks of this format, padding "
-                         f"only in the last slice); expected {what} with ceil({what} / {world}) "
-                         f"divisible by {align}")
+        raise ValueError(f"{what}={size} over {world} ranks gives slices of {chunk}, not a "
+                         f"multiple of {align} (whole words and whole scale blocks of this "
+                         f"format, padding only in the last slice); expected {what} with "
+                         f"ceil({what} / {world}) divisible by {align}")
     return tuple((r * chunk, min(size, (r + 1) * chunk)) for r in range(world))
 
 
@@ -121,7 +121,8 @@ def unshard(shards: list[PackedWeight] | tuple[PackedWeight, ...],
         raise ValueError(f"shards: expected one out_features, got {[s.shape[0] for s in shards]}")
     if any(s.padded_k != s.in_features for s in shards[:-1]):
         raise ValueError("shards: only the last may hold K padding; expected the others aligned "
-                         f"to {spec.k_align} codes, got in_features {[s.in_features for s in shards]}")
+                         f"to {spec.k_align} codes, got in_features "
+                         f"{[s.in_features for s in shards]}")
     scales = first.scales
     if spec.scale is not ScaleKind.ROW:
         scales = torch.cat([s.scales for s in shards], dim=1)
@@ -171,7 +172,8 @@ class ParallelLinear(nn.Module):
     """One rank's part of a tensor-parallel linear: `local` holds its shard; forward does the
     communication its `style` needs. `in_features`/`out_features` are the whole layer's."""
 
-    def __init__(self, layer: nn.Module, style: TPStyle | str, *, rank: int, world: int, group=None):
+    def __init__(self, layer: nn.Module, style: TPStyle | str, *, rank: int, world: int,
+                 group=None):
         super().__init__()
         self.style = TPStyle(style)
         self.rank, self.world, self.group = rank, world, group
@@ -179,7 +181,8 @@ class ParallelLinear(nn.Module):
         dim = ShardDim.IN if self.style is TPStyle.ROWWISE else ShardDim.OUT
         self.local = _shard_layer(layer, dim, rank, world)
         bias = layer.bias if self.style is TPStyle.ROWWISE else None
-        self.bias = None if bias is None else nn.Parameter(bias.detach().clone(), requires_grad=False)
+        self.bias = (None if bias is None else
+                     nn.Parameter(bias.detach().clone(), requires_grad=False))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         import torch.distributed as dist

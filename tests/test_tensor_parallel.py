@@ -78,8 +78,9 @@ def test_column_then_row_parallel_pair_matches_unsharded(fmt, kw, world):
 def test_k_split_that_would_straddle_a_block_is_an_error(fmt):
     align = SPECS[fmt].k_align  # 16 codes for fp8, 32 for fp4 (whole words, whole blocks)
     packed = weight(8, 3 * align, fmt)
+    chunk = 3 * align // 2
     with pytest.raises(ValueError, match=rf"in_features={3 * align} over 2 ranks gives slices "
-                                         rf"of {2 * align - align // 2}, not a multiple of {align}"):
+                                         rf"of {chunk}, not a multiple of {align}"):
         shard(packed, ShardDim.IN, 0, 2)
 
 
@@ -108,6 +109,28 @@ def test_parallel_linear_single_rank_is_the_layer():
         assert torch.equal(tp(x), layer(x)), style
 
 
+def test_parallelize_follows_the_tp_plan_and_names_a_layer_that_cant_split():
+    model = tiny_llama()
+    softfp8.quantize_model(model, Format.NVFP4, backend="torch", skip="lm_head", progress=False)
+    summary = parallelize(model, rank=1, world=2)  # the model's own tp_plan; no group needed
+    assert len(summary.sharded) == 15 and ("model.embed_tokens", "embedding_rowwise") in \
+        summary.replicated
+    layer = model.model.layers[1]
+    assert isinstance(layer.mlp.up_proj, ParallelLinear) and layer.mlp.up_proj.local.words.shape \
+        == (64, 64 // 8)  # rows 64..127 of 128, all of K=64
+    assert layer.self_attn.o_proj.local.in_features == 32  # heads 2 and 3 of 4, head_dim 16
+    assert isinstance(model.lm_head.local, torch.nn.Linear)  # kept fp16: sliced as it is
+    assert model.lm_head.local.weight.shape == (128, 64)
+
+    odd = tiny_llama(intermediate_size=96)  # down_proj's K: 48 a rank, not whole FP4 rows
+    softfp8.quantize_model(odd, Format.MXFP4, backend="torch", progress=False)
+    with pytest.raises(ValueError, match=r"model.layers.0.mlp.down_proj \(rowwise\): "
+                                         r"in_features=96 over 2 ranks gives slices of 48"):
+        parallelize(odd, rank=0, world=2)
+    with pytest.raises(RuntimeError, match="no torch.distributed process group"):
+        parallelize(tiny_llama())
+
+
 # -- a real process group: gloo, two processes ---------------------------------------------
 
 def _free_port() -> int:
@@ -116,10 +139,10 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def tiny_llama():
+def tiny_llama(intermediate_size=128):
     transformers = pytest.importorskip("transformers")
     config = transformers.LlamaConfig(
-        hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+        hidden_size=64, intermediate_size=intermediate_size, num_hidden_layers=2, num_attention_heads=4,
         num_key_value_heads=2, vocab_size=256, max_position_embeddings=64,
         tie_word_embeddings=False)
     torch.manual_seed(0)
