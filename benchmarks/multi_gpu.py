@@ -219,6 +219,8 @@ def gpus(args) -> list:
 # -- the parts ---------------------------------------------------------------------------------
 
 def device_map_part(args, torch, transformers) -> dict:
+    import softfp8
+
     devs = gpus(args)
     cfg = config_of(args.check_shape, None, transformers)
     n = cfg.num_hidden_layers
@@ -235,6 +237,14 @@ def device_map_part(args, torch, transformers) -> dict:
         dispatch(two, dm, torch)
         got = greedy(two, ids, new, torch).cpu()
         checks[f"split_tokens_equal_{backend}"] = bool(torch.equal(got, want))
+        if backend == "auto" and devs[-1] != "cpu":
+            # layers on cuda:1, called while cuda:0 is current, record their launches and
+            # replay them (softfp8.Linear makes its own device current for the call)
+            for index in (0, 1):
+                on = [m for m in two.modules() if isinstance(m, softfp8.Linear)
+                      and m.words.device.index == index]
+                kept = sum(bool(m.__dict__.get("_eager_calls")) for m in on)
+                checks[f"cuda{index}_layers_with_recorded_calls"] = f"{kept}/{len(on)}"
         del two
         fresh_memory(torch)
         if backend == "torch":
