@@ -207,9 +207,7 @@ class Linear(nn.Module):
                 y = kept.call.launch(x)
                 if y is not None:
                     return y
-        settled = self._settled(w, s, g)
-        packed = (self._validated(w, s, g) if settled else
-                  PackedWeight(fmt, (self.out_features, self.in_features), w, s, g))
+        packed, settled = self._validated(w, s, g)
         if settled and isinstance(x, torch.Tensor) and x.is_cuda and _plain_eager(x, w, s, g, bias):
             recorded = record_eager(x, packed, bias, backend, e2m1)
             if recorded is not None:
@@ -257,20 +255,24 @@ class Linear(nn.Module):
         state_dict load, so a call is recorded again against the new tensors."""
         self.__dict__.pop("_eager_calls", None)
 
-    def _validated(self, w, s, g) -> PackedWeight:
-        """`packed`, kept while every buffer is the same tensor with the same shape, dtype and
-        device (`.data =` changes those without a new tensor) and the format and features are
-        unchanged: validating costs 6 us a call, this check ~1.5. In-place writes of values need
-        no new check (they can't break the layout); load_state_dict checks what it copies in."""
+    def _validated(self, w, s, g) -> tuple[PackedWeight, bool]:
+        """(`packed`, whether its tensors are settled, `_settled`). Kept while every buffer is the
+        same tensor with the same shape, dtype and device (`.data =` changes those without a new
+        tensor) and the format and features are unchanged: validating costs 6 us a call, this
+        check ~1.5. In-place writes of values need no new check (they can't break the layout);
+        load_state_dict checks what it copies in. Only settled tensors are kept, so a kept one
+        is settled without asking."""
         stamp = (self._op_names[0], self.out_features, self.in_features) + tuple(
             None if t is None else (t.shape, t.dtype, t.device) for t in (w, s, g))
         kept = self.__dict__.get("_packed_kept")
         if (kept is not None and kept[0].words is w and kept[0].scales is s
                 and kept[0].global_scale is g and kept[1] == stamp):
-            return kept[0]
-        packed = self.packed
-        self.__dict__["_packed_kept"] = (packed, stamp)
-        return packed
+            return kept[0], True
+        packed = PackedWeight(self.fmt, (self.out_features, self.in_features), w, s, g)
+        settled = self._settled(w, s, g)
+        if settled:
+            self.__dict__["_packed_kept"] = (packed, stamp)
+        return packed, settled
 
     def selected_backend(self, m: int = 1) -> str:
         """The backend that will run a batch of `m` rows on this module's device, or why none."""
