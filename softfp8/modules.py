@@ -197,8 +197,8 @@ class Linear(nn.Module):
             # a model spread over GPUs (device_map) calls this layer on cuda:1 while cuda:0 is
             # current: its kernels launch on its own device and stream, and its recorded call
             # (made and replayed with its device current) replays
-            with torch.cuda.device(x.device):
-                return self.forward(x)
+            with torch.cuda.device(x.device):  # the class's forward: not a hook's wrapper
+                return type(self).forward(self, x)  # (accelerate's) set on the instance
         bias = self.bias
         calls = self.__dict__.get("_eager_calls")
         if calls is not None and type(x) is torch.Tensor:

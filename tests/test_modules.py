@@ -435,3 +435,47 @@ def test_quantize_model_keeps_a_layers_own_accelerate_hook_and_refuses_offloaded
     with pytest.raises(ValueError, match=r"model.layers.0.self_attn.q_proj: its weight is on the "
                                          r"meta device .* offload_buffers=True"):
         softfp8.quantize_model(offloaded, "e5m2", progress=False)
+
+
+class _OnCuda1(torch.Tensor):
+    """A CPU tensor that says it lies on cuda:1 (no GPU here): what a layer of a model spread
+    over two GPUs receives while cuda:0 is current."""
+
+    @property
+    def is_cuda(self):
+        return True
+
+    @property
+    def device(self):
+        return torch.device("cuda", 1)
+
+
+def test_a_layer_on_another_gpu_runs_with_its_device_current_and_its_hook_once(monkeypatch):
+    hooks = pytest.importorskip("accelerate.hooks")
+    from softfp8 import modules
+
+    current, seen, pre_forwards = [0], [], []
+
+    class Device:  # torch.cuda.device, as far as the layer uses it
+        def __init__(self, device):
+            self.index = torch.device(device).index
+
+        def __enter__(self):
+            self.prev, current[0] = current[0], self.index
+
+        def __exit__(self, *exc):
+            current[0] = self.prev
+
+    class Counting(hooks.ModelHook):
+        def pre_forward(self, module, *args, **kwargs):
+            pre_forwards.append(1)
+            return args, kwargs
+
+    monkeypatch.setattr(torch._C, "_cuda_getDevice", lambda: current[0], raising=False)
+    monkeypatch.setattr(torch.cuda, "device", Device)
+    monkeypatch.setattr(modules, "run_linear",
+                        lambda x, *args, **kwargs: seen.append(current[0]) or "y")
+    layer = softfp8.Linear.from_linear(make_linear(n=8, k=64), "e5m2", backend="torch")
+    hooks.add_hook_to_module(layer, Counting())  # forward wrapped on the instance
+    assert layer(torch.randn(1, 64).as_subclass(_OnCuda1)) == "y"
+    assert seen == [1] and current == [0] and pre_forwards == [1]
