@@ -20,6 +20,7 @@ import torch
 from torch import nn
 
 from . import dispatch
+from ._kept import _KeptCall, _TensorStamp
 from .dispatch import Backend, BackendUnavailable, E2M1Decode
 from .formats import SPECS, Format, PackedWeight, ScaleKind, padded_k
 from .ops import _plain_eager, record_eager, run_linear
@@ -68,32 +69,6 @@ class FormatTag:
 
     def __str__(self) -> str:
         return f"{self.fmt} ({self.out_features}, {self.in_features})"
-
-
-class _KeptCall:
-    """A recorded eager call of a Linear (`ops.record_eager`) and the tensors it was recorded
-    with: replayed while the layer holds the same tensors, unwritten (an in-place write may
-    change what the launch was planned on, e.g. that no E4M3 code is NaN)."""
-
-    __slots__ = ("call", "tensors", "versions")
-
-    def __init__(self, call, w, s, g, bias):
-        self.call = call
-        self.tensors = (w, s, g, bias)
-        self.versions = self._versions(w, s, g)
-
-    @staticmethod
-    def _versions(w, s, g) -> tuple:
-        try:
-            return (w._version, None if s is None else s._version,
-                    None if g is None else g._version)
-        except RuntimeError:  # inference tensors keep no version (`_facts.version_of`)
-            return None
-
-    def holds(self, w, s, g, bias) -> bool:
-        kw, ks, kg, kb = self.tensors
-        return (w is kw and s is ks and g is kg and bias is kb
-                and self._versions(w, s, g) == self.versions)
 
 
 def _op_names(fmt: Format | str, backend: Backend | str,
@@ -299,6 +274,13 @@ class Linear(nn.Module):
             # and its checks and the caches below guarded on every call
             return run_linear(x, w, s, g, fmt, self.out_features, self.in_features, self.bias,
                               backend, e2m1)
+        if (isinstance(x, torch.Tensor) and x.is_cuda
+                and x.device.index != torch._C._cuda_getDevice()):
+            # a model spread over GPUs (device_map) calls this layer on cuda:1 while cuda:0 is
+            # current: its kernels launch on its own device and stream, and its recorded call
+            # (made and replayed with its device current) replays
+            with torch.cuda.device(x.device):  # the class's forward: not a hook's wrapper
+                return type(self).forward(self, x)  # (accelerate's) set on the instance
         bias = self.bias
         calls = self.__dict__.get("_eager_calls")
         if calls is not None and type(x) is torch.Tensor:
@@ -307,8 +289,8 @@ class Linear(nn.Module):
                 y = kept.call.launch(x)
                 if y is not None:
                     return y
-        packed = self._validated(w, s, g)
-        if isinstance(x, torch.Tensor) and x.is_cuda and _plain_eager(x, w, s, g, bias):
+        packed, settled = self._validated(w, s, g)
+        if settled and isinstance(x, torch.Tensor) and x.is_cuda and _plain_eager(x, w, s, g, bias):
             recorded = record_eager(x, packed, bias, backend, e2m1)
             if recorded is not None:
                 y, call = recorded
@@ -321,30 +303,58 @@ class Linear(nn.Module):
                           backend, e2m1, packed=packed)
 
     def _prepare(self) -> None:
-        """The weight's facts, computed now rather than in a call (`_facts.prepare`)."""
+        """The weight's facts, computed now rather than in a call (`_facts.prepare`); its tensors
+        are this layer's settled ones (`_settled`)."""
         from .backends import _facts
 
-        _facts.prepare(self.packed)
+        packed = self.packed
+        self.__dict__["_settled_tensors"] = _TensorStamp(packed.words, packed.scales,
+                                                         packed.global_scale)
+        self.__dict__.pop("_seen_tensors", None)
+        _facts.prepare(packed)
+
+    def _settled(self, w, s, g) -> bool:
+        """Whether the layer may keep references to these tensors (`_packed_kept`, recorded
+        calls): they are the ones it was built, loaded or moved with, or the same at two calls
+        in a row. Why: accelerate's offload hooks put new tensors into the buffers before each
+        call and meta tensors after it, without `_apply`; a layer that kept the moved-in copy
+        would keep every offloaded weight on the GPU. Tensors that differ from call to call are
+        used and forgotten, with everything kept for the old ones."""
+        d = self.__dict__
+        settled, seen = d.get("_settled_tensors"), d.get("_seen_tensors")
+        if settled is not None and settled.holds(w, s, g):
+            return True
+        if seen is not None and seen.holds(w, s, g):
+            d["_settled_tensors"] = d.pop("_seen_tensors")
+            return True
+        d["_seen_tensors"] = _TensorStamp(w, s, g)
+        d.pop("_packed_kept", None)
+        self.forget_eager_calls()
+        return False
 
     def forget_eager_calls(self) -> None:
         """Drop the recorded eager calls (`_KeptCall`); done on every device or dtype move and
         state_dict load, so a call is recorded again against the new tensors."""
         self.__dict__.pop("_eager_calls", None)
 
-    def _validated(self, w, s, g) -> PackedWeight:
-        """`packed`, kept while every buffer is the same tensor with the same shape, dtype and
-        device (`.data =` changes those without a new tensor) and the format and features are
-        unchanged: validating costs 6 us a call, this check ~1.5. In-place writes of values need
-        no new check (they can't break the layout); load_state_dict checks what it copies in."""
+    def _validated(self, w, s, g) -> tuple[PackedWeight, bool]:
+        """(`packed`, whether its tensors are settled, `_settled`). Kept while every buffer is the
+        same tensor with the same shape, dtype and device (`.data =` changes those without a new
+        tensor) and the format and features are unchanged: validating costs 6 us a call, this
+        check ~1.5. In-place writes of values need no new check (they can't break the layout);
+        load_state_dict checks what it copies in. Only settled tensors are kept, so a kept one
+        is settled without asking."""
         stamp = (self._op_names[0], self.out_features, self.in_features) + tuple(
             None if t is None else (t.shape, t.dtype, t.device) for t in (w, s, g))
         kept = self.__dict__.get("_packed_kept")
         if (kept is not None and kept[0].words is w and kept[0].scales is s
                 and kept[0].global_scale is g and kept[1] == stamp):
-            return kept[0]
-        packed = self.packed
-        self.__dict__["_packed_kept"] = (packed, stamp)
-        return packed
+            return kept[0], True
+        packed = PackedWeight(self.fmt, (self.out_features, self.in_features), w, s, g)
+        settled = self._settled(w, s, g)
+        if settled:
+            self.__dict__["_packed_kept"] = (packed, stamp)
+        return packed, settled
 
     def selected_backend(self, m: int = 1) -> str:
         """The backend that will run a batch of `m` rows on this module's device, or why none."""
@@ -507,7 +517,12 @@ def quantize_model(model: nn.Module, fmt: Format | str = Format.E5M2, *, skip=No
 
     A transformers `PreTrainedModel` also gets softfp8's quantization config, so that its
     `save_pretrained` writes a checkpoint that `from_pretrained` loads back (after
-    `import softfp8`) instead of one that loads as random weights."""
+    `import softfp8`) instead of one that loads as random weights.
+
+    A model already placed with a device_map (accelerate's hooks) converts each layer on its
+    device and keeps a layer's own hook; an offloaded layer can't be converted (its weight is not
+    there): convert first, then dispatch with `offload_buffers=True` (the packed weights are
+    buffers, which accelerate otherwise keeps on the execution device)."""
     if not isinstance(model, nn.Module):
         raise TypeError(f"model: expected a torch.nn.Module, got {type(model).__name__}")
     fmt = Format.parse(fmt)
@@ -541,7 +556,18 @@ def quantize_model(model: nn.Module, fmt: Format | str = Format.E5M2, *, skip=No
             if should_skip(name, original):
                 skipped.append(name)
                 continue
+            if original.weight is not None and original.weight.device.type == "meta":
+                raise ValueError(
+                    f"{name}: its weight is on the meta device (not loaded, or offloaded by a "
+                    "device_map to the CPU or disk: accelerate moves it in per call); expected "
+                    "real values. Convert first, then place: quantize_model(model), then "
+                    "accelerate.dispatch_model(model, device_map, offload_buffers=True)")
             new = Linear.from_linear(original, fmt, backend=backend, e2m1=e2m1, **quantize_kwargs)
+            hook = getattr(original, "_hf_hook", None)
+            if hook is not None:  # a device_map entry of its own: its input must still move
+                from accelerate.hooks import add_hook_to_module
+
+                add_hook_to_module(new, hook)
             setattr(parent, child, new)
             original.weight = None  # released now even if something else holds the module
             del original, new

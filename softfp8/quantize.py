@@ -137,6 +137,11 @@ def _check_weight(weight: object) -> torch.Tensor:
                          f"got {weight.dim()}-D of shape {tuple(weight.shape)}")
     if weight.numel() == 0:
         raise ValueError(f"weight: expected a non-empty tensor, got shape {tuple(weight.shape)}")
+    if type(weight).__name__ == "DTensor":  # by name: torch.distributed may be absent
+        # its ops mix with the plain tensors quantize makes only by raising somewhere inside
+        raise TypeError("weight: is a DTensor (sharded by torch.distributed, e.g. transformers' "
+                        "tp_plan); expected a plain tensor. Convert the whole model first, "
+                        "then shard it with softfp8.tensor_parallel.parallelize")
     if weight.is_meta:
         # The policy checks (inf, E5M2 overflow) and the scales need values; meta has none.
         raise ValueError("weight: is on the meta device, which holds no values; expected a tensor "

@@ -100,6 +100,34 @@ def test_triton_that_flushes_gets_select(monkeypatch):
         assert "flushes denormals" in choice.e2m1_reason
 
 
+def test_mixed_gpus_are_probed_and_routed_per_device(monkeypatch):
+    """One machine, an RTX 3090 (8.6) and a P40 (6.1), as a device_map spreads a model over
+    them: each device has its own probe facts and its own (cached) choice, whichever is current."""
+    install(monkeypatch)
+    mock_gpus(monkeypatch, [(8, 6), (6, 1)])
+    facts = dict(CPU_FACTS)
+    for dev in ("cuda:0", "cuda:1"):
+        facts[(dev, "float8")] = Check.yes("mocked: float8 round trip exact")
+        facts[(dev, "scaled_mm")] = Check.no("mocked: needs FP8 hardware")
+        facts[(dev, "ftz_torch")] = Check.no("mocked: denormals survive")
+    facts[("cuda:0", "triton")] = Check.yes("mocked: launched")
+    facts[("cuda:0", "ftz_triton")] = Check.no("mocked: +0.5, -0.5")
+    report = capability.collect(facts=facts)
+    assert report.device("cuda:0").triton.is_yes and report.device("cuda:1").triton.is_no
+    current = [0]
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: current[0])
+    for fmt in Format:
+        for _ in range(2):  # the second round from the cache
+            ampere = select(fmt, 1, "cuda:0", report=report)
+            pascal = select(fmt, 1, "cuda:1", report=report)
+            assert ampere.backend is Backend.TRITON, (fmt, ampere.reason)
+            assert pascal.backend is Backend.TORCH and "6.1" in pascal.reason, (fmt, pascal.reason)
+        current[0] = 1  # "cuda" is the current device: the P40's choice
+        assert select(fmt, 1, "cuda", report=report).backend is Backend.TORCH
+        current[0] = 0
+        assert select(fmt, 1, "cuda", report=report).backend is Backend.TRITON
+
+
 def test_mps_routes_to_torch(monkeypatch):
     install(monkeypatch)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)

@@ -291,3 +291,22 @@ def test_gpu_e2e_step_keeps_the_other_rows_when_a_variant_fails(tmp_path, monkey
     r = json.loads(receipt.read_text())
     assert [row["variant"] for row in r["rows"]] == ["fp16", "nvfp4"]
     assert list(r["failed"]) == ["e5m2"] and "differ" in r["failed"]["e5m2"]
+
+
+@pytest.mark.slow  # builds six tiny models and generates with each: ~20 s of CPU, minutes here
+def test_multi_gpu_script_device_map_part_smoke_on_cpu(tmp_path, capsys):
+    """benchmarks/multi_gpu.py's device_map part (build, split, offload, checks, receipt) with
+    both "GPUs" the CPU; its tp part needs torchrun (run by hand: see the script's docstring)."""
+    import json
+
+    script = _load_script("multi_gpu")
+    receipt = tmp_path / "mg.json"
+    assert script.main(["--tiny", "--device", "cpu", "--part", "device-map", "--variants",
+                        "fp16,e4m3", "--short", "1", "--long", "3", "--repeats", "1",
+                        "--json", str(receipt)]) == 0
+    part = json.loads(receipt.read_text())["device_map"]
+    assert part["checks"]["split_tokens_equal_torch"] and part["checks"]["split_tokens_equal_auto"]
+    assert part["checks"]["offload_tokens_equal_torch"]
+    assert [r["variant"] for r in part["rows"]] == ["fp16", "e4m3"]
+    assert part["rows"][1]["backend"] == [softfp8.dispatch.select("e4m3", 1, "cpu").backend.value]
+    assert "## device_map over two GPUs" in capsys.readouterr().out

@@ -412,3 +412,169 @@ def test_constructor_keeps_fp32_scales_under_another_default_dtype():
     finally:
         torch.set_default_dtype(before)
     assert layer.global_scale.dtype == torch.float32 and row.scales.dtype == torch.float32
+
+
+# -- models placed with accelerate (device_map, CPU and disk offload) --------------------------
+
+def _tiny_llama():
+    transformers = pytest.importorskip("transformers")
+    config = transformers.LlamaConfig(
+        hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, vocab_size=256, max_position_embeddings=64,
+        tie_word_embeddings=False)
+    torch.manual_seed(0)
+    return transformers.LlamaForCausalLM(config).eval()
+
+
+GREEDY = dict(do_sample=False, pad_token_id=0, max_new_tokens=4)
+TINY_MAP = {"model.embed_tokens": "cpu", "model.rotary_emb": "cpu", "model.layers.0": "cpu",
+            "model.layers.1": "disk", "model.norm": "cpu", "lm_head": "cpu"}
+
+
+@pytest.fixture(scope="module")
+def tiny_converted():
+    """A tiny Llama converted to NVFP4 on backend auto (numba here) and to E4M3 on torch, each
+    with the tokens greedy generate() gives before any placement."""
+    ids = torch.randint(0, 256, (1, 5), generator=torch.Generator().manual_seed(1))
+    out = {}
+    for fmt, backend in ((Format.NVFP4, "auto"), (Format.E4M3, "torch")):
+        model = _tiny_llama()
+        softfp8.quantize_model(model, fmt, backend=backend, progress=False)
+        with torch.no_grad():
+            out[backend] = (model, model.generate(ids, **GREEDY))
+    return ids, out
+
+
+@pytest.mark.parametrize("backend", ["auto", "torch"])
+@pytest.mark.parametrize("placement", ["cpu_offload", "disk_offload", "device_map"])
+def test_accelerate_offload_generates_the_same_tokens_and_keeps_no_moved_in_weight(
+        tiny_converted, backend, placement, tmp_path, monkeypatch):
+    """Packed weights offloaded to RAM or disk and moved in by accelerate's hooks at each call:
+    the same tokens as the model never placed, and no layer keeps a moved-in copy after its call
+    (which, on a GPU, would keep every offloaded weight resident)."""
+    import copy
+
+    accelerate = pytest.importorskip("accelerate")
+    ids, models = tiny_converted
+    model, want = models[backend]
+    model = copy.deepcopy(model)
+    cpu = torch.device("cpu")
+    if placement == "cpu_offload":
+        accelerate.cpu_offload(model, execution_device=cpu, offload_buffers=True)
+    elif placement == "disk_offload":
+        accelerate.disk_offload(model, str(tmp_path), execution_device=cpu, offload_buffers=True)
+    else:
+        accelerate.dispatch_model(model, device_map=TINY_MAP, main_device="cpu",
+                                  offload_dir=str(tmp_path), offload_buffers=True)
+    down = model.model.layers[1].mlp.down_proj
+    assert down.words.device.type == "meta"  # offloaded between calls
+    # a move from RAM to a GPU makes new tensors at every call; a "move" from RAM to the CPU
+    # hands over the offloaded tensor itself: copy it, as the GPU would
+    import accelerate.hooks
+
+    move = accelerate.hooks.set_module_tensor_to_device
+
+    def move_as_to_another_device(module, name, device, value=None, **kwargs):
+        value = value.clone() if value is not None and value.device.type != "meta" else value
+        return move(module, name, device, value=value, **kwargs)
+
+    monkeypatch.setattr(accelerate.hooks, "set_module_tensor_to_device", move_as_to_another_device)
+    with torch.no_grad():
+        got = model.generate(ids, **GREEDY)
+    assert torch.equal(got, want)
+    assert down.words.device.type == "meta" and down.words.dtype == torch.int32
+    # what a layer keeps of a call's tensors (the validated layout, recorded launches) would hold
+    # the moved-in copy: nothing is kept for tensors that change at every call
+    layers = [m for m in model.modules() if isinstance(m, softfp8.Linear)
+              and m.words.device.type == "meta"]  # the offloaded ones (all, or layers.1's 7)
+    assert len(layers) == (7 if placement == "device_map" else 15)
+    kept = [name for m in layers for name in ("_packed_kept", "_eager_calls") if name in m.__dict__]
+    assert not kept
+
+
+def test_layer_settles_on_tensors_set_in_place_of_its_own():
+    """Buffers replaced without _apply (accelerate's set_module_tensor_to_device at dispatch):
+    used at once, kept from the second call that finds them again."""
+    set_module_tensor_to_device = pytest.importorskip("accelerate.utils").set_module_tensor_to_device
+
+    layer = softfp8.Linear.from_linear(make_linear(n=8, k=64), "mxfp4", backend="torch")
+    x = torch.randn(2, 64)
+    want = layer(x)
+    assert "_packed_kept" in layer.__dict__
+    for name in ("words", "scales", "bias"):
+        set_module_tensor_to_device(layer, name, "cpu", value=getattr(layer, name).clone())
+    assert torch.equal(layer(x), want) and "_packed_kept" not in layer.__dict__
+    assert torch.equal(layer(x), want) and layer.__dict__["_packed_kept"][0].words is layer.words
+
+
+def test_accelerate_dtype_cast_of_row_scales_is_an_error_not_a_wrong_result():
+    set_module_tensor_to_device = pytest.importorskip("accelerate.utils").set_module_tensor_to_device
+
+    layer = softfp8.Linear.from_linear(make_linear(n=8, k=64), "e4m3", backend="torch")
+    # load_checkpoint_in_model(dtype=float16) casts every floating tensor it sets, fp32 scales too
+    set_module_tensor_to_device(layer, "scales", "cpu", value=layer.scales.clone(),
+                                dtype=torch.float16)
+    with pytest.raises(ValueError, match=r"scales: expected a torch.float32 tensor of shape "
+                                         r"\(8,\), got torch.float16"):
+        layer(torch.randn(1, 64))
+
+
+def test_quantize_model_keeps_a_layers_own_accelerate_hook_and_refuses_offloaded_weights():
+    hooks = pytest.importorskip("accelerate.hooks")
+    model = _tiny_llama()
+    hook = hooks.AlignDevicesHook(execution_device="cpu", io_same_device=True)
+    hooks.add_hook_to_module(model.lm_head, hook)  # what device_map={..., "lm_head": 1} does
+    softfp8.quantize_model(model, "e5m2", backend="torch", progress=False)
+    assert isinstance(model.lm_head, softfp8.Linear) and model.lm_head._hf_hook is hook
+    assert model(torch.tensor([[1, 2, 3]])).logits.shape == (1, 3, 256)
+
+    offloaded = _tiny_llama()
+    hooks_mod = pytest.importorskip("accelerate")
+    hooks_mod.cpu_offload(offloaded, execution_device=torch.device("cpu"))
+    with pytest.raises(ValueError, match=r"model.layers.0.self_attn.q_proj: its weight is on the "
+                                         r"meta device .* offload_buffers=True"):
+        softfp8.quantize_model(offloaded, "e5m2", progress=False)
+
+
+class _OnCuda1(torch.Tensor):
+    """A CPU tensor that says it lies on cuda:1 (no GPU here): what a layer of a model spread
+    over two GPUs receives while cuda:0 is current."""
+
+    @property
+    def is_cuda(self):
+        return True
+
+    @property
+    def device(self):
+        return torch.device("cuda", 1)
+
+
+def test_a_layer_on_another_gpu_runs_with_its_device_current_and_its_hook_once(monkeypatch):
+    hooks = pytest.importorskip("accelerate.hooks")
+    from softfp8 import modules
+
+    current, seen, pre_forwards = [0], [], []
+
+    class Device:  # torch.cuda.device, as far as the layer uses it
+        def __init__(self, device):
+            self.index = torch.device(device).index
+
+        def __enter__(self):
+            self.prev, current[0] = current[0], self.index
+
+        def __exit__(self, *exc):
+            current[0] = self.prev
+
+    class Counting(hooks.ModelHook):
+        def pre_forward(self, module, *args, **kwargs):
+            pre_forwards.append(1)
+            return args, kwargs
+
+    monkeypatch.setattr(torch._C, "_cuda_getDevice", lambda: current[0], raising=False)
+    monkeypatch.setattr(torch.cuda, "device", Device)
+    monkeypatch.setattr(modules, "run_linear",
+                        lambda x, *args, **kwargs: seen.append(current[0]) or "y")
+    layer = softfp8.Linear.from_linear(make_linear(n=8, k=64), "e5m2", backend="torch")
+    hooks.add_hook_to_module(layer, Counting())  # forward wrapped on the instance
+    assert layer(torch.randn(1, 64).as_subclass(_OnCuda1)) == "y"
+    assert seen == [1] and current == [0] and pre_forwards == [1]

@@ -231,3 +231,28 @@ def test_help_of_softfp8_quantize_reaches_the_policy():
     shown = pydoc.render_doc(softfp8.quantize, renderer=pydoc.plaintext)
     for line in policy.strip().splitlines():
         assert line.strip() in shown, line
+
+
+def test_a_weight_sharded_as_a_dtensor_is_refused_clearly(monkeypatch):
+    """transformers' tp_plan loads nn.Linear weights as DTensors: quantizing one raised deep in
+    torch (mixed Tensor and DTensor); it names what to do instead."""
+    import socket
+
+    import torch.distributed as dist
+
+    if not dist.is_available() or not dist.is_gloo_available():
+        pytest.skip("torch.distributed with gloo is not available")
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Shard, distribute_tensor
+
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        monkeypatch.setenv("MASTER_PORT", str(sock.getsockname()[1]))
+    dist.init_process_group("gloo", rank=0, world_size=1)
+    try:
+        w = distribute_tensor(torch.randn(8, 64), init_device_mesh("cpu", (1,)), [Shard(0)])
+        with pytest.raises(TypeError, match=r"weight: is a DTensor .*tensor_parallel.parallelize"):
+            softfp8.quantize(w, Format.E4M3)
+    finally:
+        dist.destroy_process_group()
