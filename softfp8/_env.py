@@ -65,7 +65,7 @@ def _multiple_of_16(value: str) -> bool:
 
 
 SETTINGS: dict[str, Setting] = {s.name: s for s in (
-    Setting("SOFTFP8_BACKEND", ("auto", "native", "triton", "numba", "torch")),
+    Setting("SOFTFP8_BACKEND", ("auto", "native", "triton", "cuda", "numba", "torch")),
     Setting("SOFTFP8_E2M1_DECODE", ("auto", "inject", "select")),
     Setting("SOFTFP8_ACTIVATION_QUANT", ("allow", "forbid")),
     Setting("SOFTFP8_FP8_DECODE", ("auto", "integer", "hardware")),

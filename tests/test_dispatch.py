@@ -269,7 +269,7 @@ def test_unknown_values_list_the_valid_ones(monkeypatch, env, value, valid):
         select("e5m2", 1, "cpu")
 
 
-@pytest.mark.parametrize("env, value", [(dispatch.BACKEND_ENV, "cuda"),
+@pytest.mark.parametrize("env, value", [(dispatch.BACKEND_ENV, "gpu"),
                                         (dispatch.E2M1_DECODE_ENV, "fast"),
                                         (dispatch.ACTIVATION_QUANT_ENV, "maybe")])
 def test_an_invalid_setting_raises_where_an_argument_overrides_it(monkeypatch, env, value):
