@@ -18,6 +18,7 @@ for step in "$@"; do
     calls) python3 -m softfp8.bench calls --out "$OUT/calls.json" ;;
     eager) SOFTFP8_FP8_DECODE=integer python3 -m softfp8.bench generate --preset llama2-7b --modes eager --gpu-time --out "$OUT/gen-eager.json" ;;
     static) SOFTFP8_FP8_DECODE=integer python3 -m softfp8.bench generate --preset llama2-7b --modes static --gpu-time --out "$OUT/gen-static.json" ;;
+    static2) SOFTFP8_FP8_DECODE=integer python3 -m softfp8.bench generate --preset llama2-7b --modes static --formats e5m2,nvfp4 --gpu-time --out "$OUT/gen-static2.json" ;;
     eager8b) SOFTFP8_FP8_DECODE=integer python3 -m softfp8.bench generate --preset llama3-8b --modes eager --gpu-time --out "$OUT/gen-eager-8b.json" ;;
     static8b) SOFTFP8_FP8_DECODE=integer python3 -m softfp8.bench generate --preset llama3-8b --modes static --gpu-time --out "$OUT/gen-static-8b.json" ;;
     *) echo "unknown step $step" ;;
