@@ -2,11 +2,12 @@
 from .capability import CapabilityReport, probe
 from .dispatch import ActivationQuant, Backend, BackendUnavailable, E2M1Decode
 from .formats import Format, PackedWeight
+from .hub import from_pretrained
 from .linear import linear
 from .modules import Linear, QuantizeSummary, quantize_model
 from .quantize import dequantize, quantize
 
 __all__ = ["ActivationQuant", "Backend", "BackendUnavailable", "CapabilityReport", "E2M1Decode",
-           "Format", "Linear", "PackedWeight", "QuantizeSummary", "dequantize", "linear", "probe",
-           "quantize", "quantize_model"]
+           "Format", "Linear", "PackedWeight", "QuantizeSummary", "dequantize", "from_pretrained",
+           "linear", "probe", "quantize", "quantize_model"]
 __version__ = "0.1.0"
