@@ -24,12 +24,12 @@ E2M1 = torch.tensor([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0,
 
 
 def tiny_model(arch: str = "llama", *, seed: int = 0, hidden: int = 64, inter: int = 96,
-               layers: int = 2, tie: bool | None = None) -> nn.Module:
+               layers: int = 2, kv_heads: int = 2, tie: bool | None = None) -> nn.Module:
     """A float32 causal LM of `arch` with random weights: 2 layers, hidden 64 by default."""
     import transformers as tf
 
     common = dict(hidden_size=hidden, intermediate_size=inter, num_hidden_layers=layers,
-                  num_attention_heads=4, num_key_value_heads=2, vocab_size=160,
+                  num_attention_heads=4, num_key_value_heads=kv_heads, vocab_size=160,
                   max_position_embeddings=128)
     if tie is not None:
         common["tie_word_embeddings"] = tie
@@ -252,7 +252,7 @@ def nvfp4_tensors(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Te
     scale = (blocks.abs().amax(-1) / (6.0 * scale_2)).to(torch.float8_e4m3fn)
     per = scale.float() * scale_2
     x = blocks / torch.where(per > 0, per, 1.0)[..., None]
-    codes = (x.unsqueeze(-1) - E2M1[:8].abs()).abs().argmin(-1)  # nearest magnitude
+    codes = (x.abs().unsqueeze(-1) - E2M1[:8]).abs().argmin(-1)  # nearest magnitude (ties low)
     codes = (codes | (x < 0).to(torch.int64) << 3).view(n, k).to(torch.uint8)
     packed = codes[:, 0::2] | (codes[:, 1::2] << 4)
     return packed, scale, scale_2
