@@ -130,7 +130,7 @@ def write_compressed_tensors(model: nn.Module, folder: Path, preset: str,
             lo, hi = w.amin(), w.amax()
         elif args.strategy == QuantizationStrategy.BLOCK:
             bh, bw = args.block_structure
-            t = torch.zeros(-(-n // bh) * bh, -(-k // bw) * bw)
+            t = torch.zeros(-(-n // bh) * bh, -(-k // bw) * bw, device=w.device)
             t[:n, :k] = w
             t = t.view(t.shape[0] // bh, bh, t.shape[1] // bw, bw)
             lo, hi = t.amin((1, 3)), t.amax((1, 3))
@@ -252,7 +252,7 @@ def nvfp4_tensors(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Te
     scale = (blocks.abs().amax(-1) / (6.0 * scale_2)).to(torch.float8_e4m3fn)
     per = scale.float() * scale_2
     x = blocks / torch.where(per > 0, per, 1.0)[..., None]
-    codes = (x.abs().unsqueeze(-1) - E2M1[:8]).abs().argmin(-1)  # nearest magnitude (ties low)
+    codes = (x.abs().unsqueeze(-1) - E2M1[:8].to(w.device)).abs().argmin(-1)  # nearest magnitude (ties low)
     codes = (codes | (x < 0).to(torch.int64) << 3).view(n, k).to(torch.uint8)
     packed = codes[:, 0::2] | (codes[:, 1::2] << 4)
     return packed, scale, scale_2
@@ -269,7 +269,7 @@ def write_modelopt_nvfp4(model: nn.Module, folder: Path) -> tuple[Path, nn.Modul
         sd[f"{name}.input_scale"] = torch.tensor(0.01)
         codes = torch.stack((packed & 0xF, packed >> 4), -1).flatten(-2).long()
         n, k = codes.shape
-        deq[name] = (E2M1[codes].view(n, k // 16, 16)
+        deq[name] = (E2M1.to(codes.device)[codes].view(n, k // 16, 16)
                      * (scale.float() * scale_2)[..., None]).view(n, k)
     hf_quant = {"producer": {"name": "modelopt", "version": "0.29.0"},
                 "quantization": {"quant_algo": "NVFP4", "kv_cache_quant_algo": None,

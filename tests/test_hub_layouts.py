@@ -21,8 +21,12 @@ from softfp8 import Format
 from softfp8.hub import CheckpointError, Layout
 from softfp8.quantize import unpack_codes
 
-ct = pytest.importorskip("compressed_tensors")
-
+try:
+    import compressed_tensors  # noqa: F401  the producer of its layouts, where it installs
+    HAVE_CT = True
+except ImportError:
+    HAVE_CT = False
+needs_ct = pytest.mark.skipif(not HAVE_CT, reason="needs compressed-tensors")
 needs_b128 = pytest.mark.skipif(not hasattr(Format, "E4M3_B128"),
                                 reason="needs the e4m3_b128 format")
 PROMPT = torch.tensor([[3, 17, 42, 99, 7, 120, 64, 5]])
@@ -56,6 +60,7 @@ def assert_codes_copied(model, folder, names, fmt, weight_key="weight"):
 
 # -- compressed-tensors, by compressed-tensors -----------------------------------------------
 
+@needs_ct
 @pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3", "mistral", "gemma"])
 def test_ct_fp8_channel_every_arch(arch, tmp_path):
     model = tiny_model(arch)
@@ -72,6 +77,7 @@ def test_ct_fp8_channel_every_arch(arch, tmp_path):
     assert_same_model(compressed_tensors_reference(folder), q)
 
 
+@needs_ct
 def test_ct_fp8_tensor_scales_differ_per_projection_and_stay_exact(tmp_path):
     # A tensor scale becomes every row's scale; q, k and v, which a fused kernel would put in
     # one matrix, each keep their own scale (they load as separate layers), exactly.
@@ -90,6 +96,7 @@ def test_ct_fp8_tensor_scales_differ_per_projection_and_stay_exact(tmp_path):
     assert_same_model(compressed_tensors_reference(folder), q)
 
 
+@needs_ct
 @pytest.mark.parametrize("arch", ["llama", "qwen3"])
 @pytest.mark.parametrize("preset,fmt", [("NVFP4A16", Format.NVFP4), ("MXFP4A16", Format.MXFP4)])
 def test_ct_fp4(arch, preset, fmt, tmp_path):
@@ -108,6 +115,7 @@ def test_ct_fp4(arch, preset, fmt, tmp_path):
     assert_same_model(compressed_tensors_reference(folder), q)
 
 
+@needs_ct
 @needs_b128
 def test_ct_fp8_block(tmp_path):
     model = tiny_model("llama", hidden=128, inter=320)  # 320: a partial tile along both axes
@@ -121,6 +129,7 @@ def test_ct_fp8_block(tmp_path):
     assert_same_model(compressed_tensors_reference(folder), q)
 
 
+@needs_ct
 def test_fp4_nibble_order_low_nibble_is_the_even_element(tmp_path):
     # Not assumed: a weight whose even and odd elements differ goes through compressed-tensors'
     # packer, and the loaded layer must decode element k to the value written at k.
@@ -191,6 +200,7 @@ def test_modelopt_nvfp4(arch, tmp_path):
     assert_same_model(ref, q)
 
 
+@needs_ct
 def test_modelopt_writer_agrees_with_compressed_tensors_converter():
     # The writer's layout (nibble order, weight_scale_2 a multiplier) as compressed-tensors'
     # ModelOpt converter reads it: converted and decompressed by compressed-tensors, the
@@ -221,6 +231,7 @@ def test_modelopt_writer_agrees_with_compressed_tensors_converter():
 
 # -- skip and the checkpoint's own unquantized layers -----------------------------------------
 
+@needs_ct
 def test_skipping_a_packed_layer_decodes_it_exactly(tmp_path):
     model = tiny_model("llama")
     folder = write_compressed_tensors(model, tmp_path / "ct", "FP8_DYNAMIC")
@@ -233,6 +244,7 @@ def test_skipping_a_packed_layer_decodes_it_exactly(tmp_path):
         assert torch.equal(lin.weight, softfp8.dequantize(packed.get_submodule(name).packed))
 
 
+@needs_ct
 def test_fmt_quantizes_what_the_checkpoint_left_unquantized(tmp_path):
     model = tiny_model("llama")
     folder = write_compressed_tensors(model, tmp_path / "ct", "FP8_DYNAMIC")
@@ -280,6 +292,7 @@ def test_unknown_settings_name_file_found_and_supported(fbgemm_folder, tmp_path,
     assert str(folder / "config.json") in str(err.value)
 
 
+@needs_ct
 @pytest.mark.parametrize("group_change,match", [
     ({"weights": {"type": "int", "num_bits": 8, "strategy": "channel", "symmetric": True}},
      r"weights type='int', num_bits=8, strategy='channel'.*; supported: compressed-tensors"),
@@ -298,6 +311,7 @@ def test_compressed_tensors_unsupported_scheme(tmp_path, group_change, match):
         load(folder)
 
 
+@needs_ct
 @pytest.mark.parametrize("changes,match", [
     (dict(quantization_status="frozen"), r"quantization_status is 'frozen'; supported: "),
     (dict(transform_config={"config_groups": {"u": {"type": "hadamard"}}}),

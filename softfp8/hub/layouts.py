@@ -298,7 +298,8 @@ class _Checker:
                 f"{self.files.get(key, '?')}: tensor {self.name}.{key}: found {t.dtype} of shape "
                 f"{tuple(t.shape)}; supported: {' or '.join(map(str, dtypes))} of shape {want} "
                 "for this layer and the config's layout")
-        return t.to(device)
+        # A copy, never a view of the file's mapping (see loader._own).
+        return t.to(device, copy=True)
 
 
 _FLOAT_SCALES = (torch.float32, torch.bfloat16, torch.float16)  # all widen to fp32 exactly

@@ -4,13 +4,12 @@ The model is built with its parameters on the meta device and its buffers real (
 accelerate's ``init_empty_weights(include_buffers=False)`` does, so rotary tables come out as
 transformers computes them); then the safetensors shards are read one tensor at a time and each
 linear is packed as soon as its tensors are in. Peak memory is the packed model plus one layer's
-full-precision weight on the device, plus the shard being read on the host.
+full-precision weight on the device (and, where it is quantized, float32 temporaries of a
+sixteenth of it), plus the shard being read on the host.
 """
 from __future__ import annotations
 
-import contextlib
 import enum
-import json
 import re
 import time
 from dataclasses import dataclass, field
@@ -21,10 +20,12 @@ from torch import nn
 
 from ..dispatch import Backend
 from ..formats import Format, PackedWeight
-from ..modules import Linear, _skip_predicate
+from ..modules import Linear
 from ..quantize import dequantize, quantize
 from . import layouts
 from .layouts import CheckpointError, CheckpointScheme, Layout
+from .resolve import (checked_skip, few, meta_parameters, read_json, resolve_device, resolve_dtype,
+                      resolve_folder, shard_files, tied_keys)
 
 
 class Mode(str, enum.Enum):
@@ -106,11 +107,11 @@ def from_pretrained(name_or_path: str | Path, fmt: Format | str | None = None, *
 
     fmt = None if fmt is None else Format.parse(fmt)
     backend = Backend.parse(backend, arg="backend")
-    device = _resolve_device(device_map)
+    device = resolve_device(device_map)
     download = {k: hf_kwargs.pop(k) for k in ("revision", "token", "cache_dir", "local_files_only")
                 if k in hf_kwargs}
-    folder = _resolve_folder(name_or_path, download)
-    config_doc = _read_json(folder / "config.json")
+    folder = resolve_folder(name_or_path, download)
+    config_doc = read_json(folder / "config.json")
     scheme = layouts.detect(folder, config_doc)
     if scheme.layout is Layout.DENSE and fmt is None:
         raise ValueError(f"fmt: None, but {folder} holds a full-precision checkpoint (no "
@@ -123,13 +124,15 @@ def from_pretrained(name_or_path: str | Path, fmt: Format | str | None = None, *
         # The skeleton must be plain nn.Linears: transformers would otherwise build its own
         # quantized modules (or refuse, without the GPU they need).
         del config.quantization_config
-    dtype = _resolve_dtype(dtype, config)
-    with _meta_parameters():
+    dtype = resolve_dtype(dtype, config)
+    with meta_parameters():
         model = auto_class.from_config(config, dtype=dtype, **hf_kwargs)
     model.eval()
     load = _Load(model, scheme, fmt, skip, dtype, device, backend, folder)
-    load.run(_shard_files(folder))
+    load.run(shard_files(folder))
     model.to(device)  # the real buffers (rotary tables), built on the host
+    if (folder / "generation_config.json").is_file():  # as transformers' from_pretrained does
+        model.generation_config = transformers.GenerationConfig.from_pretrained(folder)
     model.softfp8_load_report = LoadReport(
         str(folder), scheme.layout, fmt, tuple(load.done[KEEP_PACKED]),
         tuple(load.done[QUANTIZE]), tuple(load.done[DENSE]), tuple(load.ignored), scheme.notes,
@@ -148,9 +151,9 @@ class _Load:
         self.ignored: list[str] = []
         self.bytes_read = 0
         self.done: dict[Mode, list[str]] = {mode: [] for mode in Mode}
-        self.tied = _tied_keys(model)  # {"lm_head.weight": "model.embed_tokens.weight"}
+        self.tied = tied_keys(model)  # {"lm_head.weight": "model.embed_tokens.weight"}
         self.prefix = getattr(model, "base_model_prefix", "") or ""
-        should_skip = _checked_skip(skip, model)
+        should_skip = checked_skip(skip, model)
         self.jobs: dict[str, _Job] = {}
         for name, module in model.named_modules():
             if not isinstance(module, nn.Linear):
@@ -192,7 +195,7 @@ class _Load:
             self._fail(missing, unexpected)
         still_meta = [n for n, p in self.model.named_parameters() if p.is_meta]
         if still_meta:
-            raise CheckpointError(f"{self.folder}: no tensor for {_few(still_meta)}; expected "
+            raise CheckpointError(f"{self.folder}: no tensor for {few(still_meta)}; expected "
                                   "every parameter of the model in the checkpoint")
 
     def _take(self, key: str, f, path: Path, unexpected: list[str]) -> None:
@@ -222,7 +225,7 @@ class _Load:
                                       f"expected {tuple(buf.shape)} for buffer {name}")
             buf.copy_(t)
             return
-        if any(p.search(name) for p in self.ignore_unexpected):
+        if any(p.search(name) for p in self.ignore_unexpected) or self._head_of_task_model(key):
             self.ignored.append(key)
             return
         unexpected.append(f"{key} ({path.name}, {f.get_slice(key).get_dtype()})")
@@ -235,6 +238,12 @@ class _Load:
             return key[len(self.prefix) + 1:]
         return f"{self.prefix}.{key}"
 
+    def _head_of_task_model(self, key: str) -> bool:
+        # A base model (AutoModel) loaded from a task checkpoint has no place for the task's
+        # head (lm_head, score): transformers drops those tensors too.
+        return bool(self.prefix) and not hasattr(self.model, self.prefix) and not key.startswith(
+            self.prefix + ".")
+
     def _set_param(self, name: str, t: torch.Tensor, path) -> None:
         module_name, _, attr = name.rpartition(".")
         module = self.model.get_submodule(module_name)
@@ -245,7 +254,7 @@ class _Load:
         if t.dtype not in (torch.float32, torch.float16, torch.bfloat16):
             raise CheckpointError(f"{path}: tensor {name}: found {t.dtype}; expected float32, "
                                   "float16 or bfloat16 for a layer the config leaves unquantized")
-        module._parameters[attr] = nn.Parameter(t.to(self.device, self.dtype),
+        module._parameters[attr] = nn.Parameter(_own(t, self.device, self.dtype),
                                                 requires_grad=old.requires_grad)
 
     def _linear(self, name: str, job: _Job) -> None:
@@ -272,13 +281,13 @@ class _Load:
             if job.tied:
                 module.weight = weight  # the very Parameter, as transformers ties it
             else:
-                w = dequantize(packed, self.dtype) if packed is not None else weight.to(
-                    self.device, self.dtype)
+                w = (dequantize(packed, self.dtype) if packed is not None
+                     else _own(weight, self.device, self.dtype))
                 module.weight = nn.Parameter(w, requires_grad=False)
             module.bias = None if bias is None else nn.Parameter(bias, requires_grad=False)
         else:
             if job.mode is QUANTIZE:
-                packed = quantize(weight.detach().to(self.device), self.fmt)
+                packed = _quantize_by_rows(weight.detach().to(self.device), self.fmt)
             setattr(parent, child, Linear.from_packed(packed, bias, backend=self.backend))
         job.done = True
         self.done[job.mode].append(name)
@@ -288,7 +297,7 @@ class _Load:
                                                            torch.bfloat16):
             raise CheckpointError(f"{path}: tensor {name}.bias: found {bias.dtype} of shape "
                                   f"{tuple(bias.shape)}; expected a float tensor of shape ({n},)")
-        return bias.to(self.device, self.dtype)
+        return _own(bias, self.device, self.dtype)
 
     def _check_dense_weight(self, name, w, shape, path) -> None:
         if tuple(w.shape) != shape or w.dtype not in (torch.float32, torch.float16, torch.bfloat16):
@@ -306,7 +315,7 @@ class _Load:
         if len(missing) > 8:
             lines.append(f"and {len(missing) - 8} more linears")
         if unexpected:
-            lines.append(f"tensors the model has no place for: {_few(unexpected)}")
+            lines.append(f"tensors the model has no place for: {few(unexpected)}")
         expect = (f"a {self.scheme.layout} checkpoint stores "
                   f"{list(self.scheme.tensors)} per quantized linear"
                   if self.scheme.layout is not Layout.DENSE else "a full-precision checkpoint")
@@ -315,130 +324,36 @@ class _Load:
                               f". Expected: {expect}; supported: {layouts.SUPPORTED}")
 
 
-def _few(items: list[str], n: int = 8) -> str:
-    shown = ", ".join(items[:n])
-    return shown + (f" and {len(items) - n} more" if len(items) > n else "")
+def _quantize_by_rows(w: torch.Tensor, fmt: Format) -> PackedWeight:
+    """`quantize(w, fmt)`, bit for bit, a sixteenth of the rows at a time: quantize's float32
+    temporaries take ~14x the weight's float32 size, which would dwarf the one weight the load
+    may hold. Rows are independent in every format but NVFP4, whose tensor scale comes from the
+    whole weight's largest finite magnitude: each NVFP4 slice gets one extra row holding that
+    value, so that its tensor scale is the whole weight's, and the row is dropped after."""
+    fmt = Format.parse(fmt)
+    n, k = w.shape
+    step = -(-n // _ROW_CHUNKS)
+    if step == n:
+        return quantize(w, fmt)
+    slices = [w[i:i + step] for i in range(0, n, step)]
+    if fmt is Format.NVFP4:
+        amax = max(torch.where(torch.isfinite(s), s.abs(), 0).amax() for s in slices)
+        extra = torch.zeros(1, k, dtype=w.dtype, device=w.device)
+        extra[0, 0] = amax  # a value of w itself: exact in its dtype
+        parts = [quantize(torch.cat([s, extra]), fmt) for s in slices]
+        words = torch.cat([p.words[:-1] for p in parts])
+        scales = torch.cat([p.scales[:-1] for p in parts])
+        return PackedWeight(fmt, (n, k), words, scales, parts[0].global_scale)
+    parts = [quantize(s, fmt) for s in slices]
+    scales = None if parts[0].scales is None else torch.cat([p.scales for p in parts])
+    return PackedWeight(fmt, (n, k), torch.cat([p.words for p in parts]), scales)
 
 
-# -- helpers ---------------------------------------------------------------------------------
-
-@contextlib.contextmanager
-def _meta_parameters():
-    """Parameters made on the meta device, buffers real: accelerate's
-    ``init_empty_weights(include_buffers=False)``, without the dependency."""
-    register = nn.Module.register_parameter
-
-    def on_meta(module, name, param):
-        register(module, name, param)
-        if param is not None:
-            p = module._parameters[name]
-            kwargs = p.__dict__.copy()
-            kwargs["requires_grad"] = p.requires_grad
-            module._parameters[name] = type(p)(p.to("meta"), **kwargs)
-
-    nn.Module.register_parameter = on_meta
-    try:
-        yield
-    finally:
-        nn.Module.register_parameter = register
+_ROW_CHUNKS = 16
 
 
-def _tied_keys(model: nn.Module) -> dict[str, str]:
-    keys = getattr(model, "all_tied_weights_keys", None)
-    if keys is None and hasattr(model, "get_expanded_tied_weights_keys"):
-        keys = model.get_expanded_tied_weights_keys(all_submodels=True)
-    return dict(keys or {})
-
-
-def _checked_skip(skip, model: nn.Module):
-    predicate = _skip_predicate(skip)
-    if skip is None or callable(skip):
-        return predicate
-    patterns = (skip,) if isinstance(skip, str) else tuple(skip)
-    linears = [(n, m) for n, m in model.named_modules() if isinstance(m, nn.Linear)]
-    for p in patterns:
-        if not any(_skip_predicate(p)(n, m) for n, m in linears):
-            raise ValueError(f"skip: {p!r} matches no linear of the model; expected names or "
-                             f"globs such as {[n for n, _ in linears[:3]] + ['lm_head']}")
-    return predicate
-
-
-def _resolve_device(device_map) -> torch.device:
-    if device_map is None:
-        return torch.device("cpu")
-    if isinstance(device_map, dict):
-        devices = {str(_resolve_device(d)) for d in device_map.values()}
-        if len(devices) != 1:
-            raise ValueError(f"device_map: maps modules to {sorted(devices)}; supported: one "
-                             "device for the whole model")
-        return torch.device(devices.pop())
-    if isinstance(device_map, bool) or not isinstance(device_map, (str, int, torch.device)):
-        raise TypeError(f"device_map: expected None, 'cpu', 'cuda', a device, an index or a dict, "
-                        f"got {device_map!r}")
-    try:
-        device = torch.device(device_map)
-    except RuntimeError as err:
-        raise ValueError(f"device_map: {device_map!r} is not a device ({err}); expected None, "
-                         "'cpu', 'cuda', 'cuda:N', an index or a dict") from None
-    if device.type == "cuda" and device.index is None:
-        device = torch.device("cuda", torch.cuda.current_device() if torch.cuda.is_available() else 0)
-    return device
-
-
-def _resolve_dtype(dtype, config) -> torch.dtype:
-    if dtype is None or dtype == "auto":
-        dtype = getattr(config, "dtype", None) or getattr(config, "torch_dtype", None)
-        if isinstance(dtype, str):
-            dtype = getattr(torch, dtype, None)
-        if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point or dtype.itemsize < 2:
-            dtype = torch.float32
-        return dtype
-    if not isinstance(dtype, torch.dtype) or dtype not in (torch.float32, torch.float16,
-                                                           torch.bfloat16):
-        raise TypeError(f"dtype: expected torch.float32, torch.float16 or torch.bfloat16, got "
-                        f"{dtype!r}")
-    return dtype
-
-
-def _resolve_folder(name_or_path, download: dict) -> Path:
-    path = Path(name_or_path)
-    if path.is_dir():
-        return path
-    if path.exists():
-        raise ValueError(f"name_or_path: {path} is a file; expected a model folder or a Hub id")
-    try:
-        from huggingface_hub import snapshot_download
-    except ImportError:
-        raise ValueError(f"name_or_path: {name_or_path!r} is not a folder, and huggingface_hub "
-                         "(needed to download a Hub id) is not installed") from None
-    try:
-        return Path(snapshot_download(str(name_or_path),
-                                      allow_patterns=["*.json", "*.safetensors", "*.model",
-                                                      "*.txt", "*.py"], **download))
-    except Exception as err:  # offline, unknown id, gated repo: all the same to the caller
-        raise ValueError(f"name_or_path: {name_or_path!r} is not a local folder and could not be "
-                         f"downloaded from the Hub ({type(err).__name__}: {err}); expected a "
-                         "folder with config.json and *.safetensors, or a reachable Hub id") from None
-
-
-def _read_json(path: Path) -> dict:
-    if not path.is_file():
-        raise CheckpointError(f"{path}: not found; expected a transformers model folder")
-    return json.loads(path.read_text())
-
-
-def _shard_files(folder: Path) -> list[Path]:
-    index = folder / "model.safetensors.index.json"
-    if index.is_file():
-        names = sorted(set(_read_json(index).get("weight_map", {}).values()))
-        files = [folder / n for n in names]
-        lacking = [str(f) for f in files if not f.is_file()]
-        if lacking:
-            raise CheckpointError(f"{index}: names shards that are not there: {_few(lacking)}")
-        return files
-    single = folder / "model.safetensors"
-    if single.is_file():
-        return [single]
-    found = sorted(p.name for p in folder.iterdir())
-    raise CheckpointError(f"{folder}: no model.safetensors or model.safetensors.index.json "
-                          f"(found {_few(found)}); supported: safetensors checkpoints")
+def _own(t: torch.Tensor, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+    """`t` on `device` in `dtype`, in memory of its own. A tensor read from a safetensors file
+    is a view of the file's mapping, and one such view kept in the model would keep the whole
+    shard mapped: host memory would grow by every shard read, not one."""
+    return t.to(device, dtype, copy=True)
