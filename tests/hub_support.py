@@ -252,7 +252,8 @@ def nvfp4_tensors(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Te
     scale = (blocks.abs().amax(-1) / (6.0 * scale_2)).to(torch.float8_e4m3fn)
     per = scale.float() * scale_2
     x = blocks / torch.where(per > 0, per, 1.0)[..., None]
-    codes = (x.abs().unsqueeze(-1) - E2M1[:8].to(w.device)).abs().argmin(-1)  # nearest magnitude (ties low)
+    # nearest magnitude (a tie goes to the lower code, not to even: fine for a test writer)
+    codes = (x.abs().unsqueeze(-1) - E2M1[:8].to(w.device)).abs().argmin(-1)
     codes = (codes | (x < 0).to(torch.int64) << 3).view(n, k).to(torch.uint8)
     packed = codes[:, 0::2] | (codes[:, 1::2] << 4)
     return packed, scale, scale_2

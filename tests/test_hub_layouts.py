@@ -357,7 +357,8 @@ def test_full_precision_weight_where_the_config_says_quantized(fbgemm_folder, tm
 def test_quantized_weight_where_the_config_says_unquantized(fbgemm_folder, tmp_path):
     folder = copy_of(fbgemm_folder, tmp_path)
     edit_config(folder, modules_to_not_convert=["model.layers.0.mlp"])
-    with pytest.raises(CheckpointError, match=r"layers.0.mlp.\w+_proj.weight: found torch.float8_e4m3fn .*"
+    with pytest.raises(CheckpointError, match=r"layers.0.mlp.\w+_proj.weight: found "
+                                              r"torch.float8_e4m3fn .*"
                                               r"leaves this layer unquantized"):
         load(folder)
 
@@ -378,3 +379,18 @@ def test_block_checkpoint_without_the_block_format_says_so(tmp_path):
                                       tmp_path / "fg")
     with pytest.raises(CheckpointError, match=r"fp8 block checkpoint needs softfp8's e4m3_b128"):
         load(folder)
+
+
+def test_modules_to_not_convert_stay_in_full_precision(tmp_path):
+    model = tiny_model("llama")
+    folder, _ = write_fbgemm_fp8(model, tmp_path / "fb")
+    name = "model.layers.1.mlp.down_proj"
+    weight = model.get_submodule(name).weight.detach().clone()
+    edit_config(folder, modules_to_not_convert=[name])
+    edit_tensors(folder, lambda sd: (sd.pop(f"{name}.weight_scale"),
+                                     sd.update({f"{name}.weight": weight})))
+    q = load(folder)
+    assert type(q.get_submodule(name)) is torch.nn.Linear
+    assert torch.equal(q.get_submodule(name).weight, weight)
+    assert name in q.softfp8_load_report.dense
+    assert isinstance(q.get_submodule("model.layers.1.mlp.up_proj"), softfp8.Linear)

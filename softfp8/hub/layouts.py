@@ -45,17 +45,20 @@ class Layout(str, enum.Enum):
     CT_FP8_BLOCK = "compressed-tensors fp8 block"
     """compressed-tensors strategy block [128, 128]: e4m3 ``weight``, ``weight_scale`` per tile."""
     CT_NVFP4 = "compressed-tensors nvfp4"
-    """nvfp4-pack-quantized: ``weight_packed``, e4m3 ``weight_scale``, ``weight_global_scale`` (1/g)."""
+    """nvfp4-pack-quantized: ``weight_packed``, e4m3 ``weight_scale``, ``weight_global_scale``
+    (the reciprocal of a tensor scale)."""
     CT_MXFP4 = "compressed-tensors mxfp4"
     """mxfp4-pack-quantized: ``weight_packed``, uint8 E8M0 ``weight_scale`` per 32."""
     FBGEMM_FP8 = "fbgemm_fp8"
     """transformers' fbgemm_fp8: e4m3 ``weight``, fp32 ``weight_scale`` [out, 1]."""
     HF_FP8 = "fp8"
-    """transformers' fine-grained fp8 without blocks: e4m3 ``weight``, scalar ``weight_scale_inv``."""
+    """transformers' fine-grained fp8 without blocks: e4m3 ``weight``, one ``weight_scale_inv``."""
     HF_FP8_BLOCK = "fp8 block"
-    """transformers' fine-grained fp8, weight_block_size [128, 128]: ``weight_scale_inv`` per tile."""
+    """transformers' fine-grained fp8, weight_block_size [128, 128]: a ``weight_scale_inv`` per
+    tile (a multiplier, despite its name)."""
     MODELOPT_NVFP4 = "modelopt nvfp4"
-    """ModelOpt NVFP4: uint8 ``weight`` [out, in/2], e4m3 ``weight_scale``, fp32 ``weight_scale_2``."""
+    """ModelOpt NVFP4: uint8 ``weight`` [out, in/2], e4m3 ``weight_scale``, fp32
+    ``weight_scale_2``."""
 
     def __str__(self) -> str:
         return self.value
@@ -152,7 +155,8 @@ def detect(folder: Path, config: dict) -> CheckpointScheme:
         except ValueError:
             raise CheckpointError(f"{scheme.source}: a {scheme.layout} checkpoint needs softfp8's "
                                   f"{_FORMATS[scheme.layout]} format, which this softfp8 lacks; "
-                                  "supported here: per-row and per-tensor FP8, NVFP4, MXFP4") from None
+                                  "supported here: per-row and per-tensor FP8, NVFP4, "
+                                  "MXFP4") from None
     return scheme
 
 

@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from ..dispatch import Backend
-from ..formats import Format, PackedWeight
+from ..formats import SPECS, Format, PackedWeight
 from ..modules import Linear
 from ..quantize import dequantize, quantize
 from . import layouts
@@ -327,12 +327,14 @@ class _Load:
 def _quantize_by_rows(w: torch.Tensor, fmt: Format) -> PackedWeight:
     """`quantize(w, fmt)`, bit for bit, a sixteenth of the rows at a time: quantize's float32
     temporaries take ~14x the weight's float32 size, which would dwarf the one weight the load
-    may hold. Rows are independent in every format but NVFP4, whose tensor scale comes from the
+    may hold. Slices keep whole tiles of a format that scales tiles of rows. Rows are otherwise
+    independent in every format but NVFP4, whose tensor scale comes from the
     whole weight's largest finite magnitude: each NVFP4 slice gets one extra row holding that
     value, so that its tensor scale is the whole weight's, and the row is dropped after."""
     fmt = Format.parse(fmt)
     n, k = w.shape
-    step = -(-n // _ROW_CHUNKS)
+    tile = getattr(SPECS[fmt], "block_n", None) or 1  # rows that share a scale stay together
+    step = -(-n // (_ROW_CHUNKS * tile)) * tile
     if step == n:
         return quantize(w, fmt)
     slices = [w[i:i + step] for i in range(0, n, step)]

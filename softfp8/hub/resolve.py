@@ -72,7 +72,8 @@ def resolve_device(device_map) -> torch.device:
         raise ValueError(f"device_map: {device_map!r} is not a device ({err}); expected None, "
                          "'cpu', 'cuda', 'cuda:N', an index or a dict") from None
     if device.type == "cuda" and device.index is None:
-        device = torch.device("cuda", torch.cuda.current_device() if torch.cuda.is_available() else 0)
+        index = torch.cuda.current_device() if torch.cuda.is_available() else 0
+        device = torch.device("cuda", index)
     return device
 
 
@@ -109,7 +110,8 @@ def resolve_folder(name_or_path, download: dict) -> Path:
     except Exception as err:  # offline, unknown id, gated repo: all the same to the caller
         raise ValueError(f"name_or_path: {name_or_path!r} is not a local folder and could not be "
                          f"downloaded from the Hub ({type(err).__name__}: {err}); expected a "
-                         "folder with config.json and *.safetensors, or a reachable Hub id") from None
+                         "folder with config.json and *.safetensors, or a reachable "
+                         "Hub id") from None
 
 
 def read_json(path: Path) -> dict:
