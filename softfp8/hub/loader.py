@@ -326,8 +326,8 @@ class _Load:
 
 def _quantize_by_rows(w: torch.Tensor, fmt: Format) -> PackedWeight:
     """`quantize(w, fmt)`, bit for bit, a sixteenth of the rows at a time: quantize's float32
-    temporaries take ~14x the weight's float32 size, which would dwarf the one weight the load
-    may hold. Slices keep whole tiles of a format that scales tiles of rows. Rows are otherwise
+    temporaries take several times the weight's float32 size, which would dwarf the one weight
+    the load may hold. Slices keep whole tiles of a format that scales tiles of rows. Rows are otherwise
     independent in every format but NVFP4, whose tensor scale comes from the
     whole weight's largest finite magnitude: each NVFP4 slice gets one extra row holding that
     value, so that its tensor scale is the whole weight's, and the row is dropped after."""
