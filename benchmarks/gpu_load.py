@@ -77,9 +77,15 @@ def write_all(model, root: Path, layouts: list[str]) -> dict[str, Path]:
             why[name] = "this softfp8 has no e4m3_b128 format"
             continue
         t0 = time.perf_counter()
-        with torch.no_grad():
-            folders[name] = writers[name](root / name)
-        gc.collect()
+        try:
+            with torch.no_grad():
+                folders[name] = writers[name](root / name)
+        except Exception as err:  # one writer failing here leaves the other layouts to run
+            why[name] = f"writer failed: {type(err).__name__}: {str(err)[:200]}"
+            traceback.print_exc(limit=3)
+            continue
+        finally:
+            gc.collect()
         print(f"wrote {name} in {time.perf_counter() - t0:.1f} s", flush=True)
     return folders, why
 
@@ -169,7 +175,16 @@ def main() -> None:
     if device.startswith("cuda"):
         torch.cuda.empty_cache()
 
-    results = []
+    out_dir = Path(os.environ.get("OUT", "."))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    meta = {"date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
+            "device": (torch.cuda.get_device_name() if device.startswith("cuda")
+                       else platform.processor() or "cpu"),
+            "torch": torch.__version__, "transformers": transformers.__version__,
+            "softfp8": softfp8.__version__, "compressed_tensors": _version("compressed_tensors"),
+            "params": n_params, "prompt": PROMPT_LEN, "new_tokens": NEW_TOKENS,
+            "not_written": why, "command": " ".join(sys.argv)}
+    results = _Results(out_dir / "gpu_load.json", meta | {"partial": True})
     dense = folders.get("dense-bf16")
     auto = transformers.AutoModelForCausalLM
     if dense is not None:
@@ -190,25 +205,31 @@ def main() -> None:
             results.append(run(f"transformers {name}", lambda folder=folder: auto.from_pretrained(
                 folder, dtype=torch.bfloat16, device_map=device).eval(), folder, device))
 
-    meta = {"date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
-            "device": (torch.cuda.get_device_name() if device.startswith("cuda")
-                       else platform.processor() or "cpu"),
-            "torch": torch.__version__, "transformers": transformers.__version__,
-            "softfp8": softfp8.__version__, "compressed_tensors": _version("compressed_tensors"),
-            "params": n_params, "prompt": PROMPT_LEN, "new_tokens": NEW_TOKENS,
-            "not_written": why, "command": " ".join(sys.argv)}
     base = next((r for r in results if r["run"].startswith("fp16") and "tok_s" in r), None)
     for r in results:
         if base and "tok_s" in r:
             r["tok_s_vs_fp16"] = r["tok_s"] / base["tok_s"]
-    out_dir = Path(os.environ.get("OUT", "."))
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "gpu_load.json").write_text(json.dumps({"meta": meta, "results": results},
-                                                      indent=1))
+    results.meta = meta  # complete: "partial" dropped
+    results.save()
     print(json.dumps(meta))
     print_table(results)
     if args.workdir is None:
         shutil.rmtree(root, ignore_errors=True)
+
+
+class _Results(list):
+    """The runs so far, saved after each one: a run cut short by a time limit keeps its results."""
+
+    def __init__(self, path: Path, meta: dict):
+        super().__init__()
+        self.path, self.meta = path, meta
+
+    def append(self, item: dict) -> None:
+        super().append(item)
+        self.save()
+
+    def save(self) -> None:
+        self.path.write_text(json.dumps({"meta": self.meta, "results": list(self)}, indent=1))
 
 
 def _version(name: str) -> str | None:
