@@ -4,6 +4,7 @@ import sys as _sys
 from .capability import CapabilityReport, probe
 from .dispatch import ActivationQuant, Backend, BackendUnavailable, E2M1Decode
 from .formats import Format, PackedWeight
+from .hub import from_pretrained
 from .linear import linear
 from .modules import Linear, QuantizeSummary, quantize_model
 from .quantize import dequantize, quantize
@@ -31,8 +32,8 @@ _carry_quantization_policy()
 del _carry_quantization_policy
 
 __all__ = ["ActivationQuant", "Backend", "BackendUnavailable", "CapabilityReport", "E2M1Decode",
-           "Format", "Linear", "PackedWeight", "QuantizeSummary", "dequantize", "linear", "probe",
-           "quantize", "quantize_model", "save_pretrained", "SoftFP8Config"]
+           "Format", "Linear", "PackedWeight", "QuantizeSummary", "SoftFP8Config", "dequantize",
+           "from_pretrained", "linear", "probe", "quantize", "quantize_model", "save_pretrained"]
 __version__ = "0.1.0"
 
 
