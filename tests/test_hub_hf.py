@@ -294,6 +294,20 @@ def test_save_pretrained_adds_the_model_card_line_and_loads_back(saved_e4m3, ids
         softfp8.save_pretrained(tiny("llama"), tmp_path)
 
 
+def test_softfp8_from_pretrained_reads_softfp8_checkpoints(saved_e4m3, ids):
+    """softfp8.from_pretrained, the one entry point, hands a softfp8 checkpoint to transformers'
+    loader through softfp8's quantizer: bit for bit; fmt or skip for it is an error."""
+    model, path = saved_e4m3
+    again = softfp8.from_pretrained(str(path), backend="torch")
+    assert again.model.layers[0].mlp.up_proj.backend is softfp8.Backend.TORCH
+    assert same_state(again.state_dict(), model.state_dict())
+    set_backend(model)
+    with torch.no_grad():
+        assert torch.equal(again(ids).logits, model(ids).logits)
+    with pytest.raises(ValueError, match="keeps the formats it was saved in"):
+        softfp8.from_pretrained(str(path), "nvfp4")
+
+
 def test_load_pretrained_refuses_a_checkpoint_that_is_not_softfp8(fp_folders):
     _, fp_path = fp_folders["llama"]
     with pytest.raises(ValueError, match="not a softfp8 checkpoint.*quant_method None"):

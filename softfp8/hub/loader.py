@@ -112,6 +112,21 @@ def from_pretrained(name_or_path: str | Path, fmt: Format | str | None = None, *
                 if k in hf_kwargs}
     folder = resolve_folder(name_or_path, download)
     config_doc = read_json(folder / "config.json")
+    qc = config_doc.get("quantization_config")
+    if isinstance(qc, dict) and qc.get("quant_method") == "softfp8":
+        # softfp8's own checkpoint (save_pretrained): packed already, loaded by transformers
+        # through softfp8's quantizer; fmt and skip were fixed when it was saved
+        if fmt is not None or skip is not None:
+            raise ValueError(f"{folder}: a softfp8 checkpoint keeps the formats it was saved in; "
+                             f"expected fmt=None and skip=None, got fmt={fmt}, skip={skip!r}")
+        from .hf_quantizer import load_pretrained
+
+        kwargs = dict(hf_kwargs)
+        if device_map is not None:
+            kwargs["device_map"] = str(device)
+        if dtype is not None:
+            kwargs["dtype"] = dtype
+        return load_pretrained(folder, model_class=auto_class, backend=backend, **kwargs)
     scheme = layouts.detect(folder, config_doc)
     if scheme.layout is Layout.DENSE and fmt is None:
         raise ValueError(f"fmt: None, but {folder} holds a full-precision checkpoint (no "
