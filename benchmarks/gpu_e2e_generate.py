@@ -250,7 +250,7 @@ def main(argv=None) -> int:
     elif args.log_calls:
         track_static_caches()
     import softfp8
-    from softfp8.modules import model_bytes
+    from softfp8.convert import model_bytes
 
     variants = [v.strip() for v in args.variants.split(",") if v.strip()]
     for v in variants:

@@ -6,7 +6,8 @@ from .dispatch import ActivationQuant, Backend, BackendUnavailable, E2M1Decode
 from .formats import Format, PackedWeight
 from .hub import from_pretrained
 from .linear import linear
-from .modules import Linear, QuantizeSummary, quantize_model
+from .convert import QuantizeSummary, quantize_model
+from .modules import Linear
 from .quantize import dequantize, quantize
 
 # transformers learns quant_method "softfp8" when it loads its quantizer registry, not now:

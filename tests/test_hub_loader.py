@@ -237,7 +237,7 @@ MEMORY_SCRIPT = textwrap.dedent("""
     import json, resource, sys, torch
     import transformers, softfp8
     from transformers.models.llama import modeling_llama  # imports done before the baseline
-    from softfp8.modules import model_bytes
+    from softfp8.convert import model_bytes
 
     def peak():
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024

@@ -227,7 +227,7 @@ def test_quantize_model_converts_skips_and_summarises():
     assert all(isinstance(model.blocks[i][j], softfp8.Linear) for i in range(3) for j in (0, 2))
     assert summary.bytes_after < summary.bytes_before == sum(
         p.numel() * 4 for p in Tiny().parameters())
-    assert summary.bytes_after == softfp8.modules.model_bytes(model)
+    assert summary.bytes_after == softfp8.convert.model_bytes(model)
     with pytest.raises(dataclass_frozen_error()):
         summary.fmt = Format.E5M2
     err = rel_err(model(ids), ref)

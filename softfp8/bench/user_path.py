@@ -210,7 +210,7 @@ def _gpu_busy_ms(model, ids, new_tokens: int, kwargs: dict, device) -> float:
 
 def generate_cmd(args) -> tuple[list[dict], dict]:
     import softfp8
-    from softfp8.modules import model_bytes
+    from softfp8.convert import model_bytes
 
     device = _device(args.device)
     cuda = device.type == "cuda"

@@ -32,7 +32,8 @@ from transformers.utils.quantization_config import QuantizationConfigMixin
 
 from ..dispatch import Backend, E2M1Decode
 from ..formats import Format
-from ..modules import _TAG, Linear, _skip_patterns, _skip_predicate, quantize_model
+from ..convert import _skip_patterns, _skip_predicate, quantize_model
+from ..modules import _TAG, Linear
 
 QUANT_METHOD = "softfp8"
 # The transformers releases this integration is tested with (pyproject.toml's `hf` extra): the
