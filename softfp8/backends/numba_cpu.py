@@ -29,7 +29,7 @@ from ..formats import SPECS, Format, PackedWeight
 from .._env import raw_reader
 from ._facts import codes_nan_free, facts_of
 
-NEEDS = Needs(formats=frozenset(Format), device_types=frozenset({"cpu"}), packages=("numba",))
+NEEDS = Needs(formats=frozenset(Format) - {Format.E4M3_B128}, device_types=frozenset({"cpu"}), packages=("numba",))
 
 DEQUANT_MIN_M = 16
 """From this many activation rows on, dequantise slabs and use torch's sgemm."""

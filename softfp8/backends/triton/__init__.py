@@ -56,7 +56,7 @@ __all__ = ["NEEDS", "INTERPRET", "matmul", "run", "split_bytes", "codes_nan_free
 INTERPRET = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 NEEDS = Needs(
-    formats=frozenset(Format),
+    formats=frozenset(Format) - {Format.E4M3_B128},
     device_types=frozenset({"cuda", "cpu"} if INTERPRET else {"cuda"}),
     min_capability=(7, 0),
     packages=("triton",),
