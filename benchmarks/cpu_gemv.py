@@ -34,7 +34,8 @@ import softfp8  # noqa: E402
 from softfp8.backends import numba_cpu  # noqa: E402
 from softfp8.dispatch import E2M1Decode  # noqa: E402
 
-VARIANTS = [("e5m2", "-", "fp32"), ("e4m3", "-", "fp32"), ("nvfp4", "select", "fp32"),
+VARIANTS = [("e5m2", "-", "fp32"), ("e4m3", "-", "fp32"), ("e4m3_b128", "-", "fp32"),
+            ("nvfp4", "select", "fp32"),
             ("nvfp4", "inject", "fp32"), ("mxfp4", "select", "fp32"), ("mxfp4", "inject", "fp32"),
             ("nvfp4", "select", "bf16"), ("mxfp4", "select", "bf16")]
 """(format, E2M1 decoder, activation dtype): x reaches numba_cpu.matmul as float32, or rounded to

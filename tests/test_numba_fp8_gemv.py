@@ -101,8 +101,8 @@ def test_gemv_matches_fp64_both_sides_of_the_multirow_line(fmt, n, k, nan_code):
 def test_tile_scales_every_code_in_every_tile_is_exact(kind, multirow):
     """gemv_fp8_tiles (E4M3_B128): each finite code at every position of rows on both sides of
     the 128-row tile edge and in a partial last tile along K, read back by a one-hot x, is its
-    value times its tile's scale, bit for bit; chunks of 6 rows put a four-row pass across the
-    edge (rows 126..129), which must split there (two scales)."""
+    value times its tile's scale, bit for bit; chunks of 6 rows put a chunk across the edge
+    (rows 126..131), whose rows must switch scales there."""
     every = torch.arange(256, dtype=torch.uint8)
     finite = every[torch.isfinite(values("e4m3", every))]
     n, k = 134, 300  # 2 x 3 tiles, the last ones partial

@@ -122,15 +122,12 @@ def _pair(u, kind):
 
 
 @nb.njit(**_JIT)
-def _rows(c16, xe2, xo2, y, r0, r1, kind, group, tile_rows):
-    """Rows r0..r1; row r meets x pairs xe2[r // tile_rows], xo2[r // tile_rows]."""
+def _rows(c16, xe, xo, y, r0, r1, kind, group):
     steps = c16.shape[1] // STEP
     post = np.float32(1.0) if kind == E5M2_KIND else np.float32(256.0)
     r = r0
     while r < r1:
-        xe, xo = xe2[r // tile_rows], xo2[r // tile_rows]
-        four = (group == ROWS and r + ROWS <= r1
-                and (r + ROWS - 1) // tile_rows == r // tile_rows)  # one x for the four rows
+        four = group == ROWS and r + ROWS <= r1
         if kind == E5M2_KIND:
             acc = _e5m2_4(c16, r, steps, xe, xo) if four else _e5m2_1(c16, r, steps, xe, xo)
         elif kind == E4M3_FINITE_KIND:
@@ -152,9 +149,8 @@ def gemv_fp8(c16, xe, xo, y, chunk, kind, group):
     """y[r] = row r . x for FP8 rows read as uint16 [N, Kp/2]; xe / xo = x[0::2], x[1::2];
     kind E5M2_KIND, E4M3_KIND or E4M3_FINITE_KIND; `group` rows a pass (1 or ROWS)."""
     n = c16.shape[0]
-    xe2, xo2 = xe.reshape((1, xe.shape[0])), xo.reshape((1, xo.shape[0]))
     for c in nb.prange((n + chunk - 1) // chunk):
-        _rows(c16, xe2, xo2, y, c * chunk, min(n, (c + 1) * chunk), kind, group, n)
+        _rows(c16, xe, xo, y, c * chunk, min(n, (c + 1) * chunk), kind, group)
 
 
 TILE = 128
@@ -164,17 +160,23 @@ TILE = 128
 @nb.njit(parallel=True, **_JIT)
 def gemv_fp8_tiles(c16, x, tiles, y, chunk, kind, group):
     """gemv_fp8 for E4M3 with one float32 scale per TILE x TILE tile, tiles [N / TILE, K / TILE]
-    (rounded up); x float32 [Kp]. The scale moves onto x: each group of TILE rows meets its own
-    copy x * scale (float32 [Kp] a group: N / TILE copies of x, against N rows of weight), so the
-    weight loop is E4M3's own, its products e4m3 * (x * s) for the reference's (e4m3 * s) * x."""
-    groups, half = tiles.shape[0], c16.shape[1]
-    xe2 = np.empty((groups, half), np.float32)
-    xo2 = np.empty((groups, half), np.float32)
-    for g in nb.prange(groups):
-        for i in range(half):
-            s = tiles[g, i // (TILE // 2)]  # codes 2i and 2i + 1 lie in one tile (TILE is even)
-            xe2[g, i] = x[2 * i] * s
-            xo2[g, i] = x[2 * i + 1] * s
-    n = c16.shape[0]
+    (rounded up); x float32 [Kp]. The scales move onto x: the rows of a chunk that share a
+    tile row meet one copy of x times that tile row's scales (xe, xo, made by the chunk's thread
+    as it reaches the group: about N / TILE copies of x in all, against N rows of weight), so
+    the weight loop is E4M3's own; its products are e4m3 * (x * s) for the reference's
+    (e4m3 * s) * x. One parallel region: a second (to make the copies first) costs its barrier,
+    which on a busy 2-vCPU machine took as long as the GEMV itself."""
+    n, half = c16.shape[0], c16.shape[1]
     for c in nb.prange((n + chunk - 1) // chunk):
-        _rows(c16, xe2, xo2, y, c * chunk, min(n, (c + 1) * chunk), kind, group, TILE)
+        xe = np.empty(half, np.float32)
+        xo = np.empty(half, np.float32)
+        r, r1 = c * chunk, min(n, (c + 1) * chunk)
+        while r < r1:
+            t = r // TILE
+            for i in range(half):
+                s = tiles[t, i // (TILE // 2)]  # codes 2i and 2i + 1 share a tile (TILE is even)
+                xe[i] = x[2 * i] * s
+                xo[i] = x[2 * i + 1] * s
+            stop = min(r1, (t + 1) * TILE)
+            _rows(c16, xe, xo, y, r, stop, kind, group)
+            r = stop
