@@ -181,7 +181,8 @@ def gemv_mxfp4(words, scales, xp, y, chunk, inject):
 
 # -- M > 1: decode a row once into fp32, then reuse it for every activation row -----------------
 
-E5M2, E4M3, NVFP4, MXFP4, E4M3_B128 = 0, 1, 2, 3, 4  # kernel-side format ids (numba_cpu maps Format to these)
+# kernel-side format ids (numba_cpu maps Format to these)
+E5M2, E4M3, NVFP4, MXFP4, E4M3_B128 = 0, 1, 2, 3, 4
 
 
 @nb.njit(**_INLINE)

@@ -85,7 +85,8 @@ def make_packed(w: torch.Tensor, fmt: Format, tile_rows: int) -> PackedWeight:
         return quantize(w, fmt)  # (a tile scale covers block_n rows: repeat whole tiles only)
     tile = quantize(w[:tile_rows].contiguous(), fmt)
     reps = -(-n // tile_rows)
-    grow = lambda t, rows: None if t is None else t.repeat(reps, *([1] * (t.dim() - 1)))[:rows].contiguous()  # noqa: E731
+    def grow(t, rows):
+        return None if t is None else t.repeat(reps, *([1] * (t.dim() - 1)))[:rows].contiguous()
     scale_rows = spec.scales_shape(n, k)[0] if tiled else n
     return PackedWeight(fmt, (n, k), grow(tile.words, n), grow(tile.scales, scale_rows),
                         tile.global_scale)
