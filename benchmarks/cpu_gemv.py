@@ -1,6 +1,6 @@
 """CPU GEMV (M = 1): the numba backend per format against torch's fp32, bf16 and fp16 mv.
 
-    python benchmarks/cpu_gemv.py [--shapes 11008x4096,4096x11008] [--reps 50]
+    python benchmarks/cpu_gemv.py [--shapes 11008x4096,4096x11008] [--reps 50] [--formats e4m3,...]
 
 Everything runs in one process on the same weights: each timing is the median of `--reps`
 calls after warm-up, and numba and torch calls are interleaved round by round so that a busy
@@ -34,7 +34,8 @@ import softfp8  # noqa: E402
 from softfp8.backends import numba_cpu  # noqa: E402
 from softfp8.dispatch import E2M1Decode  # noqa: E402
 
-VARIANTS = [("e5m2", "-", "fp32"), ("e4m3", "-", "fp32"), ("nvfp4", "select", "fp32"),
+VARIANTS = [("e5m2", "-", "fp32"), ("e4m3", "-", "fp32"), ("e4m3_b128", "-", "fp32"),
+            ("nvfp4", "select", "fp32"),
             ("nvfp4", "inject", "fp32"), ("mxfp4", "select", "fp32"), ("mxfp4", "inject", "fp32"),
             ("nvfp4", "select", "bf16"), ("mxfp4", "select", "bf16")]
 """(format, E2M1 decoder, activation dtype): x reaches numba_cpu.matmul as float32, or rounded to
@@ -42,7 +43,7 @@ bf16 as a bf16 model passes it (the FP4 kernel then multiplies bf16 values where
 AVX-512 BF16: _numba_dpbf16), the same x torch's bf16 mv gets."""
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 """Activation dtypes by name (this script's VARIANTS, cpu_gemv_ab.py and cpu_hugepages_ab.py)."""
-TARGET = {"e5m2": 1.5, "e4m3": 1.5, "nvfp4": 2.5, "mxfp4": 2.5}
+TARGET = {"e5m2": 1.5, "e4m3": 1.5, "e4m3_b128": 1.5, "nvfp4": 2.5, "mxfp4": 2.5}
 
 _COLD = """
 import json, sys, time, torch
@@ -124,7 +125,7 @@ def shuffled_medians(calls: dict, reps: int, seed: int = 0) -> dict:
     return {key: statistics.median(v) for key, v in samples.items()}
 
 
-def bench_shape(n: int, k: int, reps: int) -> list[dict]:
+def bench_shape(n: int, k: int, reps: int, variants=VARIANTS) -> list[dict]:
     g = torch.Generator().manual_seed(0)
     w = torch.randn(n, k, generator=g) * 0.02
     x = torch.randn(1, k, generator=g)
@@ -133,7 +134,7 @@ def bench_shape(n: int, k: int, reps: int) -> list[dict]:
         wd, xd = w.to(dt), x[0].to(dt)
         torch_calls[name] = (lambda wd=wd, xd=xd: torch.mv(wd, xd))
     calls = dict(torch_calls)
-    for fmt, dec, xdt in VARIANTS:
+    for fmt, dec, xdt in variants:
         p = softfp8.quantize(w, fmt)  # each its own weight: none is in the L3 from another
         e2m1 = E2M1Decode.INJECT if dec == "inject" else E2M1Decode.SELECT
         xd = x.to(DTYPES[xdt])
@@ -147,7 +148,7 @@ def bench_shape(n: int, k: int, reps: int) -> list[dict]:
     return [dict(shape=f"{n}x{k}", fmt=fmt, e2m1=dec, x=xdt, numba_ms=ms[(fmt, dec, xdt)],
                  fp32_ms=ms["fp32"], bf16_ms=ms["bf16"], fp16_ms=ms["fp16"],
                  speedup=best_torch / ms[(fmt, dec, xdt)], target=TARGET[fmt])
-            for fmt, dec, xdt in VARIANTS]
+            for fmt, dec, xdt in variants]
 
 
 def main() -> None:
@@ -155,7 +156,11 @@ def main() -> None:
     ap.add_argument("--shapes", default="11008x4096,4096x11008")
     ap.add_argument("--reps", type=int, default=50)
     ap.add_argument("--json", help="also write the rows as JSON to this file")
+    ap.add_argument("--formats", help="comma list: time only these formats' variants, and "
+                    "skip the cold starts (e.g. e4m3,e4m3_b128)")
     args = ap.parse_args()
+    wanted = None if args.formats is None else set(args.formats.split(","))
+    variants = [v for v in VARIANTS if wanted is None or v[0] in wanted]
     import numba
 
     print(f"# {time.strftime('%Y-%m-%d %H:%M')}  {platform.processor() or platform.machine()}  "
@@ -167,7 +172,7 @@ def main() -> None:
     rows = []
     for shape in args.shapes.split(","):
         n, k = (int(v) for v in shape.lower().split("x"))
-        rows += bench_shape(n, k, args.reps)
+        rows += bench_shape(n, k, args.reps, variants)
     head = (f"{'shape':>11} {'format':>6} {'e2m1':>6} {'x':>4} {'numba ms':>9} {'fp32 ms':>8} "
             f"{'bf16 ms':>8} {'fp16 ms':>8} {'speedup':>8} {'target':>7}")
     print(head)
@@ -178,7 +183,7 @@ def main() -> None:
               f"{r['speedup']:7.2f}x {r['target']:5.1f}x {ok}")
     print("\ncold start, 256x512 GEMV in a fresh process: first call (s), second call (ms)")
     with tempfile.TemporaryDirectory() as cache:
-        for fmt in TARGET:
+        for fmt in TARGET if wanted is None else ():
             compiled = cold_start(fmt, cache)
             cached = cold_start(fmt, cache)
             print(f"  {fmt:>6}: empty cache {compiled[0]:.2f} s / {compiled[1] * 1e3:.2f} ms;  "

@@ -27,6 +27,10 @@ class Format(str, enum.Enum):
     """FP4 E2M1 codes; one E4M3 scale per 16 weights along K and one fp32 scale per tensor."""
     MXFP4 = "mxfp4"
     """FP4 E2M1 codes; one E8M0 (power of two) scale per 32 weights along K (OCP MX v1.0)."""
+    E4M3_B128 = "e4m3_b128"
+    """FP8 E4M3fn codes as E4M3's; one fp32 multiplier per 128 x 128 tile of the [N, K] weight
+    (the layout of fine-grained FP8 checkpoints: transformers' ``weight_scale_inv``,
+    compressed-tensors ``strategy: block``)."""
 
     def __str__(self) -> str:  # "e5m2", not "Format.E5M2", in messages and reprs
         return self.value
@@ -52,6 +56,7 @@ class ScaleKind(str, enum.Enum):
     ROW = "row"  # one fp32 per output row
     BLOCK_E4M3 = "block_e4m3"  # E4M3 code per block of K, times one fp32 per tensor
     BLOCK_E8M0 = "block_e8m0"  # E8M0 code (power of two) per block of K
+    TILE_F32 = "tile_f32"  # one fp32 per tile of block_n rows x block codes along K
 
 
 @dataclass(frozen=True)
@@ -85,6 +90,7 @@ class FormatSpec:
     scale: ScaleKind
     block: int | None  # weights per block scale along K, or None
     scale_required: bool  # False: the scale is optional (E5M2)
+    block_n: int | None = None  # TILE_F32: rows per tile along N (one scale per block_n rows)
 
     @property
     def bits(self) -> int:
@@ -96,8 +102,24 @@ class FormatSpec:
 
     @property
     def k_align(self) -> int:
-        """K is padded to this many codes: one 16-byte vector, and a whole number of blocks."""
+        """K is padded to this many codes: one 16-byte vector, and a whole number of blocks (FP4's
+        blocks; E4M3_B128 pads as E4M3 does, so its last 128-code tile along K may be partial)."""
         return 128 // self.bits
+
+    def scales_shape(self, n: int, k: int) -> tuple[int, ...] | None:
+        """The shape of `PackedWeight.scales` for a logical (n, k) weight (None: no scales)."""
+        if self.scale is ScaleKind.ROW:
+            return (n,)
+        if self.scale is ScaleKind.TILE_F32:
+            return (-(-n // self.block_n), -(-k // self.block))
+        if self.scale is ScaleKind.NONE:
+            return None
+        return (n, -(-k // self.k_align) * self.k_align // self.block)
+
+    @property
+    def scales_dtype(self) -> torch.dtype:
+        """float32 for row and tile scales, uint8 codes for block scales."""
+        return torch.float32 if self.scale in (ScaleKind.ROW, ScaleKind.TILE_F32) else torch.uint8
 
 
 SPECS: dict[Format, FormatSpec] = {
@@ -105,6 +127,8 @@ SPECS: dict[Format, FormatSpec] = {
     Format.E4M3: FormatSpec(Format.E4M3, E4M3_ELEMENT, ScaleKind.ROW, None, scale_required=True),
     Format.NVFP4: FormatSpec(Format.NVFP4, E2M1_ELEMENT, ScaleKind.BLOCK_E4M3, 16, scale_required=True),
     Format.MXFP4: FormatSpec(Format.MXFP4, E2M1_ELEMENT, ScaleKind.BLOCK_E8M0, 32, scale_required=True),
+    Format.E4M3_B128: FormatSpec(Format.E4M3_B128, E4M3_ELEMENT, ScaleKind.TILE_F32, 128,
+                                 scale_required=True, block_n=128),
 }
 
 
@@ -120,7 +144,9 @@ class PackedWeight:
 
     words:        int32 [N, Kp / codes_per_word], codes packed along K (module docstring).
     scales:       E5M2/E4M3: fp32 [N] row scales (None for unscaled E5M2);
-                  NVFP4: uint8 [N, Kp / 16] E4M3 codes; MXFP4: uint8 [N, Kp / 32] E8M0 codes.
+                  NVFP4: uint8 [N, Kp / 16] E4M3 codes; MXFP4: uint8 [N, Kp / 32] E8M0 codes;
+                  E4M3_B128: fp32 [ceil(N / 128), ceil(K / 128)], one multiplier per 128 x 128
+                  tile (w[n, k] = e4m3(code[n, k]) * scales[n // 128, k // 128]).
     global_scale: NVFP4 only: fp32 scalar tensor, the per-tensor scale.
     """
 
@@ -146,7 +172,7 @@ class PackedWeight:
             else:
                 _expect(self.scales, "scales", torch.float32, (n,))
         else:
-            _expect(self.scales, "scales", torch.uint8, (n, kp // spec.block))
+            _expect(self.scales, "scales", spec.scales_dtype, spec.scales_shape(n, k))
         if self.fmt is Format.NVFP4:
             _expect(self.global_scale, "global_scale", torch.float32, ())
         elif self.global_scale is not None:

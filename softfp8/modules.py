@@ -110,8 +110,9 @@ class Linear(nn.Module):
         scales = None
         if spec.scale is ScaleKind.ROW and (spec.scale_required or row_scale):
             scales = torch.ones(n, dtype=torch.float32, device=device)
-        elif spec.scale is not ScaleKind.ROW:
-            scales = torch.zeros(n, kp // spec.block, dtype=torch.uint8, device=device)
+        elif spec.scale is not ScaleKind.ROW:  # block codes, or E4M3_B128's fp32 tile scales
+            scales = torch.zeros(spec.scales_shape(n, self.in_features), dtype=spec.scales_dtype,
+                                 device=device)
         self.register_buffer("scales", scales)
         self.register_buffer("global_scale", torch.ones((), dtype=torch.float32, device=device)
                              if fmt is Format.NVFP4 else None)

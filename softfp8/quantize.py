@@ -16,7 +16,8 @@ Policy for values a format can't hold (the one place it is decided):
   row is NaN anyway). Scales come from the finite values only.
 - ±inf weights: E5M2 stores ±inf (scaled E5M2 too: inf times a finite scale is inf). The other
   formats have no infinity, so they raise ValueError rather than store a wrong value.
-- Zero rows and blocks get scale 1 (E4M3 row, E8M0 code 127), never 0 or a denormal; so does
+- Zero rows, tiles and blocks get scale 1 (E4M3 row, E4M3_B128 tile, E8M0 code 127), never 0
+  or a denormal; so does
   an MXFP4 block that even the smallest E8M0 scale would leave all zeros (amax <= 2^-129).
 """
 from __future__ import annotations
@@ -175,6 +176,8 @@ def quantize(weight: torch.Tensor, fmt: Format | str = Format.E5M2, *,
         raise ValueError(f"row_scale: only applies to e5m2 (its scale is optional); {fmt} always "
                          "has its own scales")
     n, k = w.shape
+    if fmt is Format.E4M3_B128:
+        return _quantize_tiles(w, fmt)
     if fmt in (Format.E5M2, Format.E4M3):
         scales = None
         if fmt is Format.E4M3 or row_scale:
@@ -195,6 +198,28 @@ def quantize(weight: torch.Tensor, fmt: Format | str = Format.E5M2, *,
                                  "expected smaller values, or quantize with row_scale=True")
         return PackedWeight(fmt, (n, k), pack_codes(codes, fmt), scales)
     return _quantize_fp4(w, fmt)
+
+
+def _tile_scales(scales: torch.Tensor, n: int, k: int, spec) -> torch.Tensor:
+    """Tile scales [ceil(n / block_n), ceil(k / block)] spread to one per weight, [n, k]."""
+    return scales.repeat_interleave(spec.block_n, 0)[:n].repeat_interleave(spec.block, 1)[:, :k]
+
+
+def _quantize_tiles(w: torch.Tensor, fmt: Format) -> PackedWeight:
+    """E4M3_B128: one fp32 scale per 128 x 128 tile, amax / 448, as transformers' fine-grained FP8
+    quantizer picks it; codes are w / scale rounded to nearest even (the float8_e4m3fn cast)."""
+    spec = SPECS[fmt]
+    _refuse_inf(w, fmt)
+    n, k = w.shape
+    tn, tk = spec.scales_shape(n, k)
+    tiles = torch.zeros((tn * spec.block_n, tk * spec.block), dtype=torch.float32, device=w.device)
+    tiles[:n, :k] = w
+    tiles = tiles.view(tn, spec.block_n, tk, spec.block).transpose(1, 2).reshape(tn, tk, -1)
+    amax = _finite_absmax(tiles, dim=-1)
+    # A normal float32 scale, as for E4M3's rows: a denormal one is too coarse for w / scale.
+    scales = torch.where(amax > 0, (amax / spec.element.max_finite).clamp_min(2.0**-126), 1.0)
+    codes = encode_minifloat(w / _tile_scales(scales, n, k, spec), spec.element)
+    return PackedWeight(fmt, (n, k), pack_codes(codes, fmt), scales.contiguous())
 
 
 def _quantize_fp4(w: torch.Tensor, fmt: Format) -> PackedWeight:
@@ -267,12 +292,15 @@ def dequantize_rows(packed: PackedWeight, start: int, stop: int) -> torch.Tensor
     # bits, about 7x faster on a CPU than running the bit operations on every element (it is
     # what lets the reference backend handle an N*K >= 2^31 weight in reasonable time).
     # int64 indices: indexing with uint8 would be read as a boolean mask.
-    if spec.scale is ScaleKind.ROW:
+    if spec.scale in (ScaleKind.ROW, ScaleKind.TILE_F32):
         decode = decode_e5m2_to_f32 if packed.fmt is Format.E5M2 else decode_e4m3_to_f32
-        w = decode(torch.arange(256, device=codes.device))[codes.long()]
-        if packed.scales is not None:
+        w = decode(torch.arange(256, device=codes.device))[codes.long()][:, :k]
+        if spec.scale is ScaleKind.TILE_F32:
+            tile_rows = torch.arange(start, stop, device=codes.device) // spec.block_n
+            w = w * packed.scales[tile_rows].repeat_interleave(spec.block, 1)[:, :k]
+        elif packed.scales is not None:
             w = w * packed.scales[rows, None]
-        return w[:, :k]
+        return w
     if packed.fmt is Format.NVFP4:
         block_scale = decode_e4m3_to_f32(packed.scales[rows]) * packed.global_scale
     else:

@@ -46,6 +46,26 @@ def test_e2m1_decoders_ignore_bits_above_the_nibble():
     assert same_bits(decode_e2m1_to_f32_inject(ALL_NIBBLES | 0x30), E2M1_TO_FLOAT32).all()
 
 
+@pytest.mark.parametrize("n, k", [(257, 130), (3, 515)])
+def test_every_e4m3_b128_code_in_every_tile_is_the_torch_value_times_its_scale(n, k):
+    """E4M3_B128 decodes as E4M3: every code, at rows and columns that meet every tile (partial
+    ones included), is torch's float8_e4m3fn value times its tile's scale, bit for bit."""
+    from softfp8 import PackedWeight, dequantize
+    from softfp8.quantize import pack_codes
+
+    codes = ((torch.arange(n)[:, None] * 131 + torch.arange(k)[None, :]) % 256).to(torch.uint8)
+    assert set(codes[:128, :128].flatten().tolist()) == set(range(256))  # one whole tile
+    tn, tk = -(-n // 128), -(-k // 128)
+    g = torch.Generator().manual_seed(n * k)
+    scales = torch.exp2(torch.randint(-20, 20, (tn, tk), generator=g).float()) * (
+        1 + torch.rand(tn, tk, generator=g))  # not powers of two: the product rounds
+    got = dequantize(PackedWeight("e4m3_b128", (n, k), pack_codes(codes, "e4m3_b128"), scales))
+    spread = scales.repeat_interleave(128, 0)[:n].repeat_interleave(128, 1)[:, :k]
+    want = codes.view(torch.float8_e4m3fn).to(torch.float32) * spread
+    assert same_bits(got, want).all()
+    assert torch.equal(torch.isnan(got), (codes & 0x7F) == 0x7F)
+
+
 def test_e4m3_nan_codes():
     nan = torch.isnan(decode_e4m3_to_f32(ALL_BYTES))
     assert ALL_BYTES[nan].tolist() == [0x7F, 0xFF]

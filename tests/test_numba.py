@@ -115,7 +115,7 @@ def quantized(fmt, n, k, seed):
     return softfp8.quantize(w, fmt), g
 
 
-FORMATS = ["e5m2", "e5m2_rowscale", "e4m3", "nvfp4", "mxfp4"]
+FORMATS = ["e5m2", "e5m2_rowscale", "e4m3", "nvfp4", "mxfp4", "e4m3_b128"]
 # (N, K, M): odd N and K, the 4097 that straddles every block, and each M path (1, small, sgemm)
 CASES = [(3, 4097, 1), (4097, 17, 1), (17, 3, 2), (1, 1, 5), (4097, 3, 16), (17, 4097, 33),
          (33, 1, 1), (1, 17, 2), (3, 3, 33)]
@@ -167,7 +167,7 @@ def same_nonfinite(y, ref):
 
 
 @pytest.mark.parametrize("m", [1, 3, 20])
-@pytest.mark.parametrize("fmt", ["e5m2", "e4m3", "nvfp4", "mxfp4"])
+@pytest.mark.parametrize("fmt", ["e5m2", "e4m3", "nvfp4", "mxfp4", "e4m3_b128"])
 def test_nan_and_inf_propagate_like_torch(fmt, m):
     g = torch.Generator().manual_seed(5)
     w = torch.randn(8, 70, generator=g)

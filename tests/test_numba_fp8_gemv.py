@@ -94,3 +94,32 @@ def test_gemv_matches_fp64_both_sides_of_the_multirow_line(fmt, n, k, nan_code):
         got = numba_cpu.matmul(x, packed)
         assert torch.isnan(got[0, 2]) and not torch.isnan(got[0, [0, 1, 3]]).any()
         assert rel_err(got[:, [0, 1, 3]], want[:, [0, 1, 3]]) <= 1e-6
+
+
+@pytest.mark.parametrize("multirow", [True, False], ids=["4rows", "1row"])
+@pytest.mark.parametrize("kind", ["e4m3", "e4m3-finite"])
+def test_tile_scales_every_code_in_every_tile_is_exact(kind, multirow):
+    """gemv_fp8_tiles (E4M3_B128): each finite code at every position of rows on both sides of
+    the 128-row tile edge and in a partial last tile along K, read back by a one-hot x, is its
+    value times its tile's scale, bit for bit; chunks of 6 rows put a chunk across the edge
+    (rows 126..131), whose rows must switch scales there."""
+    every = torch.arange(256, dtype=torch.uint8)
+    finite = every[torch.isfinite(values("e4m3", every))]
+    n, k = 134, 300  # 2 x 3 tiles, the last ones partial
+    codes = finite[(torch.arange(n)[:, None] * 7 + torch.arange(k)[None, :]) % finite.numel()]
+    codes = codes.contiguous()
+    g = torch.Generator().manual_seed(0)
+    tiles = torch.exp2(torch.randint(-8, 8, (2, 3), generator=g).float()) * (
+        1 + torch.rand(2, 3, generator=g))
+    spread = tiles.repeat_interleave(128, 0)[:n].repeat_interleave(128, 1)[:, :k]
+    got = torch.empty(n, k)
+    for col in range(k):
+        x = torch.zeros(k)
+        x[col] = 1.0
+        y = np.zeros(n, np.float32)
+        R.gemv_fp8_tiles(codes.view(torch.uint16).numpy(), x.numpy(), tiles.numpy(), y, 6,
+                         KIND[kind], R.ROWS if multirow else 1)
+        got[:, col] = torch.from_numpy(y)
+    want = values("e4m3", codes) * spread
+    ok = same_bits(got, want) | ((got == 0) & (want == 0))
+    assert ok.all(), (codes[~ok][:8].tolist(), got[~ok][:8].tolist(), want[~ok][:8].tolist())

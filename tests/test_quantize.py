@@ -130,8 +130,62 @@ def test_nvfp4_two_level_scale_and_mxfp4_power_of_two():
     assert torch.equal(scale, torch.exp2(torch.floor(torch.log2(amax)) - 2))  # OCP MX rule
 
 
+def _b128_tiles(w):
+    """w [N, K] zero-padded to whole 128 x 128 tiles, as [N / 128, K / 128, 128 * 128]."""
+    n, k = w.shape
+    tn, tk = -(-n // 128), -(-k // 128)
+    padded = torch.zeros(tn * 128, tk * 128)
+    padded[:n, :k] = w
+    return padded.view(tn, 128, tk, 128).permute(0, 2, 1, 3).reshape(tn, tk, -1)
+
+
+def _b128_spread(scales, n, k):
+    return scales.repeat_interleave(128, 0)[:n].repeat_interleave(128, 1)[:, :k]
+
+
+@pytest.mark.parametrize("n, k", [(1, 1), (130, 259), (257, 128), (128, 383)])
+def test_e4m3_b128_is_tile_absmax_and_the_torch_cast(n, k):
+    g = torch.Generator().manual_seed(n + k)
+    w = torch.randn(n, k, generator=g) * torch.rand(n, 1, generator=g) * 3
+    w[:min(n, 128), :min(k, 128)] = 0  # an all-zero tile: scale 1
+    p = softfp8.quantize(w, "e4m3_b128")
+    assert p.scales.dtype == torch.float32 and p.global_scale is None
+    amax = _b128_tiles(w).abs().amax(-1)
+    assert p.scales.shape == amax.shape == (-(-n // 128), -(-k // 128))
+    want = torch.where(amax > 0, amax / 448, 1.0)
+    assert torch.equal(p.scales, want) and p.scales[0, 0] == 1
+    # the codes: w / scale cast by torch, bit for bit, and each tile's largest code is 448
+    scaled = w / _b128_spread(p.scales, n, k)
+    codes = unpack_codes(p.words, "e4m3_b128", k)
+    assert torch.equal(codes, scaled.to(torch.float8_e4m3fn).view(torch.uint8))
+    top = _b128_tiles(decode_e4m3_to_f32(codes)).abs().amax(-1)
+    assert torch.equal(top, torch.where(amax > 0, 448.0, 0.0))
+    dq = softfp8.dequantize(p)
+    assert torch.equal(dq, decode_e4m3_to_f32(codes) * _b128_spread(p.scales, n, k))
+
+
+@pytest.mark.parametrize("scales, match", [
+    (torch.ones(3, 2), r"scales: expected a torch.float32 tensor of shape \(2, 3\), got "
+                       r"torch.float32 of shape \(3, 2\)"),
+    (torch.ones(130), r"shape \(2, 3\), got torch.float32 of shape \(130,\)"),
+    (torch.ones(2, 3, dtype=torch.uint8), r"float32.*got torch.uint8 of shape \(2, 3\)"),
+    (torch.ones(2, 3, dtype=torch.float64), r"float32.*got torch.float64"),
+    (None, r"scales: missing; expected a torch.float32 tensor of shape \(2, 3\)"),
+])
+def test_e4m3_b128_bad_scales_name_found_and_expected(scales, match):
+    p = softfp8.quantize(torch.randn(130, 259), "e4m3_b128")
+    with pytest.raises(ValueError, match=match):
+        PackedWeight("e4m3_b128", (130, 259), p.words, scales)
+    with pytest.raises(ValueError, match="global_scale: only nvfp4"):
+        PackedWeight("e4m3_b128", (130, 259), p.words, p.scales, torch.tensor(1.0))
+    # K padding is E4M3's (16 codes): K = 272 has these words, and 3 tiles along K
+    assert PackedWeight("e4m3_b128", (130, 272), p.words, p.scales).padded_k == 272
+    with pytest.raises(ValueError, match=r"words: .*\(130, 100\), got .*\(130, 68\)"):
+        PackedWeight("e4m3_b128", (130, 400), p.words, p.scales)
+
+
 @pytest.mark.parametrize("fmt, expected", [("e5m2", 0.06), ("e4m3", 0.035), ("nvfp4", 0.12),
-                                           ("mxfp4", 0.14)])
+                                           ("mxfp4", 0.14), ("e4m3_b128", 0.035)])
 def test_quantization_error_is_sane_and_reported(fmt, expected):
     w = torch.randn(256, 1024, generator=torch.Generator().manual_seed(3)) * 0.02
     err = rel_err(softfp8.dequantize(softfp8.quantize(w, fmt)), w)
@@ -165,7 +219,7 @@ def test_inf_weight_is_inf_in_e5m2():
         assert dq[0, 3] == float("inf") and torch.isfinite(dq[1]).all()
 
 
-@pytest.mark.parametrize("fmt", ["e4m3", "nvfp4", "mxfp4"])
+@pytest.mark.parametrize("fmt", ["e4m3", "nvfp4", "mxfp4", "e4m3_b128"])
 def test_inf_weight_refused_where_no_infinity(fmt):
     w = torch.randn(2, 16)
     w[1, 1] = -float("inf")

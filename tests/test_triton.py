@@ -21,7 +21,7 @@ from conftest import rel_err, triton_backend_or_skip
 import softfp8
 from softfp8.backends import reference
 from softfp8.dispatch import E2M1Decode
-from softfp8.formats import Format, PackedWeight
+from softfp8.formats import SPECS, Format, PackedWeight
 
 triton_backend = triton_backend_or_skip()
 from softfp8.backends.triton import Kernel, LaunchConfig, device_info, launch_config, run  # noqa: E402
@@ -32,6 +32,8 @@ DEVICE = "cuda" if HAS_GPU else "cpu"
 DECODES = [(Format.E5M2, E2M1Decode.SELECT), (Format.E4M3, E2M1Decode.SELECT),
            (Format.NVFP4, E2M1Decode.SELECT), (Format.NVFP4, E2M1Decode.INJECT),
            (Format.MXFP4, E2M1Decode.SELECT), (Format.MXFP4, E2M1Decode.INJECT)]
+CODE_DECODES = DECODES + [(Format.E4M3_B128, E2M1Decode.SELECT)]
+"""DECODES and E4M3_B128 (its parity cases: test_triton_tile_scales.py)."""
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 SIZES = (1, 3, 17, 4097)
 M_RANGE = {Kernel.GEMV: (1,), Kernel.SMALL_M: (2, 5, 16), Kernel.TILED: (33,)}
@@ -93,6 +95,12 @@ def _every_code(fmt: Format, device) -> tuple[PackedWeight, torch.Tensor]:
 
     spec = Format(fmt)
     k = 32
+    if fmt is Format.E4M3_B128:  # rows 0..127 under tile scale 1, rows 128..255 under 0.75
+        codes = torch.zeros(256, k, dtype=torch.uint8)
+        codes[:, 0] = torch.arange(256)
+        scales = torch.tensor([[1.0], [0.75]])  # e4m3 * 0.75: exact in float32
+        return (PackedWeight(fmt, (256, k), pack_codes(codes, fmt), scales).to(device),
+                decode_e4m3_to_f32(torch.arange(256)) * scales.repeat_interleave(128, 0)[:, 0])
     if fmt in (Format.E5M2, Format.E4M3):
         codes = torch.zeros(256, k, dtype=torch.uint8)
         codes[:, 0] = torch.arange(256)
@@ -116,7 +124,7 @@ def _every_code(fmt: Format, device) -> tuple[PackedWeight, torch.Tensor]:
 
 
 @pytest.mark.parametrize("kernel", [Kernel.GEMV, Kernel.SMALL_M])
-@pytest.mark.parametrize("fmt, e2m1", DECODES, ids=str)
+@pytest.mark.parametrize("fmt, e2m1", CODE_DECODES, ids=str)
 def test_every_code_decodes_exactly(fmt, e2m1, kernel):
     packed, expect = _every_code(fmt, DEVICE)
     m = 1 if kernel is Kernel.GEMV else 16
@@ -128,7 +136,7 @@ def test_every_code_decodes_exactly(fmt, e2m1, kernel):
     assert ok.all(), f"codes {torch.nonzero(~ok).flatten().tolist()}: {y[~ok]} != {expect[~ok]}"
 
 
-@pytest.mark.parametrize("fmt, e2m1", DECODES, ids=str)
+@pytest.mark.parametrize("fmt, e2m1", CODE_DECODES, ids=str)
 def test_dequant_slab_every_code_is_exact(fmt, e2m1):
     """DEQUANT's slab decode, written to a float32 slab: every code (and every block scale) to
     the exact value, by the portable decoders and, on NVIDIA, the PTX ones."""
@@ -157,7 +165,7 @@ def test_dequant_slab_every_code_is_exact(fmt, e2m1):
         assert same.all(), asm
 
 
-@pytest.mark.parametrize("fmt, e2m1", DECODES, ids=str)
+@pytest.mark.parametrize("fmt, e2m1", CODE_DECODES, ids=str)
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_dequant_slabs_match_reference(fmt, e2m1, dtype):
     """Kernel.DEQUANT: rows decoded a slab at a time (here 16 of 37, so three slabs, the last
@@ -293,7 +301,7 @@ def test_launch_table_is_deterministic_and_splits_small_n():
     assert deq.kernel is Kernel.DEQUANT
     assert deq.block_n * 4096 * 2 <= triton_backend.DEQUANT_SLAB_BYTES
     for fmt in Format:  # measured: DEQUANT wins from M = 512 (8-bit) and 256 (FP4)
-        first = 512 if fmt in (Format.E5M2, Format.E4M3) else triton_backend.DEQUANT_MIN_M_FP4
+        first = 512 if SPECS[fmt].bits == 8 else triton_backend.DEQUANT_MIN_M_FP4
         assert launch_config(4096, 4096, first, fmt, h200).kernel is Kernel.DEQUANT
         assert launch_config(4096, 4096, first - 1, fmt, h200).kernel is not Kernel.DEQUANT
     # a bounded slab, never the whole of a large weight: the larger of the byte bound and the

@@ -28,9 +28,10 @@ from softfp8.backends.triton import (DeviceInfo, Kernel, _kernels, _mma,  # noqa
                                      launch_config, mma_x_in_step, pdl_settings)
 from softfp8.formats import Format  # noqa: E402
 
-FP8 = ("e5m2", "e4m3")
+FP8 = ("e5m2", "e4m3", "e4m3_b128")
+ROW_SCALED = ("e5m2", "e4m3")  # HAS_SCALE: fp32 row scales (E4M3_B128's are per tile)
 DECODES = [("e5m2", False), ("e4m3", False), ("nvfp4", False), ("nvfp4", True),
-           ("mxfp4", False), ("mxfp4", True)]  # (format, E2M1 injection)
+           ("mxfp4", False), ("mxfp4", True), ("e4m3_b128", False)]  # (format, E2M1 injection)
 PTR = {"fp32": "*fp32", "fp16": "*fp16", "bf16": "*bf16"}
 INT_ARGS = ("M", "N", "K", "RB", "SB", "KB_SPLIT", "ROW0")
 DIV16 = ("RB", "KB_SPLIT")  # what Triton's launcher specialises as multiples of 16 at run time
@@ -67,7 +68,7 @@ def variants(backend: str, arch):
         xd = list(dtypes)[j % 3]
         tag = f"{fmt}-{'inject' if inject else 'hw' if hw else 'sw' if fmt in FP8 else 'select'}"
         pdl, prefetch = pdl_settings(info, Format(fmt))  # sm_90: the PDL prologue compiles too
-        base = dict(FMT=fmt, HAS_SCALE=fmt in FP8, HAS_BIAS=True, INJECT=inject, HW=hw,
+        base = dict(FMT=fmt, HAS_SCALE=fmt in ROW_SCALED, HAS_BIAS=True, INJECT=inject, HW=hw,
                     ASM=backend == "cuda" and not hw, PDL=pdl, PREFETCH=prefetch)
         for kname, m in SHAPES.items():
             cfg = launch_config(4096, 4096, m, Format(fmt), info, dtypes[xd])
@@ -139,7 +140,7 @@ def variants(backend: str, arch):
             # the shared-memory ring (cp.async; 2 stages x 4 warps, the most static smem)
             yield (f"mma_gemv-r1t2-ring2-{fmt}-fp16", _mma.mma_gemv_kernel,
                    dict(c, INJECT=True, RING=2, PARTIAL=True), "fp16", 4, 1)
-        if fmt in FP8 and not hw and cap is not None and cap >= (8, 0):
+        if fmt in ROW_SCALED and not hw and cap is not None and cap >= (8, 0):  # MMA_FORMATS
             # the mma GEMV for 8-bit codes: M = 1 (2 and 4 tiles a warp), and the run mapping
             # laid out for 4 and 8 x rows (split, so the partial store compiles too)
             # (E4M3's M = 1 also without the NaN fix: weights known to hold no NaN code)
@@ -179,7 +180,7 @@ def variants(backend: str, arch):
                        _mma.mma_gemv_kernel, dict(c, WHOLE=True, ZERO=False), "fp16",
                        cfg.num_warps, 1)
         if not hw:  # the large-M slab decode (portable decoders only)
-            c = dict(FMT=fmt, HAS_SCALE=fmt in FP8, INJECT=inject, BLOCK_R=16,
+            c = dict(FMT=fmt, HAS_SCALE=fmt in ROW_SCALED, INJECT=inject, BLOCK_R=16,
                      BLOCK_KB=512 * (8 if fmt in FP8 else 4) // 8, CHECK=xd != "fp32",
                      ASM=backend == "cuda")
             yield f"dequant-{tag}-{xd}", _kernels.dequant_kernel, c, xd, 4, 1

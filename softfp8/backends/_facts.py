@@ -109,9 +109,10 @@ def _row_chunks(t: torch.Tensor):
         yield r, t[r:r + step]
 
 
-_NAN_CODES = {Format.E4M3: (0x7F, 0x7F), Format.NVFP4: (0x7F, 0x7F), Format.MXFP4: (0xFF, 0xFF)}
-"""(mask, NaN) of the codes a NaN check reads: E4M3's weight codes, NVFP4's E4M3 block scales,
-MXFP4's E8M0 block scales; a code c is NaN where c & mask == NaN."""
+_NAN_CODES = {Format.E4M3: (0x7F, 0x7F), Format.E4M3_B128: (0x7F, 0x7F),
+              Format.NVFP4: (0x7F, 0x7F), Format.MXFP4: (0xFF, 0xFF)}
+"""(mask, NaN) of the codes a NaN check reads: E4M3's and E4M3_B128's weight codes, NVFP4's E4M3
+block scales, MXFP4's E8M0 block scales; a code c is NaN where c & mask == NaN."""
 
 
 def codes_nan_free(packed: PackedWeight) -> bool:
@@ -127,7 +128,7 @@ def codes_nan_free(packed: PackedWeight) -> bool:
     known = known_fact(packed, "nan free")
     if known is not None:
         return known[0]
-    codes = packed.words if packed.fmt is Format.E4M3 else packed.scales
+    codes = packed.words if packed.fmt in (Format.E4M3, Format.E4M3_B128) else packed.scales
     if codes.is_cuda and torch.cuda.is_current_stream_capturing():
         return False
     mask, nan = _NAN_CODES[packed.fmt]

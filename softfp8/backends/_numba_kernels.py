@@ -181,18 +181,24 @@ def gemv_mxfp4(words, scales, xp, y, chunk, inject):
 
 # -- M > 1: decode a row once into fp32, then reuse it for every activation row -----------------
 
-E5M2, E4M3, NVFP4, MXFP4 = 0, 1, 2, 3  # kernel-side format ids (numba_cpu maps Format to these)
+# kernel-side format ids (numba_cpu maps Format to these)
+E5M2, E4M3, NVFP4, MXFP4, E4M3_B128 = 0, 1, 2, 3, 4
 
 
 @nb.njit(**_INLINE)
-def _decode_row(kind, codes, scales, g, r, inject, out):
-    """Row r as float32 into out[:Kp]; FP8 rows unscaled (the caller applies row scales)."""
+def _decode_row(kind, codes, scales, g, tiles, r, inject, out):
+    """Row r as float32 into out[:Kp]; E5M2 / E4M3 rows unscaled (the caller applies row scales),
+    E4M3_B128 rows times their tile scales (float32 `tiles`, one per 128 x 128)."""
     if kind == E5M2:
         for k in range(codes.shape[1]):
             out[k] = e5m2_fast(codes[r, k])
     elif kind == E4M3:
         for k in range(codes.shape[1]):
             out[k] = e4m3_fast_div256(codes[r, k]) * np.float32(256.0)
+    elif kind == E4M3_B128:
+        row_tiles = tiles[r // 128]
+        for k in range(codes.shape[1]):
+            out[k] = e4m3_fast_div256(codes[r, k]) * np.float32(256.0) * row_tiles[k // 128]
     else:
         per = 8 if kind == NVFP4 else 16  # bytes per block scale
         for blk in range(scales.shape[1]):
@@ -208,7 +214,7 @@ def _decode_row(kind, codes, scales, g, r, inject, out):
 
 
 @nb.njit(parallel=True, **_JIT)
-def decode_matmul(kind, codes, scales, g, x, y, w, r0, r1, chunk, inject):
+def decode_matmul(kind, codes, scales, g, tiles, x, y, w, r0, r1, chunk, inject):
     """Rows r0..r1 of the weight. With x [M, Kp] and y [M, N]: y[:, r] = x @ row r (small M).
     With w [r1 - r0, Kp] (and x empty): write the decoded rows into w (dequantise for large M)."""
     kp = x.shape[1] if x.shape[0] > 0 else w.shape[1]
@@ -216,9 +222,9 @@ def decode_matmul(kind, codes, scales, g, x, y, w, r0, r1, chunk, inject):
         buf = np.empty(kp, np.float32)
         for r in range(r0 + c * chunk, min(r1, r0 + (c + 1) * chunk)):
             if x.shape[0] == 0:
-                _decode_row(kind, codes, scales, g, r, inject, w[r - r0])
+                _decode_row(kind, codes, scales, g, tiles, r, inject, w[r - r0])
                 continue
-            _decode_row(kind, codes, scales, g, r, inject, buf)
+            _decode_row(kind, codes, scales, g, tiles, r, inject, buf)
             for m in range(x.shape[0]):
                 acc = np.float32(0.0)
                 for k in range(kp):

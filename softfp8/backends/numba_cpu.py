@@ -35,7 +35,8 @@ DEQUANT_MIN_M = 16
 """From this many activation rows on, dequantise slabs and use torch's sgemm."""
 
 _SLAB_ELEMENTS = 1 << 23  # 32 MiB of float32 weight per dequantised slab
-_KIND = {Format.E5M2: 0, Format.E4M3: 1, Format.NVFP4: 2, Format.MXFP4: 3}
+_KIND = {Format.E5M2: 0, Format.E4M3: 1, Format.NVFP4: 2, Format.MXFP4: 3, Format.E4M3_B128: 4}
+_NO_TILES = np.ones((1, 1), np.float32)  # decode_matmul's tile scales for the other formats
 
 
 _INJECT_X_SCALE = 2.0 ** 63
@@ -136,25 +137,26 @@ def _matmul_f32(x: torch.Tensor, packed: PackedWeight, inject: bool, threads: in
     codes = packed.words.view(torch.uint8).numpy()  # [N, Kp] FP8 bytes, [N, Kp/2] FP4 bytes
     scales = packed.scales.numpy() if fp4 else np.zeros((1, 1), np.uint8)
     g = np.float32(packed.global_scale.item()) if fmt is Format.NVFP4 else np.float32(1.0)
+    tiles = packed.scales.numpy() if fmt is Format.E4M3_B128 else _NO_TILES
     kind = _KIND[fmt]
     if m < DEQUANT_MIN_M:
         no_w = np.zeros((0, kp), np.float32)
-        K.decode_matmul(kind, codes, scales, g, xp.numpy(), yn, no_w, 0, n, _chunk(n, threads),
-                        inject)
+        K.decode_matmul(kind, codes, scales, g, tiles, xp.numpy(), yn, no_w, 0, n,
+                        _chunk(n, threads), inject)
     else:
         no_x = np.zeros((0, kp), np.float32)
         rows = max(1, _SLAB_ELEMENTS // kp)
         for start in range(0, n, rows):
             stop = min(n, start + rows)
             w = torch.empty((stop - start, kp), dtype=torch.float32)
-            K.decode_matmul(kind, codes, scales, g, no_x, yn, w.numpy(), start, stop,
+            K.decode_matmul(kind, codes, scales, g, tiles, no_x, yn, w.numpy(), start, stop,
                             _chunk(stop - start, threads), inject)
             torch.matmul(xp, w.T, out=y[:, start:stop])
     return _row_scaled(y, packed, fp4)
 
 
 def _row_scaled(y: torch.Tensor, packed: PackedWeight, fp4: bool) -> torch.Tensor:
-    if not fp4 and packed.scales is not None:
+    if not fp4 and packed.fmt is not Format.E4M3_B128 and packed.scales is not None:
         y *= packed.scales
     return y
 
@@ -262,13 +264,14 @@ def _x_row(x: torch.Tensor, kp: int) -> np.ndarray:
 def _plan(packed: PackedWeight):
     n, kp = packed.shape[0], packed.padded_k
     fmt = packed.fmt
-    if fmt in (Format.E5M2, Format.E4M3):
+    if fmt in (Format.E5M2, Format.E4M3, Format.E4M3_B128):
         R = _numba()[2]
         kind = (R.E5M2_KIND if fmt is Format.E5M2 else
                 R.E4M3_FINITE_KIND if codes_nan_free(packed) else R.E4M3_KIND)
-        return _Fp8Gemv(n, kp, packed.words.view(torch.uint16).numpy(), kind,
-                        R.ROWS if kp >= MULTIROW_MIN_K else 1,
-                        None if packed.scales is None else packed.scales.numpy())
+        scales = None if packed.scales is None else packed.scales.numpy()
+        gemv = _Fp8TileGemv if fmt is Format.E4M3_B128 else _Fp8Gemv
+        return gemv(n, kp, packed.words.view(torch.uint16).numpy(), kind,
+                    R.ROWS if kp >= MULTIROW_MIN_K else 1, scales)
     setting = _fp4_lut_setting()
     table = _fp4_table_for(setting)
     g = np.float32(1.0) if fmt is Format.MXFP4 else np.float32(packed.global_scale.item())
@@ -326,6 +329,16 @@ class _Fp8Gemv:
                              np.ascontiguousarray(xn[1::2]), y, chunk, self.kind, self.rows)
         if self.row_scales is not None:
             y *= self.row_scales  # the float32 multiply torch's `y *= scales` does
+
+
+@dataclass(frozen=True)
+class _Fp8TileGemv(_Fp8Gemv):
+    """E4M3_B128: `row_scales` holds the tile scales [N / 128, K / 128], which the kernel folds
+    into x per group of 128 rows (_numba_fp8_rows.gemv_fp8_tiles)."""
+
+    def run(self, x, y, chunk, inject):
+        _numba()[2].gemv_fp8_tiles(self.pairs, _x_row(x, self.kp), self.row_scales, y, chunk,
+                                   self.kind, self.rows)
 
 
 @dataclass(frozen=True)

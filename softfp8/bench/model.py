@@ -18,6 +18,7 @@ model then claims is that every format moves its bytes at fp16 cuBLAS's efficien
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 from ..formats import SPECS, Format, ScaleKind, padded_k
@@ -31,8 +32,8 @@ def packed_nbytes(n: int, k: int, fmt: Format | str, *, row_scale: bool = False)
     words = n * (kp // spec.codes_per_word) * 4
     if spec.scale is ScaleKind.ROW:
         scales = 4 * n if (spec.scale_required or row_scale) else 0
-    else:
-        scales = n * (kp // spec.block)  # one uint8 code per block
+    else:  # one uint8 code per block, or one fp32 per tile
+        scales = math.prod(spec.scales_shape(n, k)) * spec.scales_dtype.itemsize
     tensor_scale = 4 if fmt is Format.NVFP4 else 0
     return words + scales + tensor_scale
 

@@ -18,7 +18,8 @@ import torch.nn.functional as F
 
 from .. import dispatch, linear, quantize
 from ..dispatch import Backend, BackendUnavailable
-from ..formats import Format, PackedWeight
+from ..formats import SPECS, Format, PackedWeight, ScaleKind
+from ..quantize import dequantize_rows
 from .model import bytes_moved
 from .presets import Shape
 from .timing import measure
@@ -78,17 +79,31 @@ def make_packed(w: torch.Tensor, fmt: Format, tile_rows: int) -> PackedWeight:
     """quantize(w, fmt), or with `tile_rows` the quantized first rows repeated down to N rows:
     bytes and layout are the same, and quantizing a 7B-sized weight on 2 CPU cores takes seconds."""
     n, k = w.shape
-    if tile_rows <= 0 or n <= tile_rows:
-        return quantize(w, fmt)
+    spec = SPECS[fmt]
+    tiled = spec.scale is ScaleKind.TILE_F32
+    if tile_rows <= 0 or n <= tile_rows or (tiled and tile_rows % spec.block_n):
+        return quantize(w, fmt)  # (a tile scale covers block_n rows: repeat whole tiles only)
     tile = quantize(w[:tile_rows].contiguous(), fmt)
     reps = -(-n // tile_rows)
-    grow = lambda t: None if t is None else t.repeat(reps, *([1] * (t.dim() - 1)))[:n].contiguous()  # noqa: E731
-    return PackedWeight(fmt, (n, k), grow(tile.words), grow(tile.scales), tile.global_scale)
+    def grow(t, rows):
+        return None if t is None else t.repeat(reps, *([1] * (t.dim() - 1)))[:rows].contiguous()
+    scale_rows = spec.scales_shape(n, k)[0] if tiled else n
+    return PackedWeight(fmt, (n, k), grow(tile.words, n), grow(tile.scales, scale_rows),
+                        tile.global_scale)
 
 
 def clone_packed(p: PackedWeight) -> PackedWeight:
     c = lambda t: None if t is None else t.clone()  # noqa: E731
     return replace(p, words=c(p.words), scales=c(p.scales), global_scale=c(p.global_scale))
+
+
+def reference_rows(x: torch.Tensor, p: PackedWeight, rows: torch.Tensor) -> torch.Tensor:
+    """x @ W[rows].T on the torch reference backend, as float64 [M, len(rows)]."""
+    if p.spec.scale is not ScaleKind.TILE_F32:
+        return linear(x, row_slice(p, rows), backend=Backend.TORCH).double()
+    # Tile scales cover 128 rows, so a slice of scattered rows is no PackedWeight: decode them.
+    w = torch.cat([dequantize_rows(p, r, r + 1) for r in rows.tolist()])
+    return (x.float() @ w.T).to(x.dtype).double()
 
 
 def row_slice(p: PackedWeight, rows: torch.Tensor) -> PackedWeight:
@@ -189,7 +204,7 @@ def time_softfp8(shape: Shape, m: int, fmt: Format, backends: list[Backend], s: 
                 out.append(log_row(s, row))
                 continue
             if ref is None:
-                ref = linear(x, row_slice(packed, rows_idx), backend=Backend.TORCH).double()
+                ref = reference_rows(x, packed, rows_idx)
             y = linear(x, packed, backend=b)
             got = y[:, rows_idx].double()
             row["rel_err_vs_torch_ref"] = ((got - ref).norm() / ref.norm()).item()

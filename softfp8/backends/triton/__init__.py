@@ -132,6 +132,17 @@ def run(x: torch.Tensor, packed: PackedWeight, bias: torch.Tensor | None, cfg: L
     return _launch(x, packed, bias, cfg, e2m1, hw_fp8)
 
 
+def _check_tile_steps(cfg: LaunchConfig) -> None:
+    """E4M3_B128's kernels take each K step's tile scales as one scale a row (the dot kernels:
+    block_k divides 128) or whole tiles (the GEMV and the dequant slabs: or a multiple of 128)."""
+    bk = cfg.block_k
+    whole = cfg.kernel in (Kernel.GEMV, Kernel.DEQUANT) and bk % 128 == 0
+    if cfg.kernel is Kernel.MMA_GEMV or not (128 % bk == 0 or whole):
+        raise ValueError(f"cfg: e4m3_b128 runs on the GEMV and dequant kernels with block_k a "
+                         f"divisor or a multiple of 128, and on the tl.dot kernels with block_k a "
+                         f"divisor of 128 (not on Kernel.MMA_GEMV); got {cfg}")
+
+
 def not_current_device(x: torch.Tensor) -> bool:
     """Whether x lies on another GPU than the current one: Triton launches on the current
     device and its current stream, so the launcher makes x's device current first (a model
@@ -181,6 +192,8 @@ def _launch(x: torch.Tensor, packed: PackedWeight, bias: torch.Tensor | None, cf
     if cfg.depth != 1 and cfg.kernel is not Kernel.MMA_GEMV:
         raise ValueError(f"cfg: depth is Kernel.MMA_GEMV's setting; {cfg.kernel} takes depth=1, "
                          f"got {cfg}")
+    if packed.fmt is Format.E4M3_B128:
+        _check_tile_steps(cfg)
     if cfg.kernel is Kernel.DEQUANT:
         from ._dequant import dequant_matmul
 
@@ -192,7 +205,8 @@ def _launch(x: torch.Tensor, packed: PackedWeight, bias: torch.Tensor | None, cf
     launch = dict(launch_pdl=True) if pdl else {}  # pdl: a mode, 0 = off
     # NaN-free variants: MMA_GEMV's tile (PTX whatever the decode: E4M3 codes, FP4's block
     # scales) and E4M3's PTX decode in the other kernels (their FP4 decode has none)
-    fix_free = cfg.kernel is Kernel.MMA_GEMV or (asm and packed.fmt is Format.E4M3)
+    fix_free = cfg.kernel is Kernel.MMA_GEMV or (
+        asm and packed.fmt in (Format.E4M3, Format.E4M3_B128))
     nan = not (fix_free and codes_nan_free(packed))
     args = (x, w, s, g, b, y, ws)  # then the counters, then (m, n, k, rb, sb, per_split)
     sizes = (m, n, k, rb, sb, per_split)

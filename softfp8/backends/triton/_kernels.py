@@ -10,6 +10,10 @@ Scales: the row scale (E5M2 optional, E4M3) and NVFP4's tensor scale multiply ea
 in `_finish`; block scales multiply once per block (GEMV: partial sums per block; tiled: NVFP4
 folds the E4M3 block scale into the half-precision tile, exact since e2m1 * e4m3 has at most 6
 significant bits, MXFP4 scales each block's dot product, since 2^e does not fit an fp16 tile).
+E4M3_B128's tile scales (float32, one per 128 rows x 128 codes) multiply the decoded weights in
+float32 (GEMV, dequant: `_tile_scaled`), or each K step's dot product in float32 (tiled: a step
+lies in one 128-code tile; e4m3 * s has up to 24 significant bits and any float32 exponent, so
+it can't go into an fp16 tile exactly, nor can s go into x's fp16 tile).
 
 Split-K: with PARTIAL the kernels write float32 partial sums to ws[pid_k, M, N]; with LAST the
 last program of each tile adds them in a fixed order and finishes (`_reduce_last`, counters
@@ -39,6 +43,23 @@ def _fp8_to_f16(codes, FMT: tl.constexpr, ASM: tl.constexpr, NAN: tl.constexpr =
     if ASM:
         return e4m3_to_f16_div256_ptx(codes, NAN)
     return e4m3_to_f16_div256(codes)
+
+
+@triton.jit
+def _tile_scaled(w, s_ptr, rows, k0, N, SB, R: tl.constexpr, KB: tl.constexpr):
+    """E4M3_B128: w [R, KB], the codes k0..k0 + KB of `rows` decoded as value * 2^-8, times 256
+    and their tiles' scales, in float32 (s * 256 is exact, and so is then e/256 * (s * 256):
+    the reference's e * s, one rounding). k0 is a multiple of min(KB, 128)."""
+    srow = s_ptr + (rows // 128).to(tl.int64)[:, None] * SB
+    if KB <= 128:  # one tile along K: one scale a row
+        s = tl.load(srow + k0 // 128, mask=(rows < N)[:, None], other=0.0)
+        out = w * (s * 256.0)
+    else:
+        NT: tl.constexpr = KB // 128
+        st = k0 // 128 + tl.arange(0, NT)[None, :]
+        s = tl.load(srow + st, mask=(rows < N)[:, None] & (st < SB), other=0.0)
+        out = tl.reshape(tl.reshape(w, (R, NT, 128)) * (s * 256.0)[:, :, None], (R, KB))
+    return out
 
 
 @triton.jit
@@ -207,7 +228,8 @@ def gemv_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr, cnt_ptr,
     kb_lo = pid_k * KB_SPLIT
     kb_hi = tl.minimum(kb_lo + KB_SPLIT, RB)
     _pdl_enter(w_ptr, pid_n * BLOCK_N, N, RB, kb_lo, kb_hi, BLOCK_N, PDL, PREFETCH)
-    if FMT == "e5m2" or FMT == "e4m3":
+    FP8: tl.constexpr = FMT == "e5m2" or FMT == "e4m3" or FMT == "e4m3_b128"
+    if FP8:
         acc = tl.zeros((BLOCK_M, BLOCK_N, BLOCK_KB), dtype=tl.float32)
     else:
         HB: tl.constexpr = 8 if FMT == "nvfp4" else 16  # bytes per scale block
@@ -216,11 +238,15 @@ def gemv_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr, cnt_ptr,
     for kb in range(kb_lo, kb_hi, BLOCK_KB):
         bb = kb + b3
         codes = tl.load(w_rows + bb, mask=mask_n & (bb < RB), other=0)
-        if FMT == "e5m2" or FMT == "e4m3":
+        if FP8:
             if HW:
                 w = e5m2_to_f32(codes, HW) if FMT == "e5m2" else e4m3_to_f32(codes, HW)
             else:
                 w = _fp8_to_f16(codes, FMT, ASM, NAN).to(tl.float32)  # E4M3: x 256 once, below
+            if FMT == "e4m3_b128":  # its 256 goes with the tile scale
+                w = tl.reshape(_tile_scaled(tl.reshape(w, (BLOCK_N, BLOCK_KB)), s_ptr, offs_n,
+                                            kb, N, SB, BLOCK_N, BLOCK_KB),
+                               (1, BLOCK_N, BLOCK_KB))
             xv = tl.load(x_rows + bb, mask=mask_m & (bb < K), other=0.0).to(tl.float32)
             acc += w * xv
         else:
@@ -276,7 +302,7 @@ def dot_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr, cnt_ptr,
     pid_n = tl.program_id(0)
     pid_m = tl.program_id(1)
     pid_k = tl.program_id(2)
-    FP8: tl.constexpr = FMT == "e5m2" or FMT == "e4m3"
+    FP8: tl.constexpr = FMT == "e5m2" or FMT == "e4m3" or FMT == "e4m3_b128"
     BKB: tl.constexpr = BLOCK_K if FP8 else BLOCK_K // 2
     xdt: tl.constexpr = tl.float32 if UPCAST else x_ptr.dtype.element_ty
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -307,7 +333,15 @@ def dot_kernel(x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, y_ptr, ws_ptr, cnt_ptr,
                 w = (e5m2_to_f32(codes, HW) if FMT == "e5m2" else e4m3_to_f32(codes, HW)).to(xdt)
             else:
                 w = _f16_to(_fp8_to_f16(codes, FMT, ASM, NAN), xdt)  # E4M3: x 256 below
-            acc = tl.dot(xt, tl.trans(w), acc, input_precision=PRECISION)
+            if FMT == "e4m3_b128":
+                # the step's dot, times its tile scales (and the 256) in float32: the launcher
+                # keeps a step within one 128-code tile (128 % BLOCK_K == 0)
+                sc = tl.load(s_ptr + (offs_n // 128).to(tl.int64) * SB + kb // 128,
+                             mask=offs_n < N, other=0.0)
+                part = tl.dot(xt, tl.trans(w), input_precision=PRECISION)
+                acc += part * (sc * 256.0)[None, :]
+            else:
+                acc = tl.dot(xt, tl.trans(w), acc, input_precision=PRECISION)
         else:
             # No interleave: the even codes (low nibbles) meet x's even elements and the odd
             # codes x's odd ones, in two dots; the sum over K does not care about the order.
@@ -392,13 +426,15 @@ def dequant_kernel(w_ptr, s_ptr, g_ptr, out_ptr, info_ptr, N, K, RB, SB, ROW0,
     codes = tl.load(w_ptr + rows[:, None].to(tl.int64) * RB + offs_b[None, :],
                     mask=rmask & (offs_b[None, :] < RB), other=0)
     out_rows = out_ptr + offs_r[:, None].to(tl.int64) * K
-    if FMT == "e5m2" or FMT == "e4m3":
+    if FMT == "e5m2" or FMT == "e4m3" or FMT == "e4m3_b128":
         w = _fp8_to_f16(codes, FMT, ASM, NAN).to(tl.float32)
         # E4M3 is value * 2^-8, exact in fp16 (subnormals included): the 256 goes into the row
         # scale, one multiply either way, the same float32 (256 * s is exact)
         up: tl.constexpr = 256.0 if FMT == "e4m3" else 1.0
         if HAS_SCALE:
             w = w * (tl.load(s_ptr + rows, mask=rows < N, other=1.0) * up)[:, None]
+        elif FMT == "e4m3_b128":
+            w = _tile_scaled(w, s_ptr, rows, pid_k * BLOCK_KB, N, SB, BLOCK_R, BLOCK_KB)
         elif FMT == "e4m3":
             w = w * 256.0
         if CHECK:

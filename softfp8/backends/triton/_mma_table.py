@@ -19,8 +19,10 @@ MMA_GROUPS_MAX_M = 16
 read the weights from L2."""
 
 
-MMA_FORMATS = frozenset(Format)
-"""What Kernel.MMA_GEMV can run (tests and sweeps reach every format with `run`)."""
+MMA_FORMATS = frozenset(Format) - {Format.E4M3_B128}
+"""What Kernel.MMA_GEMV can run (tests and sweeps reach every format with `run`). Not E4M3_B128:
+its tile scales change every 128 codes along K, and the MMA GEMV's steps apply one row scale at
+the end; the GEMV and dot kernels run it (`uses_mma_gemv` says no)."""
 
 
 def mma_gemv_runs(k: int, m: int, fmt: Format, info: DeviceInfo, x_dtype: torch.dtype) -> bool:

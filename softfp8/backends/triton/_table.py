@@ -45,7 +45,7 @@ def pdl_auto(fmt: Format, cfg: LaunchConfig | None = None) -> tuple[str, int]:
     - 8-bit M = 1 on the ring in one warp of 4 stages (`cfg`; MMA_FP8_RING_M1), its first 3
       steps copied before the wait: early against late E5M2 1.607 against 1.742 ms, E4M3 1.782
       against 1.837. So early there, late elsewhere."""
-    if fmt not in (Format.E5M2, Format.E4M3):
+    if fmt not in (Format.E5M2, Format.E4M3, Format.E4M3_B128):  # E4M3_B128: E4M3's, reasoned
         return ("early", 0)
     ring_m1 = (cfg is not None and cfg.kernel is Kernel.MMA_GEMV and cfg.ring > 0
                and cfg.block_m == 1)
@@ -170,7 +170,7 @@ def launch_config(n: int, k: int, m: int, fmt: Format, info: DeviceInfo,
     # sm_80 (Triton 3.x has no tensor-core path there) -- tiles must be small or they spill.
     fma_dot = f32 or (info.capability is not None and info.capability < (8, 0))
     mx = fmt is Format.MXFP4  # the tl.dot kernels step one MXFP4 block (32 codes) at a time
-    fp8 = fmt in (Format.E5M2, Format.E4M3)
+    fp8 = fmt in (Format.E5M2, Format.E4M3, Format.E4M3_B128)
     # the dot kernel's 128 x 256 tiles, unsplit (SMALL_M_FP8_TALL_ROWS)
     tall = fp8 and 4 < m <= 16 and n >= SMALL_M_FP8_TALL_ROWS and not fma_dot
     if m >= (DEQUANT_MIN_M if fp8 else DEQUANT_MIN_M_FP4) and not info.interpreter:
@@ -210,7 +210,10 @@ def launch_config(n: int, k: int, m: int, fmt: Format, info: DeviceInfo,
             and (programs >= SMALL_M_UNSPLIT_PER_SM * info.sm_count or tall)):
         want = programs  # enough row blocks: no split (SMALL_M_UNSPLIT_PER_SM)
     split = 1 if programs >= want else min(16, steps, -(-want // programs))
-    return LaunchConfig(cfg.kernel, cfg.block_m, cfg.block_n, cfg.block_k, max(split, 1),
+    block_k = cfg.block_k
+    if fmt is Format.E4M3_B128 and cfg.kernel in (Kernel.SMALL_M, Kernel.TILED):
+        block_k = min(block_k, 128)  # each dot step within one 128-code tile (reasoned)
+    return LaunchConfig(cfg.kernel, cfg.block_m, cfg.block_n, block_k, max(split, 1),
                         cfg.num_warps, cfg.num_stages)
 
 
