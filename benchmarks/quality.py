@@ -7,7 +7,7 @@ Measures, for each real model given, each format and each scale method:
 - end to end: perplexity of a fixed paragraph (causal LM; also the mean KL divergence of the
   next-token distributions from the full-precision ones), or 1 - cosine similarity of sentence
   embeddings to the full-precision ones (sentence-embedding model);
-- the time to quantize the model's linears, per billion weights.
+- the CPU time to quantize the model's linears, per billion weights.
 
 Quantized weights go into the model as `dequantize(quantize(w))`: the exact values every softfp8
 backend multiplies by, so this measures the formats and scales, not a kernel. Every nn.Linear is
@@ -134,9 +134,9 @@ def apply(model, originals, cfg: Config | None) -> float:
     for name, lin in linears(model):
         w = originals[name]
         if cfg is not None:
-            t = time.perf_counter()
+            t = time.process_time()
             packed = softfp8.quantize(w, cfg.fmt, **cfg.kwargs())
-            spent += time.perf_counter() - t
+            spent += time.process_time() - t
             w = softfp8.dequantize(packed, w.dtype)
         lin.weight.data = w
     return spent
@@ -207,22 +207,21 @@ def measure_embedder(name, model, tok, rows):
     return int(batch["attention_mask"].sum()), nweights
 
 
-def time_7b(rows_out: list[str], repeats: int = 1) -> None:
-    """Seconds to quantize one 7B-Llama-shaped layer's linears (q, k, v, o: 4096 x 4096; gate,
-    up: 11008 x 4096; down: 4096 x 11008), times 32 layers: an estimate for the whole model."""
-    shapes = [(4096, 4096)] * 4 + [(11008, 4096)] * 2 + [(4096, 11008)]
-    g = torch.Generator().manual_seed(0)
-    weights = [torch.randn(s, generator=g) * 0.02 for s in shapes]
-    total = sum(w.numel() for w in weights) * 32
+LLAMA_7B_LINEAR_WEIGHTS = 32 * (4 * 4096 * 4096 + 3 * 4096 * 11008)  # q k v o, gate up down
+
+
+def time_per_gweight(rows_out: list[str], n: int = 4096, k: int = 4096) -> None:
+    """CPU seconds (process time: all threads, less sensitive to a busy machine than wall time)
+    to quantize one n x k matrix, per 1e9 weights and scaled to a 7B Llama's linears."""
+    w = torch.randn(n, k, generator=torch.Generator().manual_seed(0)) * 0.02
     for fmt in (Format.E4M3, Format.NVFP4, Format.MXFP4):
         for method in ScaleMethod:
-            t = time.perf_counter()
-            for _ in range(repeats):
-                for w in weights:
-                    softfp8.quantize(w, fmt, scales=method)
-            per_layer = (time.perf_counter() - t) / repeats
-            rows_out.append(f"| {fmt} | {method} | {per_layer:.1f} | {per_layer * 32 / 60:.1f} | "
-                            f"{per_layer * 32 / total * 1e9:.1f} |")
+            cpu, wall = time.process_time(), time.perf_counter()
+            softfp8.quantize(w, fmt, scales=method)
+            cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+            per_g = cpu / w.numel() * 1e9
+            rows_out.append(f"| {fmt} | {method} | {cpu:.2f} | {wall:.2f} | {per_g:.0f} | "
+                            f"{per_g * LLAMA_7B_LINEAR_WEIGHTS / 1e9 / 60:.1f} |")
             print(rows_out[-1], flush=True)
 
 
@@ -230,7 +229,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--minilm", type=Path, help="all-MiniLM-L6-v2 model dir (config + safetensors)")
     ap.add_argument("--gguf", type=Path, help="a llama-family GGUF file (SmolLM2-135M-Instruct)")
-    ap.add_argument("--time-7b", action="store_true", help="also time a 7B model's linears")
+    ap.add_argument("--time", action="store_true",
+                    help="also time quantizing a 4096 x 4096 weight, scaled to a 7B model")
     ap.add_argument("--formats", default=",".join(f.value for f in Format),
                     help="comma-separated formats to measure (default: all)")
     ap.add_argument("--out", type=Path, help="write the markdown tables here")
@@ -256,21 +256,25 @@ def main(argv=None) -> int:
                      f"{nw / 1e6:.1f}M linear weights")
         del model
     timing = []
-    if args.time_7b:
-        time_7b(timing)
+    if args.time:
+        time_per_gweight(timing)
+    command = " ".join(sys.argv[1:] if argv is None else argv)
     lines = [f"Measured {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC on "
              f"{platform.processor() or platform.machine()} ({torch.get_num_threads()} threads), "
              f"python {platform.python_version()}, torch {torch.__version__}, transformers "
              f"{transformers.__version__}, softfp8 {softfp8.__version__}.",
-             f"Command: `python benchmarks/quality.py {' '.join(sys.argv[1:] if argv is None else argv)}`",
+             f"Command: `python benchmarks/quality.py {command}`",
              ""] + [f"- {n}" for n in notes] + [""]
     lines += ["| model | format | scales | mean layer err | max layer err | end to end | "
-              "ppl increase | KL (nats/token) | quantize s / 1e9 weights |",
+              "ppl increase | KL (nats/token) | quantize CPU s / 1e9 weights |",
               "|---|---|---|---|---|---|---|---|---|"]
     lines += ["| " + " | ".join(r) + " |" for r in rows]
     if timing:
-        lines += ["", "| format | scales | s per 7B layer | min per 7B model (32 layers) | "
-                  "s / 1e9 weights |", "|---|---|---|---|---|"] + timing
+        lines += ["", f"Quantizing one 4096 x 4096 weight ({torch.get_num_threads()} threads; "
+                  "CPU seconds are summed over threads), scaled to a 7B Llama's "
+                  f"{LLAMA_7B_LINEAR_WEIGHTS / 1e9:.2f}e9 linear weights:", "",
+                  "| format | scales | CPU s | wall s | CPU s / 1e9 weights | "
+                  "CPU min, 7B linears (estimate) |", "|---|---|---|---|---|---|"] + timing
     text = "\n".join(lines) + "\n"
     print(text)
     if args.out is not None:

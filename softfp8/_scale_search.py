@@ -36,7 +36,8 @@ ROW_SHRINK = (0.97, 0.94, 0.9, 0.85)
 
 
 class ScaleMethod(str, enum.Enum):
-    """How `quantize` chooses scales. Its lower-case string (``"mse"``) works wherever one is expected."""
+    """How `quantize` chooses scales; its lower-case string (``"mse"``) works wherever one is
+    expected."""
 
     ABSMAX = "absmax"
     """Each row or block's largest magnitude maps to the format's largest code (the OCP MX rule's

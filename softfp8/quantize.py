@@ -158,7 +158,8 @@ def _refuse_inf(w: torch.Tensor, fmt: Format) -> None:
 
 
 def quantize(weight: torch.Tensor, fmt: Format | str = Format.E5M2, *,
-             row_scale: bool | None = None, scales: ScaleMethod | str | None = None) -> PackedWeight:
+             row_scale: bool | None = None,
+             scales: ScaleMethod | str | None = None) -> PackedWeight:
     """Quantize a weight [N, K] (out_features × in_features, as nn.Linear stores it) to `fmt`.
 
     Runs on the weight's device; the result lives there too. `row_scale` only concerns E5M2
@@ -278,7 +279,8 @@ def _fp4_rows(w: torch.Tensor, fmt: Format, kp: int, g: torch.Tensor | None,
         flushed = amax <= 2.0**-129
         if search:
             exponent = mxfp4_block_exponents(mag, exponent.clamp(-127, 127), flushed)
-        scale_codes = torch.where(flushed, _E8M0_ONE, encode_e8m0_exponent(exponent)).to(torch.uint8)
+        scale_codes = torch.where(flushed, _E8M0_ONE, encode_e8m0_exponent(exponent))
+        scale_codes = scale_codes.to(torch.uint8)
         block_scale = decode_e8m0(scale_codes)
         nan_code = _E8M0_NAN
     # A scale that rounds to zero (a block far below the tensor's largest) keeps its codes at 0.
