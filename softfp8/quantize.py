@@ -18,6 +18,10 @@ Policy for values a format can't hold (the one place it is decided):
   formats have no infinity, so they raise ValueError rather than store a wrong value.
 - Zero rows and blocks get scale 1 (E4M3 row, E8M0 code 127), never 0 or a denormal; so does
   an MXFP4 block that even the smallest E8M0 scale would leave all zeros (amax <= 2^-129).
+
+Scales are either the absmax rule below or, with ``scales="mse"``, the least-error candidate
+around it (`_scale_search`); either way the codes are the nearest-even codes under the chosen
+scale, and the policy above holds.
 """
 from __future__ import annotations
 
