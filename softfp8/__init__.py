@@ -8,7 +8,7 @@ from .hub import from_pretrained
 from .linear import linear
 from .convert import QuantizeSummary, quantize_model
 from .modules import Linear
-from .quantize import dequantize, quantize
+from .quantize import ScaleMethod, dequantize, quantize
 
 # transformers learns quant_method "softfp8" when it loads its quantizer registry, not now:
 # importing softfp8 never imports transformers (softfp8/hub/_hf_hook.py says how).
@@ -33,7 +33,7 @@ _carry_quantization_policy()
 del _carry_quantization_policy
 
 __all__ = ["ActivationQuant", "Backend", "BackendUnavailable", "CapabilityReport", "E2M1Decode",
-           "Format", "Linear", "PackedWeight", "QuantizeSummary", "SoftFP8Config", "dequantize",
+           "Format", "Linear", "PackedWeight", "QuantizeSummary", "ScaleMethod", "SoftFP8Config", "dequantize",
            "from_pretrained", "linear", "probe", "quantize", "quantize_model", "save_pretrained"]
 __version__ = "0.1.0"
 

@@ -19,6 +19,10 @@ Policy for values a format can't hold (the one place it is decided):
 - Zero rows, tiles and blocks get scale 1 (E4M3 row, E4M3_B128 tile, E8M0 code 127), never 0
   or a denormal; so does
   an MXFP4 block that even the smallest E8M0 scale would leave all zeros (amax <= 2^-129).
+
+Scales are either the absmax rule below or, with ``scales="mse"``, the least-error candidate
+around it (`_scale_search`); either way the codes are the nearest-even codes under the chosen
+scale, and the policy above holds.
 """
 from __future__ import annotations
 
@@ -27,6 +31,9 @@ import torch
 from .decode import decode_e4m3_to_f32, decode_e8m0
 from .formats import (E2M1_ELEMENT, E4M3_ELEMENT, E5M2_ELEMENT, SPECS, Format, MinifloatSpec,
                       PackedWeight, ScaleKind, padded_k)
+from . import _scale_search
+from ._scale_search import (DEFAULT_METHOD, ScaleMethod, chunk_rows, encode_saturating,
+                            mxfp4_block_exponents, nvfp4_block_codes, search_row_scales)
 
 _NVFP4_E4M3_NAN = 0x7F
 _E8M0_NAN = 0xFF
@@ -161,13 +168,22 @@ def _refuse_inf(w: torch.Tensor, fmt: Format) -> None:
 
 
 def quantize(weight: torch.Tensor, fmt: Format | str = Format.E5M2, *,
-             row_scale: bool | None = None) -> PackedWeight:
+             row_scale: bool | None = None,
+             scales: ScaleMethod | str | None = None) -> PackedWeight:
     """Quantize a weight [N, K] (out_features × in_features, as nn.Linear stores it) to `fmt`.
 
     Runs on the weight's device; the result lives there too. `row_scale` only concerns E5M2
     (default False: plain E5M2, whose decode is a shift); E4M3 always has row scales.
+
+    `scales` chooses how row and block scales are found (`ScaleMethod`): ``"absmax"`` maps each
+    row's or block's largest magnitude to the format's largest code; ``"mse"`` tries a few
+    candidates around that per row or block and keeps the least squared error (never worse than
+    absmax; a few times slower to quantize; decoding is unchanged). None takes the format's
+    default: mse for NVFP4 and MXFP4, absmax for E4M3 and E5M2, as measured on real weights in
+    docs/quality.md. Unscaled E5M2 has no scale to choose, so `scales` changes nothing there.
     """
     fmt = Format.parse(fmt)
+    method = DEFAULT_METHOD[fmt] if scales is None else ScaleMethod.parse(scales)
     w = _check_weight(weight)
     if row_scale is not None and not isinstance(row_scale, bool):
         raise TypeError(f"row_scale: expected True, False or None, got {row_scale!r}")
@@ -177,27 +193,39 @@ def quantize(weight: torch.Tensor, fmt: Format | str = Format.E5M2, *,
                          "has its own scales")
     n, k = w.shape
     if fmt is Format.E4M3_B128:
+        if method is not ScaleMethod.ABSMAX:
+            raise ValueError(f"scales={method.value!r}: e4m3_b128's tile scales are found by "
+                             "absmax only (as its checkpoints' producers do); expected "
+                             "scales='absmax' or None")
         return _quantize_tiles(w, fmt)
     if fmt in (Format.E5M2, Format.E4M3):
-        scales = None
+        row_scales = None
         if fmt is Format.E4M3 or row_scale:
             if fmt is Format.E4M3:
                 _refuse_inf(w, fmt)
             amax = _finite_absmax(w, dim=1)
             # Keep the scale a normal float32: a denormal one (rows of denormal weights) is
             # rounded so coarsely that w / scale can pass the max, and E5M2 made that inf.
-            scales = torch.where(amax > 0, (amax / spec.element.max_finite).clamp_min(2.0**-126),
-                                 1.0)
-            w = w / scales[:, None]
-        codes = encode_minifloat(w, spec.element)
-        if scales is None and fmt is Format.E5M2:
+            row_scales = torch.where(amax > 0,
+                                     (amax / spec.element.max_finite).clamp_min(2.0**-126), 1.0)
+            if method is ScaleMethod.MSE:
+                step = chunk_rows(n, k)
+                row_scales = torch.cat([
+                    search_row_scales(w[i:i + step], row_scales[i:i + step], amax[i:i + step],
+                                      spec.element) for i in range(0, n, step)])
+            w = w / row_scales[:, None]
+        if row_scales is not None and method is ScaleMethod.MSE:
+            codes = encode_saturating(w, spec.element)  # a shrunk scale clips on purpose
+        else:
+            codes = encode_minifloat(w, spec.element)
+        if row_scales is None and fmt is Format.E5M2:
             overflow = torch.isfinite(w) & (codes & 0x7F == 0x7C)
             if overflow.any():
                 raise ValueError(f"weight: {int(overflow.sum())} finite values lie beyond E5M2's "
                                  f"range (±57344, largest here {w[overflow].abs().max().item():g}); "
                                  "expected smaller values, or quantize with row_scale=True")
-        return PackedWeight(fmt, (n, k), pack_codes(codes, fmt), scales)
-    return _quantize_fp4(w, fmt)
+        return PackedWeight(fmt, (n, k), pack_codes(codes, fmt), row_scales)
+    return _quantize_fp4(w, fmt, method)
 
 
 def _tile_scales(scales: torch.Tensor, n: int, k: int, spec) -> torch.Tensor:
@@ -222,21 +250,50 @@ def _quantize_tiles(w: torch.Tensor, fmt: Format) -> PackedWeight:
     return PackedWeight(fmt, (n, k), pack_codes(codes, fmt), scales.contiguous())
 
 
-def _quantize_fp4(w: torch.Tensor, fmt: Format) -> PackedWeight:
+def _quantize_fp4(w: torch.Tensor, fmt: Format, method: ScaleMethod) -> PackedWeight:
     spec = SPECS[fmt]
     _refuse_inf(w, fmt)
     n, k = w.shape
     kp = padded_k(k, fmt)
+    g = None
+    if fmt is Format.NVFP4:
+        # Two levels: the tensor scale maps the largest block scale to E4M3's max (448).
+        g = _finite_absmax(w.flatten(), dim=0) / (6.0 * 448.0)
+        g = torch.where(g > 0, g, 1.0).clamp_min(2.0**-126)  # normal, as for row scales
+    step = chunk_rows(n, kp)
+    best = None
+    # mse: each candidate tensor scale shifts the E4M3 grid the block scales lie on; keep the
+    # one with the least total error (the absmax one first, so it wins ties).
+    tensor_scales = [g] if g is None or method is ScaleMethod.ABSMAX else [
+        g * f for f in _scale_search.NVFP4_TENSOR_FACTORS]
+    for gs in tensor_scales:
+        parts = [_fp4_rows(w[i:i + step], fmt, kp, gs, method) for i in range(0, n, step)]
+        total = sum(err for _, _, err in parts)
+        if best is None or total < best[0]:
+            best = (total, gs, parts)
+    _, g, parts = best
+    codes = torch.cat([c for c, _, _ in parts])
+    scale_codes = torch.cat([s for _, s, _ in parts])
+    words = pack_codes(codes.view(n, kp)[:, :k], fmt)
+    return PackedWeight(fmt, (n, k), words, scale_codes.contiguous(),
+                        None if g is None else g.reshape(()))
+
+
+def _fp4_rows(w: torch.Tensor, fmt: Format, kp: int, g: torch.Tensor | None,
+              method: ScaleMethod) -> tuple[torch.Tensor, torch.Tensor, float]:
+    """E2M1 codes [rows, kp / block, block], block-scale codes of some rows of the weight, and
+    their squared error (mse only; 0 for absmax, which compares nothing)."""
+    spec = SPECS[fmt]
+    n, k = w.shape
     blocks = torch.zeros((n, kp), dtype=torch.float32, device=w.device)
     blocks[:, :k] = w
     blocks = blocks.view(n, kp // spec.block, spec.block)
     has_nan = torch.isnan(blocks).any(dim=-1)
     amax = _finite_absmax(blocks, dim=-1)
-    global_scale = None
+    search = method is ScaleMethod.MSE
+    total = 0.0
+    mag = torch.where(torch.isnan(blocks), 0.0, blocks.abs()) if search else None
     if fmt is Format.NVFP4:
-        # Two levels: the tensor scale maps the largest block scale to E4M3's max (448).
-        g = _finite_absmax(w.flatten(), dim=0) / (6.0 * 448.0)
-        g = torch.where(g > 0, g, 1.0).clamp_min(2.0**-126)  # normal, as for row scales
         scale_codes = encode_minifloat(amax / (6.0 * g), E4M3_ELEMENT)
         # A block whose scale rounds to zero (amax / 6g at or below half of E4M3's smallest
         # subnormal, 2^-10) would be flushed whole, even where the smallest scale (code 1,
@@ -245,8 +302,11 @@ def _quantize_fp4(w: torch.Tensor, fmt: Format) -> PackedWeight:
         # that re-quantizing a dequantized weight makes the same choice.
         keeps = amax > 0.25 * (2.0**-9 * g)
         scale_codes = torch.where(keeps & (scale_codes == 0), 1, scale_codes).to(torch.uint8)
+        if search:
+            scale_codes, err = nvfp4_block_codes(mag, amax, scale_codes, g)
+            total = err[~has_nan].sum().item()
         block_scale = decode_e4m3_to_f32(scale_codes) * g
-        nan_code, global_scale = _NVFP4_E4M3_NAN, g.reshape(())
+        nan_code = _NVFP4_E4M3_NAN
     else:
         # OCP MX v1.0 §6.3: shared exponent = floor(log2(amax)) - emax(E2M1) = ... - 2.
         exponent = ((_f32_bits(amax) >> 23) & 0xFF) - 127 - 2
@@ -254,8 +314,11 @@ def _quantize_fp4(w: torch.Tensor, fmt: Format) -> PackedWeight:
         # or below 2^-129, a quarter of it, ties to even) takes the scale of an all-zero block,
         # so that re-quantizing its dequantized zeros makes the same choice (hypothesis found
         # [[7.7473e-40]]: scale code 0 on the first pass, 127 on the second).
-        scale_codes = torch.where(amax > 2.0**-129, encode_e8m0_exponent(exponent),
-                                  _E8M0_ONE).to(torch.uint8)
+        flushed = amax <= 2.0**-129
+        if search:
+            exponent = mxfp4_block_exponents(mag, exponent.clamp(-127, 127), flushed)
+        scale_codes = torch.where(flushed, _E8M0_ONE, encode_e8m0_exponent(exponent))
+        scale_codes = scale_codes.to(torch.uint8)
         block_scale = decode_e8m0(scale_codes)
         nan_code = _E8M0_NAN
     # A scale that rounds to zero (a block far below the tensor's largest) keeps its codes at 0.
@@ -263,8 +326,7 @@ def _quantize_fp4(w: torch.Tensor, fmt: Format) -> PackedWeight:
     codes = torch.where(block_scale[..., None] > 0, encode_e2m1(blocks / safe), 0).to(torch.uint8)
     codes = torch.where(has_nan[..., None], 0, codes).to(torch.uint8)
     scale_codes = torch.where(has_nan, nan_code, scale_codes).to(torch.uint8)
-    words = pack_codes(codes.view(n, kp)[:, :k], fmt)
-    return PackedWeight(fmt, (n, k), words, scale_codes.contiguous(), global_scale)
+    return codes, scale_codes, total
 
 
 def dequantize(packed: PackedWeight, dtype: torch.dtype = torch.float32) -> torch.Tensor:
