@@ -16,6 +16,10 @@ hypothesis = pytest.importorskip("hypothesis")
 from hypothesis import example, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
+
+SEARCHED_FORMATS = [f for f in Format if f is not Format.E4M3_B128]
+"""The formats with a scale search (e4m3_b128's tile scales are absmax only: its own test)."""
+
 PROPS = settings(deadline=None, max_examples=60, derandomize=True)
 FP4 = [Format.NVFP4, Format.MXFP4]
 # E5M2's scale search needs its row scales.
@@ -83,7 +87,7 @@ def weights(draw):
 
 
 @PROPS
-@given(fmt=st.sampled_from(list(Format)), w=weights())
+@given(fmt=st.sampled_from(SEARCHED_FORMATS), w=weights())
 @example(fmt=Format.NVFP4, w=torch.tensor([[4.0], [1e-5]]))
 @example(fmt=Format.NVFP4, w=torch.tensor([[1.0], [2.7425e-23]]))
 @example(fmt=Format.MXFP4, w=torch.tensor([[7.7473e-40]]))
@@ -101,7 +105,7 @@ def test_mse_never_has_a_larger_error_than_absmax(fmt, w):
     assert torch.equal(nan, torch.isnan(softfp8.dequantize(absmax)))
 
 
-@pytest.mark.parametrize("fmt", list(Format))
+@pytest.mark.parametrize("fmt", SEARCHED_FORMATS)
 def test_mse_lowers_the_error_of_gaussian_weights(fmt):
     w = torch.randn(64, 512, generator=torch.Generator().manual_seed(2)) * 0.02
     kw = KWARGS.get(fmt, {})
@@ -149,7 +153,7 @@ def reencode(packed: softfp8.PackedWeight) -> torch.Tensor:
     return encode_e2m1(x).view(n, -1)[:, :k]
 
 
-@pytest.mark.parametrize("fmt", list(Format))
+@pytest.mark.parametrize("fmt", SEARCHED_FORMATS)
 @pytest.mark.parametrize("k", [1, 15, 17, 33, 47, 100, 257])
 def test_round_trip_with_the_same_scales_gives_the_same_codes(fmt, k):
     g = torch.Generator().manual_seed(k)
@@ -172,7 +176,7 @@ def test_row_scale_search_clips_only_finite_values_to_the_max():
     assert decode_e5m2_to_f32(codes)[0, 0] == 57344.0
 
 
-@pytest.mark.parametrize("fmt", list(Format))
+@pytest.mark.parametrize("fmt", SEARCHED_FORMATS)
 def test_chunking_does_not_change_the_result(fmt, monkeypatch):
     w = torch.randn(37, 200, generator=torch.Generator().manual_seed(4))
     whole = softfp8.quantize(w, fmt, scales="mse", **KWARGS.get(fmt, {}))
@@ -182,7 +186,7 @@ def test_chunking_does_not_change_the_result(fmt, monkeypatch):
         assert torch.equal(a, b)
 
 
-@pytest.mark.parametrize("fmt", list(Format))
+@pytest.mark.parametrize("fmt", SEARCHED_FORMATS)
 def test_every_cpu_backend_reads_mse_codes(fmt):
     w = torch.randn(24, 96, generator=torch.Generator().manual_seed(5))
     x = torch.randn(3, 96, generator=torch.Generator().manual_seed(6))
@@ -195,7 +199,7 @@ def test_every_cpu_backend_reads_mse_codes(fmt):
 
 # -- defaults, entry points, bad input --------------------------------------------------------
 
-@pytest.mark.parametrize("fmt", list(Format))
+@pytest.mark.parametrize("fmt", SEARCHED_FORMATS)
 def test_default_is_the_documented_method(fmt):
     w = torch.randn(16, 64, generator=torch.Generator().manual_seed(7))
     kw = KWARGS.get(fmt, {})
@@ -247,3 +251,11 @@ def test_nvfp4_tensor_scale_search_keeps_the_least_total_error(monkeypatch):
     searched = softfp8.quantize(w, "nvfp4", scales="mse")
     assert any(torch.equal(searched.global_scale, plain.global_scale * f) for f in factors)
     assert errors(w, searched).sum() <= errors(w, plain).sum()
+
+
+def test_tile_scaled_e4m3_takes_absmax_only():
+    w = torch.randn(130, 260)
+    assert torch.equal(softfp8.quantize(w, Format.E4M3_B128, scales="absmax").words,
+                       softfp8.quantize(w, Format.E4M3_B128).words)
+    with pytest.raises(ValueError, match="e4m3_b128's tile scales are found by absmax only"):
+        softfp8.quantize(w, Format.E4M3_B128, scales="mse")
