@@ -5,10 +5,12 @@ Strategy by M (rows of activations):
   split over threads (FP8: `_numba_fp8_rows`; FP4: the table kernels `_numba_lut` / AVX-512,
   `_numba_pshufb` / AVX2, else `_numba_kernels`). This is the batch-1 decoding case; what a
   call needs of the weight is prepared once per weight (`_gemv`).
-- 1 < M < `DEQUANT_MIN_M`: each weight row is decoded once into an L1-resident fp32 buffer and
-  reused for all M activation rows (`decode_matmul`), so decode cost does not grow with M.
-- M >= `DEQUANT_MIN_M`: slabs of rows are dequantised by the same kernel and multiplied with
-  torch's sgemm, which is far better blocked for large M than a hand loop.
+- 1 < M < `TILE_MIN_M[fmt]`: each thread decodes a few weight rows into a cache-resident float32
+  buffer and takes their dot products with every row of x (`_numba_smallm.smallm_matmul`), so
+  the decode costs once per weight, whatever M.
+- M >= `TILE_MIN_M[fmt]`: one bounded tile of rows at a time (`TILE_ELEMENTS`) is dequantised by
+  the same decoder and multiplied with torch's matmul (oneDNN / MKL), far better blocked for
+  large M than a hand loop.
 
 x is converted to float32 once per call (and zero-padded to the packed K, so the kernels never
 need a tail; bf16 x stays bf16 for the bf16-product kernel); y comes back in x's dtype.
@@ -31,10 +33,14 @@ from ._facts import codes_nan_free, facts_of
 
 NEEDS = Needs(formats=frozenset(Format), device_types=frozenset({"cpu"}), packages=("numba",))
 
-DEQUANT_MIN_M = 16
-"""From this many activation rows on, dequantise slabs and use torch's sgemm."""
+TILE_MIN_M = {Format.E5M2: 16, Format.E4M3: 16, Format.NVFP4: 16, Format.MXFP4: 16}
+"""From this many activation rows on (per format), the large-M path: dequantise a tile of rows
+and multiply with torch's matmul; below it, the small-M kernel (_numba_smallm.smallm_matmul)."""
 
-_SLAB_ELEMENTS = 1 << 23  # 32 MiB of float32 weight per dequantised slab
+TILE_ELEMENTS = 1 << 22
+"""float32 weights a dequantised tile holds (16 MiB: 1024 rows at K = 4096); one tile a call,
+freed when the call returns, so no full-precision copy of a weight outlives a call."""
+
 _KIND = {Format.E5M2: 0, Format.E4M3: 1, Format.NVFP4: 2, Format.MXFP4: 3}
 
 
@@ -61,13 +67,13 @@ def _numba():
     import numba
     from numba.np.ufunc import parallel
 
-    from . import _numba_fp8_rows, _numba_kernels
+    from . import _numba_fp8_rows, _numba_kernels, _numba_smallm
 
     numba.get_num_threads()  # starts numba's threading layer, which sets the getter below
     # numba.get_num_threads() takes two locks a call in Python: ~40 us right after a GEMV, where
     # the ctypes getter it wraps takes ~7 (2-core Zen 3, benchmarks/cpu_cold_ops.py)
     threads = getattr(parallel, "_get_num_threads", None) or numba.get_num_threads
-    return numba, _numba_kernels, _numba_fp8_rows, threads
+    return numba, _numba_kernels, _numba_fp8_rows, threads, _numba_smallm
 
 
 def _threads(numba_threads: int) -> int:
@@ -94,7 +100,7 @@ def matmul(x: torch.Tensor, packed: PackedWeight, bias: torch.Tensor | None = No
                          f"and {packed.device}")
     inject = e2m1 is E2M1Decode.INJECT or (
         e2m1 is not E2M1Decode.SELECT and E2M1Decode(e2m1) is E2M1Decode.INJECT)
-    numba, _, _, numba_threads = _numba()
+    numba, _, _, numba_threads, _ = _numba()
     previous = numba_threads()
     threads = _threads(previous)
     if x.requires_grad:
@@ -124,7 +130,7 @@ def _padded_x(x: torch.Tensor, kp: int) -> torch.Tensor:
 def _matmul_f32(x: torch.Tensor, packed: PackedWeight, inject: bool, threads: int) -> torch.Tensor:
     if x.shape[0] == 1:
         return _gemv(x, packed, inject, threads)
-    K = _numba()[1]
+    S = _numba()[4]
     n, _ = packed.shape
     m = x.shape[0]
     fmt = packed.fmt
@@ -132,25 +138,39 @@ def _matmul_f32(x: torch.Tensor, packed: PackedWeight, inject: bool, threads: in
     fp4 = fmt in (Format.NVFP4, Format.MXFP4)
     yn = np.empty((m, n), np.float32)  # numpy first: torch.from_numpy is the cheaper pair
     y = torch.from_numpy(yn)
-    xp = _padded_x(x, kp)
+    xd = _x_decode_order(x, kp, fp4)
     codes = packed.words.view(torch.uint8).numpy()  # [N, Kp] FP8 bytes, [N, Kp/2] FP4 bytes
     scales = packed.scales.numpy() if fp4 else np.zeros((1, 1), np.uint8)
     g = np.float32(packed.global_scale.item()) if fmt is Format.NVFP4 else np.float32(1.0)
     kind = _KIND[fmt]
-    if m < DEQUANT_MIN_M:
-        no_w = np.zeros((0, kp), np.float32)
-        K.decode_matmul(kind, codes, scales, g, xp.numpy(), yn, no_w, 0, n, _chunk(n, threads),
-                        inject)
+    if m < TILE_MIN_M[fmt]:
+        S.smallm_matmul(kind, codes, scales, g, xd.numpy(), yn, _chunk(n, threads))
     else:
-        no_x = np.zeros((0, kp), np.float32)
-        rows = max(1, _SLAB_ELEMENTS // kp)
+        rows = tile_rows(n, kp)
+        w = torch.empty((rows, kp), dtype=torch.float32)  # the one tile, reused, freed on return
         for start in range(0, n, rows):
             stop = min(n, start + rows)
-            w = torch.empty((stop - start, kp), dtype=torch.float32)
-            K.decode_matmul(kind, codes, scales, g, no_x, yn, w.numpy(), start, stop,
-                            _chunk(stop - start, threads), inject)
-            torch.matmul(xp, w.T, out=y[:, start:stop])
+            tile = w[:stop - start]
+            S.dequantize_rows(kind, codes, scales, g, start, tile.numpy(),
+                              _chunk(stop - start, threads))
+            torch.matmul(xd, tile.T, out=y[:, start:stop])
     return _row_scaled(y, packed, fp4)
+
+
+def tile_rows(n: int, kp: int) -> int:
+    """Weight rows a dequantised tile holds for the large-M path: TILE_ELEMENTS / Kp, at least
+    a kernel group's, at most N."""
+    return min(n, max(8, TILE_ELEMENTS // kp))
+
+
+def _x_decode_order(x: torch.Tensor, kp: int, fp4: bool) -> torch.Tensor:
+    """x [M, K] as float32 [M, Kp], zero-padded, its columns in the order the M > 1 kernels
+    decode a weight row (_numba_smallm: FP4 even k first, then odd k)."""
+    xp = _padded_x(x, kp)
+    if not fp4:
+        return xp.contiguous()
+    m = xp.shape[0]
+    return xp.view(m, kp // 2, 2).transpose(1, 2).reshape(m, kp)
 
 
 def _row_scaled(y: torch.Tensor, packed: PackedWeight, fp4: bool) -> torch.Tensor:
