@@ -86,6 +86,28 @@ def test_row_decoder_every_code_is_exact(fmt):
     assert torch.isnan(ref).any()  # the NaN codes (and NaN scales) are among them
 
 
+@pytest.mark.parametrize("fmt", ["e5m2", "e4m3", "nvfp4", "mxfp4"])
+def test_bf16_tile_decoder_every_code_is_exact(fmt):
+    """The bf16 tile holds the very values of the float32 one (every value these formats decode
+    to is a bfloat16 number; NVFP4's tensor scale goes on y, so g = 1 here)."""
+    packed = every_code_weight(fmt)
+    if fmt == "nvfp4":
+        packed = PackedWeight(fmt, packed.shape, packed.words, packed.scales, torch.tensor(1.0))
+    if fmt == "e4m3":  # row scales go on y
+        packed = PackedWeight(fmt, packed.shape, packed.words, torch.ones(packed.shape[0]))
+    n, k = packed.shape
+    kp = packed.padded_k
+    fp4 = fmt in ("nvfp4", "mxfp4")
+    w = np.empty((n, kp), np.uint16)
+    scales = packed.scales.numpy() if fp4 else np.zeros((1, 1), np.uint8)
+    S.dequantize_rows_bf16(numba_cpu._KIND[packed.fmt], packed.words.view(torch.uint8).numpy(),
+                           scales, np.float32(1), 0, w, 4)
+    got = torch.from_numpy(w).view(torch.bfloat16).float()
+    if fp4:
+        got = torch.stack((got[:, :kp // 2], got[:, kp // 2:]), dim=2).reshape(n, kp)
+    assert bool(same_bits(got[:, :k], softfp8.dequantize(packed)).all())
+
+
 # (N, K, M): odd N and K, K = 4097 straddling every block, N past one group of rows and one
 # thread's chunk, M odd (the kernel's pair of x rows plus one) and even
 CASES = [(3, 4097, 2), (17, 3, 3), (1, 1, 5), (67, 333, 7), (9, 129, 16), (130, 40, 33)]
@@ -106,7 +128,7 @@ def test_matches_the_reference_backend(path, fmt, n, k, m):
 
 
 @pytest.mark.parametrize("dtype, tol", [(torch.float16, 2e-3), (torch.bfloat16, 1e-2)])
-@pytest.mark.parametrize("fmt", ["e4m3", "nvfp4"])
+@pytest.mark.parametrize("fmt", FORMATS)
 def test_half_activations(path, fmt, dtype, tol):
     packed, g = quantized(fmt, 21, 75, seed=3)
     x = torch.randn(5, 75, generator=g).to(dtype)

@@ -6,7 +6,9 @@ Two kernels share one row decoder (`_decode_into`):
   at a time (8 running sums: each vector of weights loaded serves two rows of x, each vector of x
   four weight rows). The decode costs once per weight, not once per row of x.
 - `dequantize_rows` (large M): the same decoder writes a tile of rows as float32 for torch's
-  matmul (numba_cpu keeps the tile bounded and drops it after the call).
+  matmul (numba_cpu keeps the tile bounded and drops it after the call); `dequantize_rows_bf16`
+  as bfloat16 for bf16 activations (exact: every value these formats decode to before the row
+  or tensor scale is a bfloat16 number).
 
 Decode order: FP8 rows come out in K order. FP4 rows come out de-interleaved, the low nibbles
 (even k) of the row's bytes first, then the high nibbles (odd k), so every loop is a plain
@@ -24,7 +26,8 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-from ._numba_decode import _I32, _JIT, e2m1_select, e4m3_bits, e4m3_fast_div256, e5m2_fast, e8m0
+from ._numba_decode import (_I32, _JIT, _f2i, e2m1_select, e4m3_bits, e4m3_fast_div256, e5m2_fast,
+                            e8m0)
 
 E5M2, E4M3, NVFP4, MXFP4 = 0, 1, 2, 3
 """Format ids as numba_cpu passes them (the same as _numba_kernels')."""
@@ -136,3 +139,20 @@ def dequantize_rows(kind, codes, scales, g, r0, w, chunk):
         sexp = np.empty(kp // 2 + 1, np.float32)
         for i in range(c * chunk, min(rows, (c + 1) * chunk)):
             _decode_into(kind, codes, scales, g, r0 + i, w[i], sexp)
+
+
+@nb.njit(parallel=True, **_JIT)
+def dequantize_rows_bf16(kind, codes, scales, g, r0, w, chunk):
+    """dequantize_rows as bfloat16 bit patterns (uint16) into w [R, Kp]: the top half of each
+    float32. Exact, with g = 1 for NVFP4 (the caller applies the tensor scale to y): FP8 codes,
+    E2M1 x E8M0 and E2M1 x E4M3 (at most 6 significant bits) are all bfloat16 numbers."""
+    kp = w.shape[1]
+    rows = w.shape[0]
+    for c in nb.prange((rows + chunk - 1) // chunk):
+        sexp = np.empty(kp // 2 + 1, np.float32)
+        buf = np.empty(kp, np.float32)
+        for i in range(c * chunk, min(rows, (c + 1) * chunk)):
+            _decode_into(kind, codes, scales, g, r0 + i, buf, sexp)
+            out = w[i]
+            for k in range(kp):
+                out[k] = np.uint16(_I32(_f2i(buf[k]) >> _I32(16)) & _I32(0xFFFF))

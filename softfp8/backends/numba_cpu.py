@@ -138,22 +138,35 @@ def _matmul_f32(x: torch.Tensor, packed: PackedWeight, inject: bool, threads: in
     fp4 = fmt in (Format.NVFP4, Format.MXFP4)
     yn = np.empty((m, n), np.float32)  # numpy first: torch.from_numpy is the cheaper pair
     y = torch.from_numpy(yn)
-    xd = _x_decode_order(x, kp, fp4)
     codes = packed.words.view(torch.uint8).numpy()  # [N, Kp] FP8 bytes, [N, Kp/2] FP4 bytes
     scales = packed.scales.numpy() if fp4 else np.zeros((1, 1), np.uint8)
     g = np.float32(packed.global_scale.item()) if fmt is Format.NVFP4 else np.float32(1.0)
     kind = _KIND[fmt]
     if m < TILE_MIN_M[fmt]:
+        xd = _x_decode_order(x, kp, fp4)
         S.smallm_matmul(kind, codes, scales, g, xd.numpy(), yn, _chunk(n, threads))
+        return _row_scaled(y, packed, fp4)
+    rows = tile_rows(n, kp)
+    bf16 = x.dtype == torch.bfloat16
+    if bf16:  # bf16 products, as torch's own bf16 matmul: the tile is exact in bf16 (g on y)
+        xd = _x_decode_order(x, kp, fp4, torch.bfloat16)
+        w = torch.empty((rows, kp), dtype=torch.bfloat16)  # the one tile, freed on return
+        decode, gt = S.dequantize_rows_bf16, np.float32(1.0)
+        wn = w.view(torch.uint16).numpy()
     else:
-        rows = tile_rows(n, kp)
-        w = torch.empty((rows, kp), dtype=torch.float32)  # the one tile, reused, freed on return
-        for start in range(0, n, rows):
-            stop = min(n, start + rows)
-            tile = w[:stop - start]
-            S.dequantize_rows(kind, codes, scales, g, start, tile.numpy(),
-                              _chunk(stop - start, threads))
-            torch.matmul(xd, tile.T, out=y[:, start:stop])
+        xd = _x_decode_order(x, kp, fp4)
+        w = torch.empty((rows, kp), dtype=torch.float32)
+        decode, gt = S.dequantize_rows, g
+        wn = w.numpy()
+    for start in range(0, n, rows):
+        stop = min(n, start + rows)
+        decode(kind, codes, scales, gt, start, wn[:stop - start], _chunk(stop - start, threads))
+        if bf16:
+            y[:, start:stop] = torch.matmul(xd, w[:stop - start].T)
+        else:
+            torch.matmul(xd, w[:stop - start].T, out=y[:, start:stop])
+    if bf16 and fmt is Format.NVFP4:
+        y *= float(g)
     return _row_scaled(y, packed, fp4)
 
 
@@ -163,10 +176,15 @@ def tile_rows(n: int, kp: int) -> int:
     return min(n, max(8, TILE_ELEMENTS // kp))
 
 
-def _x_decode_order(x: torch.Tensor, kp: int, fp4: bool) -> torch.Tensor:
-    """x [M, K] as float32 [M, Kp], zero-padded, its columns in the order the M > 1 kernels
+def _x_decode_order(x: torch.Tensor, kp: int, fp4: bool,
+                    dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """x [M, K] as `dtype` [M, Kp], zero-padded, its columns in the order the M > 1 kernels
     decode a weight row (_numba_smallm: FP4 even k first, then odd k)."""
-    xp = _padded_x(x, kp)
+    if dtype == torch.float32:
+        xp = _padded_x(x, kp)
+    else:
+        xp = torch.zeros((x.shape[0], kp), dtype=dtype)
+        xp[:, :x.shape[1]] = x
     if not fp4:
         return xp.contiguous()
     m = xp.shape[0]
