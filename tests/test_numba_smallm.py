@@ -47,7 +47,7 @@ def decoded(packed: PackedWeight) -> torch.Tensor:
     w = np.empty((n, kp), np.float32)
     scales = packed.scales.numpy() if fp4 else np.zeros((1, 1), np.uint8)
     g = np.float32(packed.global_scale.item()) if packed.fmt is Format.NVFP4 else np.float32(1)
-    S.dequantize_rows(kind, packed.words.view(torch.uint8).numpy(), scales, g, 0, w, 4)
+    S.dequantize_rows(kind, packed.words.view(torch.uint8).numpy(), scales, g, 0, w)
     out = torch.from_numpy(w)
     if fp4:  # decode order: even k, then odd k
         out = torch.stack((out[:, :kp // 2], out[:, kp // 2:]), dim=2).reshape(n, kp)
@@ -101,7 +101,7 @@ def test_bf16_tile_decoder_every_code_is_exact(fmt):
     w = np.empty((n, kp), np.uint16)
     scales = packed.scales.numpy() if fp4 else np.zeros((1, 1), np.uint8)
     S.dequantize_rows_bf16(numba_cpu._KIND[packed.fmt], packed.words.view(torch.uint8).numpy(),
-                           scales, np.float32(1), 0, w, 4)
+                           scales, np.float32(1), 0, w)
     got = torch.from_numpy(w).view(torch.bfloat16).float()
     if fp4:
         got = torch.stack((got[:, :kp // 2], got[:, kp // 2:]), dim=2).reshape(n, kp)

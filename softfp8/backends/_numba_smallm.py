@@ -130,29 +130,30 @@ def smallm_matmul(kind, codes, scales, g, x, y, chunk):
             r += rows
 
 
-@nb.njit(parallel=True, **_JIT)
-def dequantize_rows(kind, codes, scales, g, r0, w, chunk):
+# The tile decoders run on the calling thread, not numba's pool: a tile decodes in ~1/20 of the
+# time its matmul takes, and a numba parallel region right after torch's matmul waits for
+# torch's OpenMP threads, still spinning on both cores, to give them up (numba's pool is another
+# libgomp): 1024 x 4096 E5M2 rows took 22.6 ms in parallel against 1.1 ms on one thread there
+# (2-vCPU Zen 4 under load, docs/_pending_cpu-smallm.md).
+
+@nb.njit(**_JIT)
+def dequantize_rows(kind, codes, scales, g, r0, w):
     """w [R, Kp] = weight rows r0..r0 + R as float32 in decode order (FP8 unscaled)."""
-    kp = w.shape[1]
-    rows = w.shape[0]
-    for c in nb.prange((rows + chunk - 1) // chunk):
-        sexp = np.empty(kp // 2 + 1, np.float32)
-        for i in range(c * chunk, min(rows, (c + 1) * chunk)):
-            _decode_into(kind, codes, scales, g, r0 + i, w[i], sexp)
+    sexp = np.empty(w.shape[1] // 2 + 1, np.float32)
+    for i in range(w.shape[0]):
+        _decode_into(kind, codes, scales, g, r0 + i, w[i], sexp)
 
 
-@nb.njit(parallel=True, **_JIT)
-def dequantize_rows_bf16(kind, codes, scales, g, r0, w, chunk):
+@nb.njit(**_JIT)
+def dequantize_rows_bf16(kind, codes, scales, g, r0, w):
     """dequantize_rows as bfloat16 bit patterns (uint16) into w [R, Kp]: the top half of each
     float32. Exact, with g = 1 for NVFP4 (the caller applies the tensor scale to y): FP8 codes,
     E2M1 x E8M0 and E2M1 x E4M3 (at most 6 significant bits) are all bfloat16 numbers."""
     kp = w.shape[1]
-    rows = w.shape[0]
-    for c in nb.prange((rows + chunk - 1) // chunk):
-        sexp = np.empty(kp // 2 + 1, np.float32)
-        buf = np.empty(kp, np.float32)
-        for i in range(c * chunk, min(rows, (c + 1) * chunk)):
-            _decode_into(kind, codes, scales, g, r0 + i, buf, sexp)
-            out = w[i]
-            for k in range(kp):
-                out[k] = np.uint16(_I32(_f2i(buf[k]) >> _I32(16)) & _I32(0xFFFF))
+    sexp = np.empty(kp // 2 + 1, np.float32)
+    buf = np.empty(kp, np.float32)
+    for i in range(w.shape[0]):
+        _decode_into(kind, codes, scales, g, r0 + i, buf, sexp)
+        out = w[i]
+        for k in range(kp):
+            out[k] = np.uint16(_I32(_f2i(buf[k]) >> _I32(16)) & _I32(0xFFFF))

@@ -160,7 +160,7 @@ def _matmul_f32(x: torch.Tensor, packed: PackedWeight, inject: bool, threads: in
         wn = w.numpy()
     for start in range(0, n, rows):
         stop = min(n, start + rows)
-        decode(kind, codes, scales, gt, start, wn[:stop - start], _chunk(stop - start, threads))
+        decode(kind, codes, scales, gt, start, wn[:stop - start])  # one thread: _numba_smallm
         if bf16:
             y[:, start:stop] = torch.matmul(xd, w[:stop - start].T)
         else:
