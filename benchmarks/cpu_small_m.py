@@ -6,7 +6,7 @@ the load of a shared machine falls on all of them alike:
   where this torch has it;
 - each format through softfp8.linear(backend="numba") as dispatched (`auto`), and with
   `--paths` the small-M kernel and the dequantise-a-tile path each forced (numba_cpu.TILE_MIN_M
-  set for the call), which is how the crossover in numba_cpu.TILE_MIN_M is measured.
+  and TILE_MIN_M_BF16 set for the call): how the crossovers in those tables are measured.
 
     python benchmarks/cpu_small_m.py --shapes 4096x4096 --m 1,2,4,8,16,32,64,128 --paths
     python benchmarks/cpu_small_m.py --preset llama3-8b --m 1,4,16,128
@@ -40,13 +40,17 @@ def _timed(fn) -> float:
 
 
 def _forced(fmt: Format, min_m: int, call):
+    tables = (numba_cpu.TILE_MIN_M, numba_cpu.TILE_MIN_M_BF16)
+
     def run():
-        saved = numba_cpu.TILE_MIN_M[fmt]
-        numba_cpu.TILE_MIN_M[fmt] = min_m
+        saved = [t[fmt] for t in tables]
+        for t in tables:
+            t[fmt] = min_m
         try:
             call()
         finally:
-            numba_cpu.TILE_MIN_M[fmt] = saved
+            for t, v in zip(tables, saved):
+                t[fmt] = v
     return run
 
 
@@ -101,6 +105,8 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=7)
     ap.add_argument("--act", choices=["fp32", "bf16"], default="fp32")
     ap.add_argument("--paths", action="store_true", help="time the small-M and tile paths too")
+    ap.add_argument("--threads", type=int, help="torch.set_num_threads (numba follows: it runs "
+                    "the fewer of its and torch's)")
     args = ap.parse_args()
     if args.preset:
         shapes = [(s.n, s.k) for s in preset(args.preset).shapes()]
@@ -109,6 +115,8 @@ def main() -> None:
     ms = [int(v) for v in args.m.split(",")]
     formats = [Format.parse(f) for f in args.formats.split(",")]
     act = torch.float32 if args.act == "fp32" else torch.bfloat16
+    if args.threads:
+        torch.set_num_threads(args.threads)
     int8 = has_int8pack()
     print(f"# {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}  {platform.processor() or ''}"
           f" torch {torch.__version__} threads {torch.get_num_threads()}  loadavg "

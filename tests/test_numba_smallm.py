@@ -25,6 +25,7 @@ def path(request, monkeypatch):
     least = 1 << 30 if request.param == "small" else 2
     for fmt in Format:
         monkeypatch.setitem(numba_cpu.TILE_MIN_M, fmt, least)
+        monkeypatch.setitem(numba_cpu.TILE_MIN_M_BF16, fmt, least)
     monkeypatch.setattr(numba_cpu, "TILE_ELEMENTS", 5000)
     return request.param
 
@@ -164,6 +165,8 @@ def test_tile_rows_are_bounded():
         assert rows * kp <= numba_cpu.TILE_ELEMENTS or rows == min(n, 8)
 
 
-def test_every_format_has_a_crossover():
-    assert set(numba_cpu.TILE_MIN_M) == set(Format)
-    assert all(isinstance(v, int) and v >= 2 for v in numba_cpu.TILE_MIN_M.values())
+@pytest.mark.parametrize("table", ["TILE_MIN_M", "TILE_MIN_M_BF16"])
+def test_every_format_has_a_crossover(table):
+    crossover = getattr(numba_cpu, table)
+    assert set(crossover) == set(Format)
+    assert all(isinstance(v, int) and v >= 2 for v in crossover.values())

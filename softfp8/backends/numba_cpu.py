@@ -5,7 +5,7 @@ Strategy by M (rows of activations):
   split over threads (FP8: `_numba_fp8_rows`; FP4: the table kernels `_numba_lut` / AVX-512,
   `_numba_pshufb` / AVX2, else `_numba_kernels`). This is the batch-1 decoding case; what a
   call needs of the weight is prepared once per weight (`_gemv`).
-- 1 < M < `TILE_MIN_M[fmt]`: each thread decodes a few weight rows into a cache-resident float32
+- 1 < M < `TILE_MIN_M[fmt]` (bf16 x: `TILE_MIN_M_BF16`): each thread decodes a few weight rows into a cache-resident float32
   buffer and takes their dot products with every row of x (`_numba_smallm.smallm_matmul`), so
   the decode costs once per weight, whatever M.
 - M >= `TILE_MIN_M[fmt]`: one bounded tile of rows at a time (`TILE_ELEMENTS`) is dequantised by
@@ -33,9 +33,21 @@ from ._facts import codes_nan_free, facts_of
 
 NEEDS = Needs(formats=frozenset(Format), device_types=frozenset({"cpu"}), packages=("numba",))
 
-TILE_MIN_M = {Format.E5M2: 16, Format.E4M3: 16, Format.NVFP4: 16, Format.MXFP4: 16}
-"""From this many activation rows on (per format), the large-M path: dequantise a tile of rows
-and multiply with torch's matmul; below it, the small-M kernel (_numba_smallm.smallm_matmul)."""
+TILE_MIN_M = {Format.E5M2: 256, Format.E4M3: 256, Format.NVFP4: 256, Format.MXFP4: 256}
+"""From this many activation rows on (per format; float32 and float16 x), the large-M path:
+dequantise a tile of rows and multiply with torch's matmul; below it, the small-M kernel
+(_numba_smallm.smallm_matmul). Measured, not guessed: `python benchmarks/cpu_small_m.py --m
+32,64,128,256 --paths --reps 3` (4096 x 4096, 2-vCPU Zen 4, 2026-12-07, both paths round-robin
+in one process, ms, small / tile): M = 128 E5M2 265 / 358, E4M3 246 / 416, NVFP4 264 / 322,
+MXFP4 252 / 344; M = 256 585 / 581, 650 / 676, 653 / 688, 652 / 682 (even); past it torch's
+sgemm, blocked for large M, pulls ahead (docs/_pending_cpu-smallm.md)."""
+
+TILE_MIN_M_BF16 = {Format.E5M2: 128, Format.E4M3: 128, Format.NVFP4: 128, Format.MXFP4: 128}
+"""The same for bfloat16 x, whose tile is bfloat16 and meets torch's bf16 matmul (AVX-512 BF16
+dot products where the CPU has them): the same command with `--act bf16 --m 16,32,64,128,256`,
+small / tile: M = 64 E5M2 208 / 332, E4M3 268 / 412, NVFP4 254 / 390, MXFP4 184 / 364; M = 128
+355 / 309, 316 / 366, 412 / 432, 416 / 321 (mixed); M = 256 584 / 368, 656 / 294, 644 / 428,
+606 / 412."""
 
 TILE_ELEMENTS = 1 << 22
 """float32 weights a dequantised tile holds (16 MiB: 1024 rows at K = 4096); one tile a call,
@@ -142,12 +154,12 @@ def _matmul_f32(x: torch.Tensor, packed: PackedWeight, inject: bool, threads: in
     scales = packed.scales.numpy() if fp4 else np.zeros((1, 1), np.uint8)
     g = np.float32(packed.global_scale.item()) if fmt is Format.NVFP4 else np.float32(1.0)
     kind = _KIND[fmt]
-    if m < TILE_MIN_M[fmt]:
+    bf16 = x.dtype == torch.bfloat16
+    if m < (TILE_MIN_M_BF16 if bf16 else TILE_MIN_M)[fmt]:
         xd = _x_decode_order(x, kp, fp4)
         S.smallm_matmul(kind, codes, scales, g, xd.numpy(), yn, _chunk(n, threads))
         return _row_scaled(y, packed, fp4)
     rows = tile_rows(n, kp)
-    bf16 = x.dtype == torch.bfloat16
     if bf16:  # bf16 products, as torch's own bf16 matmul: the tile is exact in bf16 (g on y)
         xd = _x_decode_order(x, kp, fp4, torch.bfloat16)
         w = torch.empty((rows, kp), dtype=torch.bfloat16)  # the one tile, freed on return
