@@ -5,15 +5,15 @@ Strategy by M (rows of activations):
   split over threads (FP8: `_numba_fp8_rows`; FP4: the table kernels `_numba_lut` / AVX-512,
   `_numba_pshufb` / AVX2, else `_numba_kernels`). This is the batch-1 decoding case; what a
   call needs of the weight is prepared once per weight (`_gemv`).
-- 1 < M < `TILE_MIN_M[fmt]` (bf16 x: `TILE_MIN_M_BF16`): each thread decodes a few weight rows into a cache-resident float32
-  buffer and takes their dot products with every row of x (`_numba_smallm.smallm_matmul`), so
-  the decode costs once per weight, whatever M.
-- M >= `TILE_MIN_M[fmt]`: one bounded tile of rows at a time (`TILE_ELEMENTS`) is dequantised by
-  the same decoder and multiplied with torch's matmul (oneDNN / MKL), far better blocked for
-  large M than a hand loop.
+- 1 < M < `TILE_MIN_M[fmt]` (bf16 x: `TILE_MIN_M_BF16`): each thread decodes a few weight rows
+  into a cache-resident float32 buffer and takes their dot products with every row of x
+  (`_numba_smallm.smallm_matmul`), so the decode costs once per weight, whatever M.
+- From there on: one bounded tile of rows at a time (`TILE_ELEMENTS`) is dequantised by the same
+  decoder (bf16 x: into a bf16 tile, exact) and multiplied with torch's matmul (oneDNN / MKL),
+  far better blocked for large M than a hand loop.
 
 x is converted to float32 once per call (and zero-padded to the packed K, so the kernels never
-need a tail; bf16 x stays bf16 for the bf16-product kernel); y comes back in x's dtype.
+need a tail; bf16 x stays bf16 for the bf16-product kernel and the bf16 tile); y comes back in x's dtype.
 Threads: min(numba's and torch's current setting), set for the call where it differs and
 restored after. Numba, and the kernels, load on the first call only.
 """
