@@ -43,7 +43,12 @@ def main() -> None:
     ap.add_argument("--act", choices=["bf16", "fp32"], default="bf16",
                     help="the activations (and so the dtype) of the softfp8 models")
     ap.add_argument("--variants", default="fp32,bf16,e5m2,e4m3,nvfp4,mxfp4")
+    ap.add_argument("--numba-passive", action="store_true",
+                    help="OMP_WAIT_POLICY=passive for numba's OpenMP pool only: set after torch's "
+                         "libgomp has read its environment, before numba loads its own")
     args = ap.parse_args()
+    if args.numba_passive:
+        os.environ["OMP_WAIT_POLICY"] = "passive"
     import numba
 
     import softfp8
@@ -85,7 +90,8 @@ def main() -> None:
     print(f"# {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} torch {torch.__version__} "
           f"threads {torch.get_num_threads()}, numba {numba.__version__} "
           f"({numba.threading_layer()}, {numba.get_num_threads()} threads), "
-          f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY')}, loadavg "
+          f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY')}"
+          f"{' (numba only)' if args.numba_passive else ''}, loadavg "
           f"{os.getloadavg()[0]:.1f}; {args.layers} layers, hidden 2048, prompt {args.prompt}, "
           f"new {args.new}, softfp8 act {args.act}, reps {args.reps} (median)")
     base = {w: statistics.median(t[("bf16", w)]) for w in ("prefill", "generate")

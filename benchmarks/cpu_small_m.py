@@ -6,7 +6,8 @@ the load of a shared machine falls on all of them alike:
   where this torch has it;
 - each format through softfp8.linear(backend="numba") as dispatched (`auto`), and with
   `--paths` the small-M kernel and the dequantise-a-tile path each forced (numba_cpu.TILE_MIN_M
-  and TILE_MIN_M_BF16 set for the call): how the crossovers in those tables are measured.
+  and TILE_MIN_M_BF16 set for the call), and M GEMVs (`rows`, GEMV_ROWS_MAX_M): how the
+  crossovers in those tables are measured.
 
     python benchmarks/cpu_small_m.py --shapes 4096x4096 --m 1,2,4,8,16,32,64,128 --paths
     python benchmarks/cpu_small_m.py --preset llama3-8b --m 1,4,16,128
@@ -39,13 +40,14 @@ def _timed(fn) -> float:
     return time.perf_counter() - t
 
 
-def _forced(fmt: Format, min_m: int, call):
-    tables = (numba_cpu.TILE_MIN_M, numba_cpu.TILE_MIN_M_BF16)
+def _forced(fmt: Format, min_m: int, call, rows_max: int = 1):
+    tables = (numba_cpu.TILE_MIN_M, numba_cpu.TILE_MIN_M_BF16, numba_cpu.GEMV_ROWS_MAX_M)
 
     def run():
         saved = [t[fmt] for t in tables]
-        for t in tables:
+        for t in tables[:2]:
             t[fmt] = min_m
+        tables[2][fmt] = rows_max
         try:
             call()
         finally:
@@ -72,6 +74,7 @@ def variants(w: torch.Tensor, m: int, formats, packed, act: torch.dtype, paths: 
         if paths and m > 1:
             out[f"{fmt} small"] = _forced(fmt, NEVER, auto)
             out[f"{fmt} tile"] = _forced(fmt, 2, auto)
+            out[f"{fmt} rows"] = _forced(fmt, NEVER, auto, rows_max=NEVER)
     return out
 
 

@@ -1,7 +1,7 @@
 """The numba backend's M > 1 paths (softfp8/backends/_numba_smallm): the row decoder bit-exact
-over every code (what both paths read), and each path -- the small-M kernel and the dequantised
-tile with torch's matmul -- against the reference backend and fp64 over odd M, N and K, with
-NaN and inf propagating, and the tile bounded."""
+over every code (what the kernel and the tiles read), and each path -- a GEMV per row, the
+small-M kernel and the dequantised tile with torch's matmul -- against the reference backend
+and fp64 over odd M, N and K, with NaN and inf propagating, and the tile bounded."""
 import pytest
 import torch
 from conftest import rel_err, same_bits
@@ -15,17 +15,19 @@ S = pytest.importorskip("softfp8.backends._numba_smallm")
 from softfp8.backends import numba_cpu  # noqa: E402
 
 FORMATS = ["e5m2", "e5m2_rowscale", "e4m3", "nvfp4", "mxfp4"]
-PATHS = ["small", "tile"]
+PATHS = ["rows", "small", "tile"]
 
 
 @pytest.fixture(params=PATHS)
 def path(request, monkeypatch):
-    """Every M > 1 call of the test through one path: the small-M kernel, or the tile path with
-    tiles small enough that odd N ends in a partial one (several tiles a call)."""
-    least = 1 << 30 if request.param == "small" else 2
+    """Every M > 1 call of the test through one path: a GEMV per row, the small-M kernel, or the
+    tile path with tiles small enough that odd N ends in a partial one (several tiles a call)."""
+    least = 2 if request.param == "tile" else 1 << 30
     for fmt in Format:
         monkeypatch.setitem(numba_cpu.TILE_MIN_M, fmt, least)
         monkeypatch.setitem(numba_cpu.TILE_MIN_M_BF16, fmt, least)
+        rows = 1 << 30 if request.param == "rows" else 1
+        monkeypatch.setitem(numba_cpu.GEMV_ROWS_MAX_M, fmt, rows)
     monkeypatch.setattr(numba_cpu, "TILE_ELEMENTS", 5000)
     return request.param
 
@@ -165,8 +167,8 @@ def test_tile_rows_are_bounded():
         assert rows * kp <= numba_cpu.TILE_ELEMENTS or rows == min(n, 8)
 
 
-@pytest.mark.parametrize("table", ["TILE_MIN_M", "TILE_MIN_M_BF16"])
+@pytest.mark.parametrize("table", ["GEMV_ROWS_MAX_M", "TILE_MIN_M", "TILE_MIN_M_BF16"])
 def test_every_format_has_a_crossover(table):
     crossover = getattr(numba_cpu, table)
     assert set(crossover) == set(Format)
-    assert all(isinstance(v, int) and v >= 2 for v in crossover.values())
+    assert all(isinstance(v, int) and v >= 1 for v in crossover.values())

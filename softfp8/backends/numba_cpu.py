@@ -5,7 +5,8 @@ Strategy by M (rows of activations):
   split over threads (FP8: `_numba_fp8_rows`; FP4: the table kernels `_numba_lut` / AVX-512,
   `_numba_pshufb` / AVX2, else `_numba_kernels`). This is the batch-1 decoding case; what a
   call needs of the weight is prepared once per weight (`_gemv`).
-- 1 < M < `TILE_MIN_M[fmt]` (bf16 x: `TILE_MIN_M_BF16`): each thread decodes a few weight rows
+- 1 < M <= `GEMV_ROWS_MAX_M[fmt]`: the GEMV once per row of x (measured faster there).
+- Up to `TILE_MIN_M[fmt]` (bf16 x: `TILE_MIN_M_BF16`): each thread decodes a few weight rows
   into a cache-resident float32 buffer and takes their dot products with every row of x
   (`_numba_smallm.smallm_matmul`), so the decode costs once per weight, whatever M.
 - From there on: one bounded tile of rows at a time (`TILE_ELEMENTS`) is dequantised by the same
@@ -13,7 +14,8 @@ Strategy by M (rows of activations):
   far better blocked for large M than a hand loop.
 
 x is converted to float32 once per call (and zero-padded to the packed K, so the kernels never
-need a tail; bf16 x stays bf16 for the bf16-product kernel and the bf16 tile); y comes back in x's dtype.
+need a tail; bf16 x stays bf16 for the bf16-product kernel and the bf16 tile); y comes back in
+x's dtype.
 Threads: min(numba's and torch's current setting), set for the call where it differs and
 restored after. Numba, and the kernels, load on the first call only.
 """
@@ -32,6 +34,16 @@ from .._env import raw_reader
 from ._facts import codes_nan_free, facts_of
 
 NEEDS = Needs(formats=frozenset(Format), device_types=frozenset({"cpu"}), packages=("numba",))
+
+GEMV_ROWS_MAX_M = {Format.E5M2: 4, Format.E4M3: 4, Format.NVFP4: 8, Format.MXFP4: 8}
+"""Up to this many activation rows (per format), one M = 1 GEMV per row of x: the fused GEMVs
+(prefetching IR kernels) read the weight M times and still beat the small-M kernel's one read
+there. `OMP_WAIT_POLICY=passive python benchmarks/cpu_small_m.py --m 1,2,4,8,16 --paths --reps
+5` (4096 x 4096, 2-vCPU Zen 4, 2026-12-07, load 6, ms, GEMV rows / small-M kernel): M = 2
+E5M2 2.69 / 3.46, E4M3 2.48 / 5.16, NVFP4 2.22 / 6.46, MXFP4 2.58 / 6.59; M = 4 3.72 / 4.17,
+4.08 / 5.95, 3.38 / 7.17, 3.21 / 7.24; M = 8 7.00 / 6.21, 7.95 / 8.08, 6.64 / 9.15, 5.76 / 9.67;
+M = 16 13.87 / 10.05, 16.21 / 11.59, 12.54 / 13.02, 11.56 / 13.24 (FP4 even, left to the
+kernel)."""
 
 TILE_MIN_M = {Format.E5M2: 256, Format.E4M3: 256, Format.NVFP4: 256, Format.MXFP4: 256}
 """From this many activation rows on (per format; float32 and float16 x), the large-M path:
@@ -142,6 +154,9 @@ def _padded_x(x: torch.Tensor, kp: int) -> torch.Tensor:
 def _matmul_f32(x: torch.Tensor, packed: PackedWeight, inject: bool, threads: int) -> torch.Tensor:
     if x.shape[0] == 1:
         return _gemv(x, packed, inject, threads)
+    if x.shape[0] <= GEMV_ROWS_MAX_M[packed.fmt]:
+        return torch.cat([_gemv(x[i:i + 1], packed, inject, threads)
+                          for i in range(x.shape[0])])
     S = _numba()[4]
     n, _ = packed.shape
     m = x.shape[0]
