@@ -336,3 +336,40 @@ def test_token_cpu_on_a_preset_whose_linears_share_shapes(tmp_path, monkeypatch)
     fp16_bytes = sum(model.bytes_moved(2 * n * k, 1, n, k, 2) for n, k in n_k)
     assert rows["torch float16 F.linear"]["bytes"] == fp16_bytes
     assert all(x["ms"] > 0 for x in rows.values())
+
+
+@pytest.mark.parametrize("sub", ["small-m", "prefill", "token"])
+def test_cpu_defaults_are_cpu_sized(tmp_path, monkeypatch, sub):
+    """On the CPU, small-m, prefill and token default to a 1B model's shapes (prefill at M = 128
+    and 512, token over 2 layers and the head): the GPU's 7-8B defaults ran for minutes there
+    printing nothing, and token's copies of every weight took 14 GB."""
+    from softfp8.bench import commands
+
+    seen = {}
+
+    def fake(name):
+        def run(s, shapes, *rest):
+            seen.update(name=name, shapes=[(x.n, x.k) for x in shapes], rest=rest, echo=s.echo)
+            return [], {"rows": []}
+        return run
+
+    monkeypatch.setattr(commands, "small_m_cmd", fake("small-m"))
+    monkeypatch.setattr(commands, "prefill_cmd", fake("prefill"))
+    monkeypatch.setattr(commands, "token_cmd", fake("token"))
+    assert main([sub, "--device", "cpu", "--out", str(tmp_path / "r.json")]) == 0
+    one_b = [(s.n, s.k) for s in PRESETS["llama3.2-1b"].shapes()]
+    assert seen["name"] == sub and seen["shapes"] == one_b and seen["echo"]
+    if sub == "prefill":
+        assert seen["rest"][-1] == [128, 512]
+    if sub == "token":
+        assert len(seen["rest"][0]) == 2 * 4 + 1  # linears: two layers and the lm_head
+
+
+def test_cpu_rows_are_printed_as_they_are_measured(tmp_path, capsys):
+    rc, r = _run(tmp_path, "small-m", "--m", "1,3", "--formats", "e4m3")
+    assert rc == 0
+    printed = capsys.readouterr().out
+    for x in r["rows"]:
+        assert f"  {x['shape']} {x['m']} {x['impl']}: {x['ms']:.3f} ms" in printed
+    assert {x["impl"] for x in r["rows"]} >= {"torch float32 F.linear",
+                                              "torch bfloat16 F.linear"}

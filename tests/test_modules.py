@@ -579,3 +579,17 @@ def test_a_layer_on_another_gpu_runs_with_its_device_current_and_its_hook_once(m
     hooks.add_hook_to_module(layer, Counting())  # forward wrapped on the instance
     assert layer(torch.randn(1, 64).as_subclass(_OnCuda1)) == "y"
     assert seen == [1] and current == [0] and pre_forwards == [1]
+
+
+@pytest.mark.parametrize("fmt", [Format.E4M3, Format.MXFP4], ids=str)
+def test_a_layer_built_under_inference_mode_runs_in_and_out_of_it(fmt):
+    """Inference tensors keep no version counter; the facts and recorded calls kept per weight
+    must not ask them for one (`_facts.version_of`)."""
+    torch.manual_seed(0)
+    with torch.inference_mode():
+        layer = softfp8.Linear.from_linear(nn.Linear(64, 32), fmt)
+    x = torch.randn(3, 64)
+    want = softfp8.linear(x, layer.packed, layer.bias, backend="torch")
+    torch.testing.assert_close(layer(x[:1]), want[:1], rtol=1e-5, atol=1e-5)
+    with torch.inference_mode():
+        torch.testing.assert_close(layer(x), want, rtol=1e-5, atol=1e-5)

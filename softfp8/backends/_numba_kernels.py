@@ -1,4 +1,4 @@
-"""Numba kernels of the CPU backend: decoders, fused GEMV per format, and row dequantizers.
+"""Numba kernels of the CPU backend: the FP4 GEMVs (M = 1) by bit operations.
 
 Imported only by `numba_cpu.matmul` (never at package import); every function compiles lazily on
 first call and is cached on disk (cache=True), so a second process loads machine code instead of
@@ -7,16 +7,15 @@ vector lanes and fuse multiply-adds, and keeps NaN/inf semantics (no nnan/ninf),
 propagate as in torch's matmul.
 
 Layout (softfp8/formats.py): the FP4 GEMVs read rows as int32 words [N, Kp/8] with one vector
-lane per scale block (x split into planes xp[j, b] = x[block * b + j]); the M > 1 path decodes
-rows from bytes. The FP8 GEMVs are in _numba_fp8_rows."""
+lane per scale block (x split into planes xp[j, b] = x[block * b + j]); the FP8 GEMVs are in
+_numba_fp8_rows, the M > 1 kernels in _numba_smallm."""
 from __future__ import annotations
 
 import numba as nb
 import numpy as np
 
 from ._numba_decode import (
-    _E2M1_BITS, _I32, _INLINE, _JIT, _SIGN, _i2f, e2m1_select, e4m3_bits, e4m3_fast_div256,
-    e5m2_fast, e8m0, e8m0_i32)
+    _E2M1_BITS, _I32, _INLINE, _JIT, _SIGN, _i2f, e4m3_fast_div256, e8m0_i32)
 
 
 # -- fused GEMV (M = 1): decode in registers, rows split into chunks, one prange step each ------
@@ -179,7 +178,7 @@ def gemv_mxfp4(words, scales, xp, y, chunk, inject):
         _mxfp4_rows(words, scales, xp, y, c * chunk, min(n, (c + 1) * chunk), inject)
 
 
-# -- M > 1: decode a row once into fp32, then reuse it for every activation row -----------------
+# -- E4M3_B128 at M > 1: decode a row once into fp32, then reuse it for every activation row ---
 
 # kernel-side format ids (numba_cpu maps Format to these)
 E5M2, E4M3, NVFP4, MXFP4, E4M3_B128 = 0, 1, 2, 3, 4

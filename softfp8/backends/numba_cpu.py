@@ -5,13 +5,17 @@ Strategy by M (rows of activations):
   split over threads (FP8: `_numba_fp8_rows`; FP4: the table kernels `_numba_lut` / AVX-512,
   `_numba_pshufb` / AVX2, else `_numba_kernels`). This is the batch-1 decoding case; what a
   call needs of the weight is prepared once per weight (`_gemv`).
-- 1 < M < `DEQUANT_MIN_M`: each weight row is decoded once into an L1-resident fp32 buffer and
-  reused for all M activation rows (`decode_matmul`), so decode cost does not grow with M.
-- M >= `DEQUANT_MIN_M`: slabs of rows are dequantised by the same kernel and multiplied with
-  torch's sgemm, which is far better blocked for large M than a hand loop.
+- 1 < M <= `GEMV_ROWS_MAX_M[fmt]`: the GEMV once per row of x (measured faster there).
+- Up to `TILE_MIN_M[fmt]` (bf16 x: `TILE_MIN_M_BF16`): each thread decodes a few weight rows
+  into a cache-resident float32 buffer and takes their dot products with every row of x
+  (`_numba_smallm.smallm_matmul`), so the decode costs once per weight, whatever M.
+- From there on: one bounded tile of rows at a time (`TILE_ELEMENTS`) is dequantised by the same
+  decoder (bf16 x: into a bf16 tile, exact) and multiplied with torch's matmul (oneDNN / MKL),
+  far better blocked for large M than a hand loop.
 
 x is converted to float32 once per call (and zero-padded to the packed K, so the kernels never
-need a tail; bf16 x stays bf16 for the bf16-product kernel); y comes back in x's dtype.
+need a tail; bf16 x stays bf16 for the bf16-product kernel and the bf16 tile); y comes back in
+x's dtype.
 Threads: min(numba's and torch's current setting), set for the call where it differs and
 restored after. Numba, and the kernels, load on the first call only.
 """
@@ -27,16 +31,43 @@ import torch
 from ..dispatch import E2M1Decode, Needs
 from ..formats import SPECS, Format, PackedWeight
 from .._env import raw_reader
-from ._facts import codes_nan_free, facts_of
+from ._facts import version_of, codes_nan_free, facts_of
 
 NEEDS = Needs(formats=frozenset(Format), device_types=frozenset({"cpu"}), packages=("numba",))
 
-DEQUANT_MIN_M = 16
-"""From this many activation rows on, dequantise slabs and use torch's sgemm."""
+GEMV_ROWS_MAX_M = {Format.E5M2: 4, Format.E4M3: 4, Format.NVFP4: 8, Format.MXFP4: 8}
+"""Up to this many activation rows (per format), one M = 1 GEMV per row of x: the fused GEMVs
+(prefetching IR kernels) read the weight M times and still beat the small-M kernel's one read
+there. `OMP_WAIT_POLICY=passive python benchmarks/cpu_small_m.py --m 1,2,4,8,16 --paths --reps
+5` (4096 x 4096, 2-vCPU Zen 4, 2026-12-07, load 6, ms, GEMV rows / small-M kernel): M = 2
+E5M2 2.69 / 3.46, E4M3 2.48 / 5.16, NVFP4 2.22 / 6.46, MXFP4 2.58 / 6.59; M = 4 3.72 / 4.17,
+4.08 / 5.95, 3.38 / 7.17, 3.21 / 7.24; M = 8 7.00 / 6.21, 7.95 / 8.08, 6.64 / 9.15, 5.76 / 9.67;
+M = 16 13.87 / 10.05, 16.21 / 11.59, 12.54 / 13.02, 11.56 / 13.24 (FP4 even, left to the
+kernel)."""
 
-_SLAB_ELEMENTS = 1 << 23  # 32 MiB of float32 weight per dequantised slab
+TILE_MIN_M = {Format.E5M2: 256, Format.E4M3: 256, Format.NVFP4: 256, Format.MXFP4: 256}
+"""From this many activation rows on (per format; float32 and float16 x), the large-M path:
+dequantise a tile of rows and multiply with torch's matmul; below it, the small-M kernel
+(_numba_smallm.smallm_matmul). Measured, not guessed: `python benchmarks/cpu_small_m.py --m
+32,64,128,256 --paths --reps 3` (4096 x 4096, 2-vCPU Zen 4, 2026-12-07, both paths round-robin
+in one process, ms, small / tile): M = 128 E5M2 265 / 358, E4M3 246 / 416, NVFP4 264 / 322,
+MXFP4 252 / 344; M = 256 585 / 581, 650 / 676, 653 / 688, 652 / 682 (even); past it torch's
+sgemm, blocked for large M, pulls ahead (docs/_pending_cpu-smallm.md)."""
+
+TILE_MIN_M_BF16 = {Format.E5M2: 128, Format.E4M3: 128, Format.NVFP4: 128, Format.MXFP4: 128}
+"""The same for bfloat16 x, whose tile is bfloat16 and meets torch's bf16 matmul (AVX-512 BF16
+dot products where the CPU has them): the same command with `--act bf16 --m 16,32,64,128,256`,
+small / tile: M = 64 E5M2 208 / 332, E4M3 268 / 412, NVFP4 254 / 390, MXFP4 184 / 364; M = 128
+355 / 309, 316 / 366, 412 / 432, 416 / 321 (mixed); M = 256 584 / 368, 656 / 294, 644 / 428,
+606 / 412."""
+
+TILE_ELEMENTS = 1 << 22
+"""float32 weights a dequantised tile holds (16 MiB: 1024 rows at K = 4096); one tile a call,
+freed when the call returns, so no full-precision copy of a weight outlives a call."""
+
 _KIND = {Format.E5M2: 0, Format.E4M3: 1, Format.NVFP4: 2, Format.MXFP4: 3, Format.E4M3_B128: 4}
 _NO_TILES = np.ones((1, 1), np.float32)  # decode_matmul's tile scales for the other formats
+_B128_SLAB_ELEMENTS = 1 << 23  # E4M3_B128 from M = 16: 32 MiB of float32 weight a slab
 
 
 _INJECT_X_SCALE = 2.0 ** 63
@@ -62,13 +93,13 @@ def _numba():
     import numba
     from numba.np.ufunc import parallel
 
-    from . import _numba_fp8_rows, _numba_kernels
+    from . import _numba_fp8_rows, _numba_kernels, _numba_smallm
 
     numba.get_num_threads()  # starts numba's threading layer, which sets the getter below
     # numba.get_num_threads() takes two locks a call in Python: ~40 us right after a GEMV, where
     # the ctypes getter it wraps takes ~7 (2-core Zen 3, benchmarks/cpu_cold_ops.py)
     threads = getattr(parallel, "_get_num_threads", None) or numba.get_num_threads
-    return numba, _numba_kernels, _numba_fp8_rows, threads
+    return numba, _numba_kernels, _numba_fp8_rows, threads, _numba_smallm
 
 
 def _threads(numba_threads: int) -> int:
@@ -95,7 +126,7 @@ def matmul(x: torch.Tensor, packed: PackedWeight, bias: torch.Tensor | None = No
                          f"and {packed.device}")
     inject = e2m1 is E2M1Decode.INJECT or (
         e2m1 is not E2M1Decode.SELECT and E2M1Decode(e2m1) is E2M1Decode.INJECT)
-    numba, _, _, numba_threads = _numba()
+    numba, _, _, numba_threads, _ = _numba()
     previous = numba_threads()
     threads = _threads(previous)
     if x.requires_grad:
@@ -125,7 +156,12 @@ def _padded_x(x: torch.Tensor, kp: int) -> torch.Tensor:
 def _matmul_f32(x: torch.Tensor, packed: PackedWeight, inject: bool, threads: int) -> torch.Tensor:
     if x.shape[0] == 1:
         return _gemv(x, packed, inject, threads)
-    K = _numba()[1]
+    if packed.fmt is Format.E4M3_B128:
+        return _matmul_b128(x, packed, threads)
+    if x.shape[0] <= GEMV_ROWS_MAX_M[packed.fmt]:
+        return torch.cat([_gemv(x[i:i + 1], packed, inject, threads)
+                          for i in range(x.shape[0])])
+    S = _numba()[4]
     n, _ = packed.shape
     m = x.shape[0]
     fmt = packed.fmt
@@ -133,26 +169,86 @@ def _matmul_f32(x: torch.Tensor, packed: PackedWeight, inject: bool, threads: in
     fp4 = fmt in (Format.NVFP4, Format.MXFP4)
     yn = np.empty((m, n), np.float32)  # numpy first: torch.from_numpy is the cheaper pair
     y = torch.from_numpy(yn)
-    xp = _padded_x(x, kp)
     codes = packed.words.view(torch.uint8).numpy()  # [N, Kp] FP8 bytes, [N, Kp/2] FP4 bytes
     scales = packed.scales.numpy() if fp4 else np.zeros((1, 1), np.uint8)
     g = np.float32(packed.global_scale.item()) if fmt is Format.NVFP4 else np.float32(1.0)
-    tiles = packed.scales.numpy() if fmt is Format.E4M3_B128 else _NO_TILES
     kind = _KIND[fmt]
-    if m < DEQUANT_MIN_M:
-        no_w = np.zeros((0, kp), np.float32)
-        K.decode_matmul(kind, codes, scales, g, tiles, xp.numpy(), yn, no_w, 0, n,
-                        _chunk(n, threads), inject)
+    bf16 = x.dtype == torch.bfloat16
+    if m < (TILE_MIN_M_BF16 if bf16 else TILE_MIN_M)[fmt]:
+        xd = _x_decode_order(x, kp, fp4)
+        S.smallm_matmul(kind, codes, scales, g, xd.numpy(), yn, _chunk(n, threads))
+        return _row_scaled(y, packed, fp4)
+    rows = tile_rows(n, kp)
+    if bf16:  # bf16 products, as torch's own bf16 matmul: the tile is exact in bf16 (g on y)
+        xd = _x_decode_order(x, kp, fp4, torch.bfloat16)
+        w = torch.empty((rows, kp), dtype=torch.bfloat16)  # the one tile, freed on return
+        decode, gt = S.dequantize_rows_bf16, np.float32(1.0)
+        wn = w.view(torch.uint16).numpy()
     else:
-        no_x = np.zeros((0, kp), np.float32)
-        rows = max(1, _SLAB_ELEMENTS // kp)
-        for start in range(0, n, rows):
-            stop = min(n, start + rows)
-            w = torch.empty((stop - start, kp), dtype=torch.float32)
-            K.decode_matmul(kind, codes, scales, g, tiles, no_x, yn, w.numpy(), start, stop,
-                            _chunk(stop - start, threads), inject)
-            torch.matmul(xp, w.T, out=y[:, start:stop])
+        xd = _x_decode_order(x, kp, fp4)
+        w = torch.empty((rows, kp), dtype=torch.float32)
+        decode, gt = S.dequantize_rows, g
+        wn = w.numpy()
+    for start in range(0, n, rows):
+        stop = min(n, start + rows)
+        decode(kind, codes, scales, gt, start, wn[:stop - start])  # one thread: _numba_smallm
+        if bf16:
+            y[:, start:stop] = torch.matmul(xd, w[:stop - start].T)
+        else:
+            torch.matmul(xd, w[:stop - start].T, out=y[:, start:stop])
+    if bf16 and fmt is Format.NVFP4:
+        y *= float(g)
     return _row_scaled(y, packed, fp4)
+
+
+def tile_rows(n: int, kp: int) -> int:
+    """Weight rows a dequantised tile holds for the large-M path: TILE_ELEMENTS / Kp, at least
+    a kernel group's, at most N."""
+    return min(n, max(8, TILE_ELEMENTS // kp))
+
+
+def _x_decode_order(x: torch.Tensor, kp: int, fp4: bool,
+                    dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """x [M, K] as `dtype` [M, Kp], zero-padded, its columns in the order the M > 1 kernels
+    decode a weight row (_numba_smallm: FP4 even k first, then odd k)."""
+    if dtype == torch.float32:
+        xp = _padded_x(x, kp)
+    else:
+        xp = torch.zeros((x.shape[0], kp), dtype=dtype)
+        xp[:, :x.shape[1]] = x
+    if not fp4:
+        return xp.contiguous()
+    m = xp.shape[0]
+    return xp.view(m, kp // 2, 2).transpose(1, 2).reshape(m, kp)
+
+
+def _matmul_b128(x: torch.Tensor, packed: PackedWeight, threads: int) -> torch.Tensor:
+    """E4M3_B128 at M > 1: each weight row decoded once with its tile scales
+    (_numba_kernels.decode_matmul) and used for every row of x; from M = 16, slabs of decoded
+    rows for torch's sgemm. (The small-M kernels of the other formats don't take tile scales.)"""
+    K = _numba()[1]
+    n, _ = packed.shape
+    m, kp = x.shape[0], packed.padded_k
+    yn = np.empty((m, n), np.float32)
+    y = torch.from_numpy(yn)
+    codes = packed.words.view(torch.uint8).numpy()
+    no_scales, g = np.zeros((1, 1), np.uint8), np.float32(1.0)
+    tiles, kind = packed.scales.numpy(), _KIND[Format.E4M3_B128]
+    xp = _padded_x(x, kp)
+    if m < 16:
+        no_w = np.zeros((0, kp), np.float32)
+        K.decode_matmul(kind, codes, no_scales, g, tiles, xp.numpy(), yn, no_w, 0, n,
+                        _chunk(n, threads), False)
+        return y
+    no_x = np.zeros((0, kp), np.float32)
+    rows = max(1, _B128_SLAB_ELEMENTS // kp)
+    for start in range(0, n, rows):
+        stop = min(n, start + rows)
+        w = torch.empty((stop - start, kp), dtype=torch.float32)
+        K.decode_matmul(kind, codes, no_scales, g, tiles, no_x, yn, w.numpy(), start, stop,
+                        _chunk(stop - start, threads), False)
+        torch.matmul(xp, w.T, out=y[:, start:stop])
+    return y
 
 
 def _row_scaled(y: torch.Tensor, packed: PackedWeight, fp4: bool) -> torch.Tensor:
@@ -242,8 +338,8 @@ runs on every GEMV call."""
 def _gemv(x: torch.Tensor, packed: PackedWeight, inject: bool, threads: int) -> torch.Tensor:
     """y [1, N] float32 = x [1, K] @ W.T (row scales applied)."""
     w, s, gs = packed.words, packed.scales, packed.global_scale
-    stamp = (_LUT_SETTING(), w._version, -1 if s is None else s._version,
-             -1 if gs is None else gs._version)
+    stamp = (_LUT_SETTING(), version_of(w), -1 if s is None else version_of(s),
+             -1 if gs is None else version_of(gs))
     facts = facts_of(w, create=True)
     kept = facts.get(_PLAN)
     if kept is not None and kept[0] is s and kept[1] is gs and kept[2] == stamp:

@@ -15,12 +15,16 @@ from ..dispatch import Backend
 from ..formats import Format
 from . import clocks, commands, report
 from .model import __doc__ as MODEL_DOC
-from .presets import PRESETS, parse_shape, preset
+from .presets import CPU_PRESET, PRESETS, parse_shape, preset
 from .workload import Settings, l2_bytes
 
 _DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
 _DEFAULT_PRESET = {"bandwidth": "llama2-7b", "shapes": "llama2-7b", "token": "llama2-7b",
                    "small-m": "llama3-8b", "prefill": "llama3-8b"}
+_CPU = {"preset": {"small-m": CPU_PRESET, "prefill": CPU_PRESET, "token": CPU_PRESET},
+        "prefill_m": [128, 512], "token_layers": 2}
+"""CPU defaults where the GPU's would run for minutes or fill the memory: a 1B model's shapes,
+prefill at M = 128 and 512, token over two layers and the lm_head."""
 
 DESCRIPTION = """Measure softfp8 against torch on this machine; print a table and write a JSON
 receipt (probe report, versions, device, date, command line, every number).
@@ -62,7 +66,8 @@ def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--device", default="auto", help="cpu, cuda, cuda:N, or auto (default)")
     common.add_argument("--preset", choices=sorted(PRESETS), help="model preset (default per "
-                        "subcommand: llama2-7b; small-m and prefill: llama3-8b)")
+                        "subcommand: llama2-7b; small-m and prefill: llama3-8b; on a CPU "
+                        f"small-m, prefill and token: {CPU_PRESET})")
     common.add_argument("--shape", type=_shape, action="append", metavar="N,K",
                         help="a custom (out_features, in_features) shape, repeatable; replaces "
                              "the preset")
@@ -117,11 +122,12 @@ def build_parser() -> argparse.ArgumentParser:
         p = sub.add_parser(name, parents=[common], help=text, description=text)
         if name == "token":
             p.add_argument("--layers", type=int, help="layers (default: the preset's; 1 with "
-                           "--shape)")
+                           f"--shape; on a CPU {_CPU['token_layers']})")
             p.add_argument("--no-head", action="store_true", help="leave out the lm_head")
         if name in ("small-m", "prefill"):
             p.add_argument("--m", type=_ints, default=[1, 2, 4, 8, 16] if name == "small-m"
-                           else [512, 2048], help="comma list of M")
+                           else None, help="comma list of M (prefill default 512,2048; on a "
+                           "CPU 128,512)")
     return parser
 
 
@@ -167,10 +173,16 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit("--reps must be >= 1, --warmup >= 0, --rotate > 0")
     out = args.out or Path("receipts") / f"bench-{args.command}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
-    s = dataclasses.replace(s, log=out.with_suffix(".log.jsonl"))
+    s = dataclasses.replace(s, log=out.with_suffix(".log.jsonl"), echo=not cuda)
+    if args.command == "prefill" and args.m is None:
+        args.m = _CPU["prefill_m"] if not cuda else [512, 2048]
+    if token and not cuda and args.layers is None and not args.shape:
+        args.layers = _CPU["token_layers"]
     s.log.write_text("")  # this run's rows only
     mbytes = args.mbytes or (max(1024, 16 * l2 // 2**20) if cuda else 256)
-    pre = None if args.shape else preset(args.preset or _DEFAULT_PRESET[args.command])
+    default = _DEFAULT_PRESET[args.command] if cuda else _CPU["preset"].get(
+        args.command, _DEFAULT_PRESET[args.command])
+    pre = None if args.shape else preset(args.preset or default)
     shapes = tuple(dict.fromkeys(args.shape)) if args.shape else pre.shapes()
     if pre is not None:
         linears = pre.token_linears(head=not (token and args.no_head),

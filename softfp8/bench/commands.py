@@ -79,6 +79,13 @@ def _baselines(device: torch.device, m: int) -> list[tuple[torch.dtype, str]]:
     return [(d, op) for d in dtypes for op in ops]
 
 
+def _fp16_and(device: torch.device, *baselines) -> list[tuple[torch.dtype, str]]:
+    """The GPU's baselines; on the CPU fp32 and bf16 F.linear too (fp16 is the slowest there, and
+    "x fastest torch" must mean torch's fastest dtype)."""
+    extra = [] if device.type == "cuda" else [(torch.float32, "linear"), (torch.bfloat16, "linear")]
+    return list(dict.fromkeys([*baselines, *extra]))
+
+
 def grid(s: Settings, shapes, ms, formats, backends, read_bw, *, baselines=None):
     """Every shape x M x (torch baselines, formats x backends): rows and skipped backends."""
     rows, skipped = [], []
@@ -129,7 +136,7 @@ def shapes_cmd(s, shapes, formats, backends, mbytes):
 def small_m_cmd(s, shapes, formats, backends, mbytes, ms):
     mem = memory(s, mbytes)
     rows, skipped = grid(s, shapes, ms, formats, backends, mem.read_bandwidth,
-                         baselines=[(torch.float16, "linear")])
+                         baselines=_fp16_and(s.device, (torch.float16, "linear")))
     base = {(r["impl"], r["shape"]): r["GB_per_s"] for r in rows if r["m"] == 1 and "ms" in r}
     for r in rows:
         if "ms" in r and (r["impl"], r["shape"]) in base:
@@ -143,7 +150,8 @@ def small_m_cmd(s, shapes, formats, backends, mbytes, ms):
 
 def prefill_cmd(s, shapes, formats, backends, ms):
     rows, skipped = grid(s, shapes, ms, formats, backends, None,
-                         baselines=[(torch.float16, "linear"), (torch.bfloat16, "linear")])
+                         baselines=_fp16_and(s.device, (torch.float16, "linear"),
+                                             (torch.bfloat16, "linear")))
     for r in rows:
         if "ms" in r:
             r["TFLOP_per_s"] = 2 * r["m"] * r["n"] * r["k"] / (r["ms"] / 1e3) / 1e12

@@ -71,12 +71,21 @@ PRESETS: dict[str, Preset] = {
                         head=Shape("lm_head", 128256, 4096)),
     "mistral-7b": Preset("mistral-7b", 32, _layer(6144, 4096, 28672, (4096, 14336)),
                          head=Shape("lm_head", 32000, 4096)),
+    # hidden 2048, 32 q heads and 8 kv heads of 64 (qkv = 2048 + 2 x 512), intermediate 8192,
+    # 16 layers: a model a CPU runs, the CPU default of small-m, prefill and token (CPU_PRESET)
+    "llama3.2-1b": Preset("llama3.2-1b", 16, _layer(3072, 2048, 16384, (2048, 8192)),
+                          head=Shape("lm_head", 128256, 2048)),
     # the same models as transformers' LlamaForCausalLM holds them (what quantize_model converts)
     "llama2-7b-hf": Preset("llama2-7b-hf", 32, _hf_layer(4096, 4096, 11008),
                            head=Shape("lm_head", 32000, 4096)),
     "llama3-8b-hf": Preset("llama3-8b-hf", 32, _hf_layer(4096, 1024, 14336),
                            head=Shape("lm_head", 128256, 4096)),
 }
+
+
+CPU_PRESET = "llama3.2-1b"
+"""The preset small-m, prefill and token take on a CPU unless told (a 7-8B model's shapes ran past
+150 s there printing nothing, and token's copies of every weight needed 14 GB)."""
 
 
 def preset(name: str) -> Preset:

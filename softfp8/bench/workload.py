@@ -51,13 +51,20 @@ class Settings:
     check_tol: float
     seed: int
     log: Path | None = None  # each row is appended here as a JSON line the moment it is measured
+    echo: bool = False  # and printed as a line (the CPU, where a table takes minutes)
 
 
 def log_row(s: Settings, row: dict) -> dict:
-    """Append `row` to the progress log (rows survive a run cut short by a timeout)."""
+    """Append `row` to the progress log (rows survive a run cut short by a timeout), and print
+    it where `s.echo`."""
     if s.log is not None:
         with s.log.open("a") as f:
             f.write(json.dumps(row, default=str) + "\n")
+    if s.echo and "impl" in row:
+        where = " ".join(str(row[k]) for k in ("shape", "m") if k in row)
+        what = (f"{row['ms']:.3f} ms" if "ms" in row else row.get("error", "")) + (
+            f" ({row['check']})" if "check" in row else "")
+        print(f"  {where} {row['impl']}: {what}", flush=True)
     return row
 
 

@@ -1,0 +1,174 @@
+"""The numba backend's M > 1 paths (softfp8/backends/_numba_smallm): the row decoder bit-exact
+over every code (what the kernel and the tiles read), and each path -- a GEMV per row, the
+small-M kernel and the dequantised tile with torch's matmul -- against the reference backend
+and fp64 over odd M, N and K, with NaN and inf propagating, and the tile bounded."""
+import pytest
+import torch
+from conftest import rel_err, same_bits
+
+import softfp8
+from softfp8.formats import Format, PackedWeight
+
+numba = pytest.importorskip("numba")
+np = pytest.importorskip("numpy")
+S = pytest.importorskip("softfp8.backends._numba_smallm")
+from softfp8.backends import numba_cpu  # noqa: E402
+
+FORMATS = ["e5m2", "e5m2_rowscale", "e4m3", "nvfp4", "mxfp4"]
+PATHS = ["rows", "small", "tile"]
+
+
+@pytest.fixture(params=PATHS)
+def path(request, monkeypatch):
+    """Every M > 1 call of the test through one path: a GEMV per row, the small-M kernel, or the
+    tile path with tiles small enough that odd N ends in a partial one (several tiles a call)."""
+    least = 2 if request.param == "tile" else 1 << 30
+    for fmt in Format:
+        monkeypatch.setitem(numba_cpu.TILE_MIN_M, fmt, least)
+        monkeypatch.setitem(numba_cpu.TILE_MIN_M_BF16, fmt, least)
+        rows = 1 << 30 if request.param == "rows" else 1
+        monkeypatch.setitem(numba_cpu.GEMV_ROWS_MAX_M, fmt, rows)
+    monkeypatch.setattr(numba_cpu, "TILE_ELEMENTS", 5000)
+    return request.param
+
+
+def quantized(fmt, n, k, seed):
+    g = torch.Generator().manual_seed(seed)
+    w = torch.randn(n, k, generator=g)
+    if fmt == "e5m2_rowscale":
+        return softfp8.quantize(w * 3, "e5m2", row_scale=True), g
+    return softfp8.quantize(w, fmt), g
+
+
+def decoded(packed: PackedWeight) -> torch.Tensor:
+    """dequantize_rows over the whole weight, back in K order, FP8 row scales applied (as the
+    backend applies them to y)."""
+    kind = numba_cpu._KIND[packed.fmt]
+    n, k = packed.shape
+    kp = packed.padded_k
+    fp4 = packed.fmt in (Format.NVFP4, Format.MXFP4)
+    w = np.empty((n, kp), np.float32)
+    scales = packed.scales.numpy() if fp4 else np.zeros((1, 1), np.uint8)
+    g = np.float32(packed.global_scale.item()) if packed.fmt is Format.NVFP4 else np.float32(1)
+    S.dequantize_rows(kind, packed.words.view(torch.uint8).numpy(), scales, g, 0, w)
+    out = torch.from_numpy(w)
+    if fp4:  # decode order: even k, then odd k
+        out = torch.stack((out[:, :kp // 2], out[:, kp // 2:]), dim=2).reshape(n, kp)
+    elif packed.scales is not None:
+        out = out * packed.scales[:, None]
+    return out[:, :k]
+
+
+def every_code_weight(fmt: str) -> PackedWeight:
+    """Every code at every position of a word: FP8 rows hold codes (r + k) % 256; FP4 rows hold
+    the byte (r + i) % 256 at byte i, beside every scale code (NVFP4: E4M3 scales including the
+    NaN one and subnormals; MXFP4: E8M0 0, 1, 127, 254 and the NaN 0xFF)."""
+    n = 256
+    if fmt in ("e5m2", "e4m3"):
+        k = 256
+        codes = ((torch.arange(n)[:, None] + torch.arange(k)[None, :]) % 256).to(torch.uint8)
+        scales = None if fmt == "e5m2" else torch.linspace(0.5, 2.0, n)
+        return PackedWeight(fmt, (n, k), codes.view(torch.int32), scales)
+    block = 16 if fmt == "nvfp4" else 32
+    k = 512
+    codes = ((torch.arange(n)[:, None] + torch.arange(k // 2)[None, :]) % 256).to(torch.uint8)
+    blocks = k // block
+    s = (torch.arange(n)[:, None] * 7 + torch.arange(blocks)[None, :]) % 256
+    if fmt == "mxfp4":
+        s[:, :5] = torch.tensor([0, 1, 127, 254, 255])
+    scales = s.to(torch.uint8)
+    gs = torch.tensor(0.75) if fmt == "nvfp4" else None
+    return PackedWeight(fmt, (n, k), codes.view(torch.int32), scales, gs)
+
+
+@pytest.mark.parametrize("fmt", ["e5m2", "e4m3", "nvfp4", "mxfp4"])
+def test_row_decoder_every_code_is_exact(fmt):
+    packed = every_code_weight(fmt)
+    ref = softfp8.dequantize(packed)
+    assert bool(same_bits(decoded(packed), ref).all())
+    assert torch.isnan(ref).any()  # the NaN codes (and NaN scales) are among them
+
+
+@pytest.mark.parametrize("fmt", ["e5m2", "e4m3", "nvfp4", "mxfp4"])
+def test_bf16_tile_decoder_every_code_is_exact(fmt):
+    """The bf16 tile holds the very values of the float32 one (every value these formats decode
+    to is a bfloat16 number; NVFP4's tensor scale goes on y, so g = 1 here)."""
+    packed = every_code_weight(fmt)
+    if fmt == "nvfp4":
+        packed = PackedWeight(fmt, packed.shape, packed.words, packed.scales, torch.tensor(1.0))
+    if fmt == "e4m3":  # row scales go on y
+        packed = PackedWeight(fmt, packed.shape, packed.words, torch.ones(packed.shape[0]))
+    n, k = packed.shape
+    kp = packed.padded_k
+    fp4 = fmt in ("nvfp4", "mxfp4")
+    w = np.empty((n, kp), np.uint16)
+    scales = packed.scales.numpy() if fp4 else np.zeros((1, 1), np.uint8)
+    S.dequantize_rows_bf16(numba_cpu._KIND[packed.fmt], packed.words.view(torch.uint8).numpy(),
+                           scales, np.float32(1), 0, w)
+    got = torch.from_numpy(w).view(torch.bfloat16).float()
+    if fp4:
+        got = torch.stack((got[:, :kp // 2], got[:, kp // 2:]), dim=2).reshape(n, kp)
+    assert bool(same_bits(got[:, :k], softfp8.dequantize(packed)).all())
+
+
+# (N, K, M): odd N and K, K = 4097 straddling every block, N past one group of rows and one
+# thread's chunk, M odd (the kernel's pair of x rows plus one) and even
+CASES = [(3, 4097, 2), (17, 3, 3), (1, 1, 5), (67, 333, 7), (9, 129, 16), (130, 40, 33)]
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("n, k, m", CASES, ids=str)
+def test_matches_the_reference_backend(path, fmt, n, k, m):
+    packed, g = quantized(fmt, n, k, seed=n * 31 + k * 7 + m)
+    x = torch.randn(m, k, generator=g)
+    bias = torch.randn(n, generator=g)
+    y = numba_cpu.matmul(x, packed, bias)
+    assert y.shape == (m, n) and y.dtype == torch.float32
+    assert rel_err(y, softfp8.linear(x, packed, bias, backend="torch")) <= 1e-5
+    # fp32 sums either way (torch's sgemm on the tile path): the same bound against fp64
+    ref64 = x.double() @ softfp8.dequantize(packed).double().T + bias.double()
+    assert rel_err(y, ref64) <= 1e-5
+
+
+@pytest.mark.parametrize("dtype, tol", [(torch.float16, 2e-3), (torch.bfloat16, 1e-2)])
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_half_activations(path, fmt, dtype, tol):
+    packed, g = quantized(fmt, 21, 75, seed=3)
+    x = torch.randn(5, 75, generator=g).to(dtype)
+    y = numba_cpu.matmul(x, packed)
+    assert y.dtype == dtype
+    assert rel_err(y, x.double() @ softfp8.dequantize(packed).double().T) <= tol
+
+
+@pytest.mark.parametrize("fmt", ["e5m2", "e4m3", "nvfp4", "mxfp4"])
+def test_nan_and_inf_propagate_like_torch(path, fmt):
+    g = torch.Generator().manual_seed(5)
+    w = torch.randn(9, 70, generator=g)
+    w[1, 5] = float("nan")
+    if fmt == "e5m2":
+        w[2, 9], w[3, 9] = float("inf"), float("-inf")
+    packed = softfp8.quantize(w, fmt)
+    x = torch.randn(5, 70, generator=g)
+    x[0, 40] = float("inf")  # meets zero codes too: inf * 0 is NaN, as in torch
+    x[-1, 61] = float("nan")
+    ref = softfp8.linear(x, packed, backend="torch")
+    y = numba_cpu.matmul(x, packed)
+    assert torch.isnan(ref).any()
+    assert torch.equal(torch.isnan(y), torch.isnan(ref))
+    assert torch.equal(torch.isinf(y), torch.isinf(ref))
+    fin = torch.isfinite(ref)
+    assert rel_err(y[fin], ref[fin]) <= 1e-6
+
+
+def test_tile_rows_are_bounded():
+    for n, kp in [(4096, 4096), (128256, 4096), (4096, 14336), (7, 64), (100, 1 << 24)]:
+        rows = numba_cpu.tile_rows(n, kp)
+        assert 1 <= rows <= n
+        assert rows * kp <= numba_cpu.TILE_ELEMENTS or rows == min(n, 8)
+
+
+@pytest.mark.parametrize("table", ["GEMV_ROWS_MAX_M", "TILE_MIN_M", "TILE_MIN_M_BF16"])
+def test_every_format_has_a_crossover(table):
+    crossover = getattr(numba_cpu, table)
+    assert set(crossover) == set(Format)
+    assert all(isinstance(v, int) and v >= 1 for v in crossover.values())
