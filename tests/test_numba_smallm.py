@@ -170,5 +170,6 @@ def test_tile_rows_are_bounded():
 @pytest.mark.parametrize("table", ["GEMV_ROWS_MAX_M", "TILE_MIN_M", "TILE_MIN_M_BF16"])
 def test_every_format_has_a_crossover(table):
     crossover = getattr(numba_cpu, table)
-    assert set(crossover) == set(Format)
+    # E4M3_B128 takes its own M > 1 path (numba_cpu._matmul_b128), no crossover of these kernels
+    assert set(crossover) == set(Format) - {Format.E4M3_B128}
     assert all(isinstance(v, int) and v >= 1 for v in crossover.values())

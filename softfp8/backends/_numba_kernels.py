@@ -15,7 +15,8 @@ import numba as nb
 import numpy as np
 
 from ._numba_decode import (
-    _E2M1_BITS, _I32, _INLINE, _JIT, _SIGN, _i2f, e4m3_fast_div256, e8m0_i32)
+    _E2M1_BITS, _I32, _INLINE, _JIT, _SIGN, _i2f, e2m1_select, e4m3_bits, e4m3_fast_div256,
+    e5m2_fast, e8m0, e8m0_i32)
 
 
 # -- fused GEMV (M = 1): decode in registers, rows split into chunks, one prange step each ------
