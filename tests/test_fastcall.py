@@ -148,6 +148,23 @@ def test_no_recording_of_an_argument_made_for_one_call(cuda_stand_in):
     assert call is None
 
 
+def test_a_launch_hook_is_seen_only_when_one_is_set():
+    """Triton keeps an empty HookChain where no hook is set (>= 3.5), None before: neither is a
+    hook; a profiler's hook added to it is, and then nothing replays around Triton's launch."""
+    knobs = pytest.importorskip("triton.knobs")
+    assert not _fastcall._launch_hook_set()
+    hook = knobs.runtime.launch_enter_hook
+    if not hasattr(hook, "add"):
+        pytest.skip("this Triton has no HookChain")
+    seen = []
+    hook.add(seen.append)
+    try:
+        assert _fastcall._launch_hook_set()
+    finally:
+        hook.remove(seen.append)
+    assert not _fastcall._launch_hook_set()
+
+
 def test_full_args_put_constexpr_defaults_and_keep_launch_options_out():
     full = _fastcall._full_args(_Jit(), (1, 2, 3, 4), {"scale": 5, "num_warps": 8})
     assert full == (1, 2, 3, 4, 5, "constexpr-default")

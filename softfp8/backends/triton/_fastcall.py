@@ -95,12 +95,17 @@ def _runtime_knobs():
     return knobs.runtime
 
 
+def _hook_set(hook) -> bool:
+    # Triton >= 3.5 keeps a HookChain there, set but empty unless something added a hook
+    return hook is not None and len(getattr(hook, "calls", (hook,))) > 0
+
+
 def _launch_hook_set() -> bool:
     """Whether a launch hook (a profiler's, e.g. proton) is set: Triton's own launch calls it,
     so a replay must not skip it."""
     runtime = _runtime_knobs()
-    return runtime is not None and (runtime.launch_enter_hook is not None
-                                    or runtime.launch_exit_hook is not None)
+    return runtime is not None and (_hook_set(runtime.launch_enter_hook)
+                                    or _hook_set(runtime.launch_exit_hook))
 
 
 @dataclass(frozen=True)
