@@ -49,7 +49,7 @@ class Chain(nn.Module):
     def __init__(self, backend):
         super().__init__()
         torch.manual_seed(0)
-        dims = [48, 72, 40, 56, 32]
+        dims = [48, 72, 40, 56, 32, 64]  # one more than there are formats
         self.layers = nn.ModuleList(
             softfp8.Linear.from_linear(nn.Linear(dims[i], dims[i + 1]), fmt, backend=backend)
             for i, fmt in enumerate(Format))
