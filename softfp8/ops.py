@@ -48,7 +48,7 @@ def _packed_linear(x: torch.Tensor, packed: PackedWeight, bias: torch.Tensor | N
     """`_linear_impl` on a PackedWeight; `checked`: the caller has run check_linear_args on
     these very arguments. Every line here runs on each eager layer call, where Python that
     follows a GEMV kernel runs 2-5x slower than alone (its caches evicted; measured on a 2-core
-    Zen 3 host, BENCHMARKS.md), so it is kept short."""
+    Zen 3 host, docs/decisions.md), so it is kept short."""
     if not checked:
         _check_linear_args()(x, packed, bias)
     n, k = packed.shape
@@ -98,7 +98,7 @@ def run_linear(x, words, scales, global_scale, fmt, out_features, in_features, b
     needs the backward, tensor subclasses or meta tensors, dispatch, torch-function and functorch
     modes. A plain eager call with none of these runs the op's implementation directly: the
     op's dispatcher and autograd layers cost more host time than a whole batch-1 GEMV (measured
-    on the H200's host by benchmarks/gpu_host_overhead.py, BENCHMARKS.md), and eager decoding
+    on the H200's host by benchmarks/gpu_host_overhead.py, docs/performance.md), and eager decoding
     pays that on every layer. Same arguments, same result.
     `packed`: the PackedWeight these tensors make, validated now (the op's implementation builds
     one, 6 us a call); `checked`: check_linear_args has passed on x, bias and a weight of this

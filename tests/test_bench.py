@@ -173,7 +173,7 @@ def test_shapes_cpu(tmp_path):
     # The progress log holds the memory report, then every row as it was measured.
     assert logged[0]["memory"]["read_method"] == r["memory"]["read_method"]
     assert [(x["impl"], x["ms"]) for x in logged[1:]] == [(x["impl"], x["ms"]) for x in rows]
-    md = (tmp_path / "receipt.md").read_text()  # the table for BENCHMARKS.md, with its command
+    md = (tmp_path / "receipt.md").read_text()  # the table for docs/performance.md, with its command
     assert f"`{r['command']}`" in md and r["date"] in md and f"torch {torch.__version__}" in md
     assert md.count("| custom 96x160 |") == len([x for x in rows if x["shape"] == "custom 96x160"])
 

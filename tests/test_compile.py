@@ -178,7 +178,7 @@ class Stack(nn.Module):
 def test_compiled_guards_grow_by_value_checks_per_layer_not_python_ones(fmt):
     """Dynamo guards a layer's settings by value (C++), not its enum members by identity plus a
     Python `is` guard against the first layer holding them (three a layer: 672 at 32 layers made
-    a converted Llama's guard check 1.5-2.7x fp32's, BENCHMARKS.md thirteenth session); nor the
+    a converted Llama's guard check 1.5-2.7x fp32's, docs/decisions.md); nor the
     PackedWeight eager calls build and keep."""
     counts = []
     for layers in (2, 6):

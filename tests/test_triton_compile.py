@@ -94,7 +94,7 @@ def test_mma_gemv_loads_no_row_terms_after_its_stores(compiled):
     its first store (`_mma_store`): in the SASS no global load follows a global store. ptxas
     keeps a load behind a store it can't prove apart from it, so loads beside the stores ran one
     after another at every program's end (E4M3 token 1.726 -> 1.621 ms on the H200 when they
-    moved; BENCHMARKS.md twenty-eighth session). K-split parts (PARTIAL) are left out: their last
+    moved; docs/decisions.md). K-split parts (PARTIAL) are left out: their last
     program reads the other parts after storing its own, by design."""
     rc, stderr, records = compiled[("cuda", "90", 32)]
     assert rc == 0, stderr

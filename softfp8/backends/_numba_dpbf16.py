@@ -14,7 +14,7 @@ activation (8) is exact in float32, and each is added in float32 as the fp32 ker
 multiply-add does. The instruction treats bf16 denormals as 0 and flushes denormal sums, so
 `x_steps` sends activations under `TINY` to the fp32 kernel. (fp16 activations split into two
 bf16 terms, exact too, were measured no faster than the fp32 kernel through numba_cpu.matmul:
-BENCHMARKS.md, CPU, nineteenth session; they take the fp32 kernel.)
+docs/decisions.md, CPU; they take the fp32 kernel.)
 
 Layout: a step is 16 int32 words of a row (as in _numba_lut) read as 32 uint16 lanes; lane l
 holds codes 4 (l % 2) + j of word l // 2 at bits 4j, so xs[s, j, l] is the bf16 bits of
@@ -103,7 +103,7 @@ def x_steps(x, block, kp=None):
     steps (module docstring) for the whole steps of 128 codes, xp _numba_lut.select_planes of x
     as float32 for the blocks past them. None where the kernel would not give the fp32 kernel's
     answer (a nonzero |x| < `TINY`) or x is not bf16. Right after a GEMV each torch or numpy op
-    costs 10-90 us (BENCHMARKS.md, CPU, twenty-first session), so x goes to numpy in one view,
+    costs 10-90 us (docs/decisions.md, CPU), so x goes to numpy in one view,
     as it lies ([1, K] from numba_cpu: no row taken first), and one numba pass fills every
     element of xs (padding included: no zeroed array first)."""
     import torch

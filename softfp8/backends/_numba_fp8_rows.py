@@ -1,7 +1,7 @@
 """FP8 GEMV (M = 1) with the weights prefetched ahead: the row loop as LLVM vector IR.
 
 Why: a GEMV that streams its weights at batch 1 leaves a CPU core waiting on memory unless loads
-are issued ahead of use; on a 2-vCPU Zen 4 (2026-12-02, BENCHMARKS.md) the hardware prefetchers
+are issued ahead of use; on a 2-vCPU Zen 4 (docs/decisions.md, CPU) the hardware prefetchers
 alone left the earlier numba loops at 12-24 GB/s of the 32-38 GB/s two threads read. A prefetch
 cannot be put into such loops: they are LLVM-vectorised numba, and a prefetch call in the loop
 body stopped the vectoriser (several times slower), while a burst of prefetches before each row

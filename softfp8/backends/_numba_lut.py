@@ -265,7 +265,7 @@ def row_steps(x, kp):
     of STEP_CODES (no planes then): one compiled pass, where `x_steps` of the padded row spends
     four numpy and torch calls, each 10-50 us right after a GEMV has streamed its weight.
     Through numba_cpu.matmul, FP4 at 11008 x 4096 and 4096 x 11008: 0.88-1.02 of the time,
-    ~0.95 at the median (BENCHMARKS.md, CPU, twenty-fourth session)."""
+    ~0.95 at the median (docs/decisions.md, CPU)."""
     k = x.shape[1]
     xs = np.empty((kp // STEP_CODES, 8, LANES), np.float32)
     for s in range(xs.shape[0]):

@@ -52,7 +52,7 @@ dequantise a tile of rows and multiply with torch's matmul; below it, the small-
 32,64,128,256 --paths --reps 3` (4096 x 4096, 2-vCPU Zen 4, 2026-12-07, both paths round-robin
 in one process, ms, small / tile): M = 128 E5M2 265 / 358, E4M3 246 / 416, NVFP4 264 / 322,
 MXFP4 252 / 344; M = 256 585 / 581, 650 / 676, 653 / 688, 652 / 682 (even); past it torch's
-sgemm, blocked for large M, pulls ahead (docs/_pending_cpu-smallm.md)."""
+sgemm, blocked for large M, pulls ahead (docs/performance.md, CPU: prompts and small batches)."""
 
 TILE_MIN_M_BF16 = {Format.E5M2: 128, Format.E4M3: 128, Format.NVFP4: 128, Format.MXFP4: 128}
 """The same for bfloat16 x, whose tile is bfloat16 and meets torch's bf16 matmul (AVX-512 BF16
@@ -321,8 +321,7 @@ def _bf16_products(table, setting: str) -> bool:
 # -- M = 1: a plan per weight ------------------------------------------------------------------
 # At batch 1 the Python around the kernel runs right after the previous layer's kernel has
 # streamed tens of MB through the caches, where each small torch or numpy operation costs 5-50
-# us instead of 1-2 (`python benchmarks/cpu_cold_ops.py`; BENCHMARKS.md, CPU, twentieth
-# session). So what depends on the weight alone -- numpy views of
+# us instead of 1-2 (docs/decisions.md, CPU). So what depends on the weight alone -- numpy views of
 # its tensors, the tensor scale, the kernel and its rows a pass, whether E4M3 codes hold a NaN --
 # is worked out once and kept (`_PLAN`: rebuilt when a tensor of the weight is replaced or
 # written in place, or SOFTFP8_NUMBA_FP4_LUT changes), and a call does only what depends on x.
