@@ -30,7 +30,7 @@ import torch
 
 from ..dispatch import E2M1Decode, Needs
 from ..formats import SPECS, Format, PackedWeight
-from .._env import raw_reader
+from .._env import SETTINGS, raw_reader
 from ._facts import version_of, codes_nan_free, facts_of
 
 NEEDS = Needs(formats=frozenset(Format), device_types=frozenset({"cpu"}), packages=("numba",))
@@ -295,8 +295,11 @@ def _fp4_table_kernels():
 
 
 def _fp4_lut_setting() -> str:
-    """SOFTFP8_NUMBA_FP4_LUT as `_fp4_table_kernels` and `_bf16_products` read it."""
-    return os.environ.get("SOFTFP8_NUMBA_FP4_LUT", "1").strip().lower()
+    """SOFTFP8_NUMBA_FP4_LUT as `_fp4_table_kernels` and `_bf16_products` read it ("1" when
+    unset or empty). Checked against `_env.SETTINGS` here, where it is read, so that a value set
+    after dispatch made its choice still raises naming the valid ones instead of running as 1."""
+    raw = os.environ.get("SOFTFP8_NUMBA_FP4_LUT", "")
+    return SETTINGS["SOFTFP8_NUMBA_FP4_LUT"].check(raw) if raw.strip() else "1"
 
 
 @functools.lru_cache(maxsize=8)
