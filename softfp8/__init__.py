@@ -1,6 +1,4 @@
 """softfp8: linear layers on packed 8-bit and 4-bit float weights, decoded in registers."""
-import sys as _sys
-
 from .capability import CapabilityReport, probe
 from .dispatch import ActivationQuant, Backend, BackendUnavailable, E2M1Decode
 from .formats import Format, PackedWeight
@@ -17,20 +15,6 @@ from .hub.save import save_pretrained
 
 _install_transformers_hook()
 
-
-def _carry_quantization_policy() -> None:
-    """The function `softfp8.quantize` hides the module of the same name, whose docstring holds
-    the policy for values a format can't hold (rounding, overflow, inf, NaN, zero blocks): the
-    function's docstring carries it, so that help(softfp8.quantize) shows it."""
-    policy = _sys.modules[f"{__name__}.quantize"].__doc__
-    if quantize.__doc__ and policy:  # python -OO strips docstrings
-        text = "\n".join(f"    {line}".rstrip() for line in policy.strip().splitlines())
-        quantize.__doc__ = (f"{quantize.__doc__.rstrip()}\n\n    From the module "
-                            f"softfp8.quantize:\n\n{text}\n")
-
-
-_carry_quantization_policy()
-del _carry_quantization_policy
 
 __all__ = ["ActivationQuant", "Backend", "BackendUnavailable", "CapabilityReport", "E2M1Decode",
            "Format", "Linear", "PackedWeight", "QuantizeSummary", "ScaleMethod", "SoftFP8Config", "dequantize",

@@ -5,24 +5,13 @@ that give the same bits on every device; the element encoders equal torch's own 
 (`float8_e5m2`, `float8_e4m3fn`; E8M0 scales are exact powers of two; E2M1, which torch can't
 cast to, against nearest-even over `E2M1_TO_FLOAT32`).
 
-Policy for values a format can't hold (the one place it is decided):
-- Element encoders, as torch's casts do: E5M2 turns finite overflow and ±inf into ±inf;
-  E4M3 saturates finite overflow and ±inf to ±448; E2M1 saturates to ±6. NaN stays NaN
-  (E5M2 0x7F, E4M3 0x7F, with the sign); E2M1 has no NaN (its encoder gives ±0, see below).
-- `quantize()` never lets a *finite* weight overflow: scales map each row/block into range, and
-  unscaled E5M2 raises ValueError if a finite weight lies beyond ±57344 (use ``row_scale=True``).
-- NaN weights stay NaN so that a matmul touching them gives NaN, as torch's would: E5M2/E4M3 store
-  the NaN code; NVFP4/MXFP4 mark the whole block NaN through its scale (every output reading that
-  row is NaN anyway). Scales come from the finite values only.
-- ±inf weights: E5M2 stores ±inf (scaled E5M2 too: inf times a finite scale is inf). The other
-  formats have no infinity, so they raise ValueError rather than store a wrong value.
-- Zero rows, tiles and blocks get scale 1 (E4M3 row, E4M3_B128 tile, E8M0 code 127), never 0
-  or a denormal; so does
-  an MXFP4 block that even the smallest E8M0 scale would leave all zeros (amax <= 2^-129).
+The policy for values a format can't hold (overflow, inf, NaN, zero blocks) is in `quantize`'s
+docstring, the one place it is decided: `softfp8.quantize` is that function, which hides this
+module, so help(softfp8.quantize) shows it.
 
 Scales are either the absmax rule below or, with ``scales="mse"``, the least-error candidate
 around it (`_scale_search`); either way the codes are the nearest-even codes under the chosen
-scale, and the policy above holds.
+scale, and the policy holds.
 """
 from __future__ import annotations
 
@@ -45,7 +34,7 @@ def _f32_bits(x: torch.Tensor) -> torch.Tensor:
 
 
 def encode_minifloat(x: torch.Tensor, spec: MinifloatSpec) -> torch.Tensor:
-    """float32 `x` to `spec` codes (uint8), round to nearest even, with the policy above.
+    """float32 `x` to `spec` codes (uint8), round to nearest even, with `quantize`'s policy.
 
     The rounding adds and subtracts ``2^(q + 23)``, a float32 whose unit in the last place is the
     target quantum ``2^q``; IEEE addition then rounds |x| to a multiple of 2^q, ties to even."""
@@ -181,6 +170,22 @@ def quantize(weight: torch.Tensor, fmt: Format | str = Format.E5M2, *,
     absmax; a few times slower to quantize; decoding is unchanged). None takes the format's
     default: mse for NVFP4 and MXFP4, absmax for E4M3 and E5M2, as measured on real weights in
     docs/quality.md. Unscaled E5M2 has no scale to choose, so `scales` changes nothing there.
+
+    Policy for values a format can't hold (the one place it is decided):
+    - Element encoders, as torch's casts do: E5M2 turns finite overflow and ±inf into ±inf;
+      E4M3 saturates finite overflow and ±inf to ±448; E2M1 saturates to ±6. NaN stays NaN
+      (E5M2 0x7F, E4M3 0x7F, with the sign); E2M1 has no NaN (its encoder gives ±0, see below).
+    - `quantize()` never lets a *finite* weight overflow: scales map each row/block into range,
+      and unscaled E5M2 raises ValueError if a finite weight lies beyond ±57344 (use
+      ``row_scale=True``).
+    - NaN weights stay NaN so that a matmul touching them gives NaN, as torch's would: E5M2/E4M3
+      store the NaN code; NVFP4/MXFP4 mark the whole block NaN through its scale (every output
+      reading that row is NaN anyway). Scales come from the finite values only.
+    - ±inf weights: E5M2 stores ±inf (scaled E5M2 too: inf times a finite scale is inf). The
+      other formats have no infinity, so they raise ValueError rather than store a wrong value.
+    - Zero rows, tiles and blocks get scale 1 (E4M3 row, E4M3_B128 tile, E8M0 code 127), never 0
+      or a denormal; so does an MXFP4 block that even the smallest E8M0 scale would leave all
+      zeros (amax <= 2^-129).
     """
     fmt = Format.parse(fmt)
     method = DEFAULT_METHOD[fmt] if scales is None else ScaleMethod.parse(scales)

@@ -425,3 +425,17 @@ def test_an_fp4_table_setting_typo_raises(monkeypatch):
     with pytest.raises(ValueError, match="SOFTFP8_NUMBA_FP4_LUT='avx3' is not valid; expected "
                                          "one of '1', '0', 'avx2', 'avx512'"):
         softfp8.linear(torch.randn(1, 256, generator=g), packed, backend="numba")
+
+
+def test_an_fp4_table_setting_typo_set_after_routing_raises(monkeypatch):
+    """A typo set once dispatch has routed the layer (its choice cached, so `check_environment`
+    does not run again) still raises where numba_cpu reads the setting, naming the valid values."""
+    packed, g = quantized("nvfp4", 40, 256, seed=6)
+    x = torch.randn(1, 256, generator=g)
+    monkeypatch.delenv("SOFTFP8_NUMBA_FP4_LUT", raising=False)
+    softfp8.dispatch.clear_cache()
+    softfp8.linear(x, packed, backend="numba")
+    monkeypatch.setenv("SOFTFP8_NUMBA_FP4_LUT", "avx3")
+    with pytest.raises(ValueError, match="SOFTFP8_NUMBA_FP4_LUT='avx3' is not valid; expected "
+                                         "one of '1', '0', 'avx2', 'avx512'"):
+        softfp8.linear(x, packed, backend="numba")

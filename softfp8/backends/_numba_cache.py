@@ -4,9 +4,9 @@ Numba keeps a compiled function with a stamp of the file that defines it (its mo
 size and, in numba 0.68, a hash of its bytes) and reuses it while that holds. The kernels here
 are built from several files: a GEMV of `_numba_fp8_rows` inlines decoders of `_numba_decode`
 and emits IR written in `_numba_ir` (`prefetch`, `rows_totals`), so an edit to one of those left
-the other files' cached GEMVs as they were: the old code ran, silently (it happened:
-`_numba_ir.PREFETCH_LOCALITY` changed, and the FP8 GEMV kept prefetcht0 from the cache; numba's
-own tracking of other files, numba PR #8396, was not merged). A checkout that pulls a fix to a
+the other files' cached GEMVs as they were: the old code runs, silently (a changed
+`_numba_ir.PREFETCH_LOCALITY` left the FP8 GEMV on prefetcht0 from the cache; numba's own
+tracking of other files, numba PR #8396, is not merged). A checkout that pulls a fix to a
 decoder would keep the old decoder the same way. So every cached kernel of this package carries,
 beside numba's stamp of its own file, a fingerprint of all of them
 (`kernel_sources_fingerprint`): any change to any kernel module compiles them all afresh once.

@@ -2,10 +2,10 @@
 
 Why: a GEMV that streams its weights at batch 1 leaves a CPU core waiting on memory unless loads
 are issued ahead of use; on a 2-vCPU Zen 4 (docs/decisions.md, CPU) the hardware prefetchers
-alone left the earlier numba loops at 12-24 GB/s of the 32-38 GB/s two threads read. A prefetch
+alone leave plain numba loops at 12-24 GB/s of the 32-38 GB/s two threads read. A prefetch
 cannot be put into such loops: they are LLVM-vectorised numba, and a prefetch call in the loop
-body stopped the vectoriser (several times slower), while a burst of prefetches before each row
-made it slower too. So the loop is written as vector IR in a numba intrinsic, as _numba_lut's
+body stops the vectoriser (several times slower), and a burst of prefetches before each row
+is slower too. So the loop is written as vector IR in a numba intrinsic, as _numba_lut's
 FP4 rows: a step is one 64-byte line of a row (32 uint16 = 64 codes) and prefetches the same
 line PREFETCH_ROWS passes ahead. The decode is the same bit operations as `e5m2_pair` /
 `e4m3_pair_div256(_finite)` and LLVM's fpext of the fp16 bits (vcvtph2ps), so the values are the

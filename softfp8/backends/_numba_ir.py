@@ -11,20 +11,21 @@ from numba import types
 from numba.core import cgutils
 
 PREFETCH_ROWS = 4
-"""Each step prefetches its line of the row this many passes ahead (row r + PREFETCH_ROWS x
-rows), in _numba_lut, _numba_pshufb and _numba_fp8_rows: the hardware prefetchers alone left
-the loop waiting on memory. `python benchmarks/cpu_rows_sweep.py` on a 2-vCPU Zen 4 (2026-12-02, 2
-threads, each variant its own copy of the weight, receipts/cpu-rows-sweep-s18b.txt), us, 0 / 1
-/ 2 / 4 passes ahead: NVFP4 11008 x 4096 one row a pass 1770 / 1380 / 1623 / 1509, MXFP4 1255 /
-1109 / 1139 / 1113; 4096 x 11008 four rows a pass 1676 / 1457 / 1381 / 1380 and 1498 / 1223 /
-1256 / 1257; E5M2 2120 / 2006 / 2047 / 1955, E4M3 2178 / 1943 / 1929 / 2028."""
+"""Each step prefetches its line of the row this many passes ahead (row r + PREFETCH_ROWS x rows),
+in _numba_lut, _numba_pshufb and _numba_fp8_rows: the hardware prefetchers alone left the loop
+waiting on memory (docs/decisions.md, CPU (Numba): M = 1). A rows sweep on a 2-vCPU Zen 4 (2
+threads, each variant its own copy of the weight; its script and receipt are in the tag
+lab-archive-2026-12), us, 0 / 1 / 2 / 4 passes ahead: NVFP4 11008 x 4096 one row a pass 1770 / 1380
+/ 1623 / 1509, MXFP4 1255 / 1109 / 1139 / 1113; 4096 x 11008 four rows a pass 1676 / 1457 / 1381 /
+1380 and 1498 / 1223 / 1256 / 1257; E5M2 2120 / 2006 / 2047 / 1955, E4M3 2178 / 1943 / 1929 /
+2028."""
 PREFETCH_LOCALITY = 1
 """llvm.prefetch's locality for those prefetches: 1, prefetcht2, to the L2 (not 3, prefetcht0, to
-the L1, as until 2026-12-03). A prefetch into the L1 holds one of the L1's few miss buffers until
+the L1, which measured slower). A prefetch into the L1 holds one of the L1's few miss buffers until
 its line arrives, so the lines in flight stopped at what those allow; into the L2 the L2's own
-(more) queue holds them. `python benchmarks/cpu_rows_sweep.py --ahead 4 --locality 3,2,1` on a
-2-vCPU Zen 4 (2026-12-03, 2 threads, three runs, receipts/cpu-prefetch-locality-s22.txt), us,
-locality 3 / 1, four rows a pass: E5M2 11008 x 4096 1483 / 1037, 1787 / 1453, 2490 / 1735;
+(more) queue holds them (docs/decisions.md, CPU (Numba): M = 1). The same sweep with
+`--ahead 4 --locality 3,2,1` on a 2-vCPU Zen 4 (2 threads, three runs), us, locality 3 / 1, four
+rows a pass: E5M2 11008 x 4096 1483 / 1037, 1787 / 1453, 2490 / 1735;
 4096 x 11008 1633 / 1345, 1966 / 1438, 1833 / 1451; NVFP4 11008 x 4096 1203 / 990, 1520 / 1177,
 1500 / 1194; MXFP4 4096 x 11008 965 / 896, 1081 / 936, 1164 / 1124. Locality 2 (prefetcht1)
 within a few % of 1 either way; the AVX2 FP4 kernel (compiled for znver3 on that machine) 0.93 to

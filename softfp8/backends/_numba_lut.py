@@ -67,10 +67,11 @@ def _emit_rows(context, builder, sig, args, wpb, nrows, codes_of=None):
     intp, s0, s1, xdata, wrows, srows, ahead = operands
     # independent multiply-add chains (code j of row i to chain j % chains), so that a step's
     # multiply-adds do not wait on each other: one a row of a four-row pass, two in the one-row
-    # pass, each folded into its accumulator once a step (`add_scaled`). Four there (until
-    # 2026-12-03) spent two more folds a step: 5-9% slower on a Zen 4, in cache and from memory,
-    # float32 and bf16 steps; one left MXFP4 waiting on its chain, 15-20% slower than two
-    # (`python benchmarks/cpu_fp4_kernel_ab.py`, receipts/cpu-fp4-chains2-zen4-s21.txt, -chains1-).
+    # pass, each folded into its accumulator once a step (`add_scaled`). Four in the one-row
+    # pass spend two more folds a step: 5-9% slower on a Zen 4, in cache and from memory, float32
+    # and bf16 steps; one leaves MXFP4 waiting on its chain, 15-20% slower than two
+    # (docs/decisions.md, CPU (Numba): M = 1; the A/B script and receipts are in the tag
+    # lab-archive-2026-12).
     chains = 2 if nrows == 1 else 1
     xty = sig.args[4]
     if xty.dtype == types.uint16:  # bf16 activation steps, xs[s, j, lane]

@@ -1,14 +1,14 @@
 """FP4 GEMV for AVX2 CPUs: the E2M1 select decode as two 16-entry byte tables (`vpshufb`).
 
-Why: the AVX-512 kernel (_numba_lut) looks codes up with a 16-float permute, which AVX2 lacks
-(its `vpermps` has 8 entries, so the sign would cost three more operations a vector); the
-bit-operation kernels of _numba_kernels decode at ~6 Gelem/s a core with 8 lanes, 0.8-0.97x
-torch's fp16 mv at 11008 x 4096 on a 2-core Zen 3 (2026-12-01). Every E2M1 value is exact in
-bf16, so a code's bf16 bits are two bytes: `vpshufb` looks up 32 codes' high bytes in one
-instruction and their low bytes in another, one byte interleave makes 16 bf16 words, and a
-shift or a mask puts each in the top half of an fp32 lane: about 0.5 vector instructions a code
-with the multiply-add. Exact values (the table holds them), so this is the select decoder's
-result bit for bit, with or without FTZ/DAZ.
+Why: the AVX-512 kernel (_numba_lut) looks codes up with a 16-float permute, which AVX2 lacks (its
+`vpermps` has 8 entries, so the sign would cost three more operations a vector); the bit-operation
+kernels of _numba_kernels decode at ~6 Gelem/s a core with 8 lanes, 0.8-0.97x torch's fp16 mv at
+11008 x 4096 on a 2-core Zen 3 (docs/decisions.md, CPU (Numba): M = 1). Every E2M1 value is exact
+in bf16, so a code's bf16 bits are two bytes: `vpshufb` looks up 32 codes' high bytes in one
+instruction and their low bytes in another, one byte interleave makes 16 bf16 words, and a shift or
+a mask puts each in the top half of an fp32 lane: about 0.5 vector instructions a code with the
+multiply-add. Exact values (the table holds them), so this is the select decoder's result bit for
+bit, with or without FTZ/DAZ.
 
 Layout: int32 words [N, Kp/8] (formats.py). A step is 32 bytes of a row (64 codes, byte i holds
 codes 2i and 2i+1), loaded as they lie; the interleave and the shift/mask place code 2i + p of
@@ -81,7 +81,7 @@ def _emit_rows(context, builder, sig, args, wpb, nrows, codes_of=None):
     codes_of: None, or "e4m3": sc is the weight's own E4M3 scale codes [N, blocks], each below
     0x7F (positive, not NaN: the caller checks), decoded in the loop as E4M3 / 256 (the value
     e4m3_i32_div256 gives). (MXFP4's E8M0 codes decoded so, code << 23, gave no clear gain over
-    its pass before the loop: half as many scales a row, 2026-12-02, not kept.)"""
+    its pass before the loop: half as many scales a row; not kept.)"""
     f32, i32, i8, i16 = ir.FloatType(), ir.IntType(32), ir.IntType(8), ir.IntType(16)
     vf, vi, vb, vh = (ir.VectorType(f32, 8), ir.VectorType(i32, 8), ir.VectorType(i8, 32),
                       ir.VectorType(i16, 16))
@@ -263,7 +263,8 @@ def gemv_nvfp4(words, scales, g, xs, xp, y, chunk):
 def gemv_nvfp4_raw(words, scales, g, xs, xp, y, chunk):
     """gemv_nvfp4 where every scale code is below 0x7F (`loop_decodes`): the loop decodes the
     scales itself: 3-8% less time at 11008 x 4096 and 4096 x 11008 on 2 Zen 3 cores, 8% in cache
-    on one (`python benchmarks/cpu_fp4_scales_ab.py`, receipts/cpu-nvfp4-scales-ab-s20.txt)."""
+    on one (docs/decisions.md, CPU (Numba): M = 1, block scales decoded in the loop; the A/B
+    script and receipt are in the tag lab-archive-2026-12)."""
     n = words.shape[0]
     for c in nb.prange((n + chunk - 1) // chunk):
         _nvfp4_rows_raw(words, scales, g, xs, xp, y, c * chunk, min(n, (c + 1) * chunk))

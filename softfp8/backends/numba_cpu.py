@@ -30,7 +30,7 @@ import torch
 
 from ..dispatch import E2M1Decode, Needs
 from ..formats import SPECS, Format, PackedWeight
-from .._env import raw_reader
+from .._env import SETTINGS, raw_reader
 from ._facts import version_of, codes_nan_free, facts_of
 
 NEEDS = Needs(formats=frozenset(Format), device_types=frozenset({"cpu"}), packages=("numba",))
@@ -39,17 +39,17 @@ GEMV_ROWS_MAX_M = {Format.E5M2: 4, Format.E4M3: 4, Format.NVFP4: 8, Format.MXFP4
 """Up to this many activation rows (per format), one M = 1 GEMV per row of x: the fused GEMVs
 (prefetching IR kernels) read the weight M times and still beat the small-M kernel's one read
 there. `OMP_WAIT_POLICY=passive python benchmarks/cpu_small_m.py --m 1,2,4,8,16 --paths --reps
-5` (4096 x 4096, 2-vCPU Zen 4, 2026-12-07, load 6, ms, GEMV rows / small-M kernel): M = 2
+5` (4096 x 4096, 2-vCPU Zen 4, load 6, ms, GEMV rows / small-M kernel): M = 2
 E5M2 2.69 / 3.46, E4M3 2.48 / 5.16, NVFP4 2.22 / 6.46, MXFP4 2.58 / 6.59; M = 4 3.72 / 4.17,
 4.08 / 5.95, 3.38 / 7.17, 3.21 / 7.24; M = 8 7.00 / 6.21, 7.95 / 8.08, 6.64 / 9.15, 5.76 / 9.67;
 M = 16 13.87 / 10.05, 16.21 / 11.59, 12.54 / 13.02, 11.56 / 13.24 (FP4 even, left to the
-kernel)."""
+kernel). docs/decisions.md, CPU: prompts and small batches."""
 
 TILE_MIN_M = {Format.E5M2: 256, Format.E4M3: 256, Format.NVFP4: 256, Format.MXFP4: 256}
 """From this many activation rows on (per format; float32 and float16 x), the large-M path:
 dequantise a tile of rows and multiply with torch's matmul; below it, the small-M kernel
 (_numba_smallm.smallm_matmul). Measured, not guessed: `python benchmarks/cpu_small_m.py --m
-32,64,128,256 --paths --reps 3` (4096 x 4096, 2-vCPU Zen 4, 2026-12-07, both paths round-robin
+32,64,128,256 --paths --reps 3` (4096 x 4096, 2-vCPU Zen 4, both paths round-robin
 in one process, ms, small / tile): M = 128 E5M2 265 / 358, E4M3 246 / 416, NVFP4 264 / 322,
 MXFP4 252 / 344; M = 256 585 / 581, 650 / 676, 653 / 688, 652 / 682 (even); past it torch's
 sgemm, blocked for large M, pulls ahead (docs/performance.md, CPU: prompts and small batches)."""
@@ -97,7 +97,7 @@ def _numba():
 
     numba.get_num_threads()  # starts numba's threading layer, which sets the getter below
     # numba.get_num_threads() takes two locks a call in Python: ~40 us right after a GEMV, where
-    # the ctypes getter it wraps takes ~7 (2-core Zen 3, benchmarks/cpu_cold_ops.py)
+    # the ctypes getter it wraps takes ~7 (2-core Zen 3; docs/decisions.md, CPU (Numba): M = 1)
     threads = getattr(parallel, "_get_num_threads", None) or numba.get_num_threads
     return numba, _numba_kernels, _numba_fp8_rows, threads, _numba_smallm
 
@@ -259,11 +259,11 @@ def _row_scaled(y: torch.Tensor, packed: PackedWeight, fp4: bool) -> torch.Tenso
 
 MULTIROW_MIN_K = 4096
 """From this padded K on, the FP8 GEMVs run 4 rows per pass (one x load serves 4 rows); below it
-one row per pass. `python benchmarks/cpu_rows_sweep.py` on a 2-vCPU Zen 4 (2026-12-02, 2
-threads, prefetch 4 passes ahead, each variant its own copy of the weight: receipts/
-cpu-rows-sweep-s18b.txt), us, one row against four a pass: E5M2 32768 x 1024 1139 against
-1970, 16384 x 2048 1204 / 1745, E4M3 1139 / 1921, 1394 / 1764; 11008 x 4096 E5M2 2197 / 1703,
-E4M3 1686 / 1633; 4096 x 11008 E5M2 2866 / 1955, E4M3 2900 / 2028."""
+one row per pass (docs/decisions.md, CPU (Numba): M = 1). A rows sweep on a 2-vCPU Zen 4 (2
+threads, prefetch 4 passes ahead, each variant its own copy of the weight; its script and receipt
+are in the tag lab-archive-2026-12), us, one row against four a pass: E5M2 32768 x 1024 1139
+against 1970, 16384 x 2048 1204 / 1745, E4M3 1139 / 1921, 1394 / 1764; 11008 x 4096 E5M2 2197 /
+1703, E4M3 1686 / 1633; 4096 x 11008 E5M2 2866 / 1955, E4M3 2900 / 2028."""
 
 MULTIROW_MIN_K_FP4 = 5632
 """The same for the AVX-512 FP4 table kernel (_numba_lut; _numba_pshufb runs one row): NVFP4,
@@ -272,17 +272,17 @@ float32) fits the L1 below. Same sweep and receipt, NVFP4 / MXFP4, one row again
 4096 1509 / 1113 against 1695 / 1204, 16384 x 2048 1021 / 1441 against 1034 / 1555; 4096 x 11008
 1803 / 1768 against 1380 / 1257. (Without the prefetch, single core, 4096 rows: K = 5120 mixed,
 NVFP4 1.41 against 1.75 ms, MXFP4 1.02 against 0.92; from 6144 four won.) With the prefetches
-into the L2 (`_numba_ir.PREFETCH_LOCALITY`, 2026-12-03) NVFP4's kernel (scales decoded in the
+into the L2 (`_numba_ir.PREFETCH_LOCALITY`) NVFP4's kernel (scales decoded in the
 loop) and the bf16 steps came out even between one row and four from K = 2048 to 4096, within
-a few % either way (receipts/cpu-rows-fp4-s22.txt: NVFP4 11008 x 4096 1087 / 1139 against 1119 /
+a few % either way (the same sweep, us: NVFP4 11008 x 4096 1087 / 1139 against 1119 /
 1172 us, 16384 x 2048 904 / 840 against 963 / 791), so this rule stands for them."""
 
 MULTIROW_MIN_K_MXFP4 = 1024
 """MXFP4 with float32 x steps runs four rows a pass from this K on: with the prefetches into
-the L2, four won at every K swept (`python benchmarks/cpu_rows_sweep.py --ahead 4`, 2-vCPU Zen
-4, 2026-12-03, receipts/cpu-rows-fp4-s22.txt, us, one row against four: 11008 x 4096 1075 / 1106
+the L2, four won at every K swept (docs/decisions.md, CPU (Numba): M = 1; the rows sweep with
+`--ahead 4`, 2-vCPU Zen 4, us, one row against four: 11008 x 4096 1075 / 1106
 against 1041 / 963, 8192 x 3072 544 / 552 against 480 / 509, 16384 x 2048 859 / 856 against 797
-/ 784, 32768 x 1024 1199 against 951). Below K = 1024 (not swept) one row, as before."""
+/ 784, 32768 x 1024 1199 against 951). Below K = 1024 (not swept) one row."""
 
 
 def _fp4_table_kernels():
@@ -295,8 +295,11 @@ def _fp4_table_kernels():
 
 
 def _fp4_lut_setting() -> str:
-    """SOFTFP8_NUMBA_FP4_LUT as `_fp4_table_kernels` and `_bf16_products` read it."""
-    return os.environ.get("SOFTFP8_NUMBA_FP4_LUT", "1").strip().lower()
+    """SOFTFP8_NUMBA_FP4_LUT as `_fp4_table_kernels` and `_bf16_products` read it ("1" when
+    unset or empty). Checked against `_env.SETTINGS` here, where it is read, so that a value set
+    after dispatch made its choice still raises naming the valid ones instead of running as 1."""
+    raw = os.environ.get("SOFTFP8_NUMBA_FP4_LUT", "")
+    return SETTINGS["SOFTFP8_NUMBA_FP4_LUT"].check(raw) if raw.strip() else "1"
 
 
 @functools.lru_cache(maxsize=8)

@@ -181,7 +181,7 @@ def token_cmd(s, shapes, linears, formats, backends, mbytes):
                        **_prediction(nbytes, read_bw, coef["value"]))
             if row["predicted_ms"]:
                 row["measured_over_predicted"] = ms / row["predicted_ms"]
-        except Exception as exc:  # noqa: BLE001 - one failed variant must not end the campaign
+        except Exception as exc:  # noqa: BLE001 - one failed variant must not end the sweep
             row["error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
         return log_row(s, row)
 

@@ -83,8 +83,8 @@ except that a slab holds at least DEQUANT_MIN_SLAB_ROWS rows."""
 DEQUANT_MIN_SLAB_ROWS = 2048
 """Fewest rows in a slab (unless the weight has fewer): each slab's GEMM must fill the GPU and
 each costs a fixed host time (~130 us eagerly on the H200's host: a Triton launch, the GEMM,
-stream and event calls). Measured on the H200, M = 2048, llama3-8b (receipts/
-prefill-sweep-h200.json, graph / eager x fp16): 16 MiB slabs (2048 rows at K = 4096, 512 at
+stream and event calls). Measured on the H200, M = 2048, llama3-8b (docs/decisions.md, GPU:
+prefill; graph / eager x fp16): 16 MiB slabs (2048 rows at K = 4096, 512 at
 14336) gave E4M3 0.853 / 0.431 at the vocabulary head and 0.732 / 0.465 at down (4096 x 14336);
 4096 rows at K = 4096 (32 MiB) 0.888 / 0.791, 2048 at K = 14336 0.923 / 0.949."""
 
