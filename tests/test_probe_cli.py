@@ -32,7 +32,7 @@ def test_cli_json_in_a_fresh_process(tmp_path):
         (f.value, m) for f in Format for m in (1, probe_cli.LARGE_M))
     for row in rows:
         assert row["backend"] in ("numba", "torch") and row["reason"].startswith("auto: ")
-        assert (row["e2m1"] is None) == (row["format"] in ("e5m2", "e4m3"))
+        assert (row["e2m1"] is None) == (row["format"] in ("e5m2", "e4m3", "e4m3_b128"))
 
 
 def test_text_report_names_every_check_and_format(capsys):
