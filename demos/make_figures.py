@@ -38,7 +38,7 @@ from softfp8.bench.timing import measure  # noqa: E402
 from softfp8 import Format, dispatch  # noqa: E402
 
 FORMAT_COLOURS = {"e5m2": "tab:blue", "e4m3": "tab:orange", "nvfp4": "tab:green",
-                  "mxfp4": "tab:red"}
+                  "mxfp4": "tab:red", "e4m3_b128": "tab:purple"}
 
 
 _COMMAND = "python demos/make_figures.py"  # main() adds its arguments

@@ -89,8 +89,11 @@ def weights(draw, finite_only=True):
 def test_quantize_dequantize_quantize_is_idempotent(fmt, w):
     """Re-quantizing a dequantized weight makes the same decisions: identical codes and block
     scale codes. The fp32 scales (row, NVFP4 tensor) are amax / constant, so they may move by an
-    ulp between passes (hypothesis found [[3.4519]] in NVFP4), hence values within 2 ulp."""
+    ulp between passes (hypothesis found [[3.4519]] in NVFP4), hence values within 2 ulp. With
+    absmax scales: the error-minimising search (`scales="mse"`, FP4's default) may take another
+    scale of equal error on the second pass (test_quantize_scales holds it to its own bound)."""
     kw = {"row_scale": True} if fmt is Format.E5M2 else {}
+    kw["scales"] = "absmax"
     first = softfp8.quantize(w, fmt, **kw)
     dq = softfp8.dequantize(first)
     again = softfp8.quantize(dq, fmt, **kw)
