@@ -39,6 +39,7 @@ from torch import nn
 
 from ..formats import Format
 from . import report
+from .cli import _device  # --device as every softfp8-bench subcommand reads it
 
 LLAMA_PRESETS = {
     "llama2-7b": dict(hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,
@@ -87,15 +88,6 @@ def build_parser() -> argparse.ArgumentParser:
         q.add_argument("--backend", default="auto", help="softfp8 backend for the formats")
         q.add_argument("--out", type=Path, help="receipt path (default receipts/bench-<cmd>.json)")
     return p
-
-
-def _device(text: str) -> torch.device:
-    if text == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    device = torch.device(text)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise SystemExit(f"--device={text}: CUDA is not available on this machine")
-    return device
 
 
 def _formats(text: str) -> list[Format]:
