@@ -29,6 +29,18 @@ def raw_reader(name: str) -> Callable[[], object]:
     return lambda: os.environ.get(name)  # another os.environ: the plain read
 
 
+def raw_readers(*names: str) -> Callable[[], tuple]:
+    """One function returning the tuple of `names`' values as `raw_reader`'s do: a recorded eager
+    call checks its settings with one call (a tuple built in C) rather than one a name."""
+    data = getattr(os.environ, "_data", None)
+    encodekey = getattr(os.environ, "encodekey", None)
+    if isinstance(data, dict) and callable(encodekey):
+        keys = tuple(encodekey(n) for n in names)
+        get = data.get
+        return lambda: tuple(map(get, keys))
+    return lambda: tuple(map(os.environ.get, names))
+
+
 # -- what each SOFTFP8_* variable takes ----------------------------------------------------------
 # One table, so that a typo is an error wherever the variable would be read, and on the first
 # select() of any call even where no backend reads it (SOFTFP8_FP8_DECODE on a CPU): a setting

@@ -30,7 +30,7 @@ from types import ModuleType
 
 import torch
 
-from ._env import check_environment, raw_reader
+from ._env import check_environment, raw_reader, raw_readers
 from .capability import CapabilityReport, DeviceReport, probe
 from .formats import Format
 
@@ -347,7 +347,8 @@ def _key(fmt, m, device, backend, e2m1, activation_quant, report) -> tuple:
 _RAW_BACKEND = raw_reader(BACKEND_ENV)
 _RAW_E2M1 = raw_reader(E2M1_DECODE_ENV)
 _RAW_ACTIVATION_QUANT = raw_reader(ACTIVATION_QUANT_ENV)
-SETTINGS_READERS = (_RAW_BACKEND, _RAW_E2M1, _RAW_ACTIVATION_QUANT, lambda: _GENERATION[0])
+SETTINGS_READERS = (raw_readers(BACKEND_ENV, E2M1_DECODE_ENV, ACTIVATION_QUANT_ENV),
+                    lambda: _GENERATION[0])
 """What a choice depends on besides its arguments and the probe: a recorded eager call
 (`ops.record_eager`) is replayed only while each of these returns what it did then."""
 

@@ -19,7 +19,7 @@ from . import dispatch
 from ._kept import _KeptCall, _TensorStamp
 from .dispatch import Backend, BackendUnavailable, E2M1Decode
 from .formats import SPECS, Format, PackedWeight, ScaleKind, padded_k
-from .ops import _plain_eager, record_eager, run_linear
+from .ops import _plain_eager, _replayable, record_eager, run_linear
 from .quantize import quantize
 
 _PACKED_BUFFERS = ("words", "scales", "global_scale")
@@ -272,7 +272,7 @@ class Linear(nn.Module):
             return run_linear(x, w, s, g, fmt, self.out_features, self.in_features, self.bias,
                               backend, e2m1)
         if (isinstance(x, torch.Tensor) and x.is_cuda
-                and x.device.index != torch._C._cuda_getDevice()):
+                and x.get_device() != torch._C._cuda_getDevice()):
             # a model spread over GPUs (device_map) calls this layer on cuda:1 while cuda:0 is
             # current: its kernels launch on its own device and stream, and its recorded call
             # (made and replayed with its device current) replays
@@ -282,7 +282,7 @@ class Linear(nn.Module):
         calls = self.__dict__.get("_eager_calls")
         if calls is not None and type(x) is torch.Tensor:
             kept = calls.get((x.shape, x.dtype, x.device))
-            if kept is not None and kept.holds(w, s, g, bias) and _plain_eager(x, w, s, g, bias):
+            if kept is not None and kept.holds(w, s, g, bias) and _replayable(x, bias):
                 y = kept.call.launch(x)
                 if y is not None:
                     return y

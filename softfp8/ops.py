@@ -77,7 +77,8 @@ def record_eager(x: torch.Tensor, packed: PackedWeight, bias: torch.Tensor | Non
     record = getattr(dispatch.load(choice.backend), "eager_call", None)
     if record is None:
         return None
-    y, call = record(x2, packed, bias, e2m1=choice.e2m1, readers=dispatch.SETTINGS_READERS)
+    y, call = record(x2, packed, bias, e2m1=choice.e2m1, readers=dispatch.SETTINGS_READERS,
+                     y_shape=(*x.shape[:-1], n))
     return (y if x2 is x else y.reshape(*x.shape[:-1], n)), call
 
 
@@ -127,6 +128,21 @@ def _plain_eager(x, words, scales, global_scale, bias) -> bool:
     return not (torch._C._are_functorch_transforms_active()
                 or torch._C._is_torch_function_mode_enabled()
                 or _python_dispatch._get_current_dispatch_mode() is not None)
+
+
+_tracing = torch._C._is_tracing
+_functorch_active = torch._C._are_functorch_transforms_active
+_torch_function_mode = torch._C._is_torch_function_mode_enabled
+_dispatch_modes = torch._C._len_torch_dispatch_stack
+
+
+def _replayable(x: torch.Tensor, bias) -> bool:
+    """`_plain_eager` for a recorded call (`softfp8.Linear`'s `_eager_calls`), whose layer tensors
+    are the plain ones it was recorded with and whose x is a torch.Tensor on that call's CUDA
+    device: only what may have changed since (a trace, grad, a mode) is checked, in C calls."""
+    if torch.is_grad_enabled() and (x.requires_grad or (bias is not None and bias.requires_grad)):
+        return False
+    return not (_tracing() or _functorch_active() or _torch_function_mode() or _dispatch_modes())
 
 
 @packed_linear.register_fake

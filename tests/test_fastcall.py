@@ -118,6 +118,58 @@ def test_a_replay_refuses_a_changed_setting_or_an_unaligned_or_strided_x(cuda_st
         assert call.launch(unaligned) is None
 
 
+@pytest.mark.parametrize("last", [False, True], ids=["reduce-kernel", "last-program"])
+def test_a_replay_keeps_one_workspace_a_stream_and_none_under_capture(cuda_stand_in,
+                                                                     monkeypatch, last):
+    """Replays on one stream share one kept workspace (launches there run in order); another
+    stream gets its own; under capture a graph gets a fresh one, and a split whose last program
+    reduces on the recording stream's counters is not replayed at all."""
+    monkeypatch.setattr(_fastcall, "_WORKSPACES", {})
+    jit, w = _Jit(), torch.randn(5, 16)
+    seen = []
+    run = jit.compiled.run
+
+    def run_seeing(*a):
+        seen.append(a[-3])  # ws
+        run(*a)
+    monkeypatch.setattr(jit.compiled, "run", run_seeing)
+
+    def matmul(x, packed, bias=None, *, e2m1=None):
+        y, ws = torch.empty(x.shape[0], 5), torch.empty(2, 2, 5)
+        _fastcall.note_split(ws, last=last)
+        _fastcall.start(jit, (3, 2), (x, w, y, ws, 2.0), {})
+        return y
+    _, call = _fastcall.record_call(matmul, _x(), w, None, None, ())
+    assert call is not None and (call.stream == 77) is last
+    first = call.launch(_x())
+    second = call.launch(_x())
+    assert first is not None and second is not None
+    assert seen[-1] is seen[-2] and seen[-1].shape == (2, 2, 5)
+    kept = seen[-1]
+    monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda index: 78, raising=False)
+    if last:
+        assert call.launch(_x()) is None  # its counters are the recording stream's
+    else:
+        assert call.launch(_x()) is not None and seen[-1] is not kept
+    monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda index: 77, raising=False)
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
+    n = len(seen)
+    y = call.launch(_x())
+    if last:
+        assert y is None and len(seen) == n
+    else:
+        assert y is not None
+        assert all(seen[-1] is not ws for ws in _fastcall._WORKSPACES.values())
+
+
+def test_a_replay_gives_y_the_shape_of_the_callers_x(cuda_stand_in):
+    jit, w = _Jit(), torch.randn(5, 16)
+    x = _x()
+    _, call = _fastcall.record_call(_matmul_with(jit), x, w, None, None, (), y_shape=(1, 2, 5))
+    y = call.launch(_x().view(1, 2, 16))
+    assert y.shape == (1, 2, 5)
+
+
 def test_no_recording_when_the_replay_would_differ(cuda_stand_in, monkeypatch):
     """The recording is replayed once and compared bit for bit: a launcher that treats its
     arguments differently (here: it ignores the scale on the second launch) keeps nothing."""

@@ -549,6 +549,9 @@ class _OnCuda1(torch.Tensor):
     def device(self):
         return torch.device("cuda", 1)
 
+    def get_device(self):
+        return 1
+
 
 def test_a_layer_on_another_gpu_runs_with_its_device_current_and_its_hook_once(monkeypatch):
     hooks = pytest.importorskip("accelerate.hooks")

@@ -22,7 +22,7 @@ import os
 
 import torch
 
-from ..._env import raw_reader
+from ..._env import raw_reader, raw_readers
 from ...dispatch import E2M1Decode, Needs
 from ...formats import Format, PackedWeight, ScaleKind
 from ...linear import check_linear_args
@@ -37,7 +37,6 @@ from ._mma_table import (MMA_FORMATS, MMA_GROUPS_MAX_M, MMA_MAX_M, MMA_RING_STAG
                          mma_gemv_runs, mma_layout, mma_ring_fits, mma_rows, mma_split,
                          mma_zero_fill, uses_mma_gemv)
 from ._splitk import SPLITK_REDUCE_ENV, counters, last_program_reduces
-from ._splitk import _read_reduce as _splitk_setting
 from ._table import (DEQUANT_MIN_M, DEQUANT_MIN_M_FP4, DEQUANT_MIN_SLAB_ROWS,
                      DEQUANT_SLAB_BYTES, PDL_ENV, PDL_PREFETCH_ENV, TABLE_ENV, dot_upcast,
                      launch_config, pdl_auto, pdl_settings, tiled_config, uses_ptx_decode)
@@ -112,15 +111,16 @@ def matmul(x: torch.Tensor, packed: PackedWeight, bias: torch.Tensor | None = No
     return _launch(x, packed, bias, cfg, e2m1, hw, pdl)
 
 
-_SETTINGS_READERS = _PLAN_ENV_READERS + (_splitk_setting,)
+_SETTINGS_READERS = (raw_readers(*_PLAN_ENV, SPLITK_REDUCE_ENV),)
 
 
 def eager_call(x: torch.Tensor, packed: PackedWeight, bias: torch.Tensor | None, *,
-               e2m1: E2M1Decode | str, readers: tuple):
+               e2m1: E2M1Decode | str, readers: tuple, y_shape: tuple[int, ...] | None = None):
     """`matmul` once, recorded for replays of the same call (`_fastcall`): (y, its LayerCall or
     None). `readers`: what the caller's choice of this backend depended on (functions returning
-    the settings' values); a replay finds those and the launch plan's settings unchanged."""
-    return record_call(matmul, x, packed, bias, e2m1, readers + _SETTINGS_READERS)
+    the settings' values); a replay finds those and the launch plan's settings unchanged.
+    `y_shape`: the shape of a replay's y (the caller's x may have more dimensions than x)."""
+    return record_call(matmul, x, packed, bias, e2m1, readers + _SETTINGS_READERS, y_shape)
 
 
 def run(x: torch.Tensor, packed: PackedWeight, bias: torch.Tensor | None, cfg: LaunchConfig, *,

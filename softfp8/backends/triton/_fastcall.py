@@ -20,6 +20,7 @@ arguments otherwise fails that check and keeps the ordinary launch).
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
 import threading
@@ -156,6 +157,24 @@ def _replays(launches: list, x: torch.Tensor, y: torch.Tensor,
     return tuple(out) if out and seen_x else None
 
 
+_WORKSPACES: dict = {}
+"""(device index, stream, shape) -> a split launch's float32 workspace, kept for replays on that
+stream. Launches on one stream run in order, so one workspace serves every layer there, as the
+caching allocator would hand the same block to each call's own; never under capture (a graph
+gets its own, from its pool)."""
+
+
+def _workspace(device: torch.device, stream: int, shape: tuple[int, ...]) -> torch.Tensor:
+    key = (device.index, stream, shape)
+    ws = _WORKSPACES.get(key)
+    if ws is None:
+        from .._facts import made_apart  # kept: made outside any CUDA-graph pool
+
+        ws = _WORKSPACES[key] = made_apart(
+            device, lambda: torch.empty(shape, dtype=torch.float32, device=device))
+    return ws
+
+
 @dataclass(frozen=True)
 class LayerCall:
     """A layer's recorded eager call for one input shape, dtype and device (see the module
@@ -163,8 +182,8 @@ class LayerCall:
     run."""
 
     replays: tuple[Replay, ...]
-    device_index: int
-    out_features: int
+    device: torch.device
+    y_shape: tuple[int, ...]
     dtype: torch.dtype
     readers: tuple  # zero-argument functions: the settings a replay must find unchanged
     settings: tuple  # their values at the recording
@@ -177,26 +196,32 @@ class LayerCall:
         for read, value in zip(self.readers, self.settings):
             if read() != value:
                 return None
-        index = self.device_index
+        index = self.device.index
         if torch._C._cuda_getDevice() != index or _launch_hook_set():
             return None
         stream = torch._C._cuda_getCurrentRawStream(index)
-        if self.stream is not None and (stream != self.stream
-                                        or torch.cuda.is_current_stream_capturing()):
-            return None
-        y = torch.empty((*x.shape[:-1], self.out_features), dtype=self.dtype, device=x.device)
-        ws = (None if self.ws_shape is None else
-              torch.empty(self.ws_shape, dtype=torch.float32, device=x.device))
+        ws = None
+        if self.ws_shape is not None:
+            if torch.cuda.is_current_stream_capturing():
+                if self.stream is not None:
+                    return None
+                ws = torch.empty(self.ws_shape, dtype=torch.float32, device=self.device)
+            elif self.stream is not None and stream != self.stream:
+                return None
+            else:
+                ws = _workspace(self.device, stream, self.ws_shape)
+        y = torch.empty(self.y_shape, dtype=self.dtype, device=self.device)
         for replay in self.replays:
             replay.launch(stream, x, y, ws)
         return y
 
 
-def record_call(matmul, x2: torch.Tensor, packed, bias, e2m1,
-                readers: tuple) -> tuple[torch.Tensor, LayerCall | None]:
+def record_call(matmul, x2: torch.Tensor, packed, bias, e2m1, readers: tuple,
+                y_shape: tuple[int, ...] | None = None) -> tuple[torch.Tensor, LayerCall | None]:
     """Run `matmul(x2, packed, bias, e2m1=e2m1)` once, recording its launches, and return (y,
     the LayerCall that replays it, or None). The replay is checked against y bit for bit
-    before it is returned."""
+    before it is returned. `y_shape`: the shape a replay's y takes (the caller's x may have
+    more dimensions than x2; default y's)."""
     if not x2.is_cuda or torch.cuda.is_current_stream_capturing():
         return matmul(x2, packed, bias, e2m1=e2m1), None
     settings = tuple(read() for read in readers)
@@ -210,9 +235,9 @@ def record_call(matmul, x2: torch.Tensor, packed, bias, e2m1,
         return y, None
     if replays is None:
         return y, None
-    index = x2.device.index
-    stream = torch._C._cuda_getCurrentRawStream(index)
-    call = LayerCall(replays, index, y.shape[-1], y.dtype, readers, settings,
+    stream = torch._C._cuda_getCurrentRawStream(x2.device.index)
+    y_shape = tuple(y.shape) if y_shape is None else tuple(y_shape)
+    call = LayerCall(replays, x2.device, tuple(y.shape), y.dtype, readers, settings,
                      None if rec.workspace is None else tuple(rec.workspace.shape),
                      stream if rec.last else None)
     try:
@@ -221,4 +246,4 @@ def record_call(matmul, x2: torch.Tensor, packed, bias, e2m1,
         return y, None
     if again is None or not torch.equal(again, y):
         return y, None
-    return y, call
+    return y, dataclasses.replace(call, y_shape=y_shape)
