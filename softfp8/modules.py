@@ -271,30 +271,34 @@ class Linear(nn.Module):
             # and its checks and the caches below guarded on every call
             return run_linear(x, w, s, g, fmt, self.out_features, self.in_features, self.bias,
                               backend, e2m1)
-        if (isinstance(x, torch.Tensor) and x.is_cuda
-                and x.get_device() != torch._C._cuda_getDevice()):
-            # a model spread over GPUs (device_map) calls this layer on cuda:1 while cuda:0 is
-            # current: its kernels launch on its own device and stream, and its recorded call
-            # (made and replayed with its device current) replays
-            with torch.cuda.device(x.device):  # the class's forward: not a hook's wrapper
-                return type(self).forward(self, x)  # (accelerate's) set on the instance
-        bias = self.bias
+        if isinstance(x, torch.Tensor) and x.is_cuda:
+            index = x.get_device()
+            if index != torch._C._cuda_getDevice():
+                # a model spread over GPUs (device_map) calls this layer on cuda:1 while cuda:0
+                # is current: its kernels launch on its own device and stream, and its recorded
+                # call (made and replayed with its device current) replays
+                with torch.cuda.device(x.device):  # the class's forward: not a hook's wrapper
+                    return type(self).forward(self, x)  # (accelerate's) set on the instance
+        else:
+            index = None
+        # not self.bias: a registered bias is found by nn.Module.__getattr__, after two misses
+        bias = self._parameters.get("bias", self.__dict__.get("bias"))
         calls = self.__dict__.get("_eager_calls")
         if calls is not None and type(x) is torch.Tensor:
-            kept = calls.get((x.shape, x.dtype, x.device))
+            kept = calls.get((x.shape, x.dtype, index))
             if kept is not None and kept.holds(w, s, g, bias) and _replayable(x, bias):
                 y = kept.call.launch(x)
                 if y is not None:
                     return y
         packed, settled = self._validated(w, s, g)
-        if settled and isinstance(x, torch.Tensor) and x.is_cuda and _plain_eager(x, w, s, g, bias):
+        if settled and index is not None and _plain_eager(x, w, s, g, bias):
             recorded = record_eager(x, packed, bias, backend, e2m1)
             if recorded is not None:
                 y, call = recorded
                 if call is not None:
                     if calls is None:
                         calls = self.__dict__["_eager_calls"] = {}
-                    calls[(x.shape, x.dtype, x.device)] = _KeptCall(call, w, s, g, bias)
+                    calls[(x.shape, x.dtype, index)] = _KeptCall(call, w, s, g, bias)
                 return y
         return run_linear(x, w, s, g, fmt, self.out_features, self.in_features, bias,
                           backend, e2m1, packed=packed)
