@@ -1,4 +1,4 @@
-"""Host time of one batch-1 linear on the CPU backend, per entry point: `numba_cpu.matmul` (the
+"""Host time of one batch-1 linear on the CPU backend, per entry point: `cpu_backend.matmul` (the
 backend alone), `softfp8.linear` and a `softfp8.Linear` module, against fp16 and fp32
 `F.linear` on the same shape in the same process. On a small shape the kernel is ~10 us and the
 rest is Python around it; a 7B model calls 224 linears a token.
@@ -24,7 +24,7 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 import softfp8  # noqa: E402
-from softfp8.backends import numba_cpu  # noqa: E402
+from softfp8.backends import numba as cpu_backend  # noqa: E402
 
 FORMATS = ("e5m2", "e4m3", "nvfp4", "mxfp4")
 
@@ -49,7 +49,7 @@ def main() -> None:
         for fmt in FORMATS:
             p = softfp8.quantize(w, fmt)
             module = softfp8.Linear.from_packed(p, None)
-            cells = {"matmul": lambda: numba_cpu.matmul(x, p),
+            cells = {"matmul": lambda: cpu_backend.matmul(x, p),
                      "linear": lambda: softfp8.linear(x, p),
                      "Linear": lambda: module(x),
                      "fp16": lambda: F.linear(x16, w16),

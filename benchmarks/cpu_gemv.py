@@ -31,16 +31,17 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 import softfp8  # noqa: E402
-from softfp8.backends import numba_cpu  # noqa: E402
+from softfp8.backends import numba as cpu_backend
+from softfp8.backends.numba import _gemv, _runtime  # noqa: E402
 from softfp8.dispatch import E2M1Decode  # noqa: E402
 
 VARIANTS = [("e5m2", "-", "fp32"), ("e4m3", "-", "fp32"), ("e4m3_b128", "-", "fp32"),
             ("nvfp4", "select", "fp32"),
             ("nvfp4", "inject", "fp32"), ("mxfp4", "select", "fp32"), ("mxfp4", "inject", "fp32"),
             ("nvfp4", "select", "bf16"), ("mxfp4", "select", "bf16")]
-"""(format, E2M1 decoder, activation dtype): x reaches numba_cpu.matmul as float32, or rounded to
+"""(format, E2M1 decoder, activation dtype): x reaches cpu_backend.matmul as float32, or rounded to
 bf16 as a bf16 model passes it (the FP4 kernel then multiplies bf16 values where the CPU has
-AVX-512 BF16: _numba_dpbf16), the same x torch's bf16 mv gets."""
+AVX-512 BF16: _dpbf16), the same x torch's bf16 mv gets."""
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 """Activation dtypes by name (this script's VARIANTS, cpu_gemv_ab.py and cpu_hugepages_ab.py)."""
 TARGET = {"e5m2": 1.5, "e4m3": 1.5, "e4m3_b128": 1.5, "nvfp4": 2.5, "mxfp4": 2.5}
@@ -49,12 +50,12 @@ _COLD = """
 import json, sys, time, torch
 sys.path.insert(0, {root!r})
 import softfp8
-from softfp8.backends import numba_cpu
+from softfp8.backends import numba as cpu_backend
 from softfp8.dispatch import E2M1Decode
 p = softfp8.quantize(torch.randn(256, 512), {fmt!r})
 x = torch.randn(1, 512)
-t = time.perf_counter(); numba_cpu.matmul(x, p, None, e2m1=E2M1Decode.SELECT); first = time.perf_counter() - t
-t = time.perf_counter(); numba_cpu.matmul(x, p, None, e2m1=E2M1Decode.SELECT); second = time.perf_counter() - t
+t = time.perf_counter(); cpu_backend.matmul(x, p, None, e2m1=E2M1Decode.SELECT); first = time.perf_counter() - t
+t = time.perf_counter(); cpu_backend.matmul(x, p, None, e2m1=E2M1Decode.SELECT); second = time.perf_counter() - t
 print(json.dumps([first, second]))
 """
 
@@ -92,14 +93,14 @@ def vector_scaling() -> float:
 
 
 def fp4_kernel() -> str:
-    """Which FP4 GEMV numba_cpu runs here: the AVX-512 or AVX2 table (and for bf16 activations
+    """Which FP4 GEMV cpu_backend runs here: the AVX-512 or AVX2 table (and for bf16 activations
     the bf16 products), or the bit operations."""
-    table = numba_cpu._fp4_table_kernels()
+    table = _gemv._fp4_table_kernels()
     if table is None:
-        return "_numba_kernels (bit ops)"
+        return "_kernels (bit ops)"
     name = table.__name__.rsplit(".", 1)[-1]
-    products = numba_cpu._bf16_products(table, numba_cpu._fp4_lut_setting())
-    return name + (" + _numba_dpbf16" if products else "")
+    products = _gemv._bf16_products(table, _gemv._fp4_lut_setting())
+    return name + (" + _dpbf16" if products else "")
 
 
 def timed(fn) -> float:
@@ -138,7 +139,7 @@ def bench_shape(n: int, k: int, reps: int, variants=VARIANTS) -> list[dict]:
         p = softfp8.quantize(w, fmt)  # each its own weight: none is in the L3 from another
         e2m1 = E2M1Decode.INJECT if dec == "inject" else E2M1Decode.SELECT
         xd = x.to(DTYPES[xdt])
-        calls[(fmt, dec, xdt)] = (lambda p=p, e2m1=e2m1, xd=xd: numba_cpu.matmul(xd, p, None,
+        calls[(fmt, dec, xdt)] = (lambda p=p, e2m1=e2m1, xd=xd: cpu_backend.matmul(xd, p, None,
                                                                                  e2m1=e2m1))
     for fn in calls.values():  # warm-up (and compile, or load from the cache)
         for _ in range(3):
@@ -166,7 +167,7 @@ def main() -> None:
     print(f"# {time.strftime('%Y-%m-%d %H:%M')}  {platform.processor() or platform.machine()}  "
           f"torch {torch.__version__}  numba {numba.__version__}  threads numba "
           f"{numba.get_num_threads()} torch {torch.get_num_threads()} -> "
-          f"{numba_cpu._threads(numba.get_num_threads())}  "
+          f"{_runtime.threads_for(numba.get_num_threads())}  "
           f"loadavg {os.getloadavg()[0]:.2f}  vector scaling {vector_scaling():.2f}x  "
           f"FP4 kernel {fp4_kernel()}")
     rows = []

@@ -7,7 +7,7 @@ A 2-vCPU VM moves by 20-40% from minute to minute (docs/decisions.md, Method), m
 to a kernel; only calls interleaved round by round in one process compare. The revision's
 `softfp8` package is unpacked (`git archive`) into a temporary folder as `softfp8_base` (its
 imports are relative) and quantizes its own copy of the same weights; each round calls torch's
-fp16 mv, then every format through both packages' `numba_cpu.matmul`, in a new random order a
+fp16 mv, then every format through both packages' `cpu_backend.matmul`, in a new random order a
 round (`cpu_gemv.shuffled_medians`). Both results are compared first (same bits expected unless
 a change says why not: the difference is printed). Numba compiles the base kernels afresh.
 `--x` is the activations' dtype (both sides get the same x; torch's mv stays fp16). `--cold N`
@@ -30,7 +30,7 @@ sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import softfp8  # noqa: E402
 from cpu_gemv import DTYPES, cold_start, shuffled_medians  # noqa: E402
-from softfp8.backends import numba_cpu  # noqa: E402
+from softfp8.backends import numba as cpu_backend  # noqa: E402
 
 
 def unpacked(rev: str) -> str:
@@ -48,7 +48,10 @@ def base_package(rev: str):
     os.rename(os.path.join(where, "softfp8"), os.path.join(where, "softfp8_base"))
     sys.path.insert(0, where)
     base = importlib.import_module("softfp8_base")
-    return base, importlib.import_module("softfp8_base.backends.numba_cpu")
+    try:  # the CPU backend's module, a package from the revision that moved it on
+        return base, importlib.import_module("softfp8_base.backends.numba")
+    except ImportError:
+        return base, importlib.import_module("softfp8_base.backends.numba_cpu")
 
 
 def main() -> None:
@@ -83,7 +86,7 @@ def main() -> None:
         for fmt in args.formats.split(","):
             pb, p = base.quantize(w, fmt), softfp8.quantize(w, fmt)
             calls[(fmt, "base")] = lambda pb=pb: base_cpu.matmul(x, pb, None)
-            calls[(fmt, "this")] = lambda p=p: numba_cpu.matmul(x, p, None)
+            calls[(fmt, "this")] = lambda p=p: cpu_backend.matmul(x, p, None)
             diff = (calls[(fmt, "base")]() - calls[(fmt, "this")]()).abs().max().item()
             if diff:
                 print(f"  {shape} {fmt}: results differ by up to {diff:.3g}")

@@ -5,7 +5,7 @@ the load of a shared machine falls on all of them alike:
 - torch fp32 and bf16 F.linear, and torch.ops.aten._weight_int8pack_mm (int8 weight, bf16 x)
   where this torch has it;
 - each format through softfp8.linear(backend="numba") as dispatched (`auto`), and with
-  `--paths` the small-M kernel and the dequantise-a-tile path each forced (numba_cpu.TILE_MIN_M
+  `--paths` the small-M kernel and the dequantise-a-tile path each forced (_batch.TILE_MIN_M
   and TILE_MIN_M_BF16 set for the call), and M GEMVs (`rows`, GEMV_ROWS_MAX_M): how the
   crossovers in those tables are measured.
 
@@ -27,7 +27,8 @@ import torch
 import torch.nn.functional as F
 
 import softfp8
-from softfp8.backends import numba_cpu
+from softfp8.backends import numba as cpu_backend
+from softfp8.backends.numba import _batch
 from softfp8.bench.presets import preset
 from softfp8.formats import Format
 
@@ -41,7 +42,7 @@ def _timed(fn) -> float:
 
 
 def _forced(fmt: Format, min_m: int, call, rows_max: int = 1):
-    tables = (numba_cpu.TILE_MIN_M, numba_cpu.TILE_MIN_M_BF16, numba_cpu.GEMV_ROWS_MAX_M)
+    tables = (_batch.TILE_MIN_M, _batch.TILE_MIN_M_BF16, cpu_backend.GEMV_ROWS_MAX_M)
 
     def run():
         saved = [t[fmt] for t in tables]

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 import softfp8
-from softfp8.backends import _numba_smallm as S
+from softfp8.backends.numba import _smallm as S
 
 
 @numba.njit(parallel=True, cache=False)

@@ -155,7 +155,7 @@ _MODULES: dict[Backend, str] = {
     Backend.NATIVE: "softfp8.backends.native",
     Backend.TRITON: "softfp8.backends.triton",
     Backend.CUDA: "softfp8.backends.cuda",
-    Backend.NUMBA: "softfp8.backends.numba_cpu",
+    Backend.NUMBA: "softfp8.backends.numba",
     Backend.TORCH: "softfp8.backends.reference",
 }
 

@@ -240,7 +240,7 @@ def test_triton_on_cpu_only_when_forced_under_the_interpreter(monkeypatch):
 
 def test_explicit_backend_missing_from_the_build(monkeypatch):
     remove(monkeypatch, Backend.NUMBA)
-    with pytest.raises(BackendUnavailable, match="numba_cpu is not part of this build"):
+    with pytest.raises(BackendUnavailable, match="softfp8.backends.numba is not part of this build"):
         select("e5m2", 1, "cpu", backend="numba")
 
 

@@ -14,9 +14,10 @@ import softfp8
 from softfp8.decode import E2M1_TO_FLOAT32
 
 numba = pytest.importorskip("numba")
-K = pytest.importorskip("softfp8.backends._numba_kernels")
-D = pytest.importorskip("softfp8.backends._numba_decode")
-from softfp8.backends import numba_cpu  # noqa: E402
+K = pytest.importorskip("softfp8.backends.numba._kernels")
+D = pytest.importorskip("softfp8.backends.numba._decode")
+from softfp8.backends import numba as cpu_backend  # noqa: E402
+from softfp8.backends.numba import _gemv, _runtime  # noqa: E402
 
 ALL_BYTES = torch.arange(256, dtype=torch.int32)
 ALL_NIBBLES = torch.arange(16, dtype=torch.int32)
@@ -104,7 +105,7 @@ def fp64_reference(x, packed, bias=None):
 
 
 def run(x, packed, bias=None, e2m1="select"):
-    return numba_cpu.matmul(x, packed, bias, e2m1=softfp8.dispatch.E2M1Decode(e2m1))
+    return cpu_backend.matmul(x, packed, bias, e2m1=softfp8.dispatch.E2M1Decode(e2m1))
 
 
 def quantized(fmt, n, k, seed):
@@ -190,12 +191,12 @@ def test_threads_follow_torch_and_are_restored():
     before_numba, before_torch = numba.get_num_threads(), torch.get_num_threads()
     try:
         torch.set_num_threads(1)
-        assert numba_cpu._threads(numba.get_num_threads()) == 1
+        assert _runtime.threads_for(numba.get_num_threads()) == 1
         y1 = run(x, packed)
     finally:
         torch.set_num_threads(before_torch)
     assert numba.get_num_threads() == before_numba
-    assert numba_cpu._threads(numba.get_num_threads()) == min(before_numba, before_torch)
+    assert _runtime.threads_for(numba.get_num_threads()) == min(before_numba, before_torch)
     assert torch.equal(y1, run(x, packed))  # rows are independent: same bits on any thread count
 
 
@@ -203,7 +204,7 @@ def test_numba_thread_count_is_read_on_every_call():
     """matmul reads numba's thread count through the getter numba.get_num_threads wraps (cheaper
     right after a kernel): it must see a numba.set_num_threads made between calls, and leave
     numba's setting as it found it."""
-    getter = numba_cpu._numba()[3]
+    getter = _runtime.loaded()[3]
     packed, g = quantized("nvfp4", 64, 256, seed=2)
     x = torch.randn(1, 256, generator=g)
     before = numba.get_num_threads()
@@ -220,10 +221,11 @@ def test_numba_thread_count_is_read_on_every_call():
 
 _CACHE_PROBE = textwrap.dedent("""
     import json, time, torch, softfp8
-    from softfp8.backends import numba_cpu, _numba_fp8_rows as R
+    from softfp8.backends import numba as cpu_backend
+    from softfp8.backends.numba import _fp8_rows as R
     packed = softfp8.quantize(torch.randn(8, 64), "e5m2")
     t = time.perf_counter()
-    numba_cpu.matmul(torch.randn(1, 64), packed, None, e2m1=softfp8.dispatch.E2M1Decode.SELECT)
+    cpu_backend.matmul(torch.randn(1, 64), packed, None, e2m1=softfp8.dispatch.E2M1Decode.SELECT)
     s = [R.gemv_fp8.stats]
     print(json.dumps({"hits": sum(sum(v.cache_hits.values()) for v in s),
                       "misses": sum(sum(v.cache_misses.values()) for v in s),
@@ -248,7 +250,7 @@ def test_second_process_loads_kernels_from_the_disk_cache(tmp_path):
 
 _PAIR_PROBE = textwrap.dedent("""
     import json, numpy as np
-    from softfp8.backends import _numba_fp8_rows as R
+    from softfp8.backends.numba import _fp8_rows as R
     pair = R._pair(np.uint16(0x3C3C), R.E5M2_KIND)  # two E5M2 codes of 1.0
     st = R._pair.stats
     print(json.dumps({"pair": [float(v) for v in pair], "hits": sum(st.cache_hits.values()),
@@ -257,9 +259,9 @@ _PAIR_PROBE = textwrap.dedent("""
 
 
 def test_an_edit_to_another_kernel_module_recompiles_cached_kernels(tmp_path):
-    """`_numba_fp8_rows._pair` inlines `_numba_decode.e5m2_pair`, from another file: numba alone
+    """`_fp8_rows._pair` inlines `_decode.e5m2_pair`, from another file: numba alone
     would reload the old code from its disk cache after an edit there (it stamps the defining
-    file only). Kernel caches carry a fingerprint of every kernel module (`_numba_cache`), so
+    file only). Kernel caches carry a fingerprint of every kernel module (`_cache`), so
     the edit recompiles it, and the next process loads the new code from the cache. On a copy of
     the package, with its own cache folder."""
     import shutil
@@ -276,7 +278,7 @@ def test_an_edit_to_another_kernel_module_recompiles_cached_kernels(tmp_path):
 
     first = child()
     assert first["pair"] == [1.0, 1.0] and first["misses"] == 1
-    decode = tmp_path / "softfp8" / "backends" / "_numba_decode.py"
+    decode = tmp_path / "softfp8" / "backends" / "numba" / "_decode.py"
     old = "    return (_half_bits_to_f32(np.uint16(u << np.uint16(8))),"
     src = decode.read_text()
     assert old in src, "e5m2_pair changed: update this test"
@@ -292,34 +294,36 @@ def test_kernel_files_are_recognised_through_a_symlinked_path(tmp_path):
     the path the module was imported by); not for other files."""
     import pathlib
 
-    from softfp8.backends import _numba_cache, _numba_fp8_rows
+    from softfp8.backends.numba import _cache, _fp8_rows
 
     link = tmp_path / "pkg"
-    link.symlink_to(pathlib.Path(_numba_fp8_rows.__file__).parent, target_is_directory=True)
-    assert _numba_cache._is_kernel_file(str(link / "_numba_fp8_rows.py"))
-    assert not _numba_cache._is_kernel_file(str(link / "numba_cpu.py"))
-    assert not _numba_cache._is_kernel_file(str(tmp_path / "_numba_fp8_rows.py"))
+    link.symlink_to(pathlib.Path(_fp8_rows.__file__).parent, target_is_directory=True)
+    assert _cache._is_kernel_file(str(link / "_fp8_rows.py"))
+    assert not _cache._is_kernel_file(str(link / "__init__.py"))
+    assert not _cache._is_kernel_file(str(tmp_path / "_fp8_rows.py"))
 
 
 def test_every_cached_kernel_carries_the_kernel_sources_fingerprint():
     """Every disk-cached function of every kernel module finds its cache through
-    `_numba_cache.KernelSourcesLocator` (a module that defined one before `_numba_decode`'s
+    `_cache.KernelSourcesLocator` (a module that defined one before `_decode`'s
     import installed it would not): none is missed, and there are some."""
     import importlib
     import pathlib
 
     from numba.core.dispatcher import Dispatcher
 
-    from softfp8.backends import _numba_cache
+    from softfp8.backends.numba import _cache
 
-    folder = pathlib.Path(_numba_cache.__file__).parent
+    folder = pathlib.Path(_cache.__file__).parent
     found = 0
-    for path in sorted(folder.glob("_numba_*.py")):
-        mod = importlib.import_module(f"softfp8.backends.{path.stem}")
+    for path in sorted(folder.glob("_*.py")):
+        if path.name == "__init__.py":
+            continue
+        mod = importlib.import_module(f"softfp8.backends.numba.{path.stem}")
         for name, obj in vars(mod).items():
             if isinstance(obj, Dispatcher) and obj.__module__ == mod.__name__ and obj._cache:
                 locator = obj._cache._impl._locator
-                assert isinstance(locator, _numba_cache.KernelSourcesLocator), (path.name, name)
+                assert isinstance(locator, _cache.KernelSourcesLocator), (path.name, name)
                 found += 1
     assert found >= 20
 
@@ -328,7 +332,7 @@ def test_every_cached_kernel_carries_the_kernel_sources_fingerprint():
 @pytest.mark.parametrize("magnitude", [1e-30, 1e-15, 1.0, 1e17, 1e30])
 def test_fp4_inject_fold_holds_over_the_range_of_x(fmt, magnitude):
     """The inject GEMV folds 2^126 as 2^63 on x and on the row sum; where x is too large or too
-    small for that, numba_cpu falls back to select. Either way the result stays within 1e-6."""
+    small for that, cpu_backend falls back to select. Either way the result stays within 1e-6."""
     packed, g = quantized(fmt, 37, 200, seed=3)
     x = torch.randn(1, 200, generator=g) * magnitude
     ref = fp64_reference(x, packed)
@@ -412,8 +416,8 @@ def test_gemv_follows_the_fp4_table_setting(monkeypatch):
     assert rel_err(run(x, packed), want) <= 1e-6
     from softfp8.backends._facts import facts_of
 
-    plan = facts_of(packed.words)[numba_cpu._PLAN][-1]
-    assert type(plan) is numba_cpu._Fp4BitsGemv
+    plan = facts_of(packed.words)[_gemv._PLAN][-1]
+    assert type(plan) is _gemv._Fp4BitsGemv
 
 
 def test_an_fp4_table_setting_typo_raises(monkeypatch):
@@ -429,7 +433,7 @@ def test_an_fp4_table_setting_typo_raises(monkeypatch):
 
 def test_an_fp4_table_setting_typo_set_after_routing_raises(monkeypatch):
     """A typo set once dispatch has routed the layer (its choice cached, so `check_environment`
-    does not run again) still raises where numba_cpu reads the setting, naming the valid values."""
+    does not run again) still raises where cpu_backend reads the setting, naming the valid values."""
     packed, g = quantized("nvfp4", 40, 256, seed=6)
     x = torch.randn(1, 256, generator=g)
     monkeypatch.delenv("SOFTFP8_NUMBA_FP4_LUT", raising=False)

@@ -1,7 +1,7 @@
-"""The AVX-512 FP4 table rows with bf16 products (softfp8/backends/_numba_dpbf16.py): every E2M1
+"""The AVX-512 FP4 table rows with bf16 products (softfp8/backends/_dpbf16.py): every E2M1
 code at every position exact, fp64 parity of the float32 sums over odd shapes, non-finite
 activations as the float32 kernel gives them, the fall-back to it for tiny activations, and
-numba_cpu.matmul's choice (bf16 activations only). The kernel tests run where numba targets
+cpu_backend.matmul's choice (bf16 activations only). The kernel tests run where numba targets
 AVX-512 BF16; the step layout's tests run anywhere."""
 import math
 
@@ -14,9 +14,9 @@ from softfp8.decode import E2M1_TO_FLOAT32
 
 numba = pytest.importorskip("numba")
 np = pytest.importorskip("numpy")
-L = pytest.importorskip("softfp8.backends._numba_lut")
-from softfp8.backends import _numba_dpbf16 as D  # noqa: E402
-from softfp8.backends import numba_cpu  # noqa: E402
+L = pytest.importorskip("softfp8.backends.numba._lut")
+from softfp8.backends.numba import _dpbf16 as D  # noqa: E402
+from softfp8.backends import numba as cpu_backend  # noqa: E402
 from test_numba_lut import BLOCK, ONE, words_of  # noqa: E402
 from test_numba_lut import gemv as lut_gemv  # noqa: E402
 
@@ -105,7 +105,7 @@ def test_mxfp4_loop_decodes_every_scale_code(group):
 @needs_bf16
 @pytest.mark.parametrize("fmt", ["nvfp4", "mxfp4"])
 def test_matmul_takes_bf16_products_for_bf16_x_only(fmt, monkeypatch):
-    """numba_cpu.matmul on bf16 x runs these rows (not with SOFTFP8_NUMBA_FP4_LUT=avx512, and
+    """cpu_backend.matmul on bf16 x runs these rows (not with SOFTFP8_NUMBA_FP4_LUT=avx512, and
     not for fp16 or float32 x), and its answer is the float32 kernel's on the same x rounded to
     bf16 as the float32 kernel's is (both round the same exact products' float32 sums)."""
     gen = torch.Generator().manual_seed(3)
@@ -114,12 +114,12 @@ def test_matmul_takes_bf16_products_for_bf16_x_only(fmt, monkeypatch):
     taken = []  # the steps x_steps made (it says None to x that is not bf16)
     real = D.x_steps
     monkeypatch.setattr(D, "x_steps", lambda *a: taken.append(real(*a)) or taken[-1])
-    y = numba_cpu.matmul(x, packed)
+    y = cpu_backend.matmul(x, packed)
     assert [s is not None for s in taken] == [True] and y.dtype == torch.bfloat16
-    y32 = numba_cpu.matmul(x.float(), packed)
-    numba_cpu.matmul(x.half(), packed)
+    y32 = cpu_backend.matmul(x.float(), packed)
+    cpu_backend.matmul(x.half(), packed)
     monkeypatch.setenv("SOFTFP8_NUMBA_FP4_LUT", "avx512")
-    numba_cpu.matmul(x, packed)
+    cpu_backend.matmul(x, packed)
     assert sum(s is not None for s in taken) == 1  # none of these three
     want = x.double() @ softfp8.dequantize(packed).double().T
     assert rel_err(y32, want) <= 1e-6
@@ -165,7 +165,7 @@ def test_tiny_bf16_activations_take_the_float32_kernel():
     assert D.x_steps(x[0], 16) is None
     packed = softfp8.quantize(torch.randn(8, 4096), "mxfp4")
     want = x.double() @ softfp8.dequantize(packed).double().T
-    y = numba_cpu.matmul(x.float(), packed)
+    y = cpu_backend.matmul(x.float(), packed)
     assert want.abs().max() > 0 and rel_err(y, want) <= 1e-6
     assert D.x_steps(torch.zeros(4096, dtype=torch.bfloat16), 16) is not None  # zeros are fine
     assert D.x_steps(torch.randn(4096), 16) is None  # float32: not this kernel's

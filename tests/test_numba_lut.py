@@ -1,5 +1,5 @@
-"""The table-lookup FP4 GEMVs -- AVX-512 (softfp8/backends/_numba_lut.py) and AVX2
-(_numba_pshufb.py): every E2M1 code at every nibble and block position bit-exact through each
+"""The table-lookup FP4 GEMVs -- AVX-512 (softfp8/backends/_lut.py) and AVX2
+(_pshufb.py): every E2M1 code at every nibble and block position bit-exact through each
 kernel, fp64 parity over odd shapes, and the bit-operation kernels they replace still right when
 they are switched off. Each kernel's tests run where numba targets its instruction set."""
 import pytest
@@ -11,10 +11,11 @@ from softfp8.decode import E2M1_TO_FLOAT32
 from softfp8.dispatch import E2M1Decode
 
 numba = pytest.importorskip("numba")
-L = pytest.importorskip("softfp8.backends._numba_lut")
-from softfp8.backends import _numba_pshufb as P  # noqa: E402
-from softfp8.backends import _numba_ir as I  # noqa: E402
-from softfp8.backends import numba_cpu  # noqa: E402
+L = pytest.importorskip("softfp8.backends.numba._lut")
+from softfp8.backends.numba import _pshufb as P  # noqa: E402
+from softfp8.backends.numba import _ir as I  # noqa: E402
+from softfp8.backends import numba as cpu_backend  # noqa: E402
+from softfp8.backends.numba import _gemv  # noqa: E402
 
 np = pytest.importorskip("numpy")
 needs_avx512 = pytest.mark.skipif(not L.available(), reason="numba does not target AVX-512 here")
@@ -37,7 +38,7 @@ def words_of(codes):
 
 def gemv(mod, fmt, words, scales, x, group, g=1.0, steps=None):
     """mod's parallel GEMV (chunks of 8 rows) on x, or on `steps` (xs, xp) where given (the bf16
-    steps: test_numba_dpbf16); NVFP4 tensor scale g; float32 y."""
+    steps: test_dpbf16); NVFP4 tensor scale g; float32 y."""
     y = np.zeros(words.shape[0], np.float32)
     xs, xp = steps if steps is not None else mod.x_steps(x, BLOCK[fmt])
     rows = (group,) if mod is L else ()  # the AVX2 kernel runs one row a pass
@@ -102,7 +103,7 @@ def test_nvfp4_loop_decodes_every_scale_code(mod, group):
 def test_mxfp4_loop_decodes_every_scale_code(group, steps=None):
     """gemv_mxfp4_raw (AVX-512) decodes the E8M0 block scales in its loop: every code 1..254 at
     every block slot of a step and every row slot, tail blocks too, bit for bit as gemv_mxfp4;
-    codes 0 and 255 are not its to take. `steps`: bf16 steps (test_numba_dpbf16)."""
+    codes 0 and 255 are not its to take. `steps`: bf16 steps (test_dpbf16)."""
     g = torch.Generator().manual_seed(8)
     n, k = 127, 128 * 3 + 64
     codes = torch.randint(0, 16, (n, k), generator=g)
@@ -130,34 +131,34 @@ def test_mxfp4_loop_decodes_every_scale_code(group, steps=None):
 @pytest.mark.parametrize("n, k", [(1, 1), (17, 4097), (4097, 33), (5, 512), (3, 1000),
                                   (11, 6001)])
 def test_gemv_matches_fp64(fmt, n, k, table, monkeypatch):
-    """Odd shapes through numba_cpu.matmul, with each table kernel (SOFTFP8_NUMBA_FP4_LUT=avx2
+    """Odd shapes through cpu_backend.matmul, with each table kernel (SOFTFP8_NUMBA_FP4_LUT=avx2
     takes the AVX2 one on an AVX-512 CPU too); (11, 6001) is past MULTIROW_MIN_K_FP4 and MXFP4's
     K = 4097 past MULTIROW_MIN_K_MXFP4, so the AVX-512 kernel runs 4 rows a pass with leftover
     rows in its chunks, and one below; every kernel's prefetch runs past the last row (clamped
     to it)."""
-    assert 4097 + 63 < numba_cpu.MULTIROW_MIN_K_FP4 <= 6001
-    assert 1000 < numba_cpu.MULTIROW_MIN_K_MXFP4 <= 4097
+    assert 4097 + 63 < _gemv.MULTIROW_MIN_K_FP4 <= 6001
+    assert 1000 < _gemv.MULTIROW_MIN_K_MXFP4 <= 4097
     monkeypatch.setenv("SOFTFP8_NUMBA_FP4_LUT", table)
-    assert numba_cpu._fp4_table_kernels() is (L if table == "1" else P)
+    assert _gemv._fp4_table_kernels() is (L if table == "1" else P)
     g = torch.Generator().manual_seed(n + k)
     packed = softfp8.quantize(torch.randn(n, k, generator=g), fmt)
     x = torch.randn(1, k, generator=g)
     want = x.double() @ softfp8.dequantize(packed).double().T
     for e2m1 in (E2M1Decode.SELECT, E2M1Decode.INJECT):
-        assert rel_err(numba_cpu.matmul(x, packed, None, e2m1=e2m1), want) <= 1e-6
+        assert rel_err(cpu_backend.matmul(x, packed, None, e2m1=e2m1), want) <= 1e-6
 
 
 @pytest.mark.parametrize("e2m1", [E2M1Decode.SELECT, E2M1Decode.INJECT])
 @pytest.mark.parametrize("fmt", ["nvfp4", "mxfp4"])
 def test_bit_operation_kernels_still_run_when_the_table_is_off(fmt, e2m1, monkeypatch):
-    """SOFTFP8_NUMBA_FP4_LUT=0 (and any CPU without AVX2) takes the _numba_kernels GEMVs."""
+    """SOFTFP8_NUMBA_FP4_LUT=0 (and any CPU without AVX2) takes the _kernels GEMVs."""
     monkeypatch.setenv("SOFTFP8_NUMBA_FP4_LUT", "0")
-    assert numba_cpu._fp4_table_kernels() is None
+    assert _gemv._fp4_table_kernels() is None
     g = torch.Generator().manual_seed(7)
     packed = softfp8.quantize(torch.randn(37, 4097, generator=g), fmt)
     x = torch.randn(1, 4097, generator=g)
     want = x.double() @ softfp8.dequantize(packed).double().T
-    assert rel_err(numba_cpu.matmul(x, packed, None, e2m1=e2m1), want) <= 1e-6
+    assert rel_err(cpu_backend.matmul(x, packed, None, e2m1=e2m1), want) <= 1e-6
 
 
 @pytest.mark.parametrize("mod, features", [(L, "+avx2,+avx512f"), (P, "+sse4.2,+avx,+avx2")],
@@ -211,7 +212,7 @@ def test_x_steps_planes_only_for_a_tail(mod, step):
 
 @pytest.mark.parametrize("k, kp", [(512, 512), (500, 512), (1, 128), (129, 256), (4096, 4096)])
 def test_row_steps_are_x_steps_of_the_padded_row(k, kp):
-    """_numba_lut.row_steps (compiled; any CPU numba runs on) gives x_steps' xs of x zero-padded
+    """_lut.row_steps (compiled; any CPU numba runs on) gives x_steps' xs of x zero-padded
     to kp, bit for bit."""
     x = torch.randn(1, k, generator=torch.Generator().manual_seed(k))
     padded = torch.zeros(kp)
@@ -225,7 +226,7 @@ def test_row_steps_are_x_steps_of_the_padded_row(k, kp):
 @needs_avx512
 @pytest.mark.parametrize("fmt", ["nvfp4", "mxfp4"])
 def test_matmul_takes_row_steps_for_float32_x_only(fmt, monkeypatch):
-    """numba_cpu's FP4 GEMV makes float32 x's steps by row_steps where whole steps cover the
+    """cpu_backend's FP4 GEMV makes float32 x's steps by row_steps where whole steps cover the
     padded K (x's own K zero-padded; a strided x copied first), else by x_steps; every route
     within 1e-6 of fp64."""
     calls = []
@@ -240,7 +241,7 @@ def test_matmul_takes_row_steps_for_float32_x_only(fmt, monkeypatch):
         want = wide[:, ::2].double() @ softfp8.dequantize(packed).double().T
         for x in (wide[:, ::2].contiguous(), wide[:, ::2], wide[:, ::2].half()):
             before = len(calls)
-            y = numba_cpu.matmul(x, packed)
+            y = cpu_backend.matmul(x, packed)
             taken = len(calls) - before
             assert taken == (1 if covered and x.dtype == torch.float32 else 0), (k, x.stride())
             tol = 1e-6 if x.dtype == torch.float32 else 1e-2  # fp16 x: x itself rounded
@@ -257,16 +258,16 @@ def _row_kernels():
     the AVX2 ones."""
     from numba import types
 
-    from softfp8.backends import _numba_dpbf16, _numba_fp8_rows
+    from softfp8.backends.numba import _dpbf16, _fp8_rows
 
     i64, f32 = types.int64, types.float32
     fp8 = (types.uint16[:, ::1], i64, i64, f32[::1], f32[::1])
     fp4 = (types.int32[:, ::1], i64, i64, i64, f32[:, :, ::1], f32[:, ::1])
-    out = [("fp8 one row", _numba_fp8_rows._e5m2_1, fp8),
-           ("fp8 four rows", _numba_fp8_rows._e5m2_4, fp8)]
+    out = [("fp8 one row", _fp8_rows._e5m2_1, fp8),
+           ("fp8 four rows", _fp8_rows._e5m2_4, fp8)]
     if L.available():
         out += [("avx512 fp4 one row", L._nv_row_raw, fp4), ("avx512 fp4 rows", L._mx_rows, fp4)]
-        if _numba_dpbf16.available():
+        if _dpbf16.available():
             bf = fp4[:4] + (types.uint16[:, :, ::1], fp4[5])
             out.append(("avx512 fp4 bf16 rows", L._nv_rows_raw, bf))
     if P.available():
@@ -299,16 +300,16 @@ def test_row_loops_prefetch_to_the_declared_cache_level(name):
 @pytest.mark.parametrize("fmt", ["nvfp4", "mxfp4"])
 @pytest.mark.parametrize("k", [512, 4096, 6144])
 def test_rows_a_pass_follow_k_format_and_the_steps_taken(k, fmt):
-    """numba_cpu's FP4 plan runs the AVX-512 kernel four rows a pass from MULTIROW_MIN_K_FP4 on
+    """cpu_backend's FP4 plan runs the AVX-512 kernel four rows a pass from MULTIROW_MIN_K_FP4 on
     (MXFP4 with float32 x steps: from MULTIROW_MIN_K_MXFP4), one below: each call hands its
     kernel the rows a pass of the steps it made (recorded by a wrapper)."""
     import dataclasses
 
-    from softfp8.backends import _numba_dpbf16
+    from softfp8.backends.numba import _dpbf16
 
     packed = softfp8.quantize(torch.randn(8, k), fmt)
     first = 2 if fmt == "nvfp4" else 1  # the kernel's arguments before the x steps
-    plan = numba_cpu._plan(packed)
+    plan = _gemv._plan(packed)
     seen = []
 
     def kernel(*args):
@@ -319,9 +320,9 @@ def test_rows_a_pass_follow_k_format_and_the_steps_taken(k, fmt):
     x = torch.randn(1, k)
     y = np.empty(8, np.float32)
     recording.run(x, y, 8, False)
-    if _numba_dpbf16.available():
+    if _dpbf16.available():
         recording.run(x.bfloat16(), y, 8, False)
-    fp32_least = numba_cpu.MULTIROW_MIN_K_MXFP4 if fmt == "mxfp4" else numba_cpu.MULTIROW_MIN_K_FP4
+    fp32_least = _gemv.MULTIROW_MIN_K_MXFP4 if fmt == "mxfp4" else _gemv.MULTIROW_MIN_K_FP4
     want = [(np.float32, (L.ROWS if k >= fp32_least else 1,)),
-            (np.uint16, (L.ROWS if k >= numba_cpu.MULTIROW_MIN_K_FP4 else 1,))]
+            (np.uint16, (L.ROWS if k >= _gemv.MULTIROW_MIN_K_FP4 else 1,))]
     assert seen == want[:len(seen)]

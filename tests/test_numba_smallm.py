@@ -1,4 +1,4 @@
-"""The numba backend's M > 1 paths (softfp8/backends/_numba_smallm): the row decoder bit-exact
+"""The numba backend's M > 1 paths (softfp8/backends/_smallm): the row decoder bit-exact
 over every code (what the kernel and the tiles read), and each path -- a GEMV per row, the
 small-M kernel and the dequantised tile with torch's matmul -- against the reference backend
 and fp64 over odd M, N and K, with NaN and inf propagating, and the tile bounded."""
@@ -11,8 +11,9 @@ from softfp8.formats import Format, PackedWeight
 
 numba = pytest.importorskip("numba")
 np = pytest.importorskip("numpy")
-S = pytest.importorskip("softfp8.backends._numba_smallm")
-from softfp8.backends import numba_cpu  # noqa: E402
+S = pytest.importorskip("softfp8.backends.numba._smallm")
+from softfp8.backends import numba as cpu_backend  # noqa: E402
+from softfp8.backends.numba import _batch  # noqa: E402
 
 FORMATS = ["e5m2", "e5m2_rowscale", "e4m3", "nvfp4", "mxfp4"]
 PATHS = ["rows", "small", "tile"]
@@ -24,11 +25,11 @@ def path(request, monkeypatch):
     tile path with tiles small enough that odd N ends in a partial one (several tiles a call)."""
     least = 2 if request.param == "tile" else 1 << 30
     for fmt in Format:
-        monkeypatch.setitem(numba_cpu.TILE_MIN_M, fmt, least)
-        monkeypatch.setitem(numba_cpu.TILE_MIN_M_BF16, fmt, least)
+        monkeypatch.setitem(_batch.TILE_MIN_M, fmt, least)
+        monkeypatch.setitem(_batch.TILE_MIN_M_BF16, fmt, least)
         rows = 1 << 30 if request.param == "rows" else 1
-        monkeypatch.setitem(numba_cpu.GEMV_ROWS_MAX_M, fmt, rows)
-    monkeypatch.setattr(numba_cpu, "TILE_ELEMENTS", 5000)
+        monkeypatch.setitem(cpu_backend.GEMV_ROWS_MAX_M, fmt, rows)
+    monkeypatch.setattr(_batch, "TILE_ELEMENTS", 5000)
     return request.param
 
 
@@ -43,7 +44,7 @@ def quantized(fmt, n, k, seed):
 def decoded(packed: PackedWeight) -> torch.Tensor:
     """dequantize_rows over the whole weight, back in K order, FP8 row scales applied (as the
     backend applies them to y)."""
-    kind = numba_cpu._KIND[packed.fmt]
+    kind = _batch._KIND[packed.fmt]
     n, k = packed.shape
     kp = packed.padded_k
     fp4 = packed.fmt in (Format.NVFP4, Format.MXFP4)
@@ -103,7 +104,7 @@ def test_bf16_tile_decoder_every_code_is_exact(fmt):
     fp4 = fmt in ("nvfp4", "mxfp4")
     w = np.empty((n, kp), np.uint16)
     scales = packed.scales.numpy() if fp4 else np.zeros((1, 1), np.uint8)
-    S.dequantize_rows_bf16(numba_cpu._KIND[packed.fmt], packed.words.view(torch.uint8).numpy(),
+    S.dequantize_rows_bf16(_batch._KIND[packed.fmt], packed.words.view(torch.uint8).numpy(),
                            scales, np.float32(1), 0, w)
     got = torch.from_numpy(w).view(torch.bfloat16).float()
     if fp4:
@@ -122,7 +123,7 @@ def test_matches_the_reference_backend(path, fmt, n, k, m):
     packed, g = quantized(fmt, n, k, seed=n * 31 + k * 7 + m)
     x = torch.randn(m, k, generator=g)
     bias = torch.randn(n, generator=g)
-    y = numba_cpu.matmul(x, packed, bias)
+    y = cpu_backend.matmul(x, packed, bias)
     assert y.shape == (m, n) and y.dtype == torch.float32
     assert rel_err(y, softfp8.linear(x, packed, bias, backend="torch")) <= 1e-5
     # fp32 sums either way (torch's sgemm on the tile path): the same bound against fp64
@@ -135,7 +136,7 @@ def test_matches_the_reference_backend(path, fmt, n, k, m):
 def test_half_activations(path, fmt, dtype, tol):
     packed, g = quantized(fmt, 21, 75, seed=3)
     x = torch.randn(5, 75, generator=g).to(dtype)
-    y = numba_cpu.matmul(x, packed)
+    y = cpu_backend.matmul(x, packed)
     assert y.dtype == dtype
     assert rel_err(y, x.double() @ softfp8.dequantize(packed).double().T) <= tol
 
@@ -152,7 +153,7 @@ def test_nan_and_inf_propagate_like_torch(path, fmt):
     x[0, 40] = float("inf")  # meets zero codes too: inf * 0 is NaN, as in torch
     x[-1, 61] = float("nan")
     ref = softfp8.linear(x, packed, backend="torch")
-    y = numba_cpu.matmul(x, packed)
+    y = cpu_backend.matmul(x, packed)
     assert torch.isnan(ref).any()
     assert torch.equal(torch.isnan(y), torch.isnan(ref))
     assert torch.equal(torch.isinf(y), torch.isinf(ref))
@@ -162,14 +163,15 @@ def test_nan_and_inf_propagate_like_torch(path, fmt):
 
 def test_tile_rows_are_bounded():
     for n, kp in [(4096, 4096), (128256, 4096), (4096, 14336), (7, 64), (100, 1 << 24)]:
-        rows = numba_cpu.tile_rows(n, kp)
+        rows = _batch.tile_rows(n, kp)
         assert 1 <= rows <= n
-        assert rows * kp <= numba_cpu.TILE_ELEMENTS or rows == min(n, 8)
+        assert rows * kp <= _batch.TILE_ELEMENTS or rows == min(n, 8)
 
 
-@pytest.mark.parametrize("table", ["GEMV_ROWS_MAX_M", "TILE_MIN_M", "TILE_MIN_M_BF16"])
-def test_every_format_has_a_crossover(table):
-    crossover = getattr(numba_cpu, table)
-    # E4M3_B128 takes its own M > 1 path (numba_cpu._matmul_b128), no crossover of these kernels
+@pytest.mark.parametrize("crossover", [cpu_backend.GEMV_ROWS_MAX_M, _batch.TILE_MIN_M,
+                                       _batch.TILE_MIN_M_BF16],
+                         ids=["GEMV_ROWS_MAX_M", "TILE_MIN_M", "TILE_MIN_M_BF16"])
+def test_every_format_has_a_crossover(crossover):
+    # E4M3_B128 takes its own M > 1 path (_batch.matmul_b128), no crossover of these kernels
     assert set(crossover) == set(Format) - {Format.E4M3_B128}
     assert all(isinstance(v, int) and v >= 1 for v in crossover.values())

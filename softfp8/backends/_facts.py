@@ -23,7 +23,7 @@ def facts_of(words: torch.Tensor, create: bool = False) -> dict | None:
     """The dict of facts kept for this words tensor (made empty if `create`), dropped when the
     tensor goes. `known_fact` / `remember_fact` stamp their entries with the weight's tensors and
     versions; a caller keeping an entry of its own under its own key checks it its own way
-    (numba_cpu's GEMV plan, on every call)."""
+    (the numba backend's GEMV plan, on every call)."""
     key = id(words)
     entry = _FACTS.get(key)
     if entry is not None and entry[0]() is words:

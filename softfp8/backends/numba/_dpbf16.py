@@ -1,22 +1,22 @@
 """The AVX-512 FP4 table rows for bf16 activations: bf16 products by vdpbf16ps.
 
-_numba_lut's rows spend one vpermps and one shift per 16 codes, and those two contend for the
+_lut's rows spend one vpermps and one shift per 16 codes, and those two contend for the
 same ports, which bound the loop (benchmarks/cpu_fp4_step.c on a Zen 4: vpermd and vpsrld one a
 cycle each, eight of each 12.5-13 cycles together; the multiply-adds, one a cycle, run beside
 them; the vpermps loop 25-27 Gcodes/s in cache, ~17 cycles a 128-code step). Every E2M1 value is
 a bf16 too, so a vpermw on a 32-word bf16 table decodes 32 codes (4 nibbles a 16-bit word: 3
 shifts and 4 permutes a step instead of 7 and 8), and vdpbf16ps multiplies 32 codes by 32 bf16
 activations into 16 float32 lanes, lane i summing the codes of word i, so the block scales
-spread over the lanes as in _numba_lut (the same loop in C: 47-49 Gcodes/s).
+spread over the lanes as in _lut (the same loop in C: 47-49 Gcodes/s).
 
 Exact for bf16 activations: a product of a bf16 E2M1 value (2 significant bits) and a bf16
 activation (8) is exact in float32, and each is added in float32 as the fp32 kernel's
 multiply-add does. The instruction treats bf16 denormals as 0 and flushes denormal sums, so
 `x_steps` sends activations under `TINY` to the fp32 kernel. (fp16 activations split into two
-bf16 terms, exact too, were measured no faster than the fp32 kernel through numba_cpu.matmul:
+bf16 terms, exact too, were measured no faster than the fp32 kernel through backends.numba.matmul:
 docs/decisions.md, CPU; they take the fp32 kernel.)
 
-Layout: a step is 16 int32 words of a row (as in _numba_lut) read as 32 uint16 lanes; lane l
+Layout: a step is 16 int32 words of a row (as in _lut) read as 32 uint16 lanes; lane l
 holds codes 4 (l % 2) + j of word l // 2 at bits 4j, so xs[s, j, l] is the bf16 bits of
 x[8 (16 s + l // 2) + 4 (l % 2) + j] (`x_steps`).
 """
@@ -29,7 +29,7 @@ import numpy as np
 from llvmlite import ir
 from numba.core import cgutils
 
-from ._numba_decode import _JIT
+from ._decode import _JIT
 
 LANES = 16
 _E2M1 = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0]
@@ -48,17 +48,17 @@ nothing."""
 def available() -> bool:
     """Whether numba compiles for a CPU with AVX-512 BF16 and BW (vdpbf16ps, vpermw): Zen 4,
     Cooper Lake, Sapphire Rapids and later."""
-    from ._numba_ir import numba_targets
+    from ._ir import numba_targets
 
     return all(numba_targets(f) for f in ("avx512f", "avx512bw", "avx512bf16"))
 
 
 def emit_rows(builder, operands, wpb, nrows, chains, codes_of=None):
-    """IR of _numba_lut's row intrinsics for bf16 activation steps (`operands`: what
-    _numba_ir.rows_operands returns, x's data being uint16): accumulators as allocas, one
-    list per row, `chains` each; codes_of as _numba_scales.add_scaled takes it."""
-    from ._numba_ir import prefetch, vload
-    from ._numba_scales import add_scaled, for_steps
+    """IR of _lut's row intrinsics for bf16 activation steps (`operands`: what
+    _ir.rows_operands returns, x's data being uint16): accumulators as allocas, one
+    list per row, `chains` each; codes_of as _scales.add_scaled takes it."""
+    from ._ir import prefetch, vload
+    from ._scales import add_scaled, for_steps
 
     intp, s0, s1, xdata, wrows, srows, ahead = operands
     f32, i32, i16 = ir.FloatType(), ir.IntType(32), ir.IntType(16)
@@ -100,15 +100,15 @@ def emit_rows(builder, operands, wpb, nrows, chains, codes_of=None):
 
 def x_steps(x, block, kp=None):
     """x [K] or [1, K] as a bf16 torch tensor, zero-padded to kp -> (xs, xp): xs the uint16 bf16
-    steps (module docstring) for the whole steps of 128 codes, xp _numba_lut.select_planes of x
+    steps (module docstring) for the whole steps of 128 codes, xp _planes.select_planes of x
     as float32 for the blocks past them. None where the kernel would not give the fp32 kernel's
     answer (a nonzero |x| < `TINY`) or x is not bf16. Right after a GEMV each torch or numpy op
     costs 10-90 us (docs/decisions.md, CPU), so x goes to numpy in one view,
-    as it lies ([1, K] from numba_cpu: no row taken first), and one numba pass fills every
+    as it lies ([1, K] from backends.numba: no row taken first), and one numba pass fills every
     element of xs (padding included: no zeroed array first)."""
     import torch
 
-    from ._numba_lut import _no_planes, select_planes
+    from ._planes import no_planes, select_planes
 
     if x.dtype != torch.bfloat16:
         return None
@@ -122,7 +122,7 @@ def x_steps(x, block, kp=None):
     if not _fill_steps(u16, xs):
         return None
     if kp % (8 * LANES) == 0:
-        return xs, _no_planes(block)
+        return xs, no_planes(block)
     xn = np.zeros(kp, np.float32)
     xn[:k] = (u16[0].astype(np.int32) << 16).view(np.float32)
     return xs, select_planes(xn, block, 8 * LANES)

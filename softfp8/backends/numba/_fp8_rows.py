@@ -5,7 +5,7 @@ are issued ahead of use; on a 2-vCPU Zen 4 (docs/decisions.md, CPU) the hardware
 alone leave plain numba loops at 12-24 GB/s of the 32-38 GB/s two threads read. A prefetch
 cannot be put into such loops: they are LLVM-vectorised numba, and a prefetch call in the loop
 body stops the vectoriser (several times slower), and a burst of prefetches before each row
-is slower too. So the loop is written as vector IR in a numba intrinsic, as _numba_lut's
+is slower too. So the loop is written as vector IR in a numba intrinsic, as _lut's
 FP4 rows: a step is one 64-byte line of a row (32 uint16 = 64 codes) and prefetches the same
 line PREFETCH_ROWS passes ahead. The decode is the same bit operations as `e5m2_pair` /
 `e4m3_pair_div256(_finite)` and LLVM's fpext of the fp16 bits (vcvtph2ps), so the values are the
@@ -24,11 +24,11 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from ._numba_decode import _JIT, e4m3_pair_div256, e4m3_pair_div256_finite, e5m2_pair
-from ._numba_ir import PREFETCH_ROWS, prefetch, row_pointers, rows_totals, vload
+from ._decode import _JIT, e4m3_pair_div256, e4m3_pair_div256_finite, e5m2_pair
+from ._ir import PREFETCH_ROWS, prefetch, row_pointers, rows_totals, vload
 
 E5M2_KIND, E4M3_KIND, E4M3_FINITE_KIND = 0, 1, 2
-"""gemv_fp8's `kind`: E5M2, E4M3, or E4M3 whose codes hold no NaN (no NaN fix; numba_cpu asks
+"""gemv_fp8's `kind`: E5M2, E4M3, or E4M3 whose codes hold no NaN (no NaN fix; backends.numba asks
 `codes_nan_free` once per weight)."""
 STEP = 32
 """uint16 pairs a step: 64 codes, one 64-byte line of a row."""
@@ -36,7 +36,7 @@ VEC = 16
 """uint16 pairs a vector: 16 fp16 values convert to one AVX-512 register of floats; 32 were split
 with extracts and ran slower in cache (a quick check, not kept)."""
 ROWS = 4
-"""Rows a pass where K is large (numba_cpu.MULTIROW_MIN_K): each x load serves four rows."""
+"""Rows a pass where K is large (backends.numba.MULTIROW_MIN_K): each x load serves four rows."""
 
 
 def _emit_rows(context, builder, sig, args, kind, nrows):

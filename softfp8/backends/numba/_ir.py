@@ -1,5 +1,5 @@
-"""The IR building blocks of the numba GEMVs' vector row loops (_numba_lut, _numba_pshufb,
-_numba_dpbf16, _numba_fp8_rows): what numba compiles for, vector loads, the weight prefetch, row
+"""The IR building blocks of the numba GEMVs' vector row loops (_lut, _pshufb,
+_dpbf16, _fp8_rows): what numba compiles for, vector loads, the weight prefetch, row
 pointers and the row sums returned from an intrinsic. These loops are written as LLVM IR inside
 numba intrinsics where LLVM's vectoriser would not produce them (a register permute, a prefetch
 in the loop); the kernels around them stay plain numba.
@@ -12,7 +12,7 @@ from numba.core import cgutils
 
 PREFETCH_ROWS = 4
 """Each step prefetches its line of the row this many passes ahead (row r + PREFETCH_ROWS x rows),
-in _numba_lut, _numba_pshufb and _numba_fp8_rows: the hardware prefetchers alone left the loop
+in _lut, _pshufb and _fp8_rows: the hardware prefetchers alone left the loop
 waiting on memory (docs/decisions.md, CPU (Numba): M = 1). A rows sweep on a 2-vCPU Zen 4 (2
 threads, each variant its own copy of the weight; its script and receipt are in the tag
 lab-archive-2026-12), us, 0 / 1 / 2 / 4 passes ahead: NVFP4 11008 x 4096 one row a pass 1770 / 1380
@@ -48,13 +48,13 @@ def numba_targets(feature: str) -> bool:
 
 def vload(builder, base, offset, vty, align=4):
     """IR: a vector of type vty loaded from element `offset` of the pointer `base` (this module's,
-    _numba_pshufb's, _numba_dpbf16's and _numba_fp8_rows' loads)."""
+    _pshufb's, _dpbf16's and _fp8_rows' loads)."""
     return builder.load(builder.bitcast(builder.gep(base, [offset]), vty.as_pointer()),
                         align=align)
 
 
 def rows_operands(context, builder, sig, args, nrows, ahead, own_scales=False):
-    """The row intrinsics' operands as IR (this module's and _numba_pshufb's): (intp, s0, s1, x's
+    """The row intrinsics' operands as IR (this module's and _pshufb's): (intp, s0, s1, x's
     data pointer, pointers to weight rows r..r+nrows-1, pointers to scale rows 0..nrows-1 (a
     buffer of decoded scales; own_scales: rows r..r+nrows-1, the weight's own scale codes), and
     pointers to weight rows r+ahead..r+ahead+nrows-1, each at most the last row, for `prefetch`:
@@ -122,7 +122,7 @@ def rows_totals(context, builder, sig, accs, rows):
 
 
 def rows_sig(rows, words, r, s0, s1, xs, sc):
-    """The row intrinsics' signature (this module's and _numba_pshufb's): a `rows`-tuple of
+    """The row intrinsics' signature (this module's and _pshufb's): a `rows`-tuple of
     float32 (the module's ROWS) from C-contiguous words, x steps and scales."""
     for a in (words, xs, sc):
         if not (isinstance(a, types.Array) and a.layout == "C"):

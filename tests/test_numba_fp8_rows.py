@@ -1,4 +1,4 @@
-"""The FP8 GEMV kernel itself (softfp8/backends/_numba_fp8_rows.gemv_fp8, four rows a pass or
+"""The FP8 GEMV kernel itself (softfp8/backends/_fp8_rows.gemv_fp8, four rows a pass or
 one): every code at every byte position bit-exact through each (E4M3 also without the NaN fix,
 for weights that hold no NaN code), in the vector loop and in the pairs past its last whole step,
 every non-finite code propagating, and fp64 parity on odd shapes either side of MULTIROW_MIN_K,
@@ -11,8 +11,9 @@ import softfp8
 
 numba = pytest.importorskip("numba")
 np = pytest.importorskip("numpy")
-R = pytest.importorskip("softfp8.backends._numba_fp8_rows")
-from softfp8.backends import numba_cpu  # noqa: E402
+R = pytest.importorskip("softfp8.backends.numba._fp8_rows")
+from softfp8.backends import numba as cpu_backend  # noqa: E402
+from softfp8.backends.numba import _gemv  # noqa: E402
 
 DTYPE = {"e5m2": torch.float8_e5m2, "e4m3": torch.float8_e4m3fn}
 POST = {"e5m2": 1.0, "e4m3": 256.0}  # the kernel's per-row factor (E4M3 decodes value / 256)
@@ -83,15 +84,15 @@ def test_gemv_matches_fp64_both_sides_of_the_multirow_line(fmt, n, k, nan_code):
     """Quantized weights hold no NaN code (E4M3 then runs without the NaN fix); one NaN code
     written in place makes that row NaN and leaves the others right (the check is redone when a
     weight's tensor changes)."""
-    assert 2049 + 63 < numba_cpu.MULTIROW_MIN_K <= 4097  # the two shapes take the two layouts
+    assert 2049 + 63 < _gemv.MULTIROW_MIN_K <= 4097  # the two shapes take the two layouts
     g = torch.Generator().manual_seed(n * k)
     packed = softfp8.quantize(torch.randn(n, k, generator=g), fmt)
     x = torch.randn(1, k, generator=g)
     want = x.double() @ softfp8.dequantize(packed).double().T
-    assert rel_err(numba_cpu.matmul(x, packed), want) <= 1e-6
+    assert rel_err(cpu_backend.matmul(x, packed), want) <= 1e-6
     if nan_code:
         packed.words.view(torch.uint8)[2, 5] = 0x7F  # NaN in both formats
-        got = numba_cpu.matmul(x, packed)
+        got = cpu_backend.matmul(x, packed)
         assert torch.isnan(got[0, 2]) and not torch.isnan(got[0, [0, 1, 3]]).any()
         assert rel_err(got[:, [0, 1, 3]], want[:, [0, 1, 3]]) <= 1e-6
 

@@ -6,7 +6,7 @@ Two kernels share one row decoder (`_decode_into`):
   at a time (8 running sums: each vector of weights loaded serves two rows of x, each vector of x
   four weight rows). The decode costs once per weight, not once per row of x.
 - `dequantize_rows` (large M): the same decoder writes a tile of rows as float32 for torch's
-  matmul (numba_cpu keeps the tile bounded and drops it after the call); `dequantize_rows_bf16`
+  matmul (backends.numba keeps the tile bounded and drops it after the call); `dequantize_rows_bf16`
   as bfloat16 for bf16 activations (exact: every value these formats decode to before the row
   or tensor scale is a bfloat16 number).
 
@@ -26,11 +26,11 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-from ._numba_decode import (_I32, _JIT, _f2i, e2m1_select, e4m3_bits, e4m3_fast_div256, e5m2_fast,
+from ._decode import (_I32, _JIT, _f2i, e2m1_select, e4m3_bits, e4m3_fast_div256, e5m2_fast,
                             e8m0)
 
 E5M2, E4M3, NVFP4, MXFP4 = 0, 1, 2, 3
-"""Format ids as numba_cpu passes them (the same as _numba_kernels')."""
+"""Format ids as backends.numba passes them (the same as _kernels')."""
 
 GROUP = 4
 """Weight rows decoded together and met by each pair of x rows: 4 rows x 2 x rows = 8 running

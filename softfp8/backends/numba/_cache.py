@@ -2,10 +2,10 @@
 
 Numba keeps a compiled function with a stamp of the file that defines it (its modification time,
 size and, in numba 0.68, a hash of its bytes) and reuses it while that holds. The kernels here
-are built from several files: a GEMV of `_numba_fp8_rows` inlines decoders of `_numba_decode`
-and emits IR written in `_numba_ir` (`prefetch`, `rows_totals`), so an edit to one of those left
+are built from several files: a GEMV of `_fp8_rows` inlines decoders of `_decode`
+and emits IR written in `_ir` (`prefetch`, `rows_totals`), so an edit to one of those left
 the other files' cached GEMVs as they were: the old code runs, silently (a changed
-`_numba_ir.PREFETCH_LOCALITY` left the FP8 GEMV on prefetcht0 from the cache; numba's own
+`_ir.PREFETCH_LOCALITY` left the FP8 GEMV on prefetcht0 from the cache; numba's own
 tracking of other files, numba PR #8396, is not merged). A checkout that pulls a fix to a
 decoder would keep the old decoder the same way. So every cached kernel of this package carries,
 beside numba's stamp of its own file, a fingerprint of all of them
@@ -23,22 +23,24 @@ import hashlib
 import pathlib
 
 _KERNELS = pathlib.Path(__file__).resolve().parent
-_PATTERN = "_numba_*.py"
+_PATTERN = "_*.py"  # the package's modules but __init__ (which compiles nothing)
 
 
 @functools.lru_cache(maxsize=None)
 def kernel_sources_fingerprint() -> str:
-    """A hash of the name and bytes of every kernel module (backends/_numba_*.py), read once a
+    """A hash of the name and bytes of every kernel module (backends/numba/_*.py), read once a
     process (~0.1 ms)."""
     digest = hashlib.sha256()
     for path in sorted(_KERNELS.glob(_PATTERN)):
+        if path.name == "__init__.py":
+            continue
         digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
     return digest.hexdigest()[:20]
 
 
 def _is_kernel_file(py_file: str) -> bool:
     path = pathlib.Path(py_file).resolve()  # as _KERNELS: a symlinked install path matches too
-    return path.parent == _KERNELS and path.match(_PATTERN)
+    return path.parent == _KERNELS and path.match(_PATTERN) and path.name != "__init__.py"
 
 
 class KernelSourcesLocator:

@@ -3,7 +3,7 @@
 vpermps looks a float up in a 16-float register by the low 4 bits of each lane's index, so a
 code costs one shift (to bring its nibble down; the permute ignores the bits above) and one
 permute, and the multiply-add: 3 vector ops per 16 codes, where the bit-operation decoders of
-_numba_kernels spend 5-6 (their inner loop is issue-bound: 13 Gelem/s single core). The table
+_kernels spend 5-6 (their inner loop is issue-bound: 13 Gelem/s single core). The table
 holds the exact E2M1 values, so this is the select decoder's result bit for bit, with or
 without FTZ/DAZ. LLVM's loop vectoriser cannot produce a register permute from a table lookup
 (it emits a gather), so the row loop is written here as LLVM IR with vector types, inside a
@@ -12,14 +12,14 @@ numba intrinsic, and the kernels around it stay plain numba.
 Layout: int32 words [N, Kp/8] (formats.py), one vector lane per word: a step is 16 consecutive
 words of a row (128 codes), loaded as they lie, no shuffles; x comes rearranged per call so that
 xs[s, j, lane] is the element code j of word 16 s + lane meets (`x_steps`; `row_steps` in one
-compiled pass for float32 x where whole steps cover Kp, as numba_cpu calls it); each lane's block
+compiled pass for float32 x where whole steps cover Kp, as backends.numba calls it); each lane's block
 scale is spread over its words in registers, decoded from its code in the loop where every code
 of the weight allows it (`loop_decodes`, `loop_decodes_e8m0`: the `*_raw` GEMVs), else in a pass
 over each row's scales before it. ROWS rows per pass share each x load. The words
 past the last whole step (rows whose word count is not a multiple of 16) take the bit-operation
-select path per block. x steps of uint16 (bf16 bits, `_numba_dpbf16.x_steps`) compile the same
-drivers to bf16 products instead (`_numba_dpbf16.emit_rows`). Only compiled where numba targets
-AVX-512 (`available()`); numba_cpu falls back to _numba_kernels elsewhere.
+select path per block. x steps of uint16 (bf16 bits, `_dpbf16.x_steps`) compile the same
+drivers to bf16 products instead (`_dpbf16.emit_rows`). Only compiled where numba targets
+AVX-512 (`available()`); backends.numba falls back to _kernels elsewhere.
 """
 from __future__ import annotations
 
@@ -32,12 +32,13 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from . import _numba_dpbf16
-from ._numba_decode import _JIT, e4m3_i32_div256, e8m0_i32
-from ._numba_ir import (PREFETCH_ROWS, numba_targets, prefetch, rows_operands, rows_sig,
+from . import _dpbf16
+from ._decode import _JIT, e4m3_i32_div256, e8m0_i32
+from ._ir import (PREFETCH_ROWS, numba_targets, prefetch, rows_operands, rows_sig,
                         rows_totals, vload)
-from ._numba_kernels import _mx_select, _nv_select
-from ._numba_scales import add_scaled, for_steps, loop_decodes, loop_decodes_e8m0  # noqa: F401
+from ._kernels import _mx_select, _nv_select
+from ._planes import select_planes
+from ._scales import add_scaled, for_steps, loop_decodes, loop_decodes_e8m0  # noqa: F401
 
 LANES = 16
 STEP_CODES = 8 * LANES
@@ -75,7 +76,7 @@ def _emit_rows(context, builder, sig, args, wpb, nrows, codes_of=None):
     chains = 2 if nrows == 1 else 1
     xty = sig.args[4]
     if xty.dtype == types.uint16:  # bf16 activation steps, xs[s, j, lane]
-        accs = _numba_dpbf16.emit_rows(builder, operands, wpb, nrows, chains, codes_of)
+        accs = _dpbf16.emit_rows(builder, operands, wpb, nrows, chains, codes_of)
         return rows_totals(context, builder, sig, accs, ROWS)
     f32, i32 = ir.FloatType(), ir.IntType(32)
     vf, vi = ir.VectorType(f32, LANES), ir.VectorType(i32, LANES)
@@ -265,7 +266,7 @@ def row_steps(x, kp):
     """`x_steps`' xs for x [1, K] float32 (numpy, C-contiguous), zero-padded to kp, a multiple
     of STEP_CODES (no planes then): one compiled pass, where `x_steps` of the padded row spends
     four numpy and torch calls, each 10-50 us right after a GEMV has streamed its weight.
-    Through numba_cpu.matmul, FP4 at 11008 x 4096 and 4096 x 11008: 0.88-1.02 of the time,
+    Through backends.numba.matmul, FP4 at 11008 x 4096 and 4096 x 11008: 0.88-1.02 of the time,
     ~0.95 at the median (docs/decisions.md, CPU)."""
     k = x.shape[1]
     xs = np.empty((kp // STEP_CODES, 8, LANES), np.float32)
@@ -275,18 +276,3 @@ def row_steps(x, kp):
             for j in range(8):
                 xs[s, j, lane] = x[0, first + j] if first + j < k else np.float32(0.0)
     return xs
-
-
-def select_planes(xn, block, step_codes):
-    """The planes xp[j, b] = xn[block * b + j] that the row kernels' select path reads for the
-    blocks past their whole steps of `step_codes` codes (this module's and _numba_pshufb's);
-    when the steps cover xn, an empty [block, 0] array of the same type, which no kernel indexes
-    (right after a GEMV the planes' copy costs ~4 us)."""
-    if xn.shape[0] % step_codes == 0:
-        return _no_planes(block)
-    return np.ascontiguousarray(xn.reshape(-1, block).T)
-
-
-@functools.lru_cache(maxsize=8)
-def _no_planes(block: int) -> np.ndarray:
-    return np.zeros((block, 0), np.float32)

@@ -1,21 +1,21 @@
-"""FP4 block scales in the AVX-512 row loops (_numba_lut, float32 steps, and _numba_dpbf16,
+"""FP4 block scales in the AVX-512 row loops (_lut, float32 steps, and _dpbf16,
 bf16 steps): each step's scales spread over its 16 word lanes and multiplied into the row
 sums, from float32 scales decoded before the loop or from the weight's own codes decoded in it
 (E4M3 for NVFP4, two steps at a time; E8M0 for MXFP4), where every code allows it
-(`loop_decodes`, `loop_decodes_e8m0`; _numba_pshufb takes the first too).
+(`loop_decodes`, `loop_decodes_e8m0`; _pshufb takes the first too).
 """
 from __future__ import annotations
 
 from llvmlite import ir
 from numba.core import cgutils
 
-from ._numba_ir import vload
+from ._ir import vload
 
 LANES = 16
 
 
 def for_steps(builder, s0, s1, intp, srows, wpb, codes_of, step):
-    """IR: step(s, scales) for each step s in [s0, s1) (_numba_lut's rows and _numba_dpbf16's).
+    """IR: step(s, scales) for each step s in [s0, s1) (_lut's rows and _dpbf16's).
     scales is None (`add_scaled` decodes each row's scales for the step), or for NVFP4's E4M3
     codes decoded in the loop (wpb 2, codes_of "e4m3") each row's float32 scale vector for the
     step, decoded together with the other step of its pair: the pair's 16 codes widened and
@@ -106,7 +106,7 @@ def loop_decodes_e8m0(scales) -> bool:
 
 
 def loop_decodes(scales) -> bool:
-    """Whether gemv_nvfp4_raw (here and in _numba_pshufb) takes these NVFP4 scale codes (a torch
+    """Whether gemv_nvfp4_raw (here and in _pshufb) takes these NVFP4 scale codes (a torch
     uint8 tensor): all below 0x7F, i.e. positive and not NaN, as quantize() makes them. Its loop
     decodes the codes itself (`add_scaled`), where gemv_nvfp4 decodes each row's scales in a
     pass before it."""

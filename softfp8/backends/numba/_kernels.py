@@ -1,6 +1,6 @@
 """Numba kernels of the CPU backend: the FP4 GEMVs (M = 1) by bit operations.
 
-Imported only by `numba_cpu.matmul` (never at package import); every function compiles lazily on
+Imported only by `backends.numba.matmul` (never at package import); every function compiles lazily on
 first call and is cached on disk (cache=True), so a second process loads machine code instead of
 compiling. fastmath is {'reassoc', 'contract'} only: it lets LLVM split the K-reduction over
 vector lanes and fuse multiply-adds, and keeps NaN/inf semantics (no nnan/ninf), so NaN and inf
@@ -8,19 +8,19 @@ propagate as in torch's matmul.
 
 Layout (softfp8/formats.py): the FP4 GEMVs read rows as int32 words [N, Kp/8] with one vector
 lane per scale block (x split into planes xp[j, b] = x[block * b + j]); the FP8 GEMVs are in
-_numba_fp8_rows, the M > 1 kernels in _numba_smallm."""
+_fp8_rows, the M > 1 kernels in _smallm."""
 from __future__ import annotations
 
 import numba as nb
 import numpy as np
 
-from ._numba_decode import (
+from ._decode import (
     _E2M1_BITS, _I32, _INLINE, _JIT, _SIGN, _i2f, e2m1_select, e4m3_bits, e4m3_fast_div256,
     e5m2_fast, e8m0, e8m0_i32)
 
 
 # -- fused GEMV (M = 1): decode in registers, rows split into chunks, one prange step each ------
-# (the FP8 GEMVs are _numba_fp8_rows': their loop prefetches, which a numba loop cannot)
+# (the FP8 GEMVs are _fp8_rows': their loop prefetches, which a numba loop cannot)
 
 # FP4: one vector lane per block (NVFP4: 2 words = 16 codes, MXFP4: 4 words = 32 codes), met by
 # the planes xp[j, b] = x[block_codes * b + j]. A lane sums its block's products, then applies the
@@ -181,7 +181,7 @@ def gemv_mxfp4(words, scales, xp, y, chunk, inject):
 
 # -- E4M3_B128 at M > 1: decode a row once into fp32, then reuse it for every activation row ---
 
-# kernel-side format ids (numba_cpu maps Format to these)
+# kernel-side format ids (backends.numba maps Format to these)
 E5M2, E4M3, NVFP4, MXFP4, E4M3_B128 = 0, 1, 2, 3, 4
 
 

@@ -1,8 +1,8 @@
 """FP4 GEMV for AVX2 CPUs: the E2M1 select decode as two 16-entry byte tables (`vpshufb`).
 
-Why: the AVX-512 kernel (_numba_lut) looks codes up with a 16-float permute, which AVX2 lacks (its
+Why: the AVX-512 kernel (_lut) looks codes up with a 16-float permute, which AVX2 lacks (its
 `vpermps` has 8 entries, so the sign would cost three more operations a vector); the bit-operation
-kernels of _numba_kernels decode at ~6 Gelem/s a core with 8 lanes, 0.8-0.97x torch's fp16 mv at
+kernels of _kernels decode at ~6 Gelem/s a core with 8 lanes, 0.8-0.97x torch's fp16 mv at
 11008 x 4096 on a 2-core Zen 3 (docs/decisions.md, CPU (Numba): M = 1). Every E2M1 value is exact
 in bf16, so a code's bf16 bits are two bytes: `vpshufb` looks up 32 codes' high bytes in one
 instruction and their low bytes in another, one byte interleave makes 16 bf16 words, and a shift or
@@ -15,10 +15,10 @@ codes 2i and 2i+1), loaded as they lie; the interleave and the shift/mask place 
 byte i in fp32 vector 4p + q, lane l, by the fixed map `_step_order`, and x comes rearranged per
 call to match (`x_steps`). A vector's lanes 0-3 and 4-7 come from bytes 16 apart, so each lane
 group lies in one scale block (NVFP4 blocks are 8 bytes, MXFP4's 16). One row a pass (ROWS).
-Words past the last whole step take the bit-operation select path per block, as in _numba_lut.
+Words past the last whole step take the bit-operation select path per block, as in _lut.
 NVFP4's E4M3 block scales are decoded a row at a time before its loop, or, where every code is
 positive and not NaN (`loop_decodes`, as quantize() makes them), inside it (`gemv_nvfp4_raw`).
-Written as LLVM IR in a numba intrinsic for the same reason as _numba_lut (LLVM's vectoriser
+Written as LLVM IR in a numba intrinsic for the same reason as _lut (LLVM's vectoriser
 does not make byte-table lookups).
 """
 from __future__ import annotations
@@ -32,17 +32,17 @@ from llvmlite import ir
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from ._numba_decode import _JIT, e4m3_i32_div256, e8m0_i32
-from ._numba_kernels import _mx_select, _nv_select
-from ._numba_ir import (PREFETCH_ROWS, numba_targets, prefetch, rows_operands, rows_sig,
+from ._decode import _JIT, e4m3_i32_div256, e8m0_i32
+from ._kernels import _mx_select, _nv_select
+from ._ir import (PREFETCH_ROWS, numba_targets, prefetch, rows_operands, rows_sig,
                         rows_totals, vload)
-from ._numba_lut import select_planes
-from ._numba_scales import loop_decodes  # noqa: F401  (numba_cpu asks the kernel module)
+from ._planes import select_planes
+from ._scales import loop_decodes  # noqa: F401  (backends.numba asks the kernel module)
 
 STEP_BYTES = 32
 STEP_WORDS = STEP_BYTES // 4
 ROWS = 1
-"""Weight rows a pass. One: the four-row pass of _numba_lut runs out of AVX2's 16 vector
+"""Weight rows a pass. One: the four-row pass of _lut runs out of AVX2's 16 vector
 registers here (measured 2 threads, one row against four a pass: MXFP4 4096x11008 1.67 against
 3.60 ms, NVFP4 1.91 against 2.24)."""
 _E2M1 = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0]
@@ -54,7 +54,7 @@ _LOW = [b & 0xFF for b in _BF16]
 @functools.lru_cache(maxsize=None)
 def available() -> bool:
     """Whether numba compiles for a CPU with AVX2 (`vpshufb` on 32 bytes), by numba's own
-    target choice (_numba_ir.numba_targets); asked once."""
+    target choice (_ir.numba_targets); asked once."""
     return numba_targets("avx2")
 
 
@@ -103,7 +103,7 @@ def _emit_rows(context, builder, sig, args, wpb, nrows, codes_of=None):
                                                     [v for q in (0, 16) for i in range(8)
                                                      for v in (q + 8 * h + i, 32 + q + 8 * h + i)]])
               for h in range(2)]
-    intp, s0, s1, xdata, wrows, srows, ahead = rows_operands(  # as _numba_lut
+    intp, s0, s1, xdata, wrows, srows, ahead = rows_operands(  # as _lut
         context, builder, sig, args, nrows, PREFETCH_ROWS * nrows, codes_of is not None)
     # per row two sums: the vectors of the interleave's low halves (h = 0) and high halves (1),
     # whose lanes lie in different scale blocks for NVFP4
@@ -281,7 +281,7 @@ def gemv_mxfp4(words, scales, xs, xp, y, chunk):
 
 def x_steps(x, block):
     """x [Kp] float32 (numpy, or torch) -> (xs, xp) numpy: xs[s, v, l] = x[64 s + order[v, l]]
-    for the whole steps of 32 bytes (`_step_order`), and `_numba_lut.select_planes` for the
+    for the whole steps of 32 bytes (`_step_order`), and `_lut.select_planes` for the
     remaining blocks. In numpy: torch's gather and copies cost ~0.1 ms a call on 2 cores (they
     start its thread pool), the GEMV at 11008 x 4096 ~1.6 ms."""
     xn = x if isinstance(x, np.ndarray) else x.numpy()

@@ -1,0 +1,81 @@
+"""The Numba CPU backend: parallel kernels that read the packed words and decode in registers.
+
+Strategy by M (rows of activations):
+- M = 1 (GEMV): one fused kernel per format, decode + multiply-add in the same vector loop, rows
+  split over threads (FP8: `_fp8_rows`; FP4: the table kernels `_lut` / AVX-512,
+  `_pshufb` / AVX2, else `_kernels`). This is the batch-1 decoding case; what a
+  call needs of the weight is prepared once per weight (`_gemv`).
+- 1 < M <= `GEMV_ROWS_MAX_M[fmt]`: the GEMV once per row of x (measured faster there).
+- Up to `TILE_MIN_M[fmt]` (bf16 x: `TILE_MIN_M_BF16`): each thread decodes a few weight rows
+  into a cache-resident float32 buffer and takes their dot products with every row of x
+  (`_smallm.smallm_matmul`), so the decode costs once per weight, whatever M.
+- From there on: one bounded tile of rows at a time (`TILE_ELEMENTS`) is dequantised by the same
+  decoder (bf16 x: into a bf16 tile, exact) and multiplied with torch's matmul (oneDNN / MKL),
+  far better blocked for large M than a hand loop.
+
+x is converted to float32 once per call (and zero-padded to the packed K, so the kernels never
+need a tail; bf16 x stays bf16 for the bf16-product kernel and the bf16 tile); y comes back in
+x's dtype.
+Threads: min(numba's and torch's current setting), set for the call where it differs and
+restored after. Numba, and the kernels, load on the first call only.
+"""
+from __future__ import annotations
+
+import torch
+
+from ...dispatch import E2M1Decode, Needs
+from ...formats import Format, PackedWeight
+from ._batch import matmul_b128, matmul_rows
+from ._gemv import gemv
+from ._runtime import loaded, threads_for
+
+NEEDS = Needs(formats=frozenset(Format), device_types=frozenset({"cpu"}), packages=("numba",))
+
+GEMV_ROWS_MAX_M = {Format.E5M2: 4, Format.E4M3: 4, Format.NVFP4: 8, Format.MXFP4: 8}
+"""Up to this many activation rows (per format), one M = 1 GEMV per row of x: the fused GEMVs
+(prefetching IR kernels) read the weight M times and still beat the small-M kernel's one read
+there. `OMP_WAIT_POLICY=passive python benchmarks/cpu_small_m.py --m 1,2,4,8,16 --paths --reps
+5` (4096 x 4096, 2-vCPU Zen 4, load 6, ms, GEMV rows / small-M kernel): M = 2
+E5M2 2.69 / 3.46, E4M3 2.48 / 5.16, NVFP4 2.22 / 6.46, MXFP4 2.58 / 6.59; M = 4 3.72 / 4.17,
+4.08 / 5.95, 3.38 / 7.17, 3.21 / 7.24; M = 8 7.00 / 6.21, 7.95 / 8.08, 6.64 / 9.15, 5.76 / 9.67;
+M = 16 13.87 / 10.05, 16.21 / 11.59, 12.54 / 13.02, 11.56 / 13.24 (FP4 even, left to the
+kernel). docs/decisions.md, CPU: prompts and small batches."""
+
+
+def matmul(x: torch.Tensor, packed: PackedWeight, bias: torch.Tensor | None = None, *,
+           e2m1: E2M1Decode = E2M1Decode.SELECT) -> torch.Tensor:
+    """y = x @ W.T + bias for x [M, K] on the CPU, accumulated in float32, returned in x's dtype."""
+    # Every line here runs right after the previous layer's kernel, where each torch attribute
+    # or call costs 5-50 us (see `_gemv`): the cheapest form of each check is used.
+    if not (x.is_cpu and packed.words.is_cpu):
+        raise ValueError(f"x and packed must be on the cpu for the numba backend, got {x.device} "
+                         f"and {packed.device}")
+    inject = e2m1 is E2M1Decode.INJECT or (
+        e2m1 is not E2M1Decode.SELECT and E2M1Decode(e2m1) is E2M1Decode.INJECT)
+    numba, _, _, numba_threads, _ = loaded()
+    previous = numba_threads()
+    threads = threads_for(previous)
+    if x.requires_grad:
+        x = x.detach()  # the kernels read numpy views
+    if threads == previous:  # the usual case: no setting to change and restore
+        y = _matmul_f32(x, packed, inject, threads)
+    else:
+        numba.set_num_threads(threads)
+        try:
+            y = _matmul_f32(x, packed, inject, threads)
+        finally:
+            numba.set_num_threads(previous)
+    if bias is not None:
+        y += bias.to(torch.float32)
+    return y if x.dtype == torch.float32 else y.to(x.dtype)  # .to of the same dtype: ~1.4 us
+
+
+def _matmul_f32(x: torch.Tensor, packed: PackedWeight, inject: bool, threads: int) -> torch.Tensor:
+    if x.shape[0] == 1:
+        return gemv(x, packed, inject, threads)
+    if packed.fmt is Format.E4M3_B128:
+        return matmul_b128(x, packed, threads)
+    if x.shape[0] <= GEMV_ROWS_MAX_M[packed.fmt]:
+        return torch.cat([gemv(x[i:i + 1], packed, inject, threads)
+                          for i in range(x.shape[0])])
+    return matmul_rows(x, packed, threads)

@@ -1,0 +1,135 @@
+"""The CPU backend at M > 1: the small-M kernel (each weight row decoded once for every row of x)
+below a measured crossover, and from there on one bounded tile of rows at a time dequantised for
+torch's matmul (oneDNN / MKL)."""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from ...formats import Format, PackedWeight
+from ._runtime import chunk_rows, loaded, padded_x
+
+TILE_MIN_M = {Format.E5M2: 256, Format.E4M3: 256, Format.NVFP4: 256, Format.MXFP4: 256}
+"""From this many activation rows on (per format; float32 and float16 x), the large-M path:
+dequantise a tile of rows and multiply with torch's matmul; below it, the small-M kernel
+(_smallm.smallm_matmul). Measured, not guessed: `python benchmarks/cpu_small_m.py --m
+32,64,128,256 --paths --reps 3` (4096 x 4096, 2-vCPU Zen 4, both paths round-robin
+in one process, ms, small / tile): M = 128 E5M2 265 / 358, E4M3 246 / 416, NVFP4 264 / 322,
+MXFP4 252 / 344; M = 256 585 / 581, 650 / 676, 653 / 688, 652 / 682 (even); past it torch's
+sgemm, blocked for large M, pulls ahead (docs/performance.md, CPU: prompts and small batches)."""
+
+TILE_MIN_M_BF16 = {Format.E5M2: 128, Format.E4M3: 128, Format.NVFP4: 128, Format.MXFP4: 128}
+"""The same for bfloat16 x, whose tile is bfloat16 and meets torch's bf16 matmul (AVX-512 BF16
+dot products where the CPU has them): the same command with `--act bf16 --m 16,32,64,128,256`,
+small / tile: M = 64 E5M2 208 / 332, E4M3 268 / 412, NVFP4 254 / 390, MXFP4 184 / 364; M = 128
+355 / 309, 316 / 366, 412 / 432, 416 / 321 (mixed); M = 256 584 / 368, 656 / 294, 644 / 428,
+606 / 412."""
+
+TILE_ELEMENTS = 1 << 22
+"""float32 weights a dequantised tile holds (16 MiB: 1024 rows at K = 4096); one tile a call,
+freed when the call returns, so no full-precision copy of a weight outlives a call."""
+
+_KIND = {Format.E5M2: 0, Format.E4M3: 1, Format.NVFP4: 2, Format.MXFP4: 3, Format.E4M3_B128: 4}
+_NO_TILES = np.ones((1, 1), np.float32)  # decode_matmul's tile scales for the other formats
+_B128_SLAB_ELEMENTS = 1 << 23  # E4M3_B128 from M = 16: 32 MiB of float32 weight a slab
+
+
+def matmul_rows(x: torch.Tensor, packed: PackedWeight, threads: int) -> torch.Tensor:
+    """y [M, N] float32 = x @ W.T for 1 < M (not E4M3_B128): the small-M kernel below the
+    format's TILE_MIN_M, else dequantised tiles for torch's matmul."""
+    S = loaded()[4]
+    n, _ = packed.shape
+    m = x.shape[0]
+    fmt = packed.fmt
+    kp = packed.padded_k
+    fp4 = fmt in (Format.NVFP4, Format.MXFP4)
+    yn = np.empty((m, n), np.float32)  # numpy first: torch.from_numpy is the cheaper pair
+    y = torch.from_numpy(yn)
+    codes = packed.words.view(torch.uint8).numpy()  # [N, Kp] FP8 bytes, [N, Kp/2] FP4 bytes
+    scales = packed.scales.numpy() if fp4 else np.zeros((1, 1), np.uint8)
+    g = np.float32(packed.global_scale.item()) if fmt is Format.NVFP4 else np.float32(1.0)
+    kind = _KIND[fmt]
+    bf16 = x.dtype == torch.bfloat16
+    if m < (TILE_MIN_M_BF16 if bf16 else TILE_MIN_M)[fmt]:
+        xd = _x_decode_order(x, kp, fp4)
+        S.smallm_matmul(kind, codes, scales, g, xd.numpy(), yn, chunk_rows(n, threads))
+        return _row_scaled(y, packed, fp4)
+    rows = tile_rows(n, kp)
+    if bf16:  # bf16 products, as torch's own bf16 matmul: the tile is exact in bf16 (g on y)
+        xd = _x_decode_order(x, kp, fp4, torch.bfloat16)
+        w = torch.empty((rows, kp), dtype=torch.bfloat16)  # the one tile, freed on return
+        decode, gt = S.dequantize_rows_bf16, np.float32(1.0)
+        wn = w.view(torch.uint16).numpy()
+    else:
+        xd = _x_decode_order(x, kp, fp4)
+        w = torch.empty((rows, kp), dtype=torch.float32)
+        decode, gt = S.dequantize_rows, g
+        wn = w.numpy()
+    for start in range(0, n, rows):
+        stop = min(n, start + rows)
+        decode(kind, codes, scales, gt, start, wn[:stop - start])  # one thread: _smallm
+        if bf16:
+            y[:, start:stop] = torch.matmul(xd, w[:stop - start].T)
+        else:
+            torch.matmul(xd, w[:stop - start].T, out=y[:, start:stop])
+    if bf16 and fmt is Format.NVFP4:
+        y *= float(g)
+    return _row_scaled(y, packed, fp4)
+
+
+
+def tile_rows(n: int, kp: int) -> int:
+    """Weight rows a dequantised tile holds for the large-M path: TILE_ELEMENTS / Kp, at least
+    a kernel group's, at most N."""
+    return min(n, max(8, TILE_ELEMENTS // kp))
+
+
+def _x_decode_order(x: torch.Tensor, kp: int, fp4: bool,
+                    dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """x [M, K] as `dtype` [M, Kp], zero-padded, its columns in the order the M > 1 kernels
+    decode a weight row (_smallm: FP4 even k first, then odd k)."""
+    if dtype == torch.float32:
+        xp = padded_x(x, kp)
+    else:
+        xp = torch.zeros((x.shape[0], kp), dtype=dtype)
+        xp[:, :x.shape[1]] = x
+    if not fp4:
+        return xp.contiguous()
+    m = xp.shape[0]
+    return xp.view(m, kp // 2, 2).transpose(1, 2).reshape(m, kp)
+
+
+def matmul_b128(x: torch.Tensor, packed: PackedWeight, threads: int) -> torch.Tensor:
+    """E4M3_B128 at M > 1: each weight row decoded once with its tile scales
+    (_kernels.decode_matmul) and used for every row of x; from M = 16, slabs of decoded
+    rows for torch's sgemm. (The small-M kernels of the other formats don't take tile scales.)"""
+    K = loaded()[1]
+    n, _ = packed.shape
+    m, kp = x.shape[0], packed.padded_k
+    yn = np.empty((m, n), np.float32)
+    y = torch.from_numpy(yn)
+    codes = packed.words.view(torch.uint8).numpy()
+    no_scales, g = np.zeros((1, 1), np.uint8), np.float32(1.0)
+    tiles, kind = packed.scales.numpy(), _KIND[Format.E4M3_B128]
+    xp = padded_x(x, kp)
+    if m < 16:
+        no_w = np.zeros((0, kp), np.float32)
+        K.decode_matmul(kind, codes, no_scales, g, tiles, xp.numpy(), yn, no_w, 0, n,
+                        chunk_rows(n, threads), False)
+        return y
+    no_x = np.zeros((0, kp), np.float32)
+    rows = max(1, _B128_SLAB_ELEMENTS // kp)
+    for start in range(0, n, rows):
+        stop = min(n, start + rows)
+        w = torch.empty((stop - start, kp), dtype=torch.float32)
+        K.decode_matmul(kind, codes, no_scales, g, tiles, no_x, yn, w.numpy(), start, stop,
+                        chunk_rows(stop - start, threads), False)
+        torch.matmul(xp, w.T, out=y[:, start:stop])
+    return y
+
+
+def _row_scaled(y: torch.Tensor, packed: PackedWeight, fp4: bool) -> torch.Tensor:
+    if not fp4 and packed.fmt is not Format.E4M3_B128 and packed.scales is not None:
+        y *= packed.scales
+    return y
+
