@@ -30,7 +30,7 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 import softfp8  # noqa: E402
-from softfp8 import dispatch, ops  # noqa: E402
+from softfp8 import _needs, ops  # noqa: E402
 from softfp8.backends import triton as tb  # noqa: E402
 
 
@@ -81,7 +81,7 @@ def main() -> None:
     w16 = w.half()
     print(f"# {torch.cuda.get_device_name()}  torch {torch.__version__}  host {os.cpu_count()} "
           f"cpus; the fastest of {args.rounds} interleaved rounds of {args.calls} calls")
-    real = dispatch._installed
+    real = _needs._installed
     cells = {"fp16 F.linear": lambda: F.linear(x, w16)}
     for fmt in ("e5m2", "e4m3", "nvfp4"):
         p = softfp8.quantize(w, fmt)
@@ -90,11 +90,11 @@ def main() -> None:
 
         def uncached(fn):  # the package check as before 079437d: find_spec on every call
             def call():
-                dispatch._installed = _uncached
+                _needs._installed = _uncached
                 try:
                     fn()
                 finally:
-                    dispatch._installed = real
+                    _needs._installed = real
             return call
         lin = (lambda p=p: softfp8.linear(x, p))
         cells[f"{fmt} softfp8.linear"] = lin

@@ -19,7 +19,7 @@ import time
 
 import torch
 
-from .capability import Check, DeviceReport, Runtime
+from ._report import Check, DeviceReport, Runtime
 
 _INJECT_SCALE = 2.0 ** 126
 _EXPECTED_BITS = (0x3F000000, 0xBF000000)  # +0.5, -0.5

@@ -11,10 +11,11 @@ at a time (a Python loop over the handful of candidates only), so peak memory st
 """
 from __future__ import annotations
 
-import enum
 
 import torch
 
+from ._choices import ParsedEnum
+from ._encode import encode_minifloat
 from .decode import decode_e4m3_to_f32, decode_e5m2_to_f32
 from .formats import E4M3_ELEMENT, Format, MinifloatSpec
 
@@ -35,7 +36,7 @@ MXFP4_EXPONENT_STEPS = (-1, 1)
 ROW_SHRINK = (0.97, 0.94, 0.9, 0.85)
 
 
-class ScaleMethod(str, enum.Enum):
+class ScaleMethod(ParsedEnum):
     """How `quantize` chooses scales; its lower-case string (``"mse"``) works wherever one is
     expected."""
 
@@ -47,22 +48,9 @@ class ScaleMethod(str, enum.Enum):
     reconstruction error. Never a larger error than absmax for any block or row; a few times the
     work of absmax at quantization time, nothing at decode time."""
 
-    def __str__(self) -> str:
-        return self.value
-
     @classmethod
-    def parse(cls, value: "ScaleMethod | str", *, arg: str = "scales") -> "ScaleMethod":
-        """`value` as a ScaleMethod; an unknown one raises ValueError naming the valid ones."""
-        if isinstance(value, cls):
-            return value
-        if isinstance(value, str):
-            try:
-                return cls(value.lower())
-            except ValueError:
-                pass
-        valid = ", ".join(repr(m.value) for m in cls)
-        raise ValueError(f"{arg}={value!r} is not a scale method; expected one of {valid} "
-                         "(or None for the format's default)")
+    def _words(cls) -> tuple[str, str, str]:
+        return "scales", "a scale method", " (or None for the format's default)"
 
 
 # The measured choice per format (docs/quality.md): the search pays for FP4, where each block has
@@ -161,8 +149,6 @@ def row_scale_error(w: torch.Tensor, scales: torch.Tensor, element: MinifloatSpe
 def encode_saturating(x: torch.Tensor, element: MinifloatSpec) -> torch.Tensor:
     """`element` codes of x, finite values past the max saturating to it (E5M2's own encoder
     turns them into inf; a shrunk row scale puts a row's largest values there on purpose)."""
-    from .quantize import encode_minifloat
-
     top = element.max_finite
     return encode_minifloat(torch.where(torch.isfinite(x), x.clamp(-top, top), x), element)
 
@@ -179,6 +165,4 @@ def search_row_scales(w: torch.Tensor, absmax_scales: torch.Tensor, amax: torch.
 
 
 def _encode_e4m3(x: torch.Tensor) -> torch.Tensor:
-    from .quantize import encode_minifloat
-
     return encode_minifloat(x, E4M3_ELEMENT)

@@ -19,7 +19,6 @@ routing policy below is data too:
 """
 from __future__ import annotations
 
-import enum
 import importlib
 import importlib.util
 import operator
@@ -30,125 +29,20 @@ from types import ModuleType
 
 import torch
 
+from ._choices import ActivationQuant, Backend, E2M1Decode
+from ._choices import ParsedEnum as _Choice  # noqa: F401  (the choices' base, by its old name)
 from ._env import check_environment, raw_reader, raw_readers
 from .capability import CapabilityReport, DeviceReport, probe
 from .formats import Format
+from ._needs import Needs  # noqa: F401  (backends' NEEDS are Needs; named here too)
 
 BACKEND_ENV = "SOFTFP8_BACKEND"
 E2M1_DECODE_ENV = "SOFTFP8_E2M1_DECODE"
 ACTIVATION_QUANT_ENV = "SOFTFP8_ACTIVATION_QUANT"
 
 
-class _Choice(str, enum.Enum):
-    def __str__(self) -> str:
-        return self.value
-
-    @classmethod
-    def parse(cls, value: "str | _Choice", *, arg: str):
-        if isinstance(value, cls):
-            return value
-        if isinstance(value, str):
-            try:
-                return cls(value.strip().lower())
-            except ValueError:
-                pass
-        valid = ", ".join(repr(m.value) for m in cls)
-        raise ValueError(f"{arg}={value!r} is not valid; expected one of {valid}")
-
-
-class Backend(_Choice):
-    """Which implementation runs a linear. Its lower-case string works wherever one is expected."""
-
-    AUTO = "auto"
-    """The fastest backend that is correct on this machine (the probe decides)."""
-    NATIVE = "native"
-    """torch float8 dtypes and torch._scaled_mm, on GPUs with FP8 units."""
-    TRITON = "triton"
-    """Triton kernels that decode the packed codes in registers; any GPU Triton supports."""
-    CUDA = "cuda"
-    """CUDA C kernels compiled at run time by NVRTC (CuPy), decoding to float32 in registers:
-    NVIDIA GPUs Triton can't reach (compute capability below 7.0, or Triton missing/failing)."""
-    NUMBA = "numba"
-    """Numba-compiled parallel CPU kernels."""
-    TORCH = "torch"
-    """The pure-torch reference (dequantize + matmul): any device, the correctness oracle."""
-
-
-class E2M1Decode(_Choice):
-    """How FP4 E2M1 codes are decoded inside a kernel."""
-
-    AUTO = "auto"
-    """Injection where the probe measured that denormals survive on that path, else select."""
-    INJECT = "inject"
-    """Exponent injection and one multiply by 2^126: fewer instructions, wrong where FTZ/DAZ."""
-    SELECT = "select"
-    """Build the normalised float directly: exact everywhere."""
-
-
-class ActivationQuant(_Choice):
-    """Whether a backend may quantize the activations (W8A8) as well as the weights."""
-
-    ALLOW = "allow"
-    """Backends that quantize activations (native FP8) may run where auto finds them faster."""
-    FORBID = "forbid"
-    """Weight-only backends only: activations keep their dtype, as in the reference."""
-
-
 class BackendUnavailable(RuntimeError):
     """An explicitly requested backend can't run here; the message says what is missing."""
-
-
-@dataclass(frozen=True)
-class Needs:
-    """What a backend requires of the machine; `why_not` explains a refusal in words."""
-
-    formats: frozenset[Format]
-    device_types: frozenset[str]
-    min_capability: tuple[int, int] | None = None  # CUDA compute capability; ROCm is exempt
-    packages: tuple[str, ...] = ()
-
-    def why_not(self, fmt: Format, device: torch.device,
-                capability: tuple[int, int] | None = None) -> str | None:
-        """None if the backend can run `fmt` on `device`, else the reason in words."""
-        if fmt not in self.formats:
-            return f"it does not implement {fmt}"
-        if device.type not in self.device_types:
-            kinds = ", ".join(sorted(self.device_types))
-            need = ""  # name the capability too: "cuda" alone hides what the GPU must have
-            if self.min_capability is not None:
-                need = f" of compute capability {'.'.join(map(str, self.min_capability))} or newer"
-            return f"it runs on {kinds} devices{need}, not {device.type}"
-        for package in self.packages:
-            if not _installed(package, importlib.util.find_spec):
-                return (f"the package {package!r} is not installed "
-                        f"(pip install {_PIP_NAMES.get(package, package)})")
-        if (self.min_capability is not None and capability is not None
-                and capability < self.min_capability):
-            need = ".".join(map(str, self.min_capability))
-            have = ".".join(map(str, capability))
-            return f"it needs compute capability {need} or newer, this GPU has {have}"
-        return None
-
-
-_PIP_NAMES = {"cupy": "cupy-cuda12x, or cupy-cuda13x where torch's CUDA is 13; "
-                      "Pascal and Volta need 12"}
-"""What to pip install for an import name, where the two differ."""
-
-_FOUND: set = set()
-
-
-def _installed(package: str, find_spec) -> bool:
-    """Whether `package` can be imported. Backends ask on every call (their NEEDS check), and
-    find_spec stats the file system each time (40-90 us: more than a whole GEMV), so a package
-    found once is remembered, per finder function (another finder, such as a test's stand-in,
-    asks afresh). A missing package is asked again each time: it may be installed meanwhile."""
-    key = (package, find_spec)
-    if key in _FOUND:
-        return True
-    if find_spec(package) is None:
-        return False
-    _FOUND.add(key)
-    return True
 
 
 _MODULES: dict[Backend, str] = {

@@ -15,8 +15,10 @@ from dataclasses import dataclass, replace
 
 import torch
 
+from ._choices import ParsedEnum
 
-class Format(str, enum.Enum):
+
+class Format(ParsedEnum):
     """A packed weight format. Its lower-case string (``"e5m2"``) works wherever one is expected."""
 
     E5M2 = "e5m2"
@@ -32,21 +34,9 @@ class Format(str, enum.Enum):
     (the layout of fine-grained FP8 checkpoints: transformers' ``weight_scale_inv``,
     compressed-tensors ``strategy: block``)."""
 
-    def __str__(self) -> str:  # "e5m2", not "Format.E5M2", in messages and reprs
-        return self.value
-
     @classmethod
-    def parse(cls, value: "Format | str", *, arg: str = "fmt") -> "Format":
-        """`value` as a Format; an unknown name raises ValueError naming `arg` and the valid names."""
-        if isinstance(value, cls):
-            return value
-        if isinstance(value, str):
-            try:
-                return cls(value.lower())
-            except ValueError:
-                pass
-        valid = ", ".join(repr(f.value) for f in cls)
-        raise ValueError(f"{arg}={value!r} is not a softfp8 format; expected one of {valid}")
+    def _words(cls) -> tuple[str, str, str]:
+        return "fmt", "a softfp8 format", ""
 
 
 class ScaleKind(str, enum.Enum):

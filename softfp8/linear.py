@@ -3,39 +3,10 @@ from __future__ import annotations
 
 import torch
 
+from ._checks import check_linear_args
 from .dispatch import ActivationQuant, Backend, E2M1Decode
 from .formats import PackedWeight
 from .ops import run_linear
-
-ACTIVATION_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
-
-
-def check_linear_args(x: object, packed: object, bias: object) -> None:
-    """Raise TypeError/ValueError naming the argument for anything a backend must not see."""
-    if not isinstance(packed, PackedWeight):
-        raise TypeError(f"packed: expected a PackedWeight (from softfp8.quantize), "
-                        f"got {type(packed).__name__}")
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(f"x: expected a torch.Tensor, got {type(x).__name__}")
-    if x.dtype not in ACTIVATION_DTYPES:
-        raise TypeError(f"x: expected float32, float16 or bfloat16 activations, got {x.dtype}")
-    n, k = packed.shape
-    if x.dim() < 1 or x.shape[-1] != k:
-        raise ValueError(f"x: expected a last dimension of {k} (the weight's in_features), "
-                         f"got shape {tuple(x.shape)}")
-    if x.device != packed.device:
-        raise ValueError(f"x is on {x.device} but the packed weight is on {packed.device}; "
-                         "expected one device")
-    if bias is not None:
-        if not isinstance(bias, torch.Tensor):
-            raise TypeError(f"bias: expected a torch.Tensor or None, got {type(bias).__name__}")
-        if tuple(bias.shape) != (n,):
-            raise ValueError(f"bias: expected shape ({n},), got {tuple(bias.shape)}")
-        if not bias.dtype.is_floating_point:
-            raise TypeError(f"bias: expected a floating-point tensor, got {bias.dtype}")
-        if bias.device != packed.device:
-            raise ValueError(f"bias is on {bias.device} but the packed weight is on "
-                             f"{packed.device}; expected one device")
 
 
 def linear(x: torch.Tensor, packed: PackedWeight, bias: torch.Tensor | None = None, *,

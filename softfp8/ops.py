@@ -22,12 +22,11 @@ runs the recorded kernels), so:
 """
 from __future__ import annotations
 
-import functools
-
 import torch
 from torch.utils import _python_dispatch
 
 from . import dispatch
+from ._checks import check_linear_args
 from .formats import PackedWeight
 
 OP_NAME = "softfp8::linear"
@@ -50,7 +49,7 @@ def _packed_linear(x: torch.Tensor, packed: PackedWeight, bias: torch.Tensor | N
     follows a GEMV kernel runs 2-5x slower than alone (its caches evicted; measured on a 2-core
     Zen 3 host, docs/decisions.md), so it is kept short."""
     if not checked:
-        _check_linear_args()(x, packed, bias)
+        check_linear_args(x, packed, bias)
     n, k = packed.shape
     lead = x.shape[:-1]
     x2 = x if x.dim() == 2 and x.is_contiguous() else x.reshape(-1, k).contiguous()
@@ -68,7 +67,7 @@ def record_eager(x: torch.Tensor, packed: PackedWeight, bias: torch.Tensor | Non
     for replays (its module has `eager_call`: the Triton backend, `_fastcall`): (y, the
     recorded call or None where it can't be replayed). None where the chosen backend records
     nothing: the caller runs the ordinary path."""
-    _check_linear_args()(x, packed, bias)
+    check_linear_args(x, packed, bias)
     n, k = packed.shape
     x2 = x if x.dim() == 2 and x.is_contiguous() else x.reshape(-1, k).contiguous()
     if x2.shape[0] == 0:
@@ -80,13 +79,6 @@ def record_eager(x: torch.Tensor, packed: PackedWeight, bias: torch.Tensor | Non
     y, call = record(x2, packed, bias, e2m1=choice.e2m1, readers=dispatch.SETTINGS_READERS,
                      y_shape=(*x.shape[:-1], n))
     return (y if x2 is x else y.reshape(*x.shape[:-1], n)), call
-
-
-@functools.lru_cache(maxsize=None)
-def _check_linear_args():
-    from .linear import check_linear_args  # linear.py imports this module
-
-    return check_linear_args
 
 
 packed_linear = torch.library.custom_op(OP_NAME, mutates_args=())(_linear_impl)

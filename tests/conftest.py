@@ -34,6 +34,18 @@ def triton_backend_or_skip():
     return backend
 
 
+def pytest_collection_modifyitems(config, items):
+    """A run of whole folders (the README's `python -m pytest -q`) leaves the tests marked slow
+    out; naming a file or a test, or any -m, runs what it selects. CI (.ci/run) runs the plain
+    command, then -m slow."""
+    if config.option.markexpr or not all(os.path.isdir(str(a).split("::")[0]) for a in config.args):
+        return
+    slow = [item for item in items if item.get_closest_marker("slow") is not None]
+    if slow:
+        config.hook.pytest_deselected(items=slow)
+        items[:] = [item for item in items if item.get_closest_marker("slow") is None]
+
+
 @pytest.fixture
 def flush_denormals():
     """FTZ/DAZ on for the test's duration (x86 with SSE3; skip where torch can't set it)."""
@@ -43,3 +55,15 @@ def flush_denormals():
         yield
     finally:
         torch.set_flush_denormal(False)
+
+
+def diagonal(xs, ys):
+    """pytest params for every pair (x, y) of two parameter lists: the pairs of a diagonal, which
+    take each x and each y at least once, in a plain run; the rest of the cross product marked
+    slow (`-m slow`, which CI runs). For pairs whose two halves test separate code (an
+    architecture's layer names, a format's packing), where the full product adds run time, not
+    coverage, to the run people make after each edit."""
+    xs, ys = list(xs), list(ys)
+    plain = {(i % len(xs), i % len(ys)) for i in range(max(len(xs), len(ys)))}
+    return [pytest.param(x, y, id=f"{x}-{y}", marks=() if (i, j) in plain else pytest.mark.slow)
+            for i, x in enumerate(xs) for j, y in enumerate(ys)]

@@ -366,7 +366,7 @@ def test_ftz_end_to_end_real_registry(flush_denormals, fmt):
 def test_package_check_remembers_a_found_package_per_finder():
     """Needs.why_not runs on every triton matmul: a package found once is not looked up again
     by the same finder; a missing one is asked again each time; another finder asks afresh."""
-    from softfp8.dispatch import _installed
+    from softfp8._needs import _installed
 
     asked = []
 

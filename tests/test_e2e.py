@@ -92,6 +92,7 @@ def test_quantized_llama_state_dict_round_trips_through_safetensors(tiny_llama, 
 REPO = __import__("pathlib").Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.slow  # runs a demo/benchmark script end to end (CI's -m slow run)
 def test_demo_runs_and_writes_its_receipt(tmp_path):
     import json
     import subprocess
@@ -124,6 +125,7 @@ def _make_figures():
     return module
 
 
+@pytest.mark.slow  # runs a demo/benchmark script end to end (CI's -m slow run)
 def test_make_figures_measures_locally_without_a_bench_receipt(tmp_path, capsys):
     assert _make_figures().main(["--quick", "--device", "cpu", "--out", str(tmp_path / "figs"),
                                  "--receipts", str(tmp_path / "none")]) == 0
@@ -167,6 +169,7 @@ def _load_script(name: str):
     return script
 
 
+@pytest.mark.slow  # runs a demo/benchmark script end to end (CI's -m slow run)
 def test_gpu_e2e_script_smoke_on_cpu(tmp_path, monkeypatch, capsys):
     # The H200 script's own logic (build, convert, time, receipt) on a tiny model, eager only.
     import json
@@ -217,6 +220,7 @@ def test_gpu_e2e_generate_warms_up_until_a_pair_records_no_graph(monkeypatch):
         assert warm == {"warmup_pairs": warmup, "graphs_recorded_timed": timed}, recording_pairs
 
 
+@pytest.mark.slow  # runs a demo/benchmark script end to end (CI's -m slow run)
 def test_gpu_e2e_generate_log_calls_counts_the_static_caches(monkeypatch, capsys):
     """--log-calls on a CPU: each call's start line says how many of transformers' static caches
     (one made a call) are still alive; --gc-each-call runs the collector first."""
@@ -233,6 +237,7 @@ def test_gpu_e2e_generate_log_calls_counts_the_static_caches(monkeypatch, capsys
     assert starts[0].endswith("alive: 0 of 0 made") and starts[-1].endswith("alive: 0 of 5 made")
 
 
+@pytest.mark.slow  # runs a demo/benchmark script end to end (CI's -m slow run)
 def test_gpu_e2e_step_smoke_on_cpu(tmp_path, monkeypatch):
     # The decode-step script's own logic on a tiny model: eager steps stand in for the graph
     # (CPU), one row per variant and PDL mode, the receipt.
@@ -271,6 +276,7 @@ def test_gpu_e2e_step_check_catches_a_wrong_step(monkeypatch):
         script.check_and_capture(step, cuda=False)
 
 
+@pytest.mark.slow  # runs a demo/benchmark script end to end (CI's -m slow run)
 def test_gpu_e2e_step_keeps_the_other_rows_when_a_variant_fails(tmp_path, monkeypatch):
     import json
 

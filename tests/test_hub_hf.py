@@ -10,6 +10,7 @@ import sys
 
 import pytest
 import torch
+from conftest import diagonal
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
@@ -75,8 +76,7 @@ def fp_folders(tmp_path_factory):
 
 # -- the round trip ---------------------------------------------------------------------------
 
-@pytest.mark.parametrize("fmt", list(Format))
-@pytest.mark.parametrize("arch", list(ARCHS))
+@pytest.mark.parametrize("arch, fmt", diagonal(ARCHS, Format))
 def test_quantize_on_load_save_and_reload_bit_exact(arch, fmt, fp_folders, ids, tmp_path):
     original, fp_path = fp_folders[arch]
     q = load(fp_path, quantization_config=SoftFP8Config(fmt=fmt, backend="torch"))

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import diagonal
 from hub_support import ARCHS, linear_names, tiny_model, write_dense
 from torch import nn
 
@@ -45,8 +46,7 @@ def assert_bit_identical(a: nn.Module, b: nn.Module):
         assert torch.equal(a(PROMPT).logits, b(PROMPT).logits)
 
 
-@pytest.mark.parametrize("arch", ARCHS)
-@pytest.mark.parametrize("fmt", list(Format))
+@pytest.mark.parametrize("fmt, arch", diagonal(Format, ARCHS))
 def test_quantized_while_loading_equals_quantize_model(arch, fmt, tmp_path):
     model = tiny_model(arch)
     folder = write_dense(model, tmp_path / "m")

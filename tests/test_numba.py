@@ -233,6 +233,7 @@ _CACHE_PROBE = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow  # fresh interpreters compiling into an empty cache (CI's -m slow run)
 def test_second_process_loads_kernels_from_the_disk_cache(tmp_path):
     env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path))
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -258,6 +259,7 @@ _PAIR_PROBE = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow  # fresh interpreters compiling into an empty cache (CI's -m slow run)
 def test_an_edit_to_another_kernel_module_recompiles_cached_kernels(tmp_path):
     """`_fp8_rows._pair` inlines `_decode.e5m2_pair`, from another file: numba alone
     would reload the old code from its disk cache after an edit there (it stamps the defining

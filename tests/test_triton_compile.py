@@ -15,6 +15,9 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 pytest.importorskip("triton")
+# Seven cross-compilations of every variant in subprocesses: minutes of CPU, so CI's `-m slow` run
+# has them; a plain run checks the same kernels in the interpreter (tests/test_triton*.py).
+pytestmark = pytest.mark.slow
 
 TARGETS = [("cuda", "75", 32), ("cuda", "80", 32), ("cuda", "86", 32), ("cuda", "89", 32),
            ("cuda", "90", 32), ("hip", "gfx90a", 64), ("hip", "gfx942", 64)]

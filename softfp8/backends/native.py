@@ -53,7 +53,8 @@ import warnings
 
 import torch
 
-from ..dispatch import E2M1Decode, Needs
+from .._choices import E2M1Decode
+from .._needs import Needs
 from ..formats import Format, PackedWeight
 
 NEEDS = Needs(formats=frozenset({Format.E4M3, Format.E5M2}), device_types=frozenset({"cuda"}),

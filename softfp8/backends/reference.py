@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import torch
 
-from ..dispatch import E2M1Decode, Needs
+from .._choices import E2M1Decode
+from .._needs import Needs
 from ..formats import Format, PackedWeight
 from ..quantize import dequantize_rows
 

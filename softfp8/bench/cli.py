@@ -14,6 +14,7 @@ import torch
 from ..dispatch import Backend
 from ..formats import Format
 from . import clocks, commands, report
+from ._device_arg import _device
 from .model import __doc__ as MODEL_DOC
 from .presets import CPU_PRESET, PRESETS, parse_shape, preset
 from .workload import Settings, l2_bytes
@@ -129,19 +130,6 @@ def build_parser() -> argparse.ArgumentParser:
                            else None, help="comma list of M (prefill default 512,2048; on a "
                            "CPU 128,512)")
     return parser
-
-
-def _device(text: str) -> torch.device:
-    if text == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    device = torch.device(text)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise SystemExit(f"--device={text}: CUDA is not available on this machine")
-    if device.type not in ("cpu", "cuda"):
-        raise SystemExit(f"--device={text}: expected cpu, cuda, cuda:N or auto")
-    if device.type == "cuda" and device.index is None:
-        device = torch.device("cuda", torch.cuda.current_device())
-    return device
 
 
 USER_PATH = ("generate", "calls")

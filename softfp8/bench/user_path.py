@@ -39,7 +39,7 @@ from torch import nn
 
 from ..formats import Format
 from . import report
-from .cli import _device  # --device as every softfp8-bench subcommand reads it
+from ._device_arg import _device
 
 LLAMA_PRESETS = {
     "llama2-7b": dict(hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,

@@ -16,6 +16,7 @@ import sys
 import warnings
 
 REGISTRY = "transformers.quantizers.auto"
+QUANTIZER = "softfp8.hub.hf_quantizer"
 
 
 def register() -> None:
@@ -25,6 +26,10 @@ def register() -> None:
 
 
 def _register_or_warn() -> None:
+    quantizer = sys.modules.get(QUANTIZER)
+    if quantizer is not None and not hasattr(quantizer, "register"):
+        return  # it is importing the registry itself (`from softfp8 import SoftFP8Config` first):
+        # it registers as its last step, once it is whole
     # Raising here would fail the user's `import transformers...`, which has nothing to do with
     # softfp8 (a transformers version whose registry changed, say): say so instead.
     try:

@@ -32,8 +32,9 @@ from transformers.utils.quantization_config import QuantizationConfigMixin
 
 from ..dispatch import Backend, E2M1Decode
 from ..formats import Format
-from ..convert import _skip_patterns, _skip_predicate, quantize_model
+from .._convert import _skip_patterns, _skip_predicate, convert_linears
 from ..modules import _TAG, Linear
+from .._version import __version__
 
 QUANT_METHOD = "softfp8"
 # The transformers releases this integration is tested with (pyproject.toml's `hf` extra): the
@@ -47,7 +48,6 @@ _DTYPE_NAMES = {torch.int32: "I32", torch.uint8: "U8", torch.float32: "F32"}
 
 
 def _version() -> str:
-    from .. import __version__
     return __version__
 
 
@@ -220,8 +220,10 @@ class SoftFP8HfQuantizer(HfQuantizer):
             linears = {n for n, m in model.named_modules() if isinstance(m, nn.Linear)}
             skip = sorted(set(get_keys_to_not_convert(model)) & linears)
         kwargs = {"row_scale": True} if config.row_scale else {}
-        quantize_model(model, config.fmt, skip=skip, backend=config.backend, e2m1=config.e2m1,
-                       progress=False, **kwargs)
+        convert_linears(model, config.fmt, skip=skip, backend=config.backend, e2m1=config.e2m1,
+                        progress=False, **kwargs)
+        # what softfp8.quantize_model adds after its swap (this module is above convert.py)
+        attach_to_pretrained_model(model, skip=skip, backend=config.backend, e2m1=config.e2m1)
         return model
 
     def get_state_dict_and_metadata(self, model, *args, **kwargs):
@@ -436,6 +438,10 @@ def register() -> None:
     if QUANT_METHOD not in auto.AUTO_QUANTIZER_MAPPING:
         auto.register_quantizer(QUANT_METHOD)(SoftFP8HfQuantizer)
 
+
+if "transformers.quantizers.auto" in sys.modules:
+    # imported by this module's own imports: _hf_hook left registering to this module, whole now
+    register()
 
 __all__ = ["QUANT_METHOD", "SoftFP8Config", "SoftFP8HfQuantizer", "attach_to_pretrained_model",
            "check_transformers_version", "describe", "load_pretrained", "register"]

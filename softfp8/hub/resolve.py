@@ -9,7 +9,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from ..convert import _skip_predicate
+from .._convert import _skip_predicate
 from .layouts import CheckpointError
 
 

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import torch
 
-from ...dispatch import E2M1Decode, Needs
+from ..._choices import E2M1Decode
+from ..._needs import Needs
 from ...formats import Format, PackedWeight
 from .._facts import _row_chunks, codes_nan_free, known_fact, remember_fact
 from ._source import GEMV_MAX_M, WARPS, Variant, XKind, codes_per_vector, rows_per_warp

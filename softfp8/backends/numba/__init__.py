@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import torch
 
-from ...dispatch import E2M1Decode, Needs
+from ..._choices import E2M1Decode
+from ..._needs import Needs
 from ...formats import Format, PackedWeight
 from ._batch import matmul_b128, matmul_rows
 from ._gemv import gemv

@@ -23,9 +23,10 @@ import os
 import torch
 
 from ..._env import raw_reader, raw_readers
-from ...dispatch import E2M1Decode, Needs
+from ..._choices import E2M1Decode
+from ..._needs import Needs
 from ...formats import Format, PackedWeight, ScaleKind
-from ...linear import check_linear_args
+from ..._checks import check_linear_args
 from .._facts import (codes_nan_free, known_fact, mx_row_exponents,  # noqa: F401 - re-exported
                       remember_fact)
 from ._fastcall import note_split, record_call, start

@@ -10,7 +10,7 @@ import contextlib
 
 import torch
 
-from ...dispatch import E2M1Decode
+from ..._choices import E2M1Decode
 from . import codes_nan_free, known_fact, remember_fact
 from ._device import device_info
 from ._table import dot_upcast, tiled_config, uses_ptx_decode

@@ -30,7 +30,7 @@ import threading
 import torch
 
 from ..._env import raw_reader
-from ...dispatch import _Choice
+from ..._choices import ParsedEnum as _Choice
 from .._facts import made_apart as _made_apart
 
 SPLITK_REDUCE_ENV = "SOFTFP8_SPLITK_REDUCE"
