@@ -8,14 +8,11 @@ the logical shape), so it round-trips through `torch.save`, safetensors and tran
 """
 from __future__ import annotations
 
-import json
-import operator
-from dataclasses import dataclass
-
 import torch
 from torch import nn
 
 from . import dispatch
+from ._format_tag import TAG_KEY, FormatTag, agreeing
 from ._kept import _KeptCall, _TensorStamp
 from .dispatch import Backend, BackendUnavailable, E2M1Decode
 from .formats import SPECS, Format, PackedWeight, ScaleKind, padded_k
@@ -23,48 +20,6 @@ from .ops import _plain_eager, _replayable, record_eager, run_linear
 from .quantize import quantize
 
 _PACKED_BUFFERS = ("words", "scales", "global_scale")
-_TAG = "_extra_state"  # torch's state_dict key for get_extra_state()
-
-
-@dataclass(frozen=True)
-class FormatTag:
-    """What a saved Linear says about itself: its format and logical (N, K). The padded words
-    can't tell K (K = 253 and 256 pack to the same width), nor E5M2 from E4M3 (both 4 codes a
-    word, both fp32 row scales), so the tag travels with the buffers."""
-
-    fmt: Format
-    out_features: int
-    in_features: int
-
-    def to_tensor(self) -> torch.Tensor:
-        text = json.dumps({"fmt": self.fmt.value, "out_features": self.out_features,
-                           "in_features": self.in_features}, sort_keys=True)
-        return torch.frombuffer(bytearray(text.encode()), dtype=torch.uint8)
-
-    @classmethod
-    def from_tensor(cls, tag: object) -> "FormatTag":
-        """Parse a saved tag; anything else raises ValueError naming `_extra_state`."""
-        expected = ("softfp8's format tag (a 1-D uint8 tensor of JSON: fmt, out_features, "
-                    "in_features)")
-        if not isinstance(tag, torch.Tensor) or tag.dtype != torch.uint8 or tag.dim() != 1:
-            got = (f"{tag.dtype} of shape {tuple(tag.shape)}" if isinstance(tag, torch.Tensor)
-                   else type(tag).__name__)
-            raise ValueError(f"{_TAG}: expected {expected}, got {got}")
-        if tag.device.type == "meta":
-            raise ValueError(f"{_TAG}: expected {expected}, got a tensor on the meta device")
-        try:
-            info = json.loads(tag.cpu().numpy().tobytes().decode())
-            fields = {key: info[key] for key in ("fmt", "out_features", "in_features")}
-            n, k = (operator.index(fields[key]) for key in ("out_features", "in_features"))
-            if isinstance(fields["out_features"], bool) or isinstance(fields["in_features"], bool):
-                raise TypeError("a bool is not a size")
-            fmt = Format.parse(fields["fmt"])
-        except (ValueError, TypeError, KeyError, UnicodeDecodeError) as err:
-            raise ValueError(f"{_TAG}: expected {expected}; could not read it ({err})") from None
-        return cls(fmt, n, k)
-
-    def __str__(self) -> str:
-        return f"{self.fmt} ({self.out_features}, {self.in_features})"
 
 
 def _op_names(fmt: Format | str, backend: Backend | str,
@@ -73,17 +28,6 @@ def _op_names(fmt: Format | str, backend: Backend | str,
     (a bad value raises, naming it) and kept as its value."""
     return (Format.parse(fmt).value, Backend.parse(backend, arg="backend").value,
             E2M1Decode.parse(e2m1, arg="e2m1").value)
-
-
-def _agreeing(arg: str, given, saved):
-    """`given` if the state_dict's tag agrees (or has none), the tag's value if not given."""
-    if given is None and saved is None:
-        raise ValueError(f"{arg}: the state_dict has no format tag ({_TAG}), so {arg} must be "
-                         "given")
-    if given is not None and saved is not None and given != saved:
-        raise ValueError(f"{arg}={given!s}, but the state_dict's {_TAG} says {arg}={saved!s}; "
-                         "expected them to agree")
-    return saved if given is None else given
 
 
 class Linear(nn.Module):
@@ -179,25 +123,25 @@ class Linear(nn.Module):
         dtype, device, presence) and a bad one raises ValueError."""
         if not isinstance(state_dict, dict):
             raise TypeError(f"state_dict: expected a dict, got {type(state_dict).__name__}")
-        known = {prefix + name for name in (*_PACKED_BUFFERS, "bias", _TAG)}
+        known = {prefix + name for name in (*_PACKED_BUFFERS, "bias", TAG_KEY)}
         extra = sorted(key for key in state_dict if key.startswith(prefix) and key not in known)
         if extra:
             raise ValueError(f"state_dict: unexpected keys {extra}; expected only "
                              f"{sorted(known)}")
-        tag = state_dict.get(prefix + _TAG)
+        tag = state_dict.get(prefix + TAG_KEY)
         tag = None if tag is None else FormatTag.from_tensor(tag)
-        fmt = _agreeing("fmt", None if fmt is None else Format.parse(fmt), tag and tag.fmt)
+        fmt = agreeing("fmt", None if fmt is None else Format.parse(fmt), tag and tag.fmt)
         if in_features is not None and (isinstance(in_features, bool) or
                                         not isinstance(in_features, int) or in_features < 1):
             raise TypeError(f"in_features: expected a positive int, got {in_features!r}")
-        in_features = _agreeing("in_features", in_features, tag and tag.in_features)
+        in_features = agreeing("in_features", in_features, tag and tag.in_features)
         words = state_dict.get(prefix + "words")
         if not isinstance(words, torch.Tensor) or words.dim() != 2:
             raise ValueError(f"state_dict: expected a 2-D int32 tensor at {prefix}words, got "
                              f"{type(words).__name__ if words is None else tuple(words.shape)}")
         if tag is not None and words.shape[0] != tag.out_features:
             raise ValueError(f"{prefix}words: {words.shape[0]} rows, but the state_dict's "
-                             f"{_TAG} says out_features={tag.out_features}")
+                             f"{TAG_KEY} says out_features={tag.out_features}")
         spec = SPECS[fmt]
         width = padded_k(in_features, fmt) // spec.codes_per_word
         if words.shape[1] != width:
@@ -386,11 +330,11 @@ class Linear(nn.Module):
         theirs = FormatTag.from_tensor(state)
         mine = FormatTag(self.fmt, self.out_features, self.in_features)
         if theirs.fmt is not mine.fmt:
-            raise ValueError(f"{_TAG}: the state_dict's weight is {theirs} but this Linear is "
+            raise ValueError(f"{TAG_KEY}: the state_dict's weight is {theirs} but this Linear is "
                              f"{mine}; one format's codes read as another's are wrong weights: "
                              f"build the layer with fmt={theirs.fmt.value!r}")
         if theirs != mine:
-            raise ValueError(f"{_TAG}: the state_dict holds a weight of in_features="
+            raise ValueError(f"{TAG_KEY}: the state_dict holds a weight of in_features="
                              f"{theirs.in_features}, out_features={theirs.out_features}, but this "
                              f"Linear has in_features={mine.in_features}, out_features="
                              f"{mine.out_features} ({mine.fmt})")
@@ -399,9 +343,9 @@ class Linear(nn.Module):
                               unexpected_keys, error_msgs):
         # The tag first: an E5M2 row-scaled state has E4M3's shapes and dtypes exactly, so only
         # the tag tells that its codes mean other numbers (or that K differs within the padding).
-        if prefix + _TAG in state_dict:
+        if prefix + TAG_KEY in state_dict:
             try:
-                self._check_tag(state_dict[prefix + _TAG])
+                self._check_tag(state_dict[prefix + TAG_KEY])
             except ValueError as err:
                 error_msgs.append(f"{prefix or 'Linear '}: {err}")
                 return

@@ -33,7 +33,8 @@ from transformers.utils.quantization_config import QuantizationConfigMixin
 from ..dispatch import Backend, E2M1Decode
 from ..formats import Format
 from .._convert import _skip_patterns, _skip_predicate, convert_linears
-from ..modules import _TAG, Linear
+from .._format_tag import TAG_KEY
+from ..modules import Linear
 from .._version import __version__
 
 QUANT_METHOD = "softfp8"
@@ -308,7 +309,7 @@ def _expected_tensors(layer: Linear) -> dict[str, tuple[str, tuple[int, ...]] | 
            if (t := getattr(layer, name)) is not None}
     if layer.bias is not None:
         out["bias"] = None
-    out[_TAG] = ("U8", None)
+    out[TAG_KEY] = ("U8", None)
     return out
 
 
