@@ -33,9 +33,9 @@ from transformers.utils.quantization_config import QuantizationConfigMixin
 from ..dispatch import Backend, E2M1Decode
 from ..formats import Format
 from .._convert import _skip_patterns, _skip_predicate, convert_linears
-from .._format_tag import TAG_KEY
 from ..modules import Linear
 from .._version import __version__
+from ._saved_check import check_saved_checkpoint
 
 QUANT_METHOD = "softfp8"
 # The transformers releases this integration is tested with (pyproject.toml's `hf` extra): the
@@ -45,7 +45,6 @@ REQUIRES = ("softfp8 (pip install softfp8): `import softfp8` before from_pretrai
             "transformers refuses this checkpoint's packed weights (size mismatch).")
 # What every converted layer holds at `<layer>.weight`: see the module docstring.
 GUARD_TEXT = b"softfp8"
-_DTYPE_NAMES = {torch.int32: "I32", torch.uint8: "U8", torch.float32: "F32"}
 
 
 def _version() -> str:
@@ -193,7 +192,7 @@ class SoftFP8HfQuantizer(HfQuantizer):
                 device=old.weight.device, backend=config.backend, e2m1=config.e2m1))
         _untie(model, plan)
         if checkpoint_files:
-            _check_checkpoint(model, plan, [str(f) for f in checkpoint_files])
+            check_saved_checkpoint(model, plan, [str(f) for f in checkpoint_files])
         # The guard bytes at `<layer>.weight` are expected: not reported as unexpected keys.
         guards = {rf"(^|\.){re.escape(name)}\.weight$" for name in plan}
         model._keys_to_ignore_on_load_unexpected = set(
@@ -299,72 +298,6 @@ def _layer_plan(model: nn.Module, config: SoftFP8Config) -> dict[str, tuple[Form
         raise ValueError(f"quantization_config.modules_with_own_format names {strangers}, which "
                          f"{cls} has no nn.Linear of; the checkpoint is for another model")
     return {n: config.layer_spec(n) for n in linears if n not in keep}
-
-
-def _expected_tensors(layer: Linear) -> dict[str, tuple[str, tuple[int, ...]] | None]:
-    """suffix -> (safetensors dtype, shape) of what a checkpoint holds for `layer` (None: any
-    float of the bias's shape; the tag's length varies)."""
-    out = {name: (_DTYPE_NAMES[t.dtype], tuple(t.shape)) for name in ("words", "scales",
-                                                                      "global_scale")
-           if (t := getattr(layer, name)) is not None}
-    if layer.bias is not None:
-        out["bias"] = None
-    out[TAG_KEY] = ("U8", None)
-    return out
-
-
-def _check_checkpoint(model: nn.Module, plan: dict, files: list[str]) -> None:
-    """Every converted layer's tensors in the safetensors headers: present, of the dtype and shape
-    its format needs, and nothing else under its name. (Other files are checked after loading.)"""
-    if not all(f.endswith(".safetensors") for f in files):
-        return
-    from safetensors import safe_open
-
-    found = {}
-    for path in files:
-        with safe_open(path, framework="pt") as handle:
-            for key in handle.keys():
-                piece = handle.get_slice(key)
-                found[key] = (path, piece.get_dtype(), tuple(piece.get_shape()))
-    prefix = getattr(model, "base_model_prefix", "") or ""
-
-    def locate(key: str) -> str | None:  # checkpoints may carry or omit the base model's prefix
-        for candidate in (key, f"{prefix}.{key}", key.removeprefix(f"{prefix}.")):
-            if candidate in found:
-                return candidate
-        return None
-
-    where = ", ".join(sorted({p.rsplit("/", 1)[-1] for p in files}))
-    by_layer = {}
-    for key in found:
-        by_layer.setdefault(key.rpartition(".")[0], []).append(key)
-    for name, (fmt, _) in plan.items():
-        layer = model.get_submodule(name)
-        what = f"{name}, {fmt} ({layer.out_features}, {layer.in_features}),"
-        expected = _expected_tensors(layer)
-        seen = set()
-        for suffix, want in expected.items():
-            key = locate(f"{name}.{suffix}")
-            if key is None:
-                raise ValueError(f"{name}.{suffix}: missing from the checkpoint ({where}); "
-                                 f"config.json's quantization_config makes {what} which needs "
-                                 f"{sorted(expected)}")
-            seen.add(key)
-            path, dtype, shape = found[key]
-            if want is None:
-                ok = dtype.startswith(("F", "BF")) and shape == (layer.out_features,)
-                want_text = f"a float tensor of shape ({layer.out_features},)"
-            else:
-                ok = dtype == want[0] and (want[1] is None and len(shape) == 1 or shape == want[1])
-                want_text = f"{want[0]} of shape {want[1] if want[1] is not None else '(length,)'}"
-            if not ok:
-                raise ValueError(f"{path}: tensor {key}: found {dtype} of shape {shape}; {what} "
-                                 f"expects {want_text}")
-        module_key = locate(f"{name}.words").rpartition(".")[0]
-        extra = sorted(set(by_layer.get(module_key, ())) - seen - {f"{module_key}.weight"})
-        if extra:
-            raise ValueError(f"{found[extra[0]][0]}: tensors {extra} are not part of {what} "
-                             "as config.json's quantization_config describes it")
 
 
 def attach_to_pretrained_model(model: nn.Module, *, skip=None,
