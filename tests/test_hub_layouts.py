@@ -222,7 +222,7 @@ def test_modelopt_writer_agrees_with_compressed_tensors_converter():
                                               dtype=torch.float32),
                         tensors["a.proj.weight_scale"].float(), args=args,
                         global_scale=tensors["a.proj.weight_global_scale"], dtype=torch.float32)
-    ours = softfp8.dequantize(softfp8.hub.layouts.convert(
+    ours = softfp8.dequantize(softfp8.hub.repack.convert(
         softfp8.hub.layouts.detect(Path("."), {"quantization_config": {
             "quant_method": "modelopt", "quant_algo": "NVFP4"}}),
         "a.proj", {"weight": packed, "weight_scale": scale, "weight_scale_2": scale_2},

@@ -22,7 +22,7 @@ from ..dispatch import Backend
 from ..formats import SPECS, Format, PackedWeight
 from ..modules import Linear
 from ..quantize import dequantize, quantize
-from . import layouts
+from . import layouts, repack
 from .layouts import CheckpointError, CheckpointScheme, Layout
 from .resolve import (checked_skip, few, meta_parameters, read_json, resolve_device, resolve_dtype,
                       resolve_folder, shard_files, tied_keys)
@@ -287,7 +287,7 @@ class _Load:
                 raise CheckpointError(f"{self.folder}: {name}.weight is tied to {job.tied}, which "
                                       "the checkpoint does not hold")
         elif job.stored_packed:
-            packed = layouts.convert(self.scheme, name, tensors, shape, job.files, self.device)
+            packed = repack.convert(self.scheme, name, tensors, shape, job.files, self.device)
         else:
             weight = tensors["weight"]
             self._check_dense_weight(name, weight, shape, job.files.get("weight"))
