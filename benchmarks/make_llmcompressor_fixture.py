@@ -139,8 +139,9 @@ def quantize(original: Path, algo: str, scheme: str, calib: list[list[int]], tok
     data = Dataset.from_dict({"input_ids": calib, "attention_mask": [[1] * len(s) for s in calib]})
     # The ids are already tokens of the cut vocabulary; oneshot only insists on having a
     # processor once a dataset is given (it tokenizes nothing that has input_ids).
-    oneshot(model=model, processor=tok, dataset=data, recipe=recipe, num_calibration_samples=len(calib),
-            pipeline="sequential", shuffle_calibration_samples=False)
+    oneshot(model=model, processor=tok, dataset=data, recipe=recipe,
+            num_calibration_samples=len(calib), pipeline="sequential",
+            shuffle_calibration_samples=False)
     model.save_pretrained(out, save_compressed=True)
 
 
