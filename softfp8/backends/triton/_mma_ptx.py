@@ -4,7 +4,8 @@ Operand numbering follows Triton's inline asm: outputs first ($0..), then the in
 The fragment plan, the pairing of codes and x, and why each decode is exact are in `_mma`'s
 docstring (the E4M3 pair decode also builds `_decode.e4m3_to_f16_div256_ptx`); the tests that
 check them bit for bit are in tests/test_mma_ptx.py (the PTX emulator, CI) and
-tests/test_triton.py on a GPU (`test_gpu_every_*_code_*`, `test_gpu_mma_gemv_*`).
+tests/test_triton.py and tests/test_mma_gemv.py on a GPU (`test_gpu_every_*_code_*`,
+`test_gpu_mma_gemv_*`).
 """
 
 
