@@ -13,6 +13,7 @@ lines and the debug sections taken out, for kernels renamed or moved between fil
     python benchmarks/triton_plan_ptx.py --out /tmp/before.json
     python benchmarks/triton_plan_ptx.py --out /tmp/after.json --like /tmp/before.json \\
         --compare /tmp/before.json
+    python benchmarks/triton_plan_ptx.py diff /tmp/before.json /tmp/after.json [--ptx-only]
 
 Compiled results are cached by the kernel's source hash (Triton's `cache_key`, which covers the
 jit functions it calls) and its specialisation, in --cache (default /tmp/softfp8-plan-ptx.json),
@@ -82,8 +83,18 @@ def _weight(fmt: Format, n: int, k: int, nan: bool) -> PackedWeight:
     return packed
 
 
-class _Caught(Exception):
-    pass
+@contextlib.contextmanager
+def _environ(**values):
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 @contextlib.contextmanager
@@ -160,16 +171,14 @@ def launches_for(cc: int, fmt: Format, n: int, k: int, m: int, dtype: str, decod
 
     x = torch.empty((m, k), dtype=DTYPES[dtype])  # never read: nothing runs
     b = torch.empty(n, dtype=DTYPES[dtype]) if bias else None
-    old = os.environ.get("SOFTFP8_FP8_DECODE")
-    os.environ["SOFTFP8_FP8_DECODE"] = decode
-    try:
-        with _as_target(cc) as caught:
-            T.matmul(x, packed, b, e2m1=e2m1)
-    finally:
-        if old is None:
-            del os.environ["SOFTFP8_FP8_DECODE"]
-        else:
-            os.environ["SOFTFP8_FP8_DECODE"] = old
+    import softfp8
+
+    if hasattr(softfp8, "launch_settings"):  # the settings API
+        settings = softfp8.launch_settings(fp8_decode=decode)
+    else:  # before it: the environment, read on every call
+        settings = _environ(SOFTFP8_FP8_DECODE=decode)
+    with settings, _as_target(cc) as caught:
+        T.matmul(x, packed, b, e2m1=e2m1)
     out = []
     for fn, grid, args, kwargs in caught:
         signature, constexprs, attrs, options = _specialise(fn, cc, args, kwargs)
@@ -271,6 +280,9 @@ def main(argv=None) -> int:
                    help="distinct compiles to run (every launch's plan is still written)")
     p.add_argument("--all", action="store_true", help="compile every distinct launch")
     p.add_argument("--like", help="an earlier --out: compile the launches it has the PTX of")
+    p.add_argument("--ptx-only", action="store_true",
+                   help="with --compare: kernels may be renamed or split (the PTX is compared "
+                        "with their names taken out)")
     args = p.parse_args(argv)
     t0 = time.time()
     weights: dict = {}
@@ -335,16 +347,18 @@ def main(argv=None) -> int:
         json.dump(out, f, indent=0, sort_keys=True)
     print(f"wrote {args.out}: {len(out)} launches in {time.time() - t0:.0f} s")
     if args.compare:
-        return compare(args.compare, out)
+        return compare(args.compare, out, args.ptx_only)
     return 0
 
 
-def compare(path: str, now: dict) -> int:
-    """Print every launch whose plan, PTX or normalised PTX differs from `path`'s; 1 if any."""
+def compare(path: str, now: dict, ptx_only: bool = False) -> int:
+    """Print every launch whose plan, PTX or normalised PTX differs from `path`'s; 1 if any.
+    ptx_only: plans may differ in their kernel's name, signature and constexprs (kernels split
+    or renamed), not in the grid; the normalised PTX must not."""
     with open(path) as f:
         before = json.load(f)
     keys = sorted(set(before) | set(now))
-    counts = dict(identical=0, same_norm=0, plan=0, ptx=0, missing=0)
+    counts = dict(identical=0, same_norm=0, plan_only=0, plan=0, ptx=0, missing=0)
     for key in keys:
         a, b = before.get(key), now.get(key)
         if a is None or b is None:
@@ -358,12 +372,19 @@ def compare(path: str, now: dict) -> int:
             else:
                 counts["identical"] += 1
             continue
-        pa = dict(a["plan"], kernel=None)
-        pb = dict(b["plan"], kernel=None)
+        keep = ("grid",) if ptx_only else ("grid", "args", "signature", "attrs")
+        pa = {k: a["plan"].get(k) for k in keep}
+        pb = {k: b["plan"].get(k) for k in keep}
         if pa != pb:
             counts["plan"] += 1
-            diff = {k: (pa.get(k), pb.get(k)) for k in set(pa) | set(pb) if pa.get(k) != pb.get(k)}
+            diff = {k: (pa.get(k), pb.get(k)) for k in keep if pa.get(k) != pb.get(k)}
+            if "args" in diff:
+                da, db = diff["args"]
+                diff["args"] = {k: (da.get(k), db.get(k)) for k in set(da) | set(db)
+                                if da.get(k) != db.get(k)}
             print(f"plan differs: {key}: {diff}")
+        elif "ptx" not in a or "ptx" not in b:
+            counts["plan_only"] += 1
         elif a["ptx"] == b["ptx"]:
             counts["identical"] += 1
         elif a["ptx_norm"] == b["ptx_norm"]:
@@ -371,9 +392,21 @@ def compare(path: str, now: dict) -> int:
         else:
             counts["ptx"] += 1
             print(f"PTX differs: {key}")
-    print(f"{len(keys)} launches: {counts}")
+    print(f"{len(keys)} launches: {counts} (identical / same_norm: the PTX compared, byte for "
+          f"byte / with names and source lines taken out; plan_only: the plan compared, the "
+          f"PTX of neither compiled)")
     return 0 if counts["plan"] == counts["ptx"] == counts["missing"] == 0 else 1
 
 
+def diff_main(argv) -> int:
+    p = argparse.ArgumentParser(description="compare two --out files")
+    p.add_argument("before")
+    p.add_argument("after")
+    p.add_argument("--ptx-only", action="store_true")
+    args = p.parse_args(argv)
+    with open(args.after) as f:
+        return compare(args.before, json.load(f), args.ptx_only)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(diff_main(sys.argv[2:]) if sys.argv[1:2] == ["diff"] else main())

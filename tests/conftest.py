@@ -43,3 +43,14 @@ def flush_denormals():
         yield
     finally:
         torch.set_flush_denormal(False)
+
+
+@pytest.fixture(autouse=True)
+def _launch_settings_from_the_environment():
+    """Each test reads the launch settings' defaults from the environment as it then is (they
+    are read once a process otherwise: `softfp8._settings`), and leaves none behind."""
+    from softfp8 import _settings
+
+    _settings._DEFAULT.clear()
+    yield
+    _settings._DEFAULT.clear()

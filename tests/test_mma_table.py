@@ -144,11 +144,12 @@ def test_mma_gemv_domain():
     assert launch_config(4096, 4096, 1, Format.E5M2, h200, torch.bfloat16).kernel is Kernel.GEMV
 
 
-def test_mma_gemv_not_under_forced_hardware_fp8(monkeypatch):
+def test_mma_gemv_not_under_forced_hardware_fp8():
     h200 = triton_backend.DeviceInfo(sm_count=132, capability=(9, 0), interpreter=False)
-    monkeypatch.setenv(triton_backend.FP8_DECODE_ENV, "hardware")
-    assert launch_config(4096, 4096, 1, Format.E5M2, h200).kernel is Kernel.GEMV
-    assert launch_config(4096, 4096, 1, Format.NVFP4, h200).kernel is Kernel.MMA_GEMV
+    with softfp8.launch_settings(fp8_decode="hardware"):
+        assert launch_config(4096, 4096, 1, Format.E5M2, h200).kernel is Kernel.GEMV
+        assert launch_config(4096, 4096, 1, Format.NVFP4, h200).kernel is Kernel.MMA_GEMV
+    assert launch_config(4096, 4096, 1, Format.E5M2, h200).kernel is Kernel.MMA_GEMV
 
 
 def test_mma_gemv_refuses_what_it_cannot_run():

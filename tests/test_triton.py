@@ -12,6 +12,7 @@ bias alternates. Split-K and every code of every format are covered by their own
 launch rules in test_triton_table.py and test_mma_table.py, DEQUANT in test_triton_dequant.py,
 the MMA GEMV on a GPU in test_mma_gemv.py, the weights' facts in test_facts.py.
 """
+import dataclasses
 import itertools
 import random
 
@@ -258,25 +259,35 @@ def test_const_globals_compare_by_identity_then_by_value():
     assert not (Const(3) != tl.constexpr(3)) and not (Const("ab") != tl.constexpr("a" + "b"))
 
 
-def test_plan_follows_the_settings_environment(monkeypatch):
-    """matmul caches its launch settings by shape, device, dtype and the values of the settings'
-    environment variables: a changed variable gives the settings launch_config etc. give then."""
+def test_plan_follows_the_launch_settings(monkeypatch):
+    """matmul's plan is cached by shape, device, dtype, weight facts and the launch settings in
+    force: other settings give the plan launch_config etc. give under them; the environment
+    gives the defaults, read once (`softfp8._settings`)."""
     h200 = triton_backend.DeviceInfo(sm_count=132, capability=(9, 0), interpreter=False)
-    args = (4096, 4096, 1, Format.E5M2, h200, torch.float16)
+    facts = triton_backend.WeightFacts(has_scale=True, nan_free=True, row_e=False)
+    key = (4096, 4096, 4096, 1, Format.E5M2, h200, torch.float16, False, E2M1Decode.SELECT,
+           facts)
     seen = []
     for wanted in ("auto", "integer", "auto"):
-        monkeypatch.setenv(triton_backend.FP8_DECODE_ENV, wanted)
-        env = tuple(read() for read in triton_backend._PLAN_ENV_READERS)  # as matmul keys it
-        plan = triton_backend._plan(*args, env)
-        assert plan == (launch_config(*args), triton_backend.uses_hardware_fp8(Format.E5M2, h200),
-                        triton_backend.pdl_settings(h200, Format.E5M2, launch_config(*args)))
-        seen.append(plan)
-    assert seen[0][1] and not seen[1][1] and seen[2] == seen[0]  # hardware E5M2 decode, then not
-    monkeypatch.setenv(triton_backend.PDL_ENV, "bogus")
-    env = tuple(read() for read in triton_backend._PLAN_ENV_READERS)
-    for _ in range(2):  # a bad setting raises on every call (errors are not cached)
-        with pytest.raises(ValueError):
-            triton_backend._plan(*args, env)
+        with softfp8.launch_settings(fp8_decode=wanted) as settings:
+            plan = triton_backend.plan(*key, settings)
+            cfg = launch_config(4096, 4096, 1, Format.E5M2, h200, torch.float16)
+            assert plan.cfg == cfg and plan.hw_fp8 == triton_backend.uses_hardware_fp8(
+                Format.E5M2, h200)
+            assert dict(plan.options)["PDL"] == triton_backend.pdl_settings(
+                h200, Format.E5M2, cfg)[0]
+            seen.append(plan)
+    assert seen[0] is seen[2]  # cached
+    assert seen[0].hw_fp8 and not seen[1].hw_fp8  # the E5M2 cvt, then the integer decode
+    t4 = dataclasses.replace(h200, capability=(7, 5))
+    for _ in range(2):  # a setting the device can't honour raises on every call (not cached)
+        with softfp8.launch_settings(fp8_decode="hardware") as settings:
+            with pytest.raises(ValueError, match="hardware"):
+                triton_backend.plan(*key[:5], t4, *key[6:], settings)
+    before = softfp8._settings.current()
+    monkeypatch.setenv(triton_backend.PDL_ENV, "off")
+    assert softfp8._settings.current() is before  # read once
+    assert softfp8._settings.reload_environment().pdl == "off"
 
 
 def test_depth_is_only_the_mma_gemv_setting():

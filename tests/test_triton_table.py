@@ -53,18 +53,21 @@ def test_launch_table_is_deterministic_and_splits_small_n():
         Format.E5M2, triton_backend.DeviceInfo(80, (8, 0), False))
 
 
-def test_fp8_decode_env_forces_integer_or_refuses(monkeypatch):
+def test_fp8_decode_setting_forces_integer_or_refuses(monkeypatch):
     h200 = triton_backend.DeviceInfo(sm_count=132, capability=(9, 0), interpreter=False)
     t4 = triton_backend.DeviceInfo(sm_count=40, capability=(7, 5), interpreter=False)
-    monkeypatch.setenv(triton_backend.FP8_DECODE_ENV, "integer")
-    assert not triton_backend.uses_hardware_fp8(Format.E5M2, h200)
-    monkeypatch.setenv(triton_backend.FP8_DECODE_ENV, "hardware")
-    assert triton_backend.uses_hardware_fp8(Format.E5M2, h200)
-    with pytest.raises(ValueError, match="SOFTFP8_FP8_DECODE=hardware.*8.9"):
-        triton_backend.uses_hardware_fp8(Format.E5M2, t4)
-    monkeypatch.setenv(triton_backend.FP8_DECODE_ENV, "fast")
-    with pytest.raises(ValueError, match="'auto', 'integer', 'hardware'"):
-        triton_backend.uses_hardware_fp8(Format.E5M2, h200)
+    assert triton_backend.uses_hardware_fp8(Format.E5M2, h200)  # auto: the cvt for E5M2
+    with softfp8.launch_settings(fp8_decode="integer"):
+        assert not triton_backend.uses_hardware_fp8(Format.E5M2, h200)
+    with softfp8.launch_settings(fp8_decode="hardware"):
+        assert triton_backend.uses_hardware_fp8(Format.E5M2, h200)
+        with pytest.raises(ValueError, match="SOFTFP8_FP8_DECODE=hardware.*8.9"):
+            triton_backend.uses_hardware_fp8(Format.E5M2, t4)
+    with pytest.raises(ValueError, match="fp8_decode='fast'.*'auto', 'integer', 'hardware'"):
+        softfp8.launch_settings(fp8_decode="fast").__enter__()
+    monkeypatch.setenv(triton_backend.FP8_DECODE_ENV, "fast")  # the default's variable, read
+    with pytest.raises(ValueError, match="SOFTFP8_FP8_DECODE='fast'.*'auto', 'integer'"):
+        softfp8._settings.reload_environment()
 
 
 def test_pdl_settings(monkeypatch):
@@ -79,15 +82,22 @@ def test_pdl_settings(monkeypatch):
     assert m1.ring and triton_backend.pdl_settings(h200, Format.E5M2, m1) == (1, 0)
     assert not dot.ring and triton_backend.pdl_settings(h200, Format.E5M2, dot) == (2, 0)
     assert triton_backend.pdl_settings(a100, Format.E5M2, m1) == (0, 0)
-    monkeypatch.setenv(triton_backend.PDL_ENV, "off")
-    assert triton_backend.pdl_settings(h200, Format.NVFP4) == (0, 0)
+    with softfp8.launch_settings(pdl="off"):
+        assert triton_backend.pdl_settings(h200, Format.NVFP4) == (0, 0)
+    with softfp8.launch_settings(pdl="early", pdl_prefetch=32768):
+        assert triton_backend.pdl_settings(h200, Format.E5M2) == (1, 32768)
+        assert triton_backend.pdl_settings(a100, Format.E5M2) == (0, 0)
+    with pytest.raises(ValueError, match="pdl='sometimes'"):
+        softfp8.launch_settings(pdl="sometimes").__enter__()
+    with pytest.raises(ValueError, match="multiple of 16"):
+        softfp8.launch_settings(pdl="late", pdl_prefetch=100).__enter__()
     monkeypatch.setenv(triton_backend.PDL_ENV, "sometimes")
     with pytest.raises(ValueError, match="SOFTFP8_PDL='sometimes'"):
-        triton_backend.pdl_settings(h200, Format.E5M2)
+        softfp8._settings.reload_environment()
     monkeypatch.setenv(triton_backend.PDL_ENV, "late")
     monkeypatch.setenv(triton_backend.PDL_PREFETCH_ENV, "100")
-    with pytest.raises(ValueError, match="multiple of 16"):
-        triton_backend.pdl_settings(h200, Format.E5M2)
+    with pytest.raises(ValueError, match="SOFTFP8_PDL_PREFETCH='100'.*multiple of 16"):
+        softfp8._settings.reload_environment()
 
 
 def test_table_from_a_sweep_receipt_overrides_exact_shapes(tmp_path, monkeypatch):
@@ -99,19 +109,23 @@ def test_table_from_a_sweep_receipt_overrides_exact_shapes(tmp_path, monkeypatch
     path = tmp_path / "sweep.json"
     path.write_text(json.dumps({"best": [row]}))
     builtin = launch_config(4096, 4096, 1, Format.E5M2, h200)
-    monkeypatch.setenv(triton_backend.TABLE_ENV, str(path))
+    with softfp8.launch_settings(table=str(path)):
+        assert launch_config(4096, 4096, 1, Format.E5M2, h200) == LaunchConfig(
+            Kernel.SMALL_M, 16, 64, 256, 2, 4, 3)
+        assert launch_config(4096, 4096, 1, Format.E5M2, h200, torch.float32) != LaunchConfig(
+            Kernel.SMALL_M, 16, 64, 256, 2, 4, 3)  # the sweep timed fp16 activations only
+        assert launch_config(4096, 4096, 2, Format.E5M2, h200) != LaunchConfig(
+            Kernel.SMALL_M, 16, 64, 256, 2, 4, 3)
+        assert builtin != launch_config(4096, 4096, 1, Format.E5M2, h200)
+    monkeypatch.setenv(triton_backend.TABLE_ENV, str(path))  # the default, read once
+    assert softfp8._settings.reload_environment().table == str(path)
     assert launch_config(4096, 4096, 1, Format.E5M2, h200) == LaunchConfig(
         Kernel.SMALL_M, 16, 64, 256, 2, 4, 3)
-    assert launch_config(4096, 4096, 1, Format.E5M2, h200, torch.float32) != LaunchConfig(
-        Kernel.SMALL_M, 16, 64, 256, 2, 4, 3)  # the sweep timed fp16 activations only
-    assert launch_config(4096, 4096, 2, Format.E5M2, h200) != LaunchConfig(
-        Kernel.SMALL_M, 16, 64, 256, 2, 4, 3)
-    assert builtin != launch_config(4096, 4096, 1, Format.E5M2, h200)
     bad = tmp_path / "bad.json"
     bad.write_text("{}")
-    monkeypatch.setenv(triton_backend.TABLE_ENV, str(bad))
-    with pytest.raises(ValueError, match="SOFTFP8_TRITON_TABLE.*sweep receipt"):
-        launch_config(4096, 4096, 1, Format.E5M2, h200)
+    with softfp8.launch_settings(table=str(bad)):
+        with pytest.raises(ValueError, match="SOFTFP8_TRITON_TABLE.*sweep receipt"):
+            launch_config(4096, 4096, 1, Format.E5M2, h200)
 
 
 @pytest.mark.parametrize("name, value, expected", [

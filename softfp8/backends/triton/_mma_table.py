@@ -9,6 +9,7 @@ import dataclasses
 import torch
 
 from ...formats import Format
+from ..._settings import LaunchSettings
 from ._device import DeviceInfo, Kernel, LaunchConfig, fp8_decode_wanted
 
 
@@ -49,7 +50,7 @@ against 124-131 in the bench, much of that gap from a bench warm-up too short, s
 
 
 def uses_mma_gemv(n: int, k: int, m: int, fmt: Format, info: DeviceInfo,
-                  x_dtype: torch.dtype) -> bool:
+                  x_dtype: torch.dtype, settings: LaunchSettings | None = None) -> bool:
     """Whether launch_config picks Kernel.MMA_GEMV: within its domain, FP4 at M <= 16 (M = 9..16 in
     one program a row block, the weights decoded once for both halves of x's rows: WIDE) and the
     8-bit formats at M <= 4 (M <= 8 for small weights, MMA_FP8_M8_MAX_CODES; E5M2 small weights
@@ -58,7 +59,7 @@ def uses_mma_gemv(n: int, k: int, m: int, fmt: Format, info: DeviceInfo,
     (depth 2); vocabulary heads only at M = 1 (MMA_FP8_MAX_N) unless on the shared-memory ring
     (`_fp8_ring`: M <= 4 from sm_90). At M = 5..8 the runs are 64 bytes long and lose to the dot
     kernel on large shapes, not on small ones. Not for 8-bit codes under
-    SOFTFP8_FP8_DECODE=hardware: its decode is the integer one. At M = 9..16 FP4 wide beat two
+    fp8_decode="hardware" (`softfp8.launch_settings`): its decode is the integer one. At M = 9..16 FP4 wide beat two
     groups by 9-68% on llama3-8b's shapes (head, gate_up, qkv); E5M2 wide beat the dot kernel
     on qkv and o by 2-6% and lost on down and the head, E4M3 lost on qkv (the dot kernel
     stays)."""
@@ -66,7 +67,7 @@ def uses_mma_gemv(n: int, k: int, m: int, fmt: Format, info: DeviceInfo,
     if fmt in (Format.E5M2, Format.E4M3) and (
             (m > 4 and not small) or (m > MMA_MAX_M and fmt is not Format.E5M2)
             or (m > 1 and n >= MMA_FP8_MAX_N and not _fp8_ring(m, info))
-            or fp8_decode_wanted() == "hardware"):
+            or fp8_decode_wanted(settings) == "hardware"):
         return False
     return mma_gemv_runs(k, m, fmt, info, x_dtype)
 

@@ -2,31 +2,22 @@
 use programmatic dependent launch -- a small deterministic table keyed on (N, K, M, device),
 every entry measured where a measurement exists (the docstrings say where and what) and
 reasoned where not. `launch_config` is the table; a sweep receipt can override it for exact
-shapes (SOFTFP8_TRITON_TABLE). Kernel.MMA_GEMV's own settings are in `_mma_table`, the types
+shapes (`LaunchSettings.table`, default SOFTFP8_TRITON_TABLE). Kernel.MMA_GEMV's own settings are in `_mma_table`, the types
 and device facts in `_device`. Pure Python: nothing here imports Triton.
 """
 from __future__ import annotations
 
 import functools
 import json
-import os
 
 import torch
 
-from ..._env import SETTINGS
+from ..._settings import TABLE_ENV, LaunchSettings, current
 from ...formats import Format
 from ._device import DeviceInfo, Kernel, LaunchConfig
 from ._mma_table import mma_config, uses_mma_gemv
 
 
-PDL_ENV = "SOFTFP8_PDL"
-"""auto | off | early | late: programmatic dependent launch on NVIDIA sm_90+ (a kernel starts,
-and may pull its first weight bytes toward L2, while the previous one finishes). early: the
-next kernel may launch as soon as this one starts; late: once this one's main loop is done.
-GPUs before sm_90 have no PDL. auto = `pdl_auto`."""
-PDL_PREFETCH_ENV = "SOFTFP8_PDL_PREFETCH"
-"""Overrides the bytes of each program's weights prefetched to L2 before the PDL wait (a
-multiple of 16; 0 = none)."""
 _PDL_MODES = {"off": 0, "early": 1, "late": 2}
 
 
@@ -52,19 +43,18 @@ def pdl_auto(fmt: Format, cfg: LaunchConfig | None = None) -> tuple[str, int]:
     return ("early", 0) if ring_m1 else ("late", 0)
 
 
-def pdl_settings(info: DeviceInfo, fmt: Format,
-                 cfg: LaunchConfig | None = None) -> tuple[int, int]:
+def pdl_settings(info: DeviceInfo, fmt: Format, cfg: LaunchConfig | None = None,
+                 settings: LaunchSettings | None = None) -> tuple[int, int]:
     """(PDL mode: 0 off, 1 early, 2 late; prefetch bytes) for launches of `cfg` (auto: by
-    format where not given) on this device."""
-    wanted = SETTINGS[PDL_ENV].check(os.environ.get(PDL_ENV) or "auto")  # `_env.SETTINGS`
+    format where not given) on this device, under `settings` (default: the current ones)."""
+    settings = settings or current()
     auto_mode, auto_bytes = pdl_auto(fmt, cfg)
-    if wanted == "auto":
-        wanted = auto_mode
-    raw = SETTINGS[PDL_PREFETCH_ENV].check(os.environ.get(PDL_PREFETCH_ENV) or str(auto_bytes))
+    wanted = auto_mode if settings.pdl == "auto" else settings.pdl
+    prefetch = auto_bytes if settings.pdl_prefetch is None else settings.pdl_prefetch
     if info.capability is None or info.capability < (9, 0) or info.interpreter:
         return 0, 0
     mode = _PDL_MODES[wanted]
-    return mode, int(raw) if mode else 0
+    return mode, prefetch if mode else 0
 
 
 DEQUANT_MIN_M = 512
@@ -87,13 +77,6 @@ stream and event calls). Measured on the H200, M = 2048, llama3-8b (docs/decisio
 prefill; graph / eager x fp16): 16 MiB slabs (2048 rows at K = 4096, 512 at
 14336) gave E4M3 0.853 / 0.431 at the vocabulary head and 0.732 / 0.465 at down (4096 x 14336);
 4096 rows at K = 4096 (32 MiB) 0.888 / 0.791, 2048 at K = 14336 0.923 / 0.949."""
-
-TABLE_ENV = "SOFTFP8_TRITON_TABLE"
-"""Path to a sweep receipt (`benchmarks/sweep_gemv.py --out FILE`, run on your GPU): its fastest
-setting per (N, K, M, format) replaces the built-in table's for fp16/bf16 activations of exactly
-those shapes. For tuning a GPU the table was not measured on, and for trying a sweep's winners
-before they go into the table."""
-
 
 @functools.lru_cache(maxsize=4)
 def _table_from_sweep(path: str) -> dict:
@@ -131,7 +114,8 @@ against 13.3-13.4 / 12.5 unsplit; 28672 x 4096 at M = 5 and 8: unsplit 33.1-34.2
 
 
 def launch_config(n: int, k: int, m: int, fmt: Format, info: DeviceInfo,
-                  x_dtype: torch.dtype = torch.float16) -> LaunchConfig:
+                  x_dtype: torch.dtype = torch.float16,
+                  settings: LaunchSettings | None = None) -> LaunchConfig:
     """The launch table, keyed on (N, K, M, device). Measured on the H200
     (benchmarks/sweep_gemv.py, integer FP8 decode, fp16 activations; docs/decisions.md):
     - M = 1, 8-bit, N >= 8192, where tl.dot has tensor cores: the dot kernel with one 16-row x
@@ -160,7 +144,8 @@ def launch_config(n: int, k: int, m: int, fmt: Format, info: DeviceInfo,
     The interpreter gets large tiles and few programs, since it pays per program, not per byte
     (and no DEQUANT: the tests run it explicitly).
     """
-    table = os.environ.get(TABLE_ENV)
+    settings = settings or current()
+    table = settings.table
     if table and x_dtype != torch.float32 and not info.interpreter:
         cfg = _table_from_sweep(table).get((n, k, m, fmt.value))
         if cfg is not None:
@@ -176,7 +161,7 @@ def launch_config(n: int, k: int, m: int, fmt: Format, info: DeviceInfo,
     if m >= (DEQUANT_MIN_M if fp8 else DEQUANT_MIN_M_FP4) and not info.interpreter:
         rows = max(DEQUANT_MIN_SLAB_ROWS, DEQUANT_SLAB_BYTES // (k * x_dtype.itemsize) // 128 * 128)
         return LaunchConfig(Kernel.DEQUANT, 1, min(rows, n), 512, num_warps=4, num_stages=1)
-    if uses_mma_gemv(n, k, m, fmt, info, x_dtype):
+    if uses_mma_gemv(n, k, m, fmt, info, x_dtype, settings):
         return mma_config(n, k, m, fmt, info)
     if m == 1 and fp8 and n >= 8192 and not fma_dot and not info.interpreter:
         cfg = LaunchConfig(Kernel.SMALL_M, 16, 64 if n >= 16384 else 32, 256, num_warps=4,
