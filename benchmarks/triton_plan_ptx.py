@@ -220,6 +220,7 @@ def _normalise(ptx: str, name: str) -> str:
     """The PTX without what a rename or a move between files changes: the kernel's name, the
     source locations (`.loc`, `.file`) and the debug sections."""
     ptx = re.sub(r"^\s*\.(loc|file)\b.*\n", "", ptx, flags=re.M)
+    ptx = re.sub(r"^\$L__(func|tmp)\w*:.*\n", "", ptx, flags=re.M)  # debug-info labels
     ptx = re.sub(r"^\s*\.section\s+\.debug_\w+\s*\{.*?^\s*\}\s*\n", "", ptx, flags=re.M | re.S)
     ptx = re.sub(r"\$L__(func|info|tmp|pubNames|pubTypes)\w*", "", ptx)
     return ptx.replace(name, "KERNEL")

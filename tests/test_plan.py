@@ -10,6 +10,7 @@ import softfp8
 from softfp8 import _settings
 from softfp8.backends.triton import (DeviceInfo, Kernel, LaunchConfig, WeightFacts, launch_config,
                                      plan, plan_for_config)
+from softfp8.backends.triton._mma_table import MMA_KERNELS
 from softfp8.dispatch import E2M1Decode
 from softfp8.formats import Format, padded_k
 
@@ -67,6 +68,13 @@ def test_every_plan_of_every_device_is_one_its_kernel_runs(device):
         if p.cfg.kernel is Kernel.MMA_GEMV:
             assert cap >= (8, 0) and dtype == torch.float16 and m <= 16 and fmt in (
                 Format.E5M2, Format.E4M3, Format.NVFP4, Format.MXFP4)
+            # each kernel of the family takes its own constexprs: the others' fixed values
+            fixed = MMA_KERNELS[p.kernel]
+            assert not set(fixed) & set(o), (p.kernel, o)
+            o = dict(dict(RING=0, RUNS=0, TILES=2, DEPTH=1, WHOLE=False, ROW_E=False,
+                          X_IN_STEP=False, WIDE=False, ZERO=True), **o)
+            assert p.kernel == ("mma_ring_kernel" if o["RING"] else "mma_runs_kernel"
+                                if o["RUNS"] else "mma_tile_kernel")
             rows = p.cfg.block_n
             assert (p.grid[0] // o["GROUPS"]) * rows >= n and o["GROUPS"] * p.cfg.block_m >= m
             assert o["WARPS"] == o["num_warps"] == p.cfg.num_warps and p.aligned_x
@@ -80,7 +88,7 @@ def test_every_plan_of_every_device_is_one_its_kernel_runs(device):
             if o["ROW_E"] or p.row_e:
                 assert o["ROW_E"] == p.row_e and fmt is Format.MXFP4 and facts.row_e
                 assert not o["NAN"] and o["DEPTH"] == 1 and not o["RING"]
-            assert not (o["WHOLE"] and (o["ZERO"] or not o["RING"]))
+            assert not (o["WHOLE"] and not o["RING"])
             assert not (o["X_IN_STEP"] and (o["RING"] or o["DEPTH"] == 2))
         elif p.cfg.kernel is Kernel.GEMV:
             assert p.kernel == "gemv_kernel" and p.grid[0] * p.cfg.block_n >= n

@@ -136,7 +136,7 @@ def _launch(x: torch.Tensor, packed: PackedWeight, bias: torch.Tensor | None, p:
             e2m1: E2M1Decode, e_rows: torch.Tensor | None) -> torch.Tensor:
     """Allocate and launch `p` on arguments `_check` has passed. e_rows: MXFP4's rows'
     exponents where the plan asks for them (`Plan.row_e`)."""
-    from . import _kernels as K_, _mma
+    from . import _fma, _kernels as K_, _mma
 
     if not_current_device(x):
         with torch.cuda.device(x.device):
@@ -162,7 +162,7 @@ def _launch(x: torch.Tensor, packed: PackedWeight, bias: torch.Tensor | None, p:
     last = cnt is not None  # else splitk_reduce_kernel adds the parts (or there is no split)
     if split > 1:
         note_split(ws, last)
-    fn = _mma.mma_gemv_kernel if p.kernel == "mma_gemv_kernel" else getattr(K_, p.kernel)
+    fn = getattr(_mma if p.kernel.startswith("mma_") else _fma, p.kernel)
     start(fn, p.grid, (x, w, s, g, b, y, ws, cnt if last else w, *p.sizes),
           dict(p.options, LAST=last))
     if split > 1 and not last:

@@ -119,7 +119,7 @@ def _remember_row_ranges(packed, dtype, info, bounds):
 def _exact_pass(x, packed, has_bias, e2m1, w, s, g, b, y, info, rb, sb, has_scale, bounds):
     """dot_kernel over every output tile with FIX: only row blocks flagged in `info` compute.
     Tiles as launch_config's TILED kernel (`tiled_config`)."""
-    from . import _kernels as K_
+    from . import _fma
 
     m, k = x.shape
     n = packed.shape[0]
@@ -128,7 +128,7 @@ def _exact_pass(x, packed, has_bias, e2m1, w, s, g, b, y, info, rb, sb, has_scal
     cfg = tiled_config(m, packed.fmt, dev, fma_dot)
     step = cfg.block_k * packed.spec.bits // 8
     per_split = -(-rb // step) * step
-    K_.dot_kernel[(-(-n // cfg.block_n), -(-m // cfg.block_m), 1)](
+    _fma.dot_kernel[(-(-n // cfg.block_n), -(-m // cfg.block_m), 1)](
         x, w, s, g, b, y, info, w, m, n, k, rb, sb, per_split,
         FMT=packed.fmt.value, HAS_SCALE=has_scale, HAS_BIAS=has_bias,
         INJECT=e2m1 is E2M1Decode.INJECT, HW=False, ASM=uses_ptx_decode(dev, False),

@@ -270,7 +270,7 @@ def _tile_asm(fmt: str, wide: bool = False, inject: bool = False, nan: bool = Tr
 
 
 # Loads below: zero=True fills what a predicate leaves unloaded with zeros, for steps whose tiles
-# use them (a K range that ends inside a step, rows past N). zero=False (`mma_gemv_kernel`'s
+# use them (a K range that ends inside a step, rows past N). zero=False (the `_mma` kernels'
 # ZERO = 0, whole steps only) leaves those registers as they were: the only loads switched off
 # are then the prefetch past the K range, which no tile reads, and rows past N, whose sums
 # are never stored. Saves the zeroing (20 of ~510 instructions a step for FP4 on sm_90).

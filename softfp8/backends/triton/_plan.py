@@ -22,7 +22,7 @@ from ...formats import SPECS, Format, ScaleKind
 from ._device import DeviceInfo, Kernel, LaunchConfig, uses_hardware_fp8
 from ._mma_flags import mma_ring_whole, mma_x_in_step
 from ._mma_table import (MMA_GROUPS_MAX_M, MMA_RING_STAGES, MMA_WIDE_M, mma_gemv_runs, mma_layout,
-                         mma_ring_fits, mma_zero_fill)
+                         mma_kernel_name, mma_ring_fits, mma_zero_fill)
 from ._table import launch_config, pdl_settings, uses_ptx_decode
 
 REDUCE_BLOCK = 256
@@ -200,5 +200,6 @@ def _mma_plan(cfg, n, k, padded_k, m, fmt, info, dtype, has_bias, inject, facts,
                    NAN=nan, DEPTH=cfg.depth, GROUPS=groups, WIDE=wide, INJECT=inject,
                    RING=cfg.ring, ZERO=zero, WHOLE=whole, X_IN_STEP=x_in_step, ROW_E=row_e,
                    **launch)
-    return Plan(kernel="mma_gemv_kernel", grid=grid, options=tuple(options.items()),
+    kernel, options = mma_kernel_name(options)  # the family's kernel, its own constexprs
+    return Plan(kernel=kernel, grid=grid, options=tuple(options.items()),
                 tiles=grid[0], row_e=row_e, aligned_x=True, asm=asm, nan=nan, **common)
