@@ -175,3 +175,19 @@ def test_a_replay_checks_the_launch_settings():
     with softfp8.launch_settings(pdl="off"):
         assert read() != before
     assert read() == before
+
+
+def test_every_row_of_the_tile_table_is_some_launch_s():
+    """`_table.TILE_RULES` has no dead row: each is the first to hold for some device, format,
+    shape, M and dtype (and `launch_rule` names it)."""
+    from softfp8.backends.triton._table import TILE_RULES, launch_rule
+
+    seen = {launch_rule(n, k, m, fmt, info, dtype)
+            for info, fmt, (n, k), m, dtype in itertools.product(
+                DEVICES.values(), Format, SHAPES + [(16384, 4096), (8192, 4096)], MS, DTYPES)}
+    assert seen == {rule for rule, _, _ in TILE_RULES}
+    t4 = DEVICES["sm_75"]
+    assert launch_rule(4096, 4096, 1, Format.NVFP4, t4) == (
+        "the FP4 GEMV to 4096 rows: 8 x 2048, 8 warps")
+    assert launch_config(4096, 4096, 1, Format.NVFP4, t4) == LaunchConfig(
+        Kernel.GEMV, 1, 8, 2048, 1, num_warps=8)  # 512 row blocks fill 40 SMs: no split

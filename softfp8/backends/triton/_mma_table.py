@@ -60,10 +60,10 @@ def uses_mma_gemv(n: int, k: int, m: int, fmt: Format, info: DeviceInfo,
     (depth 2); vocabulary heads only at M = 1 (MMA_FP8_MAX_N) unless on the shared-memory ring
     (`_fp8_ring`: M <= 4 from sm_90). At M = 5..8 the runs are 64 bytes long and lose to the dot
     kernel on large shapes, not on small ones. Not for 8-bit codes under
-    fp8_decode="hardware" (`softfp8.launch_settings`): its decode is the integer one. At M = 9..16 FP4 wide beat two
-    groups by 9-68% on llama3-8b's shapes (head, gate_up, qkv); E5M2 wide beat the dot kernel
-    on qkv and o by 2-6% and lost on down and the head, E4M3 lost on qkv (the dot kernel
-    stays)."""
+    fp8_decode="hardware" (`softfp8.launch_settings`): its decode is the integer one. At
+    M = 9..16 FP4 wide beat two groups by 9-68% on llama3-8b's shapes (head, gate_up, qkv);
+    E5M2 wide beat the dot kernel on qkv and o by 2-6% and lost on down and the head, E4M3 lost
+    on qkv (the dot kernel stays)."""
     small = n * k <= MMA_FP8_M8_MAX_CODES
     if fmt in (Format.E5M2, Format.E4M3) and (
             (m > 4 and not small) or (m > MMA_MAX_M and fmt is not Format.E5M2)

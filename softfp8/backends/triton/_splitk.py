@@ -19,7 +19,7 @@ that could run at the same time never share one: a region for each (device, stre
 on one stream run in order (under PDL the kernels count after griddepcontrol.wait, when the
 previous kernel has finished; Triton's interpreter: a region a thread). Where a launch has
 more tiles than a region, the regions are used up, the stream is capturing, or
-splitk_reduce="kernel" (`softfp8.launch_settings`), the launcher runs `splitk_reduce_kernel` as before.
+splitk_reduce="kernel" (`softfp8.launch_settings`), the launcher runs `splitk_reduce_kernel`.
 """
 from __future__ import annotations
 
