@@ -53,7 +53,8 @@ def parse_args(argv=None):
                    help="after timing, each variant's kernels under torch.profiler (10 replays): "
                         "the TOP by device time a step")
     p.add_argument("--pdl-modes", default="",
-                   help="comma list of SOFTFP8_PDL modes (off, late, early): each format's step "
+                   help="comma list of PDL modes (off, late, early: launch_settings(pdl=)): "
+                        "each format's step "
                         "captured once per mode, same model, same process (default: as set)")
     p.add_argument("--tiny", action="store_true", help="a 2-layer model (tests of this script)")
     p.add_argument("--json", default="", help="receipt path")
@@ -220,11 +221,12 @@ def main(argv=None) -> int:
         forward = torch.compile(model, fullgraph=True) if args.compile else model
         for mode in (modes if modes and variant != "fp16" else [None]):
             label = variant if mode is None else f"{variant}/pdl={mode}"
-            if mode is not None:  # read when the step's kernels are launched, i.e. captured
-                os.environ["SOFTFP8_PDL"] = mode
+            # planned when the step's kernels are launched, i.e. captured
+            settings = {} if mode is None else {"pdl": mode}
             try:
-                step = Step(model, forward, args, torch, transformers)
-                err = check_and_capture(step, cuda)
+                with softfp8.launch_settings(**settings):
+                    step = Step(model, forward, args, torch, transformers)
+                    err = check_and_capture(step, cuda)
             except Exception as exc:  # one variant's failure must not lose the others' rows
                 failed[label] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
                 print(f"# {label}: FAILED: {failed[label]}", flush=True)

@@ -46,7 +46,8 @@ def rel_err(y, ref):
 
 def run_tests() -> dict:
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-           "tests/test_triton_tile_scales.py", "tests/test_triton.py", "-k",
+           "tests/test_triton_tile_scales.py", "tests/test_triton.py",
+           "tests/test_triton_dequant.py", "-k",
            "e4m3_b128 or tile_scales or test_triton_tile_scales"]
     t0 = time.time()
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)

@@ -22,7 +22,6 @@ import os
 import pstats
 import sys
 import time
-from unittest import mock
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
@@ -45,14 +44,16 @@ def round_us(fn, calls):
     return dt / calls * 1e6
 
 
-def with_env(fn, **env):
-    """fn, run by fastest_us with the environment variables `env` set (read per call)."""
-    fn.env = env
+def with_settings(fn, **settings):
+    """fn, run by fastest_us under `softfp8.launch_settings(**settings)`."""
+    fn.settings = settings
     return fn
 
 
 def _in_env(fn, calls):
-    with mock.patch.dict(os.environ, getattr(fn, "env", {})):  # restored after, as it was
+    import softfp8
+
+    with softfp8.launch_settings(**getattr(fn, "settings", {})):
         return round_us(fn, calls)
 
 
@@ -105,10 +106,10 @@ def main() -> None:
                                                     p.fmt.value, n, k, None, "auto", "auto"))
         cells[f"{fmt} triton matmul"] = (lambda p=p: tb.matmul(x, p))
         if fmt == "nvfp4":  # split 2 at 4096 x 4096 on the H200: the reduce kernel's launch
-            cells[f"{fmt} triton matmul, reduce kernel"] = with_env(
-                lambda p=p: tb.matmul(x, p), **{tb.SPLITK_REDUCE_ENV: "kernel"})
-            cells[f"{fmt} softfp8.Linear, reduce kernel"] = with_env(
-                lambda m=module: m(x), **{tb.SPLITK_REDUCE_ENV: "kernel"})
+            cells[f"{fmt} triton matmul, reduce kernel"] = with_settings(
+                lambda p=p: tb.matmul(x, p), splitk_reduce="kernel")
+            cells[f"{fmt} softfp8.Linear, reduce kernel"] = with_settings(
+                lambda m=module: m(x), splitk_reduce="kernel")
     with torch.no_grad():  # as generate() runs
         best = fastest_us(cells, args.calls, args.rounds)
     for label, us in best.items():

@@ -31,7 +31,7 @@ from triton.backends.compiler import GPUTarget  # noqa: E402
 
 import triton_compile_worker as worker  # noqa: E402
 from triton_compile_worker import ALU_OPS, FMA_OPS, loop_ops, opcode  # noqa: E402
-from softfp8.backends.triton import DeviceInfo, _mma  # noqa: E402
+from softfp8.backends.triton import DeviceInfo  # noqa: E402
 from softfp8.backends.triton._mma_flags import mma_x_in_step  # noqa: E402
 from softfp8.formats import Format  # noqa: E402
 
@@ -61,7 +61,7 @@ def main() -> None:
     for kv in args.set:
         name, value = kv.split("=", 1)
         c[name] = int(value)
-    k = triton.compile(worker.source(_mma.mma_gemv_kernel, c, "fp16"),
+    k = triton.compile(worker.source(worker.MMA_GEMV, c, "fp16"),
                        target=GPUTarget("cuda", args.arch, 32),
                        options=dict(num_warps=c["WARPS"], num_stages=1))
     regs, spills = worker.resources("cuda", args.arch, k)  # ptxas: every wheel has it

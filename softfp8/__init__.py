@@ -8,6 +8,7 @@ from .convert import QuantizeSummary, quantize_model
 from .modules import Linear
 from .quantize import ScaleMethod, dequantize, quantize
 from ._version import __version__
+from ._settings import LaunchSettings, launch_settings
 
 # transformers learns quant_method "softfp8" when it loads its quantizer registry, not now:
 # importing softfp8 never imports transformers (softfp8/hub/_hf_hook.py says how).
@@ -18,8 +19,9 @@ _install_transformers_hook()
 
 
 __all__ = ["ActivationQuant", "Backend", "BackendUnavailable", "CapabilityReport", "E2M1Decode",
-           "Format", "Linear", "PackedWeight", "QuantizeSummary", "ScaleMethod", "SoftFP8Config", "dequantize",
-           "from_pretrained", "linear", "probe", "quantize", "quantize_model", "save_pretrained"]
+           "Format", "LaunchSettings", "Linear", "PackedWeight", "QuantizeSummary", "ScaleMethod",
+           "SoftFP8Config", "dequantize", "from_pretrained", "launch_settings", "linear", "probe",
+           "quantize", "quantize_model", "save_pretrained"]
 
 
 def __getattr__(name: str):

@@ -67,3 +67,14 @@ def diagonal(xs, ys):
     plain = {(i % len(xs), i % len(ys)) for i in range(max(len(xs), len(ys)))}
     return [pytest.param(x, y, id=f"{x}-{y}", marks=() if (i, j) in plain else pytest.mark.slow)
             for i, x in enumerate(xs) for j, y in enumerate(ys)]
+
+
+@pytest.fixture(autouse=True)
+def _launch_settings_from_the_environment():
+    """Each test reads the launch settings' defaults from the environment as it then is (they
+    are read once a process otherwise: `softfp8._settings`), and leaves none behind."""
+    from softfp8 import _settings
+
+    _settings._DEFAULT.clear()
+    yield
+    _settings._DEFAULT.clear()

@@ -298,6 +298,21 @@ def test_gpu_a_changed_setting_is_not_replayed(monkeypatch):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+def test_gpu_a_call_recorded_under_other_launch_settings_is_not_replayed():
+    layer = _layer(Format.E5M2)
+    x = torch.randn(1, 4096, device="cuda", dtype=torch.float16)
+    with torch.no_grad():
+        layer(x)
+        (kept,) = layer.__dict__["_eager_calls"].values()
+        with softfp8.launch_settings(pdl="off", fp8_decode="integer"):
+            assert kept.call.launch(x) is None
+            torch.testing.assert_close(layer(x), softfp8.linear(x, layer.packed, layer.bias,
+                                                                backend="torch"))
+        assert kept.call.launch(x) is not None
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
 @pytest.mark.parametrize("fmt", list(Format), ids=str)
 def test_gpu_a_recorded_call_captures_into_a_cuda_graph(fmt):
     layer = _layer(fmt, 4096, 11008)

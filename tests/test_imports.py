@@ -19,12 +19,6 @@ PACKAGE = "softfp8"
 
 # Areas under refactoring on other branches (issue 49, item 6): their own internal cycles are
 # expected to go with that work. A cycle that leaves an area is never excused.
-IN_PROGRESS = {  # area -> (module prefixes..., why its cycle is excused for now)
-    "triton": ("softfp8.backends.triton",
-               "backends/triton/__init__ <-> _dequant: the Triton backend's split by family "
-               "(issue 49 item 6) moves the shared facts out of the package module"),
-}
-
 LEAVES = ("softfp8._choices", "softfp8._needs", "softfp8._report", "softfp8._version")
 """Modules below everything else: they import no softfp8 module at all."""
 
@@ -139,13 +133,6 @@ def one_cycle(graph: dict[str, dict[str, int]], group: list[str]) -> str:
     raise AssertionError(f"{group} is no cycle")
 
 
-def _area(group: list[str]) -> str | None:
-    for area, (*prefixes, _why) in IN_PROGRESS.items():
-        if all(m.startswith(tuple(prefixes)) for m in group):
-            return area
-    return None
-
-
 def test_the_graph_sees_imports_at_every_level():
     graph = import_graph()
     assert "softfp8.ops" in graph["softfp8.linear"]  # at the top
@@ -163,16 +150,7 @@ def test_cycles_are_found_and_named():
 
 def test_no_import_cycles():
     graph = import_graph()
-    found = [one_cycle(graph, g) for g in cycles(graph) if _area(g) is None]
-    assert not found, "import cycles:\n" + "\n".join(found)
-
-
-@pytest.mark.parametrize("area", [
-    pytest.param(area, marks=pytest.mark.xfail(strict=False, reason=why))
-    for area, (*_prefixes, why) in IN_PROGRESS.items()])
-def test_no_import_cycles_in_areas_being_refactored(area):
-    graph = import_graph()
-    found = [one_cycle(graph, g) for g in cycles(graph) if _area(g) == area]
+    found = [one_cycle(graph, g) for g in cycles(graph)]
     assert not found, "import cycles:\n" + "\n".join(found)
 
 

@@ -2,7 +2,7 @@
 every format, against the reference decoders in float64. CI has no GPU, so this is where the
 asm blocks' decode, the pairing of codes with x, the scale handling (NVFP4 folded into the fp16
 pairs, MXFP4's shared exponent across the four lanes of an mma) and the fragment plan of both
-mappings are checked; the GPU tests (test_triton.py, `-m gpu`) run the same text on hardware.
+mappings are checked; the GPU tests (test_mma_gemv.py, `-m gpu`) run the same text on hardware.
 """
 import numpy as np
 import pytest

@@ -1,7 +1,7 @@
 """The shared-memory ring's PTX (`_mma_ring`) on the PTX emulator (CI has no GPU): each lane's
 copies of a step (codes of 4 rows, their scale words, x) land where its reads find them, for two
 stages at once, with switched-off copies reading back as zeros and each scale taken from its
-byte offset inside the aligned word. The GPU tests (test_triton.py, `ring`) run the kernel.
+byte offset inside the aligned word. The GPU tests (test_mma_gemv.py, `ring`) run the kernel.
 """
 import numpy as np
 import pytest

@@ -22,11 +22,11 @@ ENV = triton_backend.SPLITK_REDUCE_ENV
 
 def _both(x, packed, bias, cfg, monkeypatch):
     """(y by the last programs, y by splitk_reduce_kernel), and the device's counters after."""
-    monkeypatch.setenv(ENV, "last")
-    last = run(x, packed, bias, cfg)
-    again = run(x, packed, bias, cfg)  # counters left nonzero would change this one
-    monkeypatch.setenv(ENV, "kernel")
-    kernel = run(x, packed, bias, cfg)
+    with softfp8.launch_settings(splitk_reduce="last"):
+        last = run(x, packed, bias, cfg)
+        again = run(x, packed, bias, cfg)  # counters left nonzero would change this one
+    with softfp8.launch_settings(splitk_reduce="kernel"):
+        kernel = run(x, packed, bias, cfg)
     pool = _splitk._POOLS[(x.device.type, x.device.index)]
     assert torch.equal(last, again)
     return last, kernel, pool.counters
@@ -63,12 +63,16 @@ def test_last_program_reduce_gives_the_reduce_kernels_bits(fmt, cfg, m, monkeypa
 
 
 def test_setting_refuses_an_unknown_value(monkeypatch):
-    monkeypatch.setenv(ENV, "atomics")
+    with pytest.raises(ValueError, match="splitk_reduce='atomics'.*'last', 'kernel'"):
+        softfp8.launch_settings(splitk_reduce="atomics").__enter__()
+    monkeypatch.setenv(ENV, "atomics")  # the default's variable
     with pytest.raises(ValueError, match=f"{ENV}='atomics'.*'last', 'kernel'"):
-        _splitk.last_program_reduces()
+        softfp8._settings.reload_environment()
     monkeypatch.setenv(ENV, " Kernel ")
+    softfp8._settings.reload_environment()
     assert not _splitk.last_program_reduces()
     monkeypatch.delenv(ENV)
+    softfp8._settings.reload_environment()
     assert _splitk.last_program_reduces()
 
 

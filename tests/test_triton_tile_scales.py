@@ -4,7 +4,8 @@ tiles are partial along N and K and whose steps cross tile edges, with splits al
 launch table's choices for the format, and the settings its kernels refuse.
 
 On CPU these run in Triton's interpreter (conftest.py); every code of the format through each
-kernel's decode is test_triton.py's `test_every_code_decodes_exactly` and the dequant slab tests.
+kernel's decode is test_triton.py's `test_every_code_decodes_exactly` and the dequant slab tests
+(test_triton_dequant.py).
 """
 import pytest
 import torch

@@ -24,8 +24,12 @@ from triton.compiler import ASTSource  # noqa: E402
 
 import torch  # noqa: E402
 
-from softfp8.backends.triton import (DeviceInfo, Kernel, _kernels, _mma,  # noqa: E402
+from softfp8.backends.triton import (DeviceInfo, Kernel, _fma, _kernels, _mma,  # noqa: E402
                                      launch_config, mma_x_in_step, pdl_settings)
+
+MMA_GEMV = "mma_gemv"
+"""Kernel.MMA_GEMV's variants below name their constexprs as across its family; `source` picks
+the family's kernel (`_mma.mma_kernel`)."""
 from softfp8.formats import Format  # noqa: E402
 
 FP8 = ("e5m2", "e4m3", "e4m3_b128")
@@ -79,12 +83,12 @@ def variants(backend: str, arch):
             if cfg.kernel is Kernel.GEMV:
                 c = dict(base, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, PARTIAL=partial,
                          BLOCK_KB=cfg.block_k * (8 if fmt in FP8 else 4) // 8)
-                fn = _kernels.gemv_kernel
+                fn = _fma.gemv_kernel
             else:
                 c = dict(base, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,
                          PARTIAL=partial, PRECISION="ieee",
                          UPCAST=False)
-                fn = _kernels.dot_kernel
+                fn = _fma.dot_kernel
             yield f"{kname}-{tag}-{xd}", fn, c, xd, cfg.num_warps, cfg.num_stages
             if fmt == "e4m3" and c["ASM"] and kname == "small_m":  # E4M3 codes without NaN
                 yield (f"{kname}-{tag}-finite-{xd}", fn, dict(c, NAN=False), xd, cfg.num_warps,
@@ -100,45 +104,45 @@ def variants(backend: str, arch):
                 c = dict(FMT=fmt, HAS_BIAS=True, WARPS=4, PARTIAL=cfg.split_k > 1,
                          PDL=pdl, PREFETCH=prefetch, AHEAD=0 if runs else 2, RUNS=runs,
                          TILES=tiles)
-                yield (f"mma_gemv-r{runs}t{tiles}-{fmt}-fp16", _mma.mma_gemv_kernel, c, "fp16",
+                yield (f"mma_gemv-r{runs}t{tiles}-{fmt}-fp16", MMA_GEMV, c, "fp16",
                        4, 1)
             # whole steps (ZERO = 0): the loads leave switched-off registers unzeroed
             # M = 9..16: the tiles in two groups of 8 x rows
-            yield (f"mma_gemv-r0t2-groups-{fmt}-fp16", _mma.mma_gemv_kernel, dict(c, GROUPS=2),
+            yield (f"mma_gemv-r0t2-groups-{fmt}-fp16", MMA_GEMV, dict(c, GROUPS=2),
                    "fp16", 4, 1)
             # ... or in one program that decodes once for both (WIDE)
-            yield (f"mma_gemv-r0t2-wide-{fmt}-fp16", _mma.mma_gemv_kernel, dict(c, WIDE=True),
+            yield (f"mma_gemv-r0t2-wide-{fmt}-fp16", MMA_GEMV, dict(c, WIDE=True),
                    "fp16", 4, 1)
             # (unsplit: the epilogue that finishes the rows, NVFP4's tensor scale and the bias)
             c = dict(c, RUNS=1, TILES=2, AHEAD=0, ZERO=False, PARTIAL=False)
-            yield f"mma_gemv-r1t2-keep-{fmt}-fp16", _mma.mma_gemv_kernel, c, "fp16", 4, 1
+            yield f"mma_gemv-r1t2-keep-{fmt}-fp16", MMA_GEMV, c, "fp16", 4, 1
             # the decode by exponent injection (e2m1=inject), the same settings as -keep-
             # (its WIDE form is checked by the PTX emulator and the GPU tests)
-            yield (f"mma_gemv-r1t2-inject-{fmt}-fp16", _mma.mma_gemv_kernel,
+            yield (f"mma_gemv-r1t2-inject-{fmt}-fp16", MMA_GEMV,
                    dict(c, INJECT=True), "fp16", 4, 1)
             # ... with block scales known to hold no NaN code (`codes_nan_free`)
-            yield (f"mma_gemv-r1t2-inject-finite-{fmt}-fp16", _mma.mma_gemv_kernel,
+            yield (f"mma_gemv-r1t2-inject-finite-{fmt}-fp16", MMA_GEMV,
                    dict(c, INJECT=True, NAN=False), "fp16", 4, 1)
             # ... with each step's x loaded in that step (`mma_x_in_step`)
-            yield (f"mma_gemv-r1t2-inject-xstep-{fmt}-fp16", _mma.mma_gemv_kernel,
+            yield (f"mma_gemv-r1t2-inject-xstep-{fmt}-fp16", MMA_GEMV,
                    dict(c, INJECT=True, X_IN_STEP=True), "fp16", 4, 1)
             if fmt == "mxfp4":  # ... no NaN scale, each block against its row's exponent
-                yield (f"mma_gemv-r1t2-inject-xstep-finite-{fmt}-fp16", _mma.mma_gemv_kernel,
+                yield (f"mma_gemv-r1t2-inject-xstep-finite-{fmt}-fp16", MMA_GEMV,
                        dict(c, INJECT=True, X_IN_STEP=True, NAN=False), "fp16", 4, 1)
-                yield (f"mma_gemv-r1t2-inject-xstep-rowe-{fmt}-fp16", _mma.mma_gemv_kernel,
+                yield (f"mma_gemv-r1t2-inject-xstep-rowe-{fmt}-fp16", MMA_GEMV,
                        dict(c, INJECT=True, X_IN_STEP=True, NAN=False, ROW_E=True), "fp16", 4, 1)
                 # ... with x one step ahead, as the launcher runs it (`mma_x_in_step`)
-                yield (f"mma_gemv-r1t2-inject-rowe-{fmt}-fp16", _mma.mma_gemv_kernel,
+                yield (f"mma_gemv-r1t2-inject-rowe-{fmt}-fp16", MMA_GEMV,
                        dict(c, INJECT=True, NAN=False, ROW_E=True), "fp16", 4, 1)
                 # ... without a bias: the rows' 2^(E - 127) loaded before the loop
-                yield (f"mma_gemv-r1t2-inject-rowe-nobias-{fmt}-fp16", _mma.mma_gemv_kernel,
+                yield (f"mma_gemv-r1t2-inject-rowe-nobias-{fmt}-fp16", MMA_GEMV,
                        dict(c, INJECT=True, NAN=False, ROW_E=True, HAS_BIAS=False), "fp16", 4, 1)
             if fmt == "nvfp4":  # FP4 M = 1 in one warp of 4 tiles (the table where 11..12
                 # programs an SM)
                 c4 = dict(c, INJECT=True, NAN=False, TILES=4, WARPS=1)
-                yield f"mma_gemv-r1t4-w1-{fmt}-fp16", _mma.mma_gemv_kernel, c4, "fp16", 1, 1
+                yield f"mma_gemv-r1t4-w1-{fmt}-fp16", MMA_GEMV, c4, "fp16", 1, 1
             # the shared-memory ring (cp.async; 2 stages x 4 warps, the most static smem)
-            yield (f"mma_gemv-r1t2-ring2-{fmt}-fp16", _mma.mma_gemv_kernel,
+            yield (f"mma_gemv-r1t2-ring2-{fmt}-fp16", MMA_GEMV,
                    dict(c, INJECT=True, RING=2, PARTIAL=True), "fp16", 4, 1)
         if fmt in ROW_SCALED and not hw and cap is not None and cap >= (8, 0):  # MMA_FORMATS
             # the mma GEMV for 8-bit codes: M = 1 (2 and 4 tiles a warp), and the run mapping
@@ -154,30 +158,30 @@ def variants(backend: str, arch):
                          NAN=nan, DEPTH=depth)
                 name = (f"mma_gemv-r{runs}t{tiles}d{depth}{'' if nan else '-finite'}-{fmt}"
                         f"-fp16")
-                yield name, _mma.mma_gemv_kernel, c, "fp16", 4, 1
+                yield name, MMA_GEMV, c, "fp16", 4, 1
             # M = 9..16 on small weights: the runs for 8 x rows in two groups
-            yield (f"mma_gemv-r8t2d2-groups-{fmt}-fp16", _mma.mma_gemv_kernel,
+            yield (f"mma_gemv-r8t2d2-groups-{fmt}-fp16", MMA_GEMV,
                    dict(c, RUNS=8, TILES=2, PARTIAL=True, NAN=True, DEPTH=2, GROUPS=2), "fp16",
                    4, 1)
-            yield (f"mma_gemv-r8t2d2-wide-{fmt}-fp16", _mma.mma_gemv_kernel,
+            yield (f"mma_gemv-r8t2d2-wide-{fmt}-fp16", MMA_GEMV,
                    dict(c, RUNS=8, TILES=2, PARTIAL=True, NAN=True, DEPTH=2, WIDE=True), "fp16",
                    4, 1)
             c = dict(c, RUNS=1, TILES=2, PARTIAL=False, NAN=True, DEPTH=2, ZERO=False)
-            yield f"mma_gemv-r1t2d2-keep-{fmt}-fp16", _mma.mma_gemv_kernel, c, "fp16", 4, 1
-            yield (f"mma_gemv-r2t2-ring2-{fmt}-fp16", _mma.mma_gemv_kernel,
+            yield f"mma_gemv-r1t2d2-keep-{fmt}-fp16", MMA_GEMV, c, "fp16", 4, 1
+            yield (f"mma_gemv-r2t2-ring2-{fmt}-fp16", MMA_GEMV,
                    dict(c, RUNS=2, DEPTH=1, RING=2), "fp16", 4, 1)
             if pdl:  # sm_90: the early launch's order (weights before the wait) at depth 2
                 c = dict(FMT=fmt, HAS_BIAS=True, WARPS=2, PARTIAL=False, PDL=1, PREFETCH=0,
                          AHEAD=0, RUNS=1, TILES=2, HAS_SCALE=True, DEPTH=2)
-                yield f"mma_gemv-r1t2d2-pdl-early-{fmt}-fp16", _mma.mma_gemv_kernel, c, "fp16", 2, 1
+                yield f"mma_gemv-r1t2d2-pdl-early-{fmt}-fp16", MMA_GEMV, c, "fp16", 2, 1
             # the table's M = 1 ring from sm_90 (MMA_FP8_RING_M1: one warp, 4 stages, early)
             cfg, c = table_m1(fmt, info, HAS_BIAS=True)
             if cfg.ring:
                 yield (f"mma_gemv-r1t2-ring{cfg.ring}-w{cfg.num_warps}-{fmt}-fp16",
-                       _mma.mma_gemv_kernel, c, "fp16", cfg.num_warps, 1)
+                       MMA_GEMV, c, "fp16", cfg.num_warps, 1)
                 # ... where every row and step is inside: copies without predicates
                 yield (f"mma_gemv-r1t2-ring{cfg.ring}-w{cfg.num_warps}-whole-{fmt}-fp16",
-                       _mma.mma_gemv_kernel, dict(c, WHOLE=True, ZERO=False), "fp16",
+                       MMA_GEMV, dict(c, WHOLE=True, ZERO=False), "fp16",
                        cfg.num_warps, 1)
         if not hw:  # the large-M slab decode (portable decoders only)
             c = dict(FMT=fmt, HAS_SCALE=fmt in ROW_SCALED, INJECT=inject, BLOCK_R=16,
@@ -189,10 +193,12 @@ def variants(backend: str, arch):
                 c = dict(base, PDL=0, PREFETCH=0, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
                          BLOCK_K=cfg.block_k, PARTIAL=False, PRECISION="ieee", UPCAST=False,
                          FIX=True, FIX_HI=0x477FE000, FIX_LO=0x38800000)
-                yield f"fix-{tag}-{xd}", _kernels.dot_kernel, c, xd, cfg.num_warps, cfg.num_stages
+                yield f"fix-{tag}-{xd}", _fma.dot_kernel, c, xd, cfg.num_warps, cfg.num_stages
 
 
 def source(fn, constexprs, xd):
+    if fn is MMA_GEMV:
+        fn, constexprs = _mma.mma_kernel(constexprs)
     names = fn.arg_names
     # a constexpr parameter left out takes its default (as a launch does), not a runtime i32:
     # otherwise every branch on it is compiled, e.g. the MMA GEMV's ring (RING)
@@ -362,7 +368,7 @@ def main(backend: str, arch: str, warp: int) -> None:
             if backend == "cuda":
                 rec["fp8_cvt"] = sorted({m.group(0).strip() for m in FP8_CVT.finditer(k.asm["ptx"])})
                 rec["ld128"] = "ld.global.v4" in k.asm["ptx"]
-                if fn is _mma.mma_gemv_kernel and constexprs.get("PDL"):  # sm_90's builds
+                if fn is MMA_GEMV and constexprs.get("PDL"):  # sm_90's builds
                     sass = sass_text(k.asm["cubin"])
                     rec["pdl"] = constexprs["PDL"]
                     rec["loads_before_wait"] = loads_before_pdl_wait(sass)

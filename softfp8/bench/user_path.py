@@ -20,7 +20,6 @@ a profile of the E5M2 layer's calls (where the host time goes).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import cProfile
 import gc
 import io
@@ -283,20 +282,11 @@ def _round_us(fn, x, calls: int, device) -> float:
     return t / calls * 1e6
 
 
-@contextlib.contextmanager
 def _fp8_decode(value: str | None):
-    name = "SOFTFP8_FP8_DECODE"
-    old = os.environ.get(name)
-    if value is not None:
-        os.environ[name] = value
-    try:
-        yield
-    finally:
-        if value is not None:
-            if old is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = old
+    """The launch settings with this FP8 decode (`softfp8.launch_settings`); None: as they are."""
+    from .. import launch_settings
+
+    return launch_settings() if value is None else launch_settings(fp8_decode=value)
 
 
 def calls_cmd(args) -> tuple[list[dict], dict]:

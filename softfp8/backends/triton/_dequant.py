@@ -11,7 +11,7 @@ import contextlib
 import torch
 
 from ..._choices import E2M1Decode
-from . import codes_nan_free, known_fact, remember_fact
+from .._facts import known_fact, remember_fact
 from ._device import device_info
 from ._table import dot_upcast, tiled_config, uses_ptx_decode
 
@@ -21,7 +21,7 @@ _FIX_BOUNDS = {torch.float16: (0x477FE000, 0x38800000),   # 65504, 2^-14
                torch.bfloat16: (0x7F7F0000, 0x04800000)}  # bf16's max, 2^-118
 
 
-def dequant_matmul(x, packed, bias, cfg, e2m1, w, s, g, b, y, rb, sb, has_scale):
+def dequant_matmul(x, packed, bias, plan, e2m1, w, s, g, b, y):
     """Kernel.DEQUANT: per slab of cfg.block_n rows, dequant_kernel writes the rows in x's dtype
     (rounded once: the products code x scales are exact in float32) and torch.mm / addmm writes
     y's columns for those rows in place (a column slice of y is a valid cuBLAS output). On CUDA,
@@ -31,14 +31,15 @@ def dequant_matmul(x, packed, bias, cfg, e2m1, w, s, g, b, y, rb, sb, has_scale)
     dtype, `_row_ranges`), and one tiled dot_kernel pass (FIX) recomputes exactly the row blocks
     that the slab's dtype can't hold (|w| > 65504 or a whole row below 2^-14 in fp16); its other
     programs exit at once, and it is not launched at all for a weight known to have no such row.
-    w, s, g, b, y, rb, sb, has_scale: as `_launch` prepared them (b: the bias, or w as a
-    placeholder; y: the output to fill)."""
+    plan: its `_plan.Plan` (slab rows, decode, sizes); w, s, g, b, y: as `_launch` prepared
+    them (b: the bias, or w as a placeholder; y: the output to fill)."""
     from . import _kernels as K_
 
     m, k = x.shape
     n = packed.shape[0]
-    asm = uses_ptx_decode(device_info(x.device), False)
-    nan = not (asm and codes_nan_free(packed))
+    cfg, asm, nan = plan.cfg, plan.asm, plan.nan
+    rb, sb = plan.sizes[3], plan.sizes[4]
+    has_scale = plan.has_scale
     rows = min(cfg.block_n, n)
     nslabs = -(-n // rows)
     slabs = [torch.empty((rows, k), dtype=x.dtype, device=x.device)
@@ -118,7 +119,7 @@ def _remember_row_ranges(packed, dtype, info, bounds):
 def _exact_pass(x, packed, has_bias, e2m1, w, s, g, b, y, info, rb, sb, has_scale, bounds):
     """dot_kernel over every output tile with FIX: only row blocks flagged in `info` compute.
     Tiles as launch_config's TILED kernel (`tiled_config`)."""
-    from . import _kernels as K_
+    from . import _fma
 
     m, k = x.shape
     n = packed.shape[0]
@@ -127,7 +128,7 @@ def _exact_pass(x, packed, has_bias, e2m1, w, s, g, b, y, info, rb, sb, has_scal
     cfg = tiled_config(m, packed.fmt, dev, fma_dot)
     step = cfg.block_k * packed.spec.bits // 8
     per_split = -(-rb // step) * step
-    K_.dot_kernel[(-(-n // cfg.block_n), -(-m // cfg.block_m), 1)](
+    _fma.dot_kernel[(-(-n // cfg.block_n), -(-m // cfg.block_m), 1)](
         x, w, s, g, b, y, info, w, m, n, k, rb, sb, per_split,
         FMT=packed.fmt.value, HAS_SCALE=has_scale, HAS_BIAS=has_bias,
         INJECT=e2m1 is E2M1Decode.INJECT, HW=False, ASM=uses_ptx_decode(dev, False),

@@ -1,16 +1,16 @@
 """What the Triton backend's launch settings are keyed on and what they produce: the device
-(`DeviceInfo`), the FP8 decode wanted (SOFTFP8_FP8_DECODE), the kernel and its `LaunchConfig`.
+(`DeviceInfo`), the FP8 decode wanted (`LaunchSettings.fp8_decode`), the kernel and its
+`LaunchConfig`.
 Shared by `_table` (the settings) and `_mma_table` (Kernel.MMA_GEMV's). Pure Python."""
 from __future__ import annotations
 
 import enum
 import functools
-import os
 from dataclasses import dataclass
 
 import torch
 
-from ..._env import SETTINGS
+from ..._settings import FP8_DECODE_ENV, LaunchSettings, current
 from ...formats import Format
 
 
@@ -71,21 +71,18 @@ def device_info(device: torch.device) -> DeviceInfo:
     return DeviceInfo(props.multi_processor_count, cap, interpreter=False)
 
 
-FP8_DECODE_ENV = "SOFTFP8_FP8_DECODE"
-"""auto | integer | hardware. `integer` forces the bit-operation FP8 decode even on sm_89+, so an
-H200 measures what a T4 or RTX 3090 user gets; `hardware` on a GPU without it is an error."""
+def fp8_decode_wanted(settings: LaunchSettings | None = None) -> str:
+    """The FP8 decode asked for: 'auto', 'integer' or 'hardware' (`softfp8.launch_settings`,
+    default SOFTFP8_FP8_DECODE)."""
+    return (settings or current()).fp8_decode
 
 
-def fp8_decode_wanted() -> str:
-    """SOFTFP8_FP8_DECODE, checked (`_env.SETTINGS`): 'auto', 'integer' or 'hardware'."""
-    return SETTINGS[FP8_DECODE_ENV].check(os.environ.get(FP8_DECODE_ENV) or "auto")
-
-
-def uses_hardware_fp8(fmt: Format, info: DeviceInfo) -> bool:
+def uses_hardware_fp8(fmt: Format, info: DeviceInfo,
+                      settings: LaunchSettings | None = None) -> bool:
     """The one place that picks hardware FP8 conversion: NVIDIA sm_89+ for E5M2 codes (same
     bits as the integer decode, checked per code by the GPU tests); integer decode elsewhere."""
     has_hw = info.capability is not None and info.capability >= (8, 9)
-    wanted = fp8_decode_wanted()
+    wanted = fp8_decode_wanted(settings)
     if wanted == "hardware" and not has_hw:
         raise ValueError(f"{FP8_DECODE_ENV}=hardware: this GPU has no FP8 conversion "
                          "instructions (they need NVIDIA compute capability 8.9 or newer)")

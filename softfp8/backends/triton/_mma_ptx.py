@@ -4,7 +4,8 @@ Operand numbering follows Triton's inline asm: outputs first ($0..), then the in
 The fragment plan, the pairing of codes and x, and why each decode is exact are in `_mma`'s
 docstring (the E4M3 pair decode also builds `_decode.e4m3_to_f16_div256_ptx`); the tests that
 check them bit for bit are in tests/test_mma_ptx.py (the PTX emulator, CI) and
-tests/test_triton.py on a GPU (`test_gpu_every_*_code_*`, `test_gpu_mma_gemv_*`).
+tests/test_triton.py and tests/test_mma_gemv.py on a GPU (`test_gpu_every_*_code_*`,
+`test_gpu_mma_gemv_*`).
 """
 
 
@@ -269,7 +270,7 @@ def _tile_asm(fmt: str, wide: bool = False, inject: bool = False, nan: bool = Tr
 
 
 # Loads below: zero=True fills what a predicate leaves unloaded with zeros, for steps whose tiles
-# use them (a K range that ends inside a step, rows past N). zero=False (`mma_gemv_kernel`'s
+# use them (a K range that ends inside a step, rows past N). zero=False (the `_mma` kernels'
 # ZERO = 0, whole steps only) leaves those registers as they were: the only loads switched off
 # are then the prefetch past the K range, which no tile reads, and rows past N, whose sums
 # are never stored. Saves the zeroing (20 of ~510 instructions a step for FP4 on sm_90).

@@ -187,3 +187,48 @@ def _store_runs(c, top, low, row0, m0, y_ptr, ws_ptr, pid_k, M, N, FMT: tl.const
                     PARTIAL, ROW_E)
         _store_rows(lo, rows + MP, cols, low, y_ptr, ws_ptr, pid_k, M, N, FMT, HAS_SCALE,
                     HAS_BIAS, PARTIAL, ROW_E)
+
+
+@triton.jit
+def _store_runs_program(a, b, c, d, av, bv, terms, pid_n, m0, pid_k, y_ptr, ws_ptr, M, N,
+                        FMT: tl.constexpr, HAS_SCALE: tl.constexpr, HAS_BIAS: tl.constexpr,
+                        PARTIAL: tl.constexpr, WARPS: tl.constexpr, MP: tl.constexpr,
+                        WARP_ROWS: tl.constexpr, PROG_ROWS: tl.constexpr, TILES: tl.constexpr,
+                        WIDE: tl.constexpr, ROW_E: tl.constexpr):
+    """Every tile of a run-mapping program (`_mma`'s ring and register kernels): a, b (and c, d
+    at 4 tiles a warp; av, bv the x rows 8..15 of WIDE), their rows' `terms`."""
+    ta, la, tb, lb, tc, lc, td, ld = terms
+    row0 = pid_n * PROG_ROWS
+    _store_runs(a, ta, la, row0, m0, y_ptr, ws_ptr, pid_k, M, N, FMT, HAS_SCALE, HAS_BIAS,
+                PARTIAL, WARPS, MP, WARP_ROWS, ROW_E)
+    _store_runs(b, tb, lb, row0 + 2 * MP, m0, y_ptr, ws_ptr, pid_k, M, N, FMT, HAS_SCALE,
+                HAS_BIAS, PARTIAL, WARPS, MP, WARP_ROWS, ROW_E)
+    if WIDE:
+        _store_runs(av, ta, la, row0, m0 + 8, y_ptr, ws_ptr, pid_k, M, N, FMT, HAS_SCALE,
+                    HAS_BIAS, PARTIAL, WARPS, MP, WARP_ROWS, ROW_E)
+        _store_runs(bv, tb, lb, row0 + 2 * MP, m0 + 8, y_ptr, ws_ptr, pid_k, M, N, FMT,
+                    HAS_SCALE, HAS_BIAS, PARTIAL, WARPS, MP, WARP_ROWS, ROW_E)
+    if TILES == 4:
+        _store_runs(c, tc, lc, row0 + 4 * MP, m0, y_ptr, ws_ptr, pid_k, M, N, FMT, HAS_SCALE,
+                    HAS_BIAS, PARTIAL, WARPS, MP, WARP_ROWS, ROW_E)
+        _store_runs(d, td, ld, row0 + 6 * MP, m0, y_ptr, ws_ptr, pid_k, M, N, FMT, HAS_SCALE,
+                    HAS_BIAS, PARTIAL, WARPS, MP, WARP_ROWS, ROW_E)
+
+
+@triton.jit
+def _store_tile_program(a, b, av, bv, terms, pid_n, m0, pid_k, y_ptr, ws_ptr, M, N,
+                        FMT: tl.constexpr, HAS_SCALE: tl.constexpr, HAS_BIAS: tl.constexpr,
+                        PARTIAL: tl.constexpr, WARPS: tl.constexpr, ROWS: tl.constexpr,
+                        WIDE: tl.constexpr, ROW_E: tl.constexpr):
+    """Both tiles of a tile-mapping program (`_mma.mma_tile_kernel`)."""
+    ta, la, tb, lb, tc, lc, td, ld = terms
+    row0 = pid_n * ROWS
+    _store_tile(a[0], a[1], a[2], a[3], ta, la, row0, m0, y_ptr, ws_ptr, pid_k, M, N, FMT,
+                HAS_SCALE, HAS_BIAS, PARTIAL, WARPS, ROW_E)
+    _store_tile(b[0], b[1], b[2], b[3], tb, lb, row0 + 16, m0, y_ptr, ws_ptr, pid_k, M, N,
+                FMT, HAS_SCALE, HAS_BIAS, PARTIAL, WARPS, ROW_E)
+    if WIDE:
+        _store_tile(av[0], av[1], av[2], av[3], ta, la, row0, m0 + 8, y_ptr, ws_ptr, pid_k, M,
+                    N, FMT, HAS_SCALE, HAS_BIAS, PARTIAL, WARPS, ROW_E)
+        _store_tile(bv[0], bv[1], bv[2], bv[3], tb, lb, row0 + 16, m0 + 8, y_ptr, ws_ptr,
+                    pid_k, M, N, FMT, HAS_SCALE, HAS_BIAS, PARTIAL, WARPS, ROW_E)

@@ -1,5 +1,6 @@
 """Kernel.MMA_GEMV's launch settings: its domain, when `launch_config` picks it, its run and
-tile mappings and their tiles, K-split and zero fill, each rule with why. The measurements that
+tile mappings and their tiles, K-split and zero fill, each rule with why, and which kernel of
+the family (`_mma`) runs a launch (`MMA_KERNELS`). The measurements that
 decided them (H200 sweeps and `softfp8-bench token`) are in docs/decisions.md (MMA GEMV launch
 rules), the current numbers in docs/performance.md. Pure Python: nothing here imports Triton."""
 from __future__ import annotations
@@ -9,6 +10,7 @@ import dataclasses
 import torch
 
 from ...formats import Format
+from ..._settings import LaunchSettings
 from ._device import DeviceInfo, Kernel, LaunchConfig, fp8_decode_wanted
 
 
@@ -49,7 +51,7 @@ against 124-131 in the bench, much of that gap from a bench warm-up too short, s
 
 
 def uses_mma_gemv(n: int, k: int, m: int, fmt: Format, info: DeviceInfo,
-                  x_dtype: torch.dtype) -> bool:
+                  x_dtype: torch.dtype, settings: LaunchSettings | None = None) -> bool:
     """Whether launch_config picks Kernel.MMA_GEMV: within its domain, FP4 at M <= 16 (M = 9..16 in
     one program a row block, the weights decoded once for both halves of x's rows: WIDE) and the
     8-bit formats at M <= 4 (M <= 8 for small weights, MMA_FP8_M8_MAX_CODES; E5M2 small weights
@@ -58,15 +60,15 @@ def uses_mma_gemv(n: int, k: int, m: int, fmt: Format, info: DeviceInfo,
     (depth 2); vocabulary heads only at M = 1 (MMA_FP8_MAX_N) unless on the shared-memory ring
     (`_fp8_ring`: M <= 4 from sm_90). At M = 5..8 the runs are 64 bytes long and lose to the dot
     kernel on large shapes, not on small ones. Not for 8-bit codes under
-    SOFTFP8_FP8_DECODE=hardware: its decode is the integer one. At M = 9..16 FP4 wide beat two
-    groups by 9-68% on llama3-8b's shapes (head, gate_up, qkv); E5M2 wide beat the dot kernel
-    on qkv and o by 2-6% and lost on down and the head, E4M3 lost on qkv (the dot kernel
-    stays)."""
+    fp8_decode="hardware" (`softfp8.launch_settings`): its decode is the integer one. At
+    M = 9..16 FP4 wide beat two groups by 9-68% on llama3-8b's shapes (head, gate_up, qkv);
+    E5M2 wide beat the dot kernel on qkv and o by 2-6% and lost on down and the head, E4M3 lost
+    on qkv (the dot kernel stays)."""
     small = n * k <= MMA_FP8_M8_MAX_CODES
     if fmt in (Format.E5M2, Format.E4M3) and (
             (m > 4 and not small) or (m > MMA_MAX_M and fmt is not Format.E5M2)
             or (m > 1 and n >= MMA_FP8_MAX_N and not _fp8_ring(m, info))
-            or fp8_decode_wanted() == "hardware"):
+            or fp8_decode_wanted(settings) == "hardware"):
         return False
     return mma_gemv_runs(k, m, fmt, info, x_dtype)
 
@@ -112,7 +114,7 @@ as block_m = 8 (the tile mapping, or the runs for 8 rows with two tiles a warp).
 
 
 def mma_layout(cfg: LaunchConfig) -> tuple[int, int]:
-    """(RUNS, TILES) of `_mma.mma_gemv_kernel` for a Kernel.MMA_GEMV LaunchConfig:
+    """(RUNS, TILES) of `_mma`'s kernels for a Kernel.MMA_GEMV LaunchConfig:
     block_m = 8 (or MMA_WIDE_M), block_n = MMA_TILE_ROWS and more than one warp is the tile
     mapping (RUNS = 0, the warps split K); otherwise the run mapping laid out for block_m x
     rows (MMA_WIDE_M: 8, two tiles), with block_n = mma_rows(block_m, num_warps, tiles)."""
@@ -127,6 +129,30 @@ def mma_layout(cfg: LaunchConfig) -> tuple[int, int]:
                      f"block_m * num_warps * (2 or 4), or block_m={MMA_MAX_M} with block_n="
                      f"{MMA_TILE_ROWS}, or block_m={MMA_WIDE_M} with block_n={MMA_TILE_ROWS} "
                      f"or 32 * num_warps; got {cfg}")
+
+
+MMA_KERNELS = {"mma_ring_kernel": dict(TILES=2, DEPTH=1, WIDE=False, ROW_E=False,
+                                       X_IN_STEP=False, AHEAD=None, ZERO=None),
+               "mma_runs_kernel": dict(RING=0, WHOLE=False),
+               "mma_tile_kernel": dict(RUNS=0, TILES=2, DEPTH=1, RING=0, WHOLE=False)}
+"""Kernel.MMA_GEMV's kernels (`_mma`), one a family, and what each fixes of the constexprs of
+the others (None: any value, unused there): the ring (RING > 0), the run mapping from
+registers (RUNS > 0, one or two buffers), the tile mapping (RUNS = 0)."""
+
+
+def mma_kernel_name(constexprs: dict) -> tuple[str, dict]:
+    """(name of the `_mma` kernel, its constexprs) for constexprs named as across the family:
+    RING > 0 the ring, RUNS = 0 the tiles, else the runs; the constexprs that kernel fixes are
+    checked (ValueError names one it can't take) and dropped."""
+    name = ("mma_ring_kernel" if constexprs.get("RING", 0) else
+            "mma_tile_kernel" if not constexprs.get("RUNS", 0) else "mma_runs_kernel")
+    out = dict(constexprs)
+    for key, fixed in MMA_KERNELS[name].items():
+        if key in out:
+            value = out.pop(key)
+            if fixed is not None and value != fixed:
+                raise ValueError(f"{name} takes {key}={fixed!r}, got {value!r}")
+    return name, out
 
 
 def mma_zero_fill(row_bytes: int, per_split: int, runs: int, cfg: LaunchConfig, k: int,

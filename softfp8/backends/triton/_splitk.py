@@ -19,33 +19,28 @@ that could run at the same time never share one: a region for each (device, stre
 on one stream run in order (under PDL the kernels count after griddepcontrol.wait, when the
 previous kernel has finished; Triton's interpreter: a region a thread). Where a launch has
 more tiles than a region, the regions are used up, the stream is capturing, or
-SOFTFP8_SPLITK_REDUCE=kernel, the launcher runs `splitk_reduce_kernel` as before.
+splitk_reduce="kernel" (`softfp8.launch_settings`), the launcher runs `splitk_reduce_kernel`.
 """
 from __future__ import annotations
 
-import functools
-import os
 import threading
 
 import torch
 
-from ..._env import raw_reader
 from ..._choices import ParsedEnum as _Choice
+from ..._settings import SPLITK_REDUCE_ENV, LaunchSettings, current  # noqa: F401 (re-exported)
 from .._facts import made_apart as _made_apart
-
-SPLITK_REDUCE_ENV = "SOFTFP8_SPLITK_REDUCE"
 
 
 class SplitKReduce(_Choice):
-    """SOFTFP8_SPLITK_REDUCE: who adds the parts of a split launch."""
+    """LaunchSettings.splitk_reduce (default SOFTFP8_SPLITK_REDUCE): who adds the parts of a
+    split launch."""
 
     LAST = "last"
     """(default) each tile's last program, in eager launches; captured ones keep the kernel."""
     KERNEL = "kernel"
     """splitk_reduce_kernel, always."""
 
-
-_read_reduce = raw_reader(SPLITK_REDUCE_ENV)
 
 REGION = 16384
 """Counters a stream's region holds: the most tiles one eager launch may have (lm_head at
@@ -54,15 +49,10 @@ STREAM_REGIONS = 64
 """Streams with a region (torch hands out 32 pooled streams a priority, and the default one)."""
 
 
-@functools.lru_cache(maxsize=8)
-def _parse(raw) -> SplitKReduce:
-    return SplitKReduce.parse(os.environ.get(SPLITK_REDUCE_ENV, "last"), arg=SPLITK_REDUCE_ENV)
-
-
-def last_program_reduces() -> bool:
-    """Whether split launches reduce in their last program (SOFTFP8_SPLITK_REDUCE, read each
-    call through `_env`, parsed once a value)."""
-    return _parse(_read_reduce()) is SplitKReduce.LAST
+def last_program_reduces(settings: LaunchSettings | None = None) -> bool:
+    """Whether split launches reduce in their last program (`LaunchSettings.splitk_reduce`;
+    default: the current settings)."""
+    return (settings or current()).splitk_reduce == SplitKReduce.LAST.value
 
 
 class _Pool:

@@ -1,32 +1,26 @@
 """The Triton backend's launch settings: which kernel, which tiles, which FP8 decode, whether to
 use programmatic dependent launch -- a small deterministic table keyed on (N, K, M, device),
 every entry measured where a measurement exists (the docstrings say where and what) and
-reasoned where not. `launch_config` is the table; a sweep receipt can override it for exact
-shapes (SOFTFP8_TRITON_TABLE). Kernel.MMA_GEMV's own settings are in `_mma_table`, the types
-and device facts in `_device`. Pure Python: nothing here imports Triton.
+reasoned where not. `launch_config` is the table: DEQUANT from DEQUANT_MIN_M, the MMA GEMV where
+`_mma_table` says, otherwise the first row of TILE_RULES (rule in words, when, tiles) that
+holds, then the K split (`_split`); a sweep receipt can override it for exact shapes
+(`LaunchSettings.table`, default SOFTFP8_TRITON_TABLE). Kernel.MMA_GEMV's own settings are in
+`_mma_table`, the types and device facts in `_device`. Pure Python: nothing here imports Triton.
 """
 from __future__ import annotations
 
 import functools
 import json
-import os
+from dataclasses import dataclass
 
 import torch
 
-from ..._env import SETTINGS
+from ..._settings import TABLE_ENV, LaunchSettings, current
 from ...formats import Format
 from ._device import DeviceInfo, Kernel, LaunchConfig
 from ._mma_table import mma_config, uses_mma_gemv
 
 
-PDL_ENV = "SOFTFP8_PDL"
-"""auto | off | early | late: programmatic dependent launch on NVIDIA sm_90+ (a kernel starts,
-and may pull its first weight bytes toward L2, while the previous one finishes). early: the
-next kernel may launch as soon as this one starts; late: once this one's main loop is done.
-GPUs before sm_90 have no PDL. auto = `pdl_auto`."""
-PDL_PREFETCH_ENV = "SOFTFP8_PDL_PREFETCH"
-"""Overrides the bytes of each program's weights prefetched to L2 before the PDL wait (a
-multiple of 16; 0 = none)."""
 _PDL_MODES = {"off": 0, "early": 1, "late": 2}
 
 
@@ -52,19 +46,18 @@ def pdl_auto(fmt: Format, cfg: LaunchConfig | None = None) -> tuple[str, int]:
     return ("early", 0) if ring_m1 else ("late", 0)
 
 
-def pdl_settings(info: DeviceInfo, fmt: Format,
-                 cfg: LaunchConfig | None = None) -> tuple[int, int]:
+def pdl_settings(info: DeviceInfo, fmt: Format, cfg: LaunchConfig | None = None,
+                 settings: LaunchSettings | None = None) -> tuple[int, int]:
     """(PDL mode: 0 off, 1 early, 2 late; prefetch bytes) for launches of `cfg` (auto: by
-    format where not given) on this device."""
-    wanted = SETTINGS[PDL_ENV].check(os.environ.get(PDL_ENV) or "auto")  # `_env.SETTINGS`
+    format where not given) on this device, under `settings` (default: the current ones)."""
+    settings = settings or current()
     auto_mode, auto_bytes = pdl_auto(fmt, cfg)
-    if wanted == "auto":
-        wanted = auto_mode
-    raw = SETTINGS[PDL_PREFETCH_ENV].check(os.environ.get(PDL_PREFETCH_ENV) or str(auto_bytes))
+    wanted = auto_mode if settings.pdl == "auto" else settings.pdl
+    prefetch = auto_bytes if settings.pdl_prefetch is None else settings.pdl_prefetch
     if info.capability is None or info.capability < (9, 0) or info.interpreter:
         return 0, 0
     mode = _PDL_MODES[wanted]
-    return mode, int(raw) if mode else 0
+    return mode, prefetch if mode else 0
 
 
 DEQUANT_MIN_M = 512
@@ -87,13 +80,6 @@ stream and event calls). Measured on the H200, M = 2048, llama3-8b (docs/decisio
 prefill; graph / eager x fp16): 16 MiB slabs (2048 rows at K = 4096, 512 at
 14336) gave E4M3 0.853 / 0.431 at the vocabulary head and 0.732 / 0.465 at down (4096 x 14336);
 4096 rows at K = 4096 (32 MiB) 0.888 / 0.791, 2048 at K = 14336 0.923 / 0.949."""
-
-TABLE_ENV = "SOFTFP8_TRITON_TABLE"
-"""Path to a sweep receipt (`benchmarks/sweep_gemv.py --out FILE`, run on your GPU): its fastest
-setting per (N, K, M, format) replaces the built-in table's for fp16/bf16 activations of exactly
-those shapes. For tuning a GPU the table was not measured on, and for trying a sweep's winners
-before they go into the table."""
-
 
 @functools.lru_cache(maxsize=4)
 def _table_from_sweep(path: str) -> dict:
@@ -131,7 +117,8 @@ against 13.3-13.4 / 12.5 unsplit; 28672 x 4096 at M = 5 and 8: unsplit 33.1-34.2
 
 
 def launch_config(n: int, k: int, m: int, fmt: Format, info: DeviceInfo,
-                  x_dtype: torch.dtype = torch.float16) -> LaunchConfig:
+                  x_dtype: torch.dtype = torch.float16,
+                  settings: LaunchSettings | None = None) -> LaunchConfig:
     """The launch table, keyed on (N, K, M, device). Measured on the H200
     (benchmarks/sweep_gemv.py, integer FP8 decode, fp16 activations; docs/decisions.md):
     - M = 1, 8-bit, N >= 8192, where tl.dot has tensor cores: the dot kernel with one 16-row x
@@ -160,61 +147,119 @@ def launch_config(n: int, k: int, m: int, fmt: Format, info: DeviceInfo,
     The interpreter gets large tiles and few programs, since it pays per program, not per byte
     (and no DEQUANT: the tests run it explicitly).
     """
-    table = os.environ.get(TABLE_ENV)
+    settings = settings or current()
+    table = settings.table
     if table and x_dtype != torch.float32 and not info.interpreter:
         cfg = _table_from_sweep(table).get((n, k, m, fmt.value))
         if cfg is not None:
             return cfg
+    c = _case(n, k, m, fmt, info, x_dtype)
+    if m >= (DEQUANT_MIN_M if c.fp8 else DEQUANT_MIN_M_FP4) and not info.interpreter:
+        rows = max(DEQUANT_MIN_SLAB_ROWS, DEQUANT_SLAB_BYTES // (k * x_dtype.itemsize) // 128 * 128)
+        return LaunchConfig(Kernel.DEQUANT, 1, min(rows, n), 512, num_warps=4, num_stages=1)
+    if uses_mma_gemv(n, k, m, fmt, info, x_dtype, settings):
+        return mma_config(n, k, m, fmt, info)
+    cfg = next(tiles(c) for _, when, tiles in TILE_RULES if when(c))
+    block_k = cfg.block_k
+    if fmt is Format.E4M3_B128 and cfg.kernel in (Kernel.SMALL_M, Kernel.TILED):
+        block_k = min(block_k, 128)  # each dot step within one 128-code tile (reasoned)
+    return LaunchConfig(cfg.kernel, cfg.block_m, cfg.block_n, block_k, _split(cfg, c),
+                        cfg.num_warps, cfg.num_stages)
+
+
+@dataclass(frozen=True)
+class _Case:
+    """What the rules read of one launch besides the device: its shape, the format's class and
+    x's dtype, derived once."""
+
+    n: int
+    k: int
+    m: int
+    fmt: Format
+    info: DeviceInfo
+    fp8: bool  # 8-bit codes
+    mx: bool  # MXFP4: the tl.dot kernels step one block (32 codes) at a time
+    f32: bool  # fp32 activations
+    fma_dot: bool  # tl.dot on FMAs (fp32 "ieee"; every dtype before sm_80): small tiles
+    tall: bool  # 8-bit M = 5..16 from SMALL_M_FP8_TALL_ROWS rows: 128 x 256 tiles, unsplit
+
+    @property
+    def gemv(self) -> bool:
+        """M = 1, or fp32 x with M <= 4 (an fp32 "ieee" dot is FMAs on 16 padded rows)."""
+        return self.m == 1 or (self.f32 and self.m <= 4)
+
+
+def _case(n: int, k: int, m: int, fmt: Format, info: DeviceInfo, x_dtype: torch.dtype) -> _Case:
     f32 = x_dtype == torch.float32
     # Where tl.dot becomes FMAs with operands in registers -- fp32 "ieee", and every dtype before
     # sm_80 (Triton 3.x has no tensor-core path there) -- tiles must be small or they spill.
     fma_dot = f32 or (info.capability is not None and info.capability < (8, 0))
-    mx = fmt is Format.MXFP4  # the tl.dot kernels step one MXFP4 block (32 codes) at a time
     fp8 = fmt in (Format.E5M2, Format.E4M3, Format.E4M3_B128)
-    # the dot kernel's 128 x 256 tiles, unsplit (SMALL_M_FP8_TALL_ROWS)
     tall = fp8 and 4 < m <= 16 and n >= SMALL_M_FP8_TALL_ROWS and not fma_dot
-    if m >= (DEQUANT_MIN_M if fp8 else DEQUANT_MIN_M_FP4) and not info.interpreter:
-        rows = max(DEQUANT_MIN_SLAB_ROWS, DEQUANT_SLAB_BYTES // (k * x_dtype.itemsize) // 128 * 128)
-        return LaunchConfig(Kernel.DEQUANT, 1, min(rows, n), 512, num_warps=4, num_stages=1)
-    if uses_mma_gemv(n, k, m, fmt, info, x_dtype):
-        return mma_config(n, k, m, fmt, info)
-    if m == 1 and fp8 and n >= 8192 and not fma_dot and not info.interpreter:
-        cfg = LaunchConfig(Kernel.SMALL_M, 16, 64 if n >= 16384 else 32, 256, num_warps=4,
-                           num_stages=3)
-    elif m == 1 or (f32 and m <= 4):
-        bm = 1 if m == 1 else (2 if m == 2 else 4)
-        if info.interpreter:
-            cfg = LaunchConfig(Kernel.GEMV, bm, 64, 1024)
-        elif fp8 or bm > 1:
-            cfg = LaunchConfig(Kernel.GEMV, bm, max(8 // bm, 2), 1024)
-        elif n >= 16384:
-            cfg = LaunchConfig(Kernel.GEMV, 1, 8, 1024)
-        else:
-            cfg = LaunchConfig(Kernel.GEMV, 1, 8 if n <= 4096 else 4, 2048,
-                               num_warps=8 if n <= 4096 else 4)
-    elif m <= 16:
-        if fma_dot:
-            cfg = LaunchConfig(Kernel.SMALL_M, 16, 32, 32, num_warps=4, num_stages=2)
-        else:
-            cfg = LaunchConfig(Kernel.SMALL_M, 16, 128 if tall else 64, 32 if mx else 256,
-                               num_warps=4, num_stages=3)
-    else:
-        cfg = tiled_config(m, fmt, info, fma_dot)
-    programs = -(-n // cfg.block_n) * -(-m // cfg.block_m)
-    steps = -(-k // cfg.block_k)
-    # M = 1 wants one wave (a split GEMV/dot cost 10-25% there); M = 2..16 splits K up to four
-    # programs per SM (measured: 64 x 256 tiles split 6-9 ways beat no split by 5-30%)
-    wide = info.interpreter or (cfg.kernel is Kernel.SMALL_M and m > 1)
+    return _Case(n, k, m, fmt, info, fp8, fmt is Format.MXFP4, f32, fma_dot, tall)
+
+
+def _gemv_rows(c: _Case) -> int:
+    return 1 if c.m == 1 else (2 if c.m == 2 else 4)
+
+
+TILE_RULES = (
+    ("8-bit M = 1 from 8192 rows: the dot kernel, one 16-row x block, 32 (N < 16384) or 64 x 256",
+     lambda c: c.m == 1 and c.fp8 and c.n >= 8192 and not c.fma_dot and not c.info.interpreter,
+     lambda c: LaunchConfig(Kernel.SMALL_M, 16, 64 if c.n >= 16384 else 32, 256, num_warps=4,
+                            num_stages=3)),
+    ("the GEMV in the interpreter: large tiles, few programs",
+     lambda c: c.gemv and c.info.interpreter,
+     lambda c: LaunchConfig(Kernel.GEMV, _gemv_rows(c), 64, 1024)),
+    ("the GEMV, 8-bit or several x rows: 1024 codes, 8 rows (fewer x rows)",
+     lambda c: c.gemv and (c.fp8 or c.m > 1),
+     lambda c: LaunchConfig(Kernel.GEMV, _gemv_rows(c), max(8 // _gemv_rows(c), 2), 1024)),
+    ("the FP4 GEMV from 16384 rows: 8 x 1024",
+     lambda c: c.gemv and c.n >= 16384,
+     lambda c: LaunchConfig(Kernel.GEMV, 1, 8, 1024)),
+    ("the FP4 GEMV to 4096 rows: 8 x 2048, 8 warps",
+     lambda c: c.gemv and c.n <= 4096,
+     lambda c: LaunchConfig(Kernel.GEMV, 1, 8, 2048, num_warps=8)),
+    ("the FP4 GEMV between: 4 x 2048",
+     lambda c: c.gemv,
+     lambda c: LaunchConfig(Kernel.GEMV, 1, 4, 2048, num_warps=4)),
+    ("small M on FMA dots: 32 x 32 tiles",
+     lambda c: c.m <= 16 and c.fma_dot,
+     lambda c: LaunchConfig(Kernel.SMALL_M, 16, 32, 32, num_warps=4, num_stages=2)),
+    ("small M: one 16-row x block against 64 (8-bit tall: 128) x 256 (MXFP4: 32) tiles",
+     lambda c: c.m <= 16,
+     lambda c: LaunchConfig(Kernel.SMALL_M, 16, 128 if c.tall else 64, 32 if c.mx else 256,
+                            num_warps=4, num_stages=3)),
+    ("M > 16: the tiled kernel (`tiled_config`)",
+     lambda c: True,
+     lambda c: tiled_config(c.m, c.fmt, c.info, c.fma_dot)),
+)
+"""`launch_config`'s tiles below DEQUANT and outside the MMA GEMV: (rule, when, tiles), the
+first row whose `when` holds; its docstring says what was measured for each. K-split follows
+(`_split`)."""
+
+
+def launch_rule(n: int, k: int, m: int, fmt: Format, info: DeviceInfo,
+                x_dtype: torch.dtype = torch.float16) -> str:
+    """The TILE_RULES row a launch outside DEQUANT and the MMA GEMV takes, in words."""
+    c = _case(n, k, m, fmt, info, x_dtype)
+    return next(rule for rule, when, _ in TILE_RULES if when(c))
+
+
+def _split(cfg: LaunchConfig, c: _Case) -> int:
+    """K-split of `cfg`'s launch: M = 1 wants one wave (a split GEMV/dot cost 10-25% there);
+    M = 2..16 splits K up to four programs per SM (measured: 64 x 256 tiles split 6-9 ways beat
+    no split by 5-30%), unless the row blocks fill the GPU (SMALL_M_UNSPLIT_PER_SM) or tall."""
+    info = c.info
+    programs = -(-c.n // cfg.block_n) * -(-c.m // cfg.block_m)
+    steps = -(-c.k // cfg.block_k)
+    wide = info.interpreter or (cfg.kernel is Kernel.SMALL_M and c.m > 1)
     want = 4 * info.sm_count if wide else info.sm_count
-    if (cfg.kernel is Kernel.SMALL_M and m > 4 and not info.interpreter
-            and (programs >= SMALL_M_UNSPLIT_PER_SM * info.sm_count or tall)):
+    if (cfg.kernel is Kernel.SMALL_M and c.m > 4 and not info.interpreter
+            and (programs >= SMALL_M_UNSPLIT_PER_SM * info.sm_count or c.tall)):
         want = programs  # enough row blocks: no split (SMALL_M_UNSPLIT_PER_SM)
     split = 1 if programs >= want else min(16, steps, -(-want // programs))
-    block_k = cfg.block_k
-    if fmt is Format.E4M3_B128 and cfg.kernel in (Kernel.SMALL_M, Kernel.TILED):
-        block_k = min(block_k, 128)  # each dot step within one 128-code tile (reasoned)
-    return LaunchConfig(cfg.kernel, cfg.block_m, cfg.block_n, block_k, max(split, 1),
-                        cfg.num_warps, cfg.num_stages)
+    return max(split, 1)
 
 
 def tiled_config(m: int, fmt: Format, info: DeviceInfo, fma_dot: bool) -> LaunchConfig:
