@@ -25,6 +25,7 @@ import torch
 
 from ...dispatch import E2M1Decode, Needs
 from ...formats import Format, PackedWeight
+from . import _dp_rows
 from ._batch import matmul_b128, matmul_rows
 from ._gemv import gemv
 from ._runtime import loaded, threads_for
@@ -75,7 +76,11 @@ def _matmul_f32(x: torch.Tensor, packed: PackedWeight, inject: bool, threads: in
         return gemv(x, packed, inject, threads)
     if packed.fmt is Format.E4M3_B128:
         return matmul_b128(x, packed, threads)
-    if x.shape[0] <= GEMV_ROWS_MAX_M[packed.fmt]:
-        return torch.cat([gemv(x[i:i + 1], packed, inject, threads)
-                          for i in range(x.shape[0])])
+    m, fmt = x.shape[0], packed.fmt
+    if m <= GEMV_ROWS_MAX_M[fmt]:
+        return torch.cat([gemv(x[i:i + 1], packed, inject, threads) for i in range(m)])
+    if m < _dp_rows.DP_TILE_MIN_M[fmt] and _dp_rows.available():
+        y = _dp_rows.matmul(x, packed, threads)
+        if y is not None:
+            return y
     return matmul_rows(x, packed, threads)
