@@ -31,8 +31,9 @@ def path(request, monkeypatch):
         monkeypatch.setitem(_batch.TILE_MIN_M_BF16, fmt, least)
         rows = 1 << 30 if request.param == "rows" else 1
         monkeypatch.setitem(cpu_backend.GEMV_ROWS_MAX_M, fmt, rows)
-        if fmt in _dp_rows.DP_TILE_MIN_M:
-            monkeypatch.setitem(_dp_rows.DP_TILE_MIN_M, fmt, 1 << 30 if request.param == "dp" else 0)
+        for table in (_dp_rows.DP_TILE_MIN_M, _dp_rows.DP_TILE_MIN_M_BF16):
+            if fmt in table:
+                monkeypatch.setitem(table, fmt, 1 << 30 if request.param == "dp" else 0)
     monkeypatch.setattr(_batch, "TILE_ELEMENTS", 5000)
     return request.param
 
@@ -173,8 +174,10 @@ def test_tile_rows_are_bounded():
 
 
 @pytest.mark.parametrize("crossover", [cpu_backend.GEMV_ROWS_MAX_M, _batch.TILE_MIN_M,
-                                       _batch.TILE_MIN_M_BF16],
-                         ids=["GEMV_ROWS_MAX_M", "TILE_MIN_M", "TILE_MIN_M_BF16"])
+                                       _batch.TILE_MIN_M_BF16, _dp_rows.DP_TILE_MIN_M,
+                                       _dp_rows.DP_TILE_MIN_M_BF16],
+                         ids=["GEMV_ROWS_MAX_M", "TILE_MIN_M", "TILE_MIN_M_BF16", "DP_TILE_MIN_M",
+                              "DP_TILE_MIN_M_BF16"])
 def test_every_format_has_a_crossover(crossover):
     # E4M3_B128 takes its own M > 1 path (_batch.matmul_b128), no crossover of these kernels
     assert set(crossover) == set(Format) - {Format.E4M3_B128}

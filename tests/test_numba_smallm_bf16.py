@@ -128,8 +128,8 @@ def test_backend_routes_small_m_here(fmt, monkeypatch):
     """cpu_backend.matmul runs this kernel between the GEMV rows and the tiles."""
     packed, g = quantized(fmt, 19, 300, seed=4)
     m = cpu_backend.GEMV_ROWS_MAX_M[packed.fmt] + 1
-    assert m < _dp_rows.DP_TILE_MIN_M[packed.fmt]
     x = torch.randn(m, 300, generator=g)
+    assert _dp_rows.below_crossover(m, packed.fmt, x.dtype)
     calls = []
     real = _dp_rows.matmul
     monkeypatch.setattr(_dp_rows, "matmul", lambda *a: calls.append(1) or real(*a))

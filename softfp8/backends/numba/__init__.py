@@ -79,7 +79,7 @@ def _matmul_f32(x: torch.Tensor, packed: PackedWeight, inject: bool, threads: in
     m, fmt = x.shape[0], packed.fmt
     if m <= GEMV_ROWS_MAX_M[fmt]:
         return torch.cat([gemv(x[i:i + 1], packed, inject, threads) for i in range(m)])
-    if m < _dp_rows.DP_TILE_MIN_M[fmt] and _dp_rows.available():
+    if _dp_rows.below_crossover(m, fmt, x.dtype) and _dp_rows.available():
         y = _dp_rows.matmul(x, packed, threads)
         if y is not None:
             return y

@@ -19,9 +19,17 @@ from .._facts import codes_nan_free, known_fact, remember_fact
 from ._runtime import chunk_rows, padded_x
 
 DP_TILE_MIN_M = {Format.E5M2: 128, Format.E4M3: 128, Format.NVFP4: 128, Format.MXFP4: 128}
-"""Up to here (exclusive) the bf16-product kernel runs where it can; from here the tiles for
-torch's matmul (_batch). Measured per format: docs/performance.md, CPU: prompts and small
-batches."""
+"""Below this many rows of float32 or float16 x (per format), the bf16-product kernel runs where
+it can; from here on the tiles for torch's matmul (_batch). Measured in one process, one thread,
+CPU time (the machine shared at load 6-8, where wall times of two threads were scheduler
+quanta), 4096 x 4096, ms, this kernel / tile: M = 64 E5M2 25.7 / 31.9, E4M3 32.4 / 31.9, NVFP4
+29.4 / 38.3, MXFP4 26.1 / 38.1; M = 128 53.6 / 52.7, 61.1 / 55.1, 59.4 / 57.9, 58.0 / 61.3
+(docs/performance.md, CPU: prompts and small batches)."""
+
+DP_TILE_MIN_M_BF16 = {Format.E5M2: 256, Format.E4M3: 256, Format.NVFP4: 256, Format.MXFP4: 256}
+"""The same for bfloat16 x (one bf16 term, the tile a bf16 matmul): M = 128 E5M2 28.8 / 29.3,
+E4M3 28.0 / 31.3, NVFP4 27.0 / 33.0, MXFP4 31.6 / 33.1; M = 256 61.0 / 53.6, 58.5 / 50.2,
+63.4 / 52.3, 55.3 / 51.6."""
 
 _FACT = "numba bf16 rows"
 _FP8_RANGE = {Format.E5M2: (-16, 15), Format.E4M3: (-9, 8)}
@@ -34,6 +42,11 @@ def _kernels():
     from . import _smallm_bf16
 
     return _smallm_bf16
+
+
+def below_crossover(m: int, fmt: Format, dtype: torch.dtype) -> bool:
+    """Whether M = m rows of x in `dtype` are below this kernel's crossover to the tiles."""
+    return m < (DP_TILE_MIN_M_BF16 if dtype == torch.bfloat16 else DP_TILE_MIN_M)[fmt]
 
 
 def available() -> bool:
