@@ -5,8 +5,8 @@ the load of a shared machine falls on all of them alike:
 - torch fp32 and bf16 F.linear, and torch.ops.aten._weight_int8pack_mm (int8 weight, bf16 x)
   where this torch has it;
 - each format through softfp8.linear(backend="numba") as dispatched (`auto`), and with
-  `--paths` the small-M kernel and the dequantise-a-tile path each forced (_batch.TILE_MIN_M
-  and TILE_MIN_M_BF16 set for the call), and M GEMVs (`rows`, GEMV_ROWS_MAX_M): how the
+  `--paths` each M > 1 path forced (`_forced`): M GEMVs (`rows`), the bf16-product small-M
+  kernel (`dp`), the float32 one (`small`) and the dequantise-a-tile path (`tile`): how the
   crossovers in those tables are measured.
 
     python benchmarks/cpu_small_m.py --shapes 4096x4096 --m 1,2,4,8,16,32,64,128 --paths
@@ -28,27 +28,37 @@ import torch.nn.functional as F
 
 import softfp8
 from softfp8.backends import numba as cpu_backend
-from softfp8.backends.numba import _batch
+from softfp8.backends.numba import _batch, _dp_rows
 from softfp8.bench.presets import preset
 from softfp8.formats import Format
 
 NEVER = 1 << 30
 
 
+CLOCK = time.perf_counter
+"""The clock `_timed` reads: wall time, or with `--cpu-time` the process's CPU time (all its
+threads), which other processes' load on a shared machine leaves alone; with one thread only
+(`--threads 1`: torch's OpenMP threads spin between calls, which counts as CPU time)."""
+
+
 def _timed(fn) -> float:
-    t = time.perf_counter()
+    t = CLOCK()
     fn()
-    return time.perf_counter() - t
+    return CLOCK() - t
 
 
-def _forced(fmt: Format, min_m: int, call, rows_max: int = 1):
-    tables = (_batch.TILE_MIN_M, _batch.TILE_MIN_M_BF16, cpu_backend.GEMV_ROWS_MAX_M)
+def _forced(fmt: Format, path: str, call):
+    """`call` with the tables set so that M > 1 takes `path`: rows (a GEMV per row), dp (the
+    bf16-product kernel, where it can run), small (the float32 small-M kernel), tile."""
+    tables = (_batch.TILE_MIN_M, _batch.TILE_MIN_M_BF16, cpu_backend.GEMV_ROWS_MAX_M,
+              _dp_rows.DP_TILE_MIN_M, _dp_rows.DP_TILE_MIN_M_BF16)
+    values = {"rows": (NEVER, NEVER, NEVER, 0, 0), "dp": (NEVER, NEVER, 1, NEVER, NEVER),
+              "small": (NEVER, NEVER, 1, 0, 0), "tile": (2, 2, 1, 0, 0)}[path]
 
     def run():
         saved = [t[fmt] for t in tables]
-        for t in tables[:2]:
-            t[fmt] = min_m
-        tables[2][fmt] = rows_max
+        for t, v in zip(tables, values):
+            t[fmt] = v
         try:
             call()
         finally:
@@ -73,9 +83,8 @@ def variants(w: torch.Tensor, m: int, formats, packed, act: torch.dtype, paths: 
         auto = (lambda p=p: softfp8.linear(xa, p, backend="numba"))
         out[f"{fmt}"] = auto
         if paths and m > 1:
-            out[f"{fmt} small"] = _forced(fmt, NEVER, auto)
-            out[f"{fmt} tile"] = _forced(fmt, 2, auto)
-            out[f"{fmt} rows"] = _forced(fmt, NEVER, auto, rows_max=NEVER)
+            for path in ("rows", "dp", "small", "tile"):
+                out[f"{fmt} {path}"] = _forced(fmt, path, auto)
     return out
 
 
@@ -109,6 +118,8 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=7)
     ap.add_argument("--act", choices=["fp32", "bf16"], default="fp32")
     ap.add_argument("--paths", action="store_true", help="time the small-M and tile paths too")
+    ap.add_argument("--cpu-time", action="store_true", help="time CPU time, not wall time (with "
+                    "--threads 1: see CLOCK)")
     ap.add_argument("--threads", type=int, help="torch.set_num_threads (numba follows: it runs "
                     "the fewer of its and torch's)")
     args = ap.parse_args()
@@ -121,10 +132,14 @@ def main() -> None:
     act = torch.float32 if args.act == "fp32" else torch.bfloat16
     if args.threads:
         torch.set_num_threads(args.threads)
+    if args.cpu_time:
+        global CLOCK
+        CLOCK = time.process_time
     int8 = has_int8pack()
     print(f"# {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}  {platform.processor() or ''}"
           f" torch {torch.__version__} threads {torch.get_num_threads()}  loadavg "
-          f"{os.getloadavg()[0]:.1f}  act {args.act}  reps {args.reps} (median)", flush=True)
+          f"{os.getloadavg()[0]:.1f}  act {args.act}  reps {args.reps} (median)  "
+          f"clock {'CPU' if args.cpu_time else 'wall'}", flush=True)
     for n, k in shapes:
         w = weights(n, k, int8)
         packed = {f: softfp8.quantize(w["raw"], f) for f in formats}

@@ -75,22 +75,20 @@ def test_e4m3_without_nan_fix_decodes_every_other_code_alike():
     assert bool(same_bits(fixed[~nan], finite[~nan]).all())
 
 
-@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
-def test_x_terms(dtype):
-    """bf16 x is one term, float16 x two that sum to it exactly, float32 x two within 2^-17."""
+@pytest.mark.parametrize("dtype, terms", [(torch.bfloat16, 1), (torch.float16, 2),
+                                          (torch.float32, 3)])
+def test_x_terms_sum_to_x_exactly(dtype, terms):
+    """bf16 x is one term, float16 x two, float32 x three: each set sums to x exactly (so every
+    product with a bf16 weight is exact), and the exponent range is x's."""
     g = torch.Generator().manual_seed(1)
     x = (torch.randn(3, 77, generator=g) * 10).to(dtype).float()
-    terms = 1 if dtype == torch.bfloat16 else 2
+    x[0, :4] = torch.tensor([1 + 2.0 ** -23, -(1 - 2.0 ** -24), 3.0, 0.0]).to(dtype).float()
     x16 = np.zeros((3 * terms, 96), np.uint16)
     ok, low, high = B.split_x(x.numpy(), terms, x16)
-    t = torch.from_numpy(x16.astype(np.int16)).view(torch.bfloat16).float().view(3, terms, 96)
-    back = t.sum(dim=1)
+    t = torch.from_numpy(x16.astype(np.int16)).view(torch.bfloat16).double().view(3, terms, 96)
+    assert _dp_rows._TERMS.get(dtype, 3) == terms
     assert ok and int(torch.frexp(x.abs().max())[1]) - 1 == high
-    assert (back[:, 77:] == 0).all()
-    if dtype == torch.float32:
-        assert ((back[:, :77] - x).abs() <= x.abs() * 2.0 ** -17).all()
-    else:
-        assert torch.equal(back[:, :77], x)
+    assert torch.equal(t.sum(dim=1)[:, :77], x.double()) and (t[:, :, 77:] == 0).all()
     x[1, 3] = float("inf")
     assert not B.split_x(x.numpy(), terms, x16)[0]
 

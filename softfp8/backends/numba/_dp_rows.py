@@ -32,6 +32,8 @@ E4M3 28.0 / 31.3, NVFP4 27.0 / 33.0, MXFP4 31.6 / 33.1; M = 256 61.0 / 53.6, 58.
 63.4 / 52.3, 55.3 / 51.6."""
 
 _FACT = "numba bf16 rows"
+_TERMS = {torch.bfloat16: 1, torch.float16: 2}
+"""bf16 terms that sum to x exactly, per x dtype (float32: 3)."""
 _FP8_RANGE = {Format.E5M2: (-16, 15), Format.E4M3: (-9, 8)}
 """Least and greatest binary exponent of a nonzero finite decoded value (E5M2: 2^-16 .. 57344;
 E4M3: 2^-9 .. 448)."""
@@ -104,7 +106,7 @@ def matmul(x: torch.Tensor, packed: PackedWeight, threads: int) -> torch.Tensor 
     fmt = packed.fmt
     fp4 = fmt in (Format.NVFP4, Format.MXFP4)
     m = x.shape[0]
-    terms = 1 if x.dtype == torch.bfloat16 else 2
+    terms = _TERMS.get(x.dtype, 3)
     xd = padded_x(x, kp)
     if fp4:
         xd = xd[:, _fp4_order(kp)]

@@ -6,18 +6,18 @@ number, so the decoded row is exact in half the bytes, and vdpbf16ps multiplies 
 bf16 activations into 16 float32 lanes per instruction, twice the float32 FMA's rate. The
 products are exact in float32 (at most 8 x 8 significant bits) and summed in float32.
 
-x reaches the kernel as `terms` bf16 rows per row of x (`split_x`): one for bf16 x (exact), two
-for float16 and float32 x, hi = x rounded to bf16 and lo = (x - hi) rounded to bf16 (exact for
-float16, whose 11 significant bits fit in two bf16 terms; for float32, x to 16 significant bits:
-|error| <= 2^-17 |x| per element). The kernel sums the terms' dot products into y.
+x reaches the kernel as `terms` bf16 rows per row of x (`split_x`), each the rounded remainder of
+the ones before: one for bf16 x, two for float16 x (11 significant bits), three for float32 x
+(24): the terms sum to x exactly, so every product is exact and y is float32's sum of them, in
+another order. The kernel sums the terms' dot products into y.
 
 vdpbf16ps treats bf16 denormals as 0 and flushes denormal results, so the caller checks that no
 product or sum comes near float32's denormal range or its top (`split_x` returns x's exponent
-range, `weight_exponents` the weight's) and runs the float32 kernel (_smallm) otherwise.
+range, `_dp_rows.weight_plan` the weight's) and runs the float32 kernel (_smallm) otherwise.
 
 Tile: GROUP weight rows decoded into a row buffer, met by XROWS rows of x at a time: 16 float32
-vector sums, with the 8 vectors loaded a step, in AVX-512's 32 registers. The decode order is
-_smallm's (FP4: even k first, then odd k; x comes permuted the same way).
+vector sums, with the 8 vectors loaded a step, in AVX-512's 32 registers. FP8 rows decode in K
+order, FP4 rows in the table decode's (`fp4_order`; x comes permuted the same way).
 """
 from __future__ import annotations
 
@@ -46,9 +46,10 @@ STEP = 32
 """bf16 elements a vdpbf16ps reads of each operand: the row buffers and x are padded to it."""
 
 EXP_LOW, EXP_HIGH = -100, 100
-"""Bounds on the binary exponent of any |w| x |x| for the kernel to give float32's answer:
-products at least 2^-100 keep the lo terms' flushed products below 2^-26 of their x's
-contribution, at most 2^100 keep sums of up to 2^27 products finite as float32's are."""
+"""Bounds on the binary exponent of |w| x |x| (nonzero) for the kernel to give float32's answer:
+from 2^-100 up even the last term of x (>= 2^-24 |x|) times w stays above float32's denormals,
+which vdpbf16ps would flush; up to 2^100 sums of up to 2^27 products stay finite, as float32's
+do."""
 
 
 @functools.lru_cache(maxsize=None)
@@ -301,9 +302,11 @@ def split_x(xd, terms, x16):
                 high = max(high, e - 127)
             hi = _bf16_rne(v)
             x16[m * terms, i] = np.uint16(hi & _I32(0xFFFF))
-            if terms == 2:
-                rest = v - _i2f(_I32(hi << _I32(16)))
-                x16[m * terms + 1, i] = np.uint16(_bf16_rne(rest) & _I32(0xFFFF))
+            rest = v
+            for t in range(1, terms):  # each term the rounded remainder of the ones before
+                rest = rest - _i2f(_I32(hi << _I32(16)))
+                hi = _bf16_rne(rest)
+                x16[m * terms + t, i] = np.uint16(hi & _I32(0xFFFF))
     if low > high:
         low = high = 0
     return ok, low, high
