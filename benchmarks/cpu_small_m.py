@@ -3,7 +3,8 @@
 Per shape and M, every variant is timed round-robin (one call each, `--reps` rounds, medians), so
 the load of a shared machine falls on all of them alike:
 - torch fp32 and bf16 F.linear, and torch.ops.aten._weight_int8pack_mm (int8 weight, bf16 x)
-  where this torch has it;
+  where this torch has it; with `--ort` onnxruntime's MatMulNBits 8- and 4-bit (an outside
+  anchor, not among "torch's fastest");
 - each format through softfp8.linear(backend="numba") as dispatched (`auto`), and with
   `--paths` each M > 1 path forced (`_forced`): M GEMVs (`rows`), the bf16-product small-M
   kernel (`dp`), the float32 one (`small`) and the dequantise-a-tile path (`tile`): how the
@@ -29,6 +30,7 @@ import torch.nn.functional as F
 import softfp8
 from softfp8.backends import numba as cpu_backend
 from softfp8.backends.numba import _batch, _dp_rows
+from softfp8.bench.anchors import ort_session
 from softfp8.bench.presets import preset
 from softfp8.formats import Format
 
@@ -67,7 +69,8 @@ def _forced(fmt: Format, path: str, call):
     return run
 
 
-def variants(w: torch.Tensor, m: int, formats, packed, act: torch.dtype, paths: bool):
+def variants(w: torch.Tensor, m: int, formats, packed, act: torch.dtype, paths: bool,
+             ort: dict | None = None):
     k = w["fp32"].shape[1]
     g = torch.Generator().manual_seed(m * 7 + k)
     x = torch.randn(m, k, generator=g)
@@ -78,6 +81,9 @@ def variants(w: torch.Tensor, m: int, formats, packed, act: torch.dtype, paths: 
     if "int8" in w:
         out["torch int8pack"] = lambda: torch.ops.aten._weight_int8pack_mm(xb, w["int8"],
                                                                           w["int8s"])
+    for bits, sess in (ort or {}).items():
+        xn = x.numpy()
+        out[f"ort {bits}-bit"] = lambda sess=sess, xn=xn: sess.run(None, {"A": xn})
     for fmt in formats:
         p = packed[fmt]
         auto = (lambda p=p: softfp8.linear(xa, p, backend="numba"))
@@ -118,6 +124,8 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=7)
     ap.add_argument("--act", choices=["fp32", "bf16"], default="fp32")
     ap.add_argument("--paths", action="store_true", help="time the small-M and tile paths too")
+    ap.add_argument("--ort", action="store_true", help="onnxruntime MatMulNBits 8- and 4-bit "
+                    "beside (float32 x; softfp8.bench.anchors says how its formats differ)")
     ap.add_argument("--cpu-time", action="store_true", help="time CPU time, not wall time (with "
                     "--threads 1: see CLOCK)")
     ap.add_argument("--threads", type=int, help="torch.set_num_threads (numba follows: it runs "
@@ -143,8 +151,10 @@ def main() -> None:
     for n, k in shapes:
         w = weights(n, k, int8)
         packed = {f: softfp8.quantize(w["raw"], f) for f in formats}
+        ort = ({bits: ort_session(w["raw"], bits, torch.get_num_threads())[0] for bits in (8, 4)}
+               if args.ort else None)
         for m in ms:
-            vs = variants(w, m, formats, packed, act, args.paths)
+            vs = variants(w, m, formats, packed, act, args.paths, ort)
             for fn in vs.values():
                 fn()  # compile / warm
             samples = {name: [] for name in vs}

@@ -18,18 +18,22 @@ from ...formats import Format, PackedWeight
 from .._facts import codes_nan_free, known_fact, remember_fact
 from ._runtime import chunk_rows, padded_x
 
-DP_TILE_MIN_M = {Format.E5M2: 128, Format.E4M3: 128, Format.NVFP4: 128, Format.MXFP4: 128}
-"""Below this many rows of float32 or float16 x (per format), the bf16-product kernel runs where
-it can; from here on the tiles for torch's matmul (_batch). Measured in one process, one thread,
-CPU time (the machine shared at load 6-8, where wall times of two threads were scheduler
-quanta), 4096 x 4096, ms, this kernel / tile: M = 64 E5M2 25.7 / 31.9, E4M3 32.4 / 31.9, NVFP4
-29.4 / 38.3, MXFP4 26.1 / 38.1; M = 128 53.6 / 52.7, 61.1 / 55.1, 59.4 / 57.9, 58.0 / 61.3
-(docs/performance.md, CPU: prompts and small batches)."""
+DP_TILE_MIN_M = {Format.E5M2: 1, Format.E4M3: 32, Format.NVFP4: 32, Format.MXFP4: 32}
+"""Below this many rows of float32 or float16 x (per format; 1: never), past the GEMV rows
+(`GEMV_ROWS_MAX_M`), the bf16-product kernel runs where it can; from here on the float32
+small-M kernel and then the tiles (_batch). float32 x takes three bf16 terms, so three times the
+products: `NUMBA_NUM_THREADS=1 python benchmarks/cpu_small_m.py --shapes 4096x4096 --m
+1,2,4,8,16,32,64,128,256 --act fp32 --paths --threads 1 --cpu-time --reps 5` (2-vCPU Zen 4 at
+load 9, ms, this kernel / the float32 one): M = 8 E5M2 8.7 / 7.4, E4M3 8.6 / 9.1, NVFP4 7.0 /
+11.4, MXFP4 7.7 / 11.3; M = 16 13.0 / 10.9, 12.0 / 12.3, 11.3 / 14.2, 11.2 / 13.7; M = 32 26.2
+/ 20.4, 23.5 / 20.7, 24.3 / 24.2, 21.2 / 21.7 (docs/performance.md, CPU: prompts and small
+batches)."""
 
 DP_TILE_MIN_M_BF16 = {Format.E5M2: 256, Format.E4M3: 256, Format.NVFP4: 256, Format.MXFP4: 256}
-"""The same for bfloat16 x (one bf16 term, the tile a bf16 matmul): M = 128 E5M2 28.8 / 29.3,
-E4M3 28.0 / 31.3, NVFP4 27.0 / 33.0, MXFP4 31.6 / 33.1; M = 256 61.0 / 53.6, 58.5 / 50.2,
-63.4 / 52.3, 55.3 / 51.6."""
+"""The same for bfloat16 x (one bf16 term), against the tiles (a bf16 matmul): the same command
+with `--act bf16`, this kernel / tile: M = 128 E5M2 27.9 / 29.3, E4M3 28.6 / 32.1, NVFP4 29.8 /
+34.1, MXFP4 28.4 / 33.3; M = 256 60.1 / 52.9, 57.2 / 54.5, 64.1 / 60.3, 61.7 / 54.8. (The
+float32 small-M kernel: 71.7-77.4 at M = 128.)"""
 
 _FACT = "numba bf16 rows"
 _TERMS = {torch.bfloat16: 1, torch.float16: 2}
