@@ -6,6 +6,10 @@ Strategy by M (rows of activations):
   `_pshufb` / AVX2, else `_kernels`). This is the batch-1 decoding case; what a
   call needs of the weight is prepared once per weight (`_gemv`).
 - 1 < M <= `GEMV_ROWS_MAX_M[fmt]`: the GEMV once per row of x (measured faster there).
+- On CPUs with AVX-512 BF16, below `_dp_rows.DP_TILE_MIN_M` (bf16 x: `DP_TILE_MIN_M_BF16`):
+  each weight row decoded once into bf16 and multiplied with several rows of x at a time by
+  vdpbf16ps (`_smallm_bf16`; x as bf16 terms that sum to it exactly), where the weight's codes
+  and x's range allow (else the next path).
 - Up to `TILE_MIN_M[fmt]` (bf16 x: `TILE_MIN_M_BF16`): each thread decodes a few weight rows
   into a cache-resident float32 buffer and takes their dot products with every row of x
   (`_smallm.smallm_matmul`), so the decode costs once per weight, whatever M.
