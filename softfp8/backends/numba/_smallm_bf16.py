@@ -163,8 +163,8 @@ def _emit_fp4_steps(context, builder, sig, args):
             idx = lanes if j == 0 else builder.lshr(lanes, ir.Constant(vi, [4 * j] * 16))
             v = builder.fmul(builder.call(perm, [table, idx]), scale)
             top = builder.trunc(builder.lshr(builder.bitcast(v, vi), sixteen), vh)
-            ptr = builder.bitcast(builder.gep(oarr.data, [builder.add(o0, ir.Constant(intp, 16 * j))]),
-                                  vh.as_pointer())
+            at = builder.gep(oarr.data, [builder.add(o0, ir.Constant(intp, 16 * j))])
+            ptr = builder.bitcast(at, vh.as_pointer())
             builder.store(top, ptr, align=2)
     return context.get_dummy_value()
 
