@@ -3,10 +3,11 @@
 Per shape and M, every variant is timed round-robin (one call each, `--reps` rounds, medians), so
 the load of a shared machine falls on all of them alike:
 - torch fp32 and bf16 F.linear, and torch.ops.aten._weight_int8pack_mm (int8 weight, bf16 x)
-  where this torch has it;
+  where this torch has it; with `--ort` onnxruntime's MatMulNBits 8- and 4-bit (an outside
+  anchor, not among "torch's fastest");
 - each format through softfp8.linear(backend="numba") as dispatched (`auto`), and with
-  `--paths` the small-M kernel and the dequantise-a-tile path each forced (_batch.TILE_MIN_M
-  and TILE_MIN_M_BF16 set for the call), and M GEMVs (`rows`, GEMV_ROWS_MAX_M): how the
+  `--paths` each M > 1 path forced (`_forced`): M GEMVs (`rows`), the bf16-product small-M
+  kernel (`dp`), the float32 one (`small`) and the dequantise-a-tile path (`tile`): how the
   crossovers in those tables are measured.
 
     python benchmarks/cpu_small_m.py --shapes 4096x4096 --m 1,2,4,8,16,32,64,128 --paths
@@ -28,27 +29,38 @@ import torch.nn.functional as F
 
 import softfp8
 from softfp8.backends import numba as cpu_backend
-from softfp8.backends.numba import _batch
+from softfp8.backends.numba import _batch, _dp_rows
+from softfp8.bench.anchors import ort_session
 from softfp8.bench.presets import preset
 from softfp8.formats import Format
 
 NEVER = 1 << 30
 
 
+CLOCK = time.perf_counter
+"""The clock `_timed` reads: wall time, or with `--cpu-time` the process's CPU time (all its
+threads), which other processes' load on a shared machine leaves alone; with one thread only
+(`--threads 1`: torch's OpenMP threads spin between calls, which counts as CPU time)."""
+
+
 def _timed(fn) -> float:
-    t = time.perf_counter()
+    t = CLOCK()
     fn()
-    return time.perf_counter() - t
+    return CLOCK() - t
 
 
-def _forced(fmt: Format, min_m: int, call, rows_max: int = 1):
-    tables = (_batch.TILE_MIN_M, _batch.TILE_MIN_M_BF16, cpu_backend.GEMV_ROWS_MAX_M)
+def _forced(fmt: Format, path: str, call):
+    """`call` with the tables set so that M > 1 takes `path`: rows (a GEMV per row), dp (the
+    bf16-product kernel, where it can run), small (the float32 small-M kernel), tile."""
+    tables = (_batch.TILE_MIN_M, _batch.TILE_MIN_M_BF16, cpu_backend.GEMV_ROWS_MAX_M,
+              _dp_rows.DP_TILE_MIN_M, _dp_rows.DP_TILE_MIN_M_BF16)
+    values = {"rows": (NEVER, NEVER, NEVER, 0, 0), "dp": (NEVER, NEVER, 1, NEVER, NEVER),
+              "small": (NEVER, NEVER, 1, 0, 0), "tile": (2, 2, 1, 0, 0)}[path]
 
     def run():
         saved = [t[fmt] for t in tables]
-        for t in tables[:2]:
-            t[fmt] = min_m
-        tables[2][fmt] = rows_max
+        for t, v in zip(tables, values):
+            t[fmt] = v
         try:
             call()
         finally:
@@ -57,7 +69,8 @@ def _forced(fmt: Format, min_m: int, call, rows_max: int = 1):
     return run
 
 
-def variants(w: torch.Tensor, m: int, formats, packed, act: torch.dtype, paths: bool):
+def variants(w: torch.Tensor, m: int, formats, packed, act: torch.dtype, paths: bool,
+             ort: dict | None = None):
     k = w["fp32"].shape[1]
     g = torch.Generator().manual_seed(m * 7 + k)
     x = torch.randn(m, k, generator=g)
@@ -68,14 +81,16 @@ def variants(w: torch.Tensor, m: int, formats, packed, act: torch.dtype, paths: 
     if "int8" in w:
         out["torch int8pack"] = lambda: torch.ops.aten._weight_int8pack_mm(xb, w["int8"],
                                                                           w["int8s"])
+    for bits, sess in (ort or {}).items():
+        xn = x.numpy()
+        out[f"ort {bits}-bit"] = lambda sess=sess, xn=xn: sess.run(None, {"A": xn})
     for fmt in formats:
         p = packed[fmt]
         auto = (lambda p=p: softfp8.linear(xa, p, backend="numba"))
         out[f"{fmt}"] = auto
         if paths and m > 1:
-            out[f"{fmt} small"] = _forced(fmt, NEVER, auto)
-            out[f"{fmt} tile"] = _forced(fmt, 2, auto)
-            out[f"{fmt} rows"] = _forced(fmt, NEVER, auto, rows_max=NEVER)
+            for path in ("rows", "dp", "small", "tile"):
+                out[f"{fmt} {path}"] = _forced(fmt, path, auto)
     return out
 
 
@@ -109,6 +124,10 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=7)
     ap.add_argument("--act", choices=["fp32", "bf16"], default="fp32")
     ap.add_argument("--paths", action="store_true", help="time the small-M and tile paths too")
+    ap.add_argument("--ort", action="store_true", help="onnxruntime MatMulNBits 8- and 4-bit "
+                    "beside (float32 x; softfp8.bench.anchors says how its formats differ)")
+    ap.add_argument("--cpu-time", action="store_true", help="time CPU time, not wall time (with "
+                    "--threads 1: see CLOCK)")
     ap.add_argument("--threads", type=int, help="torch.set_num_threads (numba follows: it runs "
                     "the fewer of its and torch's)")
     args = ap.parse_args()
@@ -121,15 +140,21 @@ def main() -> None:
     act = torch.float32 if args.act == "fp32" else torch.bfloat16
     if args.threads:
         torch.set_num_threads(args.threads)
+    if args.cpu_time:
+        global CLOCK
+        CLOCK = time.process_time
     int8 = has_int8pack()
     print(f"# {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}  {platform.processor() or ''}"
           f" torch {torch.__version__} threads {torch.get_num_threads()}  loadavg "
-          f"{os.getloadavg()[0]:.1f}  act {args.act}  reps {args.reps} (median)", flush=True)
+          f"{os.getloadavg()[0]:.1f}  act {args.act}  reps {args.reps} (median)  "
+          f"clock {'CPU' if args.cpu_time else 'wall'}", flush=True)
     for n, k in shapes:
         w = weights(n, k, int8)
         packed = {f: softfp8.quantize(w["raw"], f) for f in formats}
+        ort = ({bits: ort_session(w["raw"], bits, torch.get_num_threads())[0] for bits in (8, 4)}
+               if args.ort else None)
         for m in ms:
-            vs = variants(w, m, formats, packed, act, args.paths)
+            vs = variants(w, m, formats, packed, act, args.paths, ort)
             for fn in vs.values():
                 fn()  # compile / warm
             samples = {name: [] for name in vs}

@@ -1,6 +1,7 @@
 """softfp8.bench: every subcommand runs on the CPU and writes a sound receipt; presets and the
 bandwidth-model arithmetic are right. Timings here are of tiny shapes on a shared CPU: the tests
 check structure and internal consistency, never speed."""
+import importlib.util
 import json
 import math
 import os
@@ -145,10 +146,16 @@ def test_shapes_cpu(tmp_path):
     _check_common(r, "shapes")
     rows = r["rows"]
     _check_rows(rows)
-    # CPU baselines: fp32, fp16 and bf16, as F.linear and as mv; speedup vs the fastest of them.
+    # CPU baselines: fp32, fp16 and bf16, as F.linear and as mv, and torch's int8 weight-only
+    # kernel; speedup vs the fastest of them. onnxruntime's MatMulNBits beside, not among them.
     torch_impls = {x["impl"] for x in rows if x["kind"] == "torch"}
     assert torch_impls == {f"torch {d} {op}" for d in ("float32", "float16", "bfloat16")
-                           for op in ("F.linear", "mv")}
+                           for op in ("F.linear", "mv")} | {
+                               f"torch int8pack {d}" for d in ("float32", "bfloat16")}
+    anchors = [x for x in rows if x["kind"] == "anchor"]
+    if importlib.util.find_spec("onnxruntime") and importlib.util.find_spec("onnx"):
+        assert {x["impl"] for x in anchors} == {f"onnxruntime MatMulNBits {b}-bit" for b in (8, 4)}
+        assert all("ms" in x and x["rel_err_vs_decoded"] < 0.05 for x in anchors)
     for shape in ("custom 96x160", "custom 40x72"):
         group = [x for x in rows if x["shape"] == shape]
         fastest = min(x["ms"] for x in group if x["kind"] == "torch")

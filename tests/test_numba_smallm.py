@@ -1,6 +1,6 @@
-"""The numba backend's M > 1 paths (softfp8/backends/_smallm): the row decoder bit-exact
+"""The numba backend's M > 1 paths (softfp8/backends/numba/_smallm, _smallm_bf16): the row decoder bit-exact
 over every code (what the kernel and the tiles read), and each path -- a GEMV per row, the
-small-M kernel and the dequantised tile with torch's matmul -- against the reference backend
+small-M kernels (float32 and bf16 products) and the dequantised tile with torch's matmul -- against the reference backend
 and fp64 over odd M, N and K, with NaN and inf propagating, and the tile bounded."""
 import pytest
 import torch
@@ -13,22 +13,27 @@ numba = pytest.importorskip("numba")
 np = pytest.importorskip("numpy")
 S = pytest.importorskip("softfp8.backends.numba._smallm")
 from softfp8.backends import numba as cpu_backend  # noqa: E402
-from softfp8.backends.numba import _batch  # noqa: E402
+from softfp8.backends.numba import _batch, _dp_rows  # noqa: E402
 
 FORMATS = ["e5m2", "e5m2_rowscale", "e4m3", "nvfp4", "mxfp4"]
-PATHS = ["rows", "small", "tile"]
+PATHS = ["rows", "small", "dp", "tile"]
 
 
 @pytest.fixture(params=PATHS)
 def path(request, monkeypatch):
-    """Every M > 1 call of the test through one path: a GEMV per row, the small-M kernel, or the
-    tile path with tiles small enough that odd N ends in a partial one (several tiles a call)."""
+    """Every M > 1 call of the test through one path: a GEMV per row, the small-M kernel, the
+    small-M kernel with bf16 products (where the CPU has them and the weight and x allow it;
+    else the small-M kernel), or the tile path with tiles small enough that odd N ends in a
+    partial one (several tiles a call)."""
     least = 2 if request.param == "tile" else 1 << 30
     for fmt in Format:
         monkeypatch.setitem(_batch.TILE_MIN_M, fmt, least)
         monkeypatch.setitem(_batch.TILE_MIN_M_BF16, fmt, least)
         rows = 1 << 30 if request.param == "rows" else 1
         monkeypatch.setitem(cpu_backend.GEMV_ROWS_MAX_M, fmt, rows)
+        for table in (_dp_rows.DP_TILE_MIN_M, _dp_rows.DP_TILE_MIN_M_BF16):
+            if fmt in table:
+                monkeypatch.setitem(table, fmt, 1 << 30 if request.param == "dp" else 0)
     monkeypatch.setattr(_batch, "TILE_ELEMENTS", 5000)
     return request.param
 
@@ -169,8 +174,10 @@ def test_tile_rows_are_bounded():
 
 
 @pytest.mark.parametrize("crossover", [cpu_backend.GEMV_ROWS_MAX_M, _batch.TILE_MIN_M,
-                                       _batch.TILE_MIN_M_BF16],
-                         ids=["GEMV_ROWS_MAX_M", "TILE_MIN_M", "TILE_MIN_M_BF16"])
+                                       _batch.TILE_MIN_M_BF16, _dp_rows.DP_TILE_MIN_M,
+                                       _dp_rows.DP_TILE_MIN_M_BF16],
+                         ids=["GEMV_ROWS_MAX_M", "TILE_MIN_M", "TILE_MIN_M_BF16", "DP_TILE_MIN_M",
+                              "DP_TILE_MIN_M_BF16"])
 def test_every_format_has_a_crossover(crossover):
     # E4M3_B128 takes its own M > 1 path (_batch.matmul_b128), no crossover of these kernels
     assert set(crossover) == set(Format) - {Format.E4M3_B128}

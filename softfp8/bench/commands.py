@@ -1,6 +1,7 @@
 """The subcommands: each returns (rows for the table, the receipt's body)."""
 from __future__ import annotations
 
+import os
 from collections import defaultdict
 
 import torch
@@ -8,6 +9,7 @@ import torch
 from .. import linear
 from ..dispatch import select
 from ..formats import Format
+from .anchors import time_int8pack, time_ort
 from .memory import MemoryReport, measure_memory
 from .model import (bytes_moved, efficiency_coefficient, packed_nbytes,
                     predicted_seconds_per_token)
@@ -86,14 +88,33 @@ def _fp16_and(device: torch.device, *baselines) -> list[tuple[torch.dtype, str]]
     return list(dict.fromkeys([*baselines, *extra]))
 
 
+def cpu_anchors(sh, m, s: Settings, read_bw, w) -> list[dict]:
+    """torch's int8 weight-only kernel (float32 and bf16 x) and, where onnxruntime and onnx
+    import, its MatMulNBits 8- and 4-bit (anchors.py says how their formats differ)."""
+    rows = [time_int8pack(sh, m, dtype, s, read_bw, w) for dtype in (torch.float32,
+                                                                      torch.bfloat16)]
+    rows = [r for r in rows if r is not None]
+    try:
+        import onnx  # noqa: F401
+        import onnxruntime  # noqa: F401
+    except ImportError:
+        return rows
+    return rows + [time_ort(sh, m, bits, s, read_bw, w) for bits in (8, 4)]
+
+
 def grid(s: Settings, shapes, ms, formats, backends, read_bw, *, baselines=None):
     """Every shape x M x (torch baselines, formats x backends): rows and skipped backends."""
     rows, skipped = [], []
     for sh in shapes:
         w = random_weight(sh, s)
         for m in ms:
+            if s.device.type == "cpu" and s.echo:
+                print(f"  load average {' '.join(f'{v:.2f}' for v in os.getloadavg())}",
+                      flush=True)
             for dtype, op in (baselines or _baselines(s.device, m)):
                 rows.append(time_torch(sh, m, dtype, s, read_bw, w, op=op))
+            if s.device.type == "cpu":
+                rows += cpu_anchors(sh, m, s, read_bw, w)
         for fmt in formats:
             packed = make_packed(w, fmt, s.tile_rows)
             for m in ms:

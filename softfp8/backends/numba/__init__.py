@@ -6,6 +6,10 @@ Strategy by M (rows of activations):
   `_pshufb` / AVX2, else `_kernels`). This is the batch-1 decoding case; what a
   call needs of the weight is prepared once per weight (`_gemv`).
 - 1 < M <= `GEMV_ROWS_MAX_M[fmt]`: the GEMV once per row of x (measured faster there).
+- On CPUs with AVX-512 BF16, below `_dp_rows.DP_TILE_MIN_M` (bf16 x: `DP_TILE_MIN_M_BF16`):
+  each weight row decoded once into bf16 and multiplied with several rows of x at a time by
+  vdpbf16ps (`_smallm_bf16`; x as bf16 terms that sum to it exactly), where the weight's codes
+  and x's range allow (else the next path).
 - Up to `TILE_MIN_M[fmt]` (bf16 x: `TILE_MIN_M_BF16`): each thread decodes a few weight rows
   into a cache-resident float32 buffer and takes their dot products with every row of x
   (`_smallm.smallm_matmul`), so the decode costs once per weight, whatever M.
@@ -26,6 +30,7 @@ import torch
 from ..._choices import E2M1Decode
 from ..._needs import Needs
 from ...formats import Format, PackedWeight
+from . import _dp_rows
 from ._batch import matmul_b128, matmul_rows
 from ._gemv import gemv
 from ._runtime import loaded, threads_for
@@ -76,7 +81,11 @@ def _matmul_f32(x: torch.Tensor, packed: PackedWeight, inject: bool, threads: in
         return gemv(x, packed, inject, threads)
     if packed.fmt is Format.E4M3_B128:
         return matmul_b128(x, packed, threads)
-    if x.shape[0] <= GEMV_ROWS_MAX_M[packed.fmt]:
-        return torch.cat([gemv(x[i:i + 1], packed, inject, threads)
-                          for i in range(x.shape[0])])
+    m, fmt = x.shape[0], packed.fmt
+    if m <= GEMV_ROWS_MAX_M[fmt]:
+        return torch.cat([gemv(x[i:i + 1], packed, inject, threads) for i in range(m)])
+    if _dp_rows.below_crossover(m, fmt, x.dtype) and _dp_rows.available():
+        y = _dp_rows.matmul(x, packed, threads)
+        if y is not None:
+            return y
     return matmul_rows(x, packed, threads)

@@ -177,7 +177,7 @@ DECODERS = {
 
 # -- decoders over packed words, as the GEMV kernels read them ----------------------------------
 # FP8 rows are read as uint16 (two codes per lane: code 2i in the low byte) and FP4 rows as int32
-# words (eight codes per lane); x comes de-interleaved to match (backends.numba builds the planes once
+# words (eight codes per lane); x comes de-interleaved to match (the backend builds the planes once
 # per call), so the inner loops are plain vector multiply-adds with no gathers or shuffles.
 
 @nb.njit(**_INLINE)
@@ -230,7 +230,7 @@ def e2m1_word_select(w, j):
 def e2m1_word_inject_div2p126(w, j):
     """Code j of word w by exponent injection, *without* the x 2^126: the value / 2^126 (0.5
     becomes the denormal 2^-127, so FTZ/DAZ breaks it exactly as e2m1_inject). The kernel folds
-    2^126 as 2^63 into x and 2^63 into the row sum (neither overflows: backends.numba checks |x|)."""
+    2^126 as 2^63 into x and 2^63 into the row sum (neither overflows: the backend checks |x|)."""
     t = _I32(w << _I32(28 - 4 * j))
     return _i2f(_I32(_I32(t & _I32(-0x80000000)) | _I32(_I32(t >> _I32(6)) & _I32(0x01C00000))))
 

@@ -1,6 +1,6 @@
 """Numba kernels of the CPU backend: the FP4 GEMVs (M = 1) by bit operations.
 
-Imported only by `backends.numba.matmul` (never at package import); every function compiles lazily on
+Imported only by the backend's `matmul` (never at package import); every function compiles lazily on
 first call and is cached on disk (cache=True), so a second process loads machine code instead of
 compiling. fastmath is {'reassoc', 'contract'} only: it lets LLVM split the K-reduction over
 vector lanes and fuse multiply-adds, and keeps NaN/inf semantics (no nnan/ninf), so NaN and inf

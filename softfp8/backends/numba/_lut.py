@@ -12,7 +12,7 @@ numba intrinsic, and the kernels around it stay plain numba.
 Layout: int32 words [N, Kp/8] (formats.py), one vector lane per word: a step is 16 consecutive
 words of a row (128 codes), loaded as they lie, no shuffles; x comes rearranged per call so that
 xs[s, j, lane] is the element code j of word 16 s + lane meets (`x_steps`; `row_steps` in one
-compiled pass for float32 x where whole steps cover Kp, as backends.numba calls it); each lane's block
+compiled pass for float32 x where whole steps cover Kp, as the backend calls it); each lane's block
 scale is spread over its words in registers, decoded from its code in the loop where every code
 of the weight allows it (`loop_decodes`, `loop_decodes_e8m0`: the `*_raw` GEMVs), else in a pass
 over each row's scales before it. ROWS rows per pass share each x load. The words

@@ -1,0 +1,135 @@
+"""The CPU backend's small-M path with bf16 products (_smallm_bf16): whether a weight and an x
+can take it, x in the kernel's form, y with the scales the kernel leaves out.
+
+A weight's side is worked out once and kept with its facts (`_facts`): the kernel's format id
+(E4M3 without the NaN fix where its codes hold no NaN) and the binary exponent range of its
+decoded values; None where its codes fall outside what the kernel decodes exactly (FP4 scale
+codes that are NaN, negative or E8M0 0; E5M2 infinities and NaNs, which the float32 kernel
+carries as the reference does).
+"""
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import torch
+
+from ...formats import Format, PackedWeight
+from .._facts import codes_nan_free, known_fact, remember_fact
+from ._runtime import chunk_rows, padded_x
+
+DP_TILE_MIN_M = {Format.E5M2: 1, Format.E4M3: 32, Format.NVFP4: 32, Format.MXFP4: 32}
+"""Below this many rows of float32 or float16 x (per format; 1: never), past the GEMV rows
+(`GEMV_ROWS_MAX_M`), the bf16-product kernel runs where it can; from here on the float32
+small-M kernel and then the tiles (_batch). float32 x takes three bf16 terms, so three times the
+products: `NUMBA_NUM_THREADS=1 python benchmarks/cpu_small_m.py --shapes 4096x4096 --m
+1,2,4,8,16,32,64,128,256 --act fp32 --paths --threads 1 --cpu-time --reps 5` (2-vCPU Zen 4 at
+load 9, ms, this kernel / the float32 one): M = 8 E5M2 8.7 / 7.4, E4M3 8.6 / 9.1, NVFP4 7.0 /
+11.4, MXFP4 7.7 / 11.3; M = 16 13.0 / 10.9, 12.0 / 12.3, 11.3 / 14.2, 11.2 / 13.7; M = 32 26.2
+/ 20.4, 23.5 / 20.7, 24.3 / 24.2, 21.2 / 21.7 (docs/performance.md, CPU: prompts and small
+batches)."""
+
+DP_TILE_MIN_M_BF16 = {Format.E5M2: 256, Format.E4M3: 256, Format.NVFP4: 256, Format.MXFP4: 256}
+"""The same for bfloat16 x (one bf16 term), against the tiles (a bf16 matmul): the same command
+with `--act bf16`, this kernel / tile: M = 128 E5M2 27.9 / 29.3, E4M3 28.6 / 32.1, NVFP4 29.8 /
+34.1, MXFP4 28.4 / 33.3; M = 256 60.1 / 52.9, 57.2 / 54.5, 64.1 / 60.3, 61.7 / 54.8. (The
+float32 small-M kernel: 71.7-77.4 at M = 128.)"""
+
+_FACT = "numba bf16 rows"
+_TERMS = {torch.bfloat16: 1, torch.float16: 2}
+"""bf16 terms that sum to x exactly, per x dtype (float32: 3)."""
+_FP8_RANGE = {Format.E5M2: (-16, 15), Format.E4M3: (-9, 8)}
+"""Least and greatest binary exponent of a nonzero finite decoded value (E5M2: 2^-16 .. 57344;
+E4M3: 2^-9 .. 448)."""
+
+
+@functools.lru_cache(maxsize=None)
+def _kernels():
+    from . import _smallm_bf16
+
+    return _smallm_bf16
+
+
+def below_crossover(m: int, fmt: Format, dtype: torch.dtype) -> bool:
+    """Whether M = m rows of x in `dtype` are below this kernel's crossover to the tiles."""
+    return m < (DP_TILE_MIN_M_BF16 if dtype == torch.bfloat16 else DP_TILE_MIN_M)[fmt]
+
+
+def available() -> bool:
+    """Whether this CPU runs the kernel (AVX-512 BF16, as numba targets it)."""
+    return _kernels().available()
+
+
+def weight_plan(packed: PackedWeight) -> tuple[int, int, int] | None:
+    """(kind, least, greatest exponent) of the weight for the kernel, or None; kept per weight."""
+    known = known_fact(packed, _FACT)
+    if known is not None:
+        return known[0]
+    plan = _weight_plan(packed)
+    remember_fact(packed, _FACT, plan)
+    return plan
+
+
+def _weight_plan(packed: PackedWeight) -> tuple[int, int, int] | None:
+    B = _kernels()
+    fmt = packed.fmt
+    if fmt is Format.E5M2:
+        b = packed.words.view(torch.uint8)
+        if bool(((b & 0x7C) == 0x7C).any()):  # inf or NaN codes
+            return None
+        return (B.E5M2, *_FP8_RANGE[fmt])
+    if fmt is Format.E4M3:
+        return (B.E4M3_FINITE if codes_nan_free(packed) else B.E4M3, *_FP8_RANGE[fmt])
+    s = packed.scales
+    if fmt is Format.NVFP4:
+        if not bool((s < 0x7F).all()):  # negative or NaN scale codes
+            return None
+        return (B.NVFP4, -10, 11)  # 0.5 x 2^-9 .. 6 x 448 (the tensor scale goes on y)
+    if fmt is Format.MXFP4:
+        lo, hi = int(s.min()), int(s.max())
+        if lo < 1 or hi > 254:  # 2^-127 (a denormal) or NaN
+            return None
+        return (B.MXFP4, lo - 128, hi - 125)  # 0.5 x 2^(lo - 127) .. 6 x 2^(hi - 127)
+    return None
+
+
+@functools.lru_cache(maxsize=16)
+def _fp4_order(kp: int) -> torch.Tensor:
+    return torch.from_numpy(_kernels().fp4_order(kp))
+
+
+def matmul(x: torch.Tensor, packed: PackedWeight, threads: int) -> torch.Tensor | None:
+    """y [M, N] float32 = x @ W.T by the bf16-product kernel, row and tensor scales applied; None
+    where this weight or this x can't take it (the caller runs the float32 kernels)."""
+    plan = weight_plan(packed)
+    if plan is None:
+        return None
+    B = _kernels()
+    kind, w_low, w_high = plan
+    n, kp = packed.shape[0], packed.padded_k
+    fmt = packed.fmt
+    fp4 = fmt in (Format.NVFP4, Format.MXFP4)
+    m = x.shape[0]
+    terms = _TERMS.get(x.dtype, 3)
+    xd = padded_x(x, kp)
+    if fp4:
+        xd = xd[:, _fp4_order(kp)]
+    k32 = -(-kp // B.STEP) * B.STEP
+    x16 = np.zeros((m * terms, k32), np.uint16)
+    ok, x_low, x_high = B.split_x(xd.contiguous().numpy(), terms, x16)
+    if not ok or x_low + w_low < B.EXP_LOW or x_high + w_high + 1 > B.EXP_HIGH:
+        return None
+    yn = np.zeros((m, n), np.float32)
+    if fp4:
+        codes, words = np.zeros((0, 1), np.uint8), packed.words.numpy()
+        scales = packed.scales.numpy()
+    else:
+        codes, words = packed.words.view(torch.uint8).numpy(), np.zeros((0, 1), np.int32)
+        scales = np.zeros((1, 1), np.uint8)
+    B.smallm_bf16(kind, codes, words, scales, x16, terms, yn, chunk_rows(n, threads))
+    y = torch.from_numpy(yn)
+    if fmt is Format.NVFP4:
+        y *= float(packed.global_scale.item())
+    elif not fp4 and packed.scales is not None:
+        y *= packed.scales
+    return y

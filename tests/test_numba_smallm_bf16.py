@@ -1,0 +1,187 @@
+"""The small-M kernel with bf16 products (softfp8/backends/numba/_smallm_bf16, _dp_rows): its
+row decoder bit-exact over every code, x's bf16 terms, parity with the reference backend over odd
+M, N and K (K not a multiple of the block or of a step), and the cases it hands back to the
+float32 kernels (values vdpbf16ps would flush or codes it does not decode)."""
+import pytest
+import torch
+from conftest import rel_err, same_bits
+
+import softfp8
+from softfp8.formats import Format, PackedWeight
+
+numba = pytest.importorskip("numba")
+np = pytest.importorskip("numpy")
+B = pytest.importorskip("softfp8.backends.numba._smallm_bf16")
+from softfp8.backends import numba as cpu_backend  # noqa: E402
+from softfp8.backends.numba import _dp_rows  # noqa: E402
+from test_numba_smallm import every_code_weight  # noqa: E402
+
+needs_bf16 = pytest.mark.skipif(not B.available(), reason="numba does not target AVX-512 BF16 here")
+FORMATS = ["e5m2", "e5m2_rowscale", "e4m3", "nvfp4", "mxfp4"]
+
+
+def decoded_bf16(packed: PackedWeight, kind: int) -> torch.Tensor:
+    """_decode_bf16 over every row, back in K order, as float32."""
+    n, k = packed.shape
+    kp = packed.padded_k
+    fp4 = packed.fmt in (Format.NVFP4, Format.MXFP4)
+    codes = np.zeros((0, 1), np.uint8) if fp4 else packed.words.view(torch.uint8).numpy()
+    words = packed.words.numpy() if fp4 else np.zeros((0, 1), np.int32)
+    scales = packed.scales.numpy() if fp4 else np.zeros((1, 1), np.uint8)
+    out = np.zeros((n, kp), np.uint16)
+    sw = np.empty(kp // 8 + 16, np.float32)
+    for r in range(n):
+        B._decode_bf16(kind, codes, words, scales, r, out[r], sw)
+    got = torch.from_numpy(out.astype(np.int16)).view(torch.bfloat16).float()
+    if fp4:
+        order = torch.from_numpy(B.fp4_order(kp))
+        back = torch.empty_like(got)
+        back[:, order] = got
+        got = back
+    return got[:, :k]
+
+
+@needs_bf16
+@pytest.mark.parametrize("fmt, kind", [("e5m2", B.E5M2), ("e4m3", B.E4M3), ("nvfp4", B.NVFP4),
+                                       ("mxfp4", B.MXFP4)])
+def test_row_decoder_every_code_is_exact(fmt, kind):
+    """Every code at every position, as bf16, is the reference's value (FP8 before its row
+    scales, NVFP4 before its tensor scale; the FP4 scale codes the kernel takes: NVFP4 below
+    0x7F, MXFP4 1..254). The FP4 rows hold whole steps and a tail (K = 512 + 64: 8 words)."""
+    packed = every_code_weight(fmt)
+    if fmt in ("nvfp4", "mxfp4"):
+        n, k = packed.shape
+        k2 = k + 64
+        codes = packed.words.view(torch.uint8)
+        codes = torch.cat([codes, codes[:, :32]], dim=1).contiguous()
+        block = 16 if fmt == "nvfp4" else 32
+        s = packed.scales
+        s = torch.cat([s, s[:, :64 // block]], dim=1)
+        s = s % 0x7F if fmt == "nvfp4" else s.clamp(1, 254)
+        gs = torch.tensor(1.0) if fmt == "nvfp4" else None
+        packed = PackedWeight(fmt, (n, k2), codes.view(torch.int32), s.contiguous(), gs)
+    elif fmt == "e4m3":
+        packed = PackedWeight(fmt, packed.shape, packed.words, torch.ones(packed.shape[0]))
+    assert bool(same_bits(decoded_bf16(packed, kind), softfp8.dequantize(packed)).all())
+
+
+@needs_bf16
+def test_e4m3_without_nan_fix_decodes_every_other_code_alike():
+    packed = every_code_weight("e4m3")
+    packed = PackedWeight("e4m3", packed.shape, packed.words, torch.ones(packed.shape[0]))
+    fixed, finite = decoded_bf16(packed, B.E4M3), decoded_bf16(packed, B.E4M3_FINITE)
+    nan = torch.isnan(softfp8.dequantize(packed))
+    assert nan.any() and torch.isnan(fixed[nan]).all()
+    assert bool(same_bits(fixed[~nan], finite[~nan]).all())
+
+
+@pytest.mark.parametrize("dtype, terms", [(torch.bfloat16, 1), (torch.float16, 2),
+                                          (torch.float32, 3)])
+def test_x_terms_sum_to_x_exactly(dtype, terms):
+    """bf16 x is one term, float16 x two, float32 x three: each set sums to x exactly (so every
+    product with a bf16 weight is exact), and the exponent range is x's."""
+    g = torch.Generator().manual_seed(1)
+    x = (torch.randn(3, 77, generator=g) * 10).to(dtype).float()
+    x[0, :4] = torch.tensor([1 + 2.0 ** -23, -(1 - 2.0 ** -24), 3.0, 0.0]).to(dtype).float()
+    x16 = np.zeros((3 * terms, 96), np.uint16)
+    ok, low, high = B.split_x(x.numpy(), terms, x16)
+    t = torch.from_numpy(x16.astype(np.int16)).view(torch.bfloat16).double().view(3, terms, 96)
+    assert _dp_rows._TERMS.get(dtype, 3) == terms
+    assert ok and int(torch.frexp(x.abs().max())[1]) - 1 == high
+    assert torch.equal(t.sum(dim=1)[:, :77], x.double()) and (t[:, :, 77:] == 0).all()
+    x[1, 3] = float("inf")
+    assert not B.split_x(x.numpy(), terms, x16)[0]
+
+
+# (M, N, K): M over one tile of x rows and its tails, N past a group of rows, K off every step
+# and block (FP4: words past the whole steps)
+CASES = [(m, n, k) for m, n, k in [(1, 5, 40), (2, 37, 1000), (3, 13, 333), (5, 67, 129),
+                                   (8, 9, 4097), (13, 21, 75), (16, 130, 250), (33, 7, 513)]]
+
+
+def quantized(fmt, n, k, seed):
+    g = torch.Generator().manual_seed(seed)
+    w = torch.randn(n, k, generator=g)
+    if fmt == "e5m2_rowscale":
+        return softfp8.quantize(w * 3, "e5m2", row_scale=True), g
+    return softfp8.quantize(w, fmt), g
+
+
+@needs_bf16
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("m, n, k", CASES, ids=str)
+def test_matches_the_reference_backend(fmt, dtype, m, n, k):
+    packed, g = quantized(fmt, n, k, seed=m * 131 + n * 7 + k)
+    x = torch.randn(m, k, generator=g).to(dtype)
+    y = _dp_rows.matmul(x, packed, 2)
+    assert y is not None and y.shape == (m, n) and y.dtype == torch.float32
+    ref = softfp8.linear(x.float(), packed, backend="torch")
+    assert rel_err(y, ref) <= 1e-5
+
+
+@needs_bf16
+@pytest.mark.parametrize("fmt", ["e5m2", "e4m3", "nvfp4", "mxfp4"])
+def test_backend_routes_small_m_here(fmt, monkeypatch):
+    """cpu_backend.matmul runs this kernel for bf16 x between the GEMV rows and the tiles (y in
+    bf16, as torch's bf16 matmul gives it: within bf16's rounding of float32's answer)."""
+    packed, g = quantized(fmt, 19, 300, seed=4)
+    m = cpu_backend.GEMV_ROWS_MAX_M[packed.fmt] + 1
+    x = torch.randn(m, 300, generator=g).bfloat16()
+    assert _dp_rows.below_crossover(m, packed.fmt, x.dtype)
+    calls = []
+    real = _dp_rows.matmul
+    monkeypatch.setattr(_dp_rows, "matmul", lambda *a: calls.append(1) or real(*a))
+    y = cpu_backend.matmul(x, packed)
+    assert calls and y.dtype == torch.bfloat16
+    assert rel_err(y.float(), softfp8.linear(x.float(), packed, backend="torch")) <= 2.0 ** -8
+
+
+def _with_codes(fmt, n, k, edit):
+    packed, g = quantized(fmt, n, k, seed=9)
+    words = packed.words.clone()
+    scales = None if packed.scales is None else packed.scales.clone()
+    edit(words.view(torch.uint8), scales)
+    gs = packed.global_scale
+    return PackedWeight(fmt, packed.shape, words, scales, gs), g
+
+
+@needs_bf16
+@pytest.mark.parametrize("case", ["e5m2 inf code", "nvfp4 NaN scale", "mxfp4 scale 0",
+                                  "mxfp4 scale 2^-100", "tiny x", "huge x", "x inf"])
+def test_what_it_hands_back(case):
+    """None where vdpbf16ps would flush a product or a code is out of its decode; the backend
+    then runs the float32 kernel and still matches the reference."""
+    fmt = case.split()[0] if case.split()[0] in ("e5m2", "nvfp4", "mxfp4") else "e4m3"
+    edits = {"e5m2 inf code": lambda w, s: w[2].__setitem__(5, 0x7C),
+             "nvfp4 NaN scale": lambda w, s: s[1].__setitem__(0, 0x7F),
+             "mxfp4 scale 0": lambda w, s: s[1].__setitem__(0, 0),
+             "mxfp4 scale 2^-100": lambda w, s: s[1].__setitem__(0, 27)}
+    packed, g = _with_codes(fmt, 11, 96, edits.get(case, lambda w, s: None))
+    x = torch.randn(6, 96, generator=g)
+    if case == "tiny x":
+        x[2, 7] = 2.0 ** -120
+    elif case == "huge x":
+        x[2, 7] = 2.0 ** 95
+    elif case == "x inf":
+        x[2, 7] = float("inf")
+    assert _dp_rows.matmul(x, packed, 2) is None
+    y = cpu_backend.matmul(x, packed)
+    ref = softfp8.linear(x, packed, backend="torch")
+    fin = torch.isfinite(ref)
+    assert torch.equal(torch.isnan(y), torch.isnan(ref))
+    assert rel_err(y[fin], ref[fin]) <= 1e-5
+
+
+@needs_bf16
+def test_e4m3_nan_code_propagates():
+    packed, g = _with_codes("e4m3", 9, 70, lambda w, s: w[1].__setitem__(5, 0x7F))
+    assert _dp_rows.weight_plan(packed)[0] == B.E4M3  # the NaN fix stays
+    x = torch.randn(6, 70, generator=g)
+    y = _dp_rows.matmul(x, packed, 2)
+    ref = softfp8.linear(x, packed, backend="torch")
+    assert torch.equal(torch.isnan(y), torch.isnan(ref)) and torch.isnan(ref).any()
+    fin = torch.isfinite(ref)
+    assert rel_err(y[fin], ref[fin]) <= 1e-5
+    clean, _ = quantized("e4m3", 9, 70, seed=2)
+    assert _dp_rows.weight_plan(clean)[0] == B.E4M3_FINITE
