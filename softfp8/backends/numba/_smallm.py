@@ -133,9 +133,8 @@ def smallm_matmul(kind, codes, scales, g, x, y, chunk):
 # The tile decoders run on the calling thread, not numba's pool: a tile decodes in ~1/10 of the
 # time its matmul takes, and a numba parallel region right after torch's matmul waits for
 # torch's OpenMP threads, still spinning on both cores, to give them up (numba's pool is another
-# libgomp): 1024 x 4096 E5M2 rows took 9.5 ms in parallel against 1.4 ms on one thread
-# (`python benchmarks/cpu_tile_threads.py`, 2-vCPU Zen 4 shared at load 6,
-# receipts/cpu-smallm-tile-threads.txt; docs/decisions.md, CPU: prompts and small batches).
+# libgomp), which made a tile several times slower in parallel than on one thread
+# (`python benchmarks/cpu_tile_threads.py`; docs/decisions.md, CPU: prompts and small batches).
 
 @nb.njit(**_JIT)
 def dequantize_rows(kind, codes, scales, g, r0, w):
