@@ -5,9 +5,12 @@
 # calls: an eager call's host time (softfp8-bench calls);
 # eager / static: softfp8-bench generate on llama2-7b (software FP8 decode);
 # eager8b / static8b: the same on llama3-8b;
+# diag: inside eager generate(), the recorded calls replayed and refused, and a profile
+#   (benchmarks/gpu_eager_diag.py);
 # step: one decode step of the whole model as a CUDA graph, compiled (benchmarks/gpu_e2e_step.py);
 # tag: softfp8-bench token on llama2-7b, this tree against the tag lab-archive-2026-12 (its
-#   softfp8/ extracted to .tag/ and carried: git archive lab-archive-2026-12 softfp8 | tar -x -C .tag).
+#   softfp8/ extracted to .tag/ and carried: git archive lab-archive-2026-12 softfp8 | tar -x -C .tag;
+#   the tag is commit 7b4899e where a clone lacks it).
 set -u
 OUT=${OUT:-out}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
@@ -24,6 +27,7 @@ for step in "$@"; do
     static2) SOFTFP8_FP8_DECODE=integer python3 -m softfp8.bench generate --preset llama2-7b --modes static --formats e5m2,nvfp4 --gpu-time --out "$OUT/gen-static2.json" ;;
     eager8b) SOFTFP8_FP8_DECODE=integer python3 -m softfp8.bench generate --preset llama3-8b --modes eager --gpu-time --out "$OUT/gen-eager-8b.json" ;;
     static8b) SOFTFP8_FP8_DECODE=integer python3 -m softfp8.bench generate --preset llama3-8b --modes static --gpu-time --out "$OUT/gen-static-8b.json" ;;
+    diag) SOFTFP8_FP8_DECODE=integer python3 benchmarks/gpu_eager_diag.py 2>&1 | grep -v "Warn\|warn" ;;
     step) SOFTFP8_FP8_DECODE=integer python3 benchmarks/gpu_e2e_step.py --compile --json "$OUT/e2e-step-compile.json" ;;
     tag) for round in 1 2; do
            for tree in .tag .; do
