@@ -3,6 +3,7 @@
 why) and the recordings made, then profile 32 tokens (cProfile, by own time), for fp16, E5M2
 and NVFP4. Run on a GPU: `SOFTFP8_FP8_DECODE=integer python3 benchmarks/gpu_eager_diag.py`."""
 import collections
+import gc
 import cProfile
 import io
 import os
@@ -66,6 +67,12 @@ for fmt in ("fp16", "e5m2", "nvfp4"):
     model.generate(ids, max_new_tokens=48, min_new_tokens=48, **kw)
     torch.cuda.synchronize(); t2 = time.perf_counter() - t
     print(f"== {fmt}: 4 layers, ms/token {(t2 - t1) / 32 * 1e3:.2f}; counts over both: {dict(stats)}")
+    gc.disable()
+    torch.cuda.synchronize(); t = time.perf_counter()
+    model.generate(ids, max_new_tokens=48, min_new_tokens=48, **kw)
+    torch.cuda.synchronize(); t3 = time.perf_counter() - t
+    gc.enable()
+    print(f"   48 tokens {t2 * 1e3:.1f} ms; with the garbage collector off {t3 * 1e3:.1f} ms")
     pr = cProfile.Profile(); pr.enable()
     model.generate(ids, max_new_tokens=32, min_new_tokens=32, **kw)
     torch.cuda.synchronize(); pr.disable()
