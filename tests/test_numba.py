@@ -9,6 +9,7 @@ import textwrap
 import pytest
 import torch
 from conftest import rel_err, same_bits
+from numba_support import quantized
 
 import softfp8
 from softfp8.decode import E2M1_TO_FLOAT32
@@ -106,14 +107,6 @@ def fp64_reference(x, packed, bias=None):
 
 def run(x, packed, bias=None, e2m1="select"):
     return cpu_backend.matmul(x, packed, bias, e2m1=softfp8.dispatch.E2M1Decode(e2m1))
-
-
-def quantized(fmt, n, k, seed):
-    g = torch.Generator().manual_seed(seed)
-    w = torch.randn(n, k, generator=g)
-    if fmt == "e5m2_rowscale":
-        return softfp8.quantize(w * 3, "e5m2", row_scale=True), g
-    return softfp8.quantize(w, fmt), g
 
 
 FORMATS = ["e5m2", "e5m2_rowscale", "e4m3", "nvfp4", "mxfp4", "e4m3_b128"]

@@ -5,6 +5,7 @@ and fp64 over odd M, N and K, with NaN and inf propagating, and the tile bounded
 import pytest
 import torch
 from conftest import rel_err, same_bits
+from numba_support import quantized
 
 import softfp8
 from softfp8.formats import Format, PackedWeight
@@ -36,14 +37,6 @@ def path(request, monkeypatch):
                 monkeypatch.setitem(table, fmt, 1 << 30 if request.param == "dp" else 0)
     monkeypatch.setattr(_batch, "TILE_ELEMENTS", 5000)
     return request.param
-
-
-def quantized(fmt, n, k, seed):
-    g = torch.Generator().manual_seed(seed)
-    w = torch.randn(n, k, generator=g)
-    if fmt == "e5m2_rowscale":
-        return softfp8.quantize(w * 3, "e5m2", row_scale=True), g
-    return softfp8.quantize(w, fmt), g
 
 
 def decoded(packed: PackedWeight) -> torch.Tensor:

@@ -5,6 +5,7 @@ float32 kernels (values vdpbf16ps would flush or codes it does not decode)."""
 import pytest
 import torch
 from conftest import rel_err, same_bits
+from numba_support import quantized
 
 import softfp8
 from softfp8.formats import Format, PackedWeight
@@ -97,14 +98,6 @@ def test_x_terms_sum_to_x_exactly(dtype, terms):
 # and block (FP4: words past the whole steps)
 CASES = [(m, n, k) for m, n, k in [(1, 5, 40), (2, 37, 1000), (3, 13, 333), (5, 67, 129),
                                    (8, 9, 4097), (13, 21, 75), (16, 130, 250), (33, 7, 513)]]
-
-
-def quantized(fmt, n, k, seed):
-    g = torch.Generator().manual_seed(seed)
-    w = torch.randn(n, k, generator=g)
-    if fmt == "e5m2_rowscale":
-        return softfp8.quantize(w * 3, "e5m2", row_scale=True), g
-    return softfp8.quantize(w, fmt), g
 
 
 @needs_bf16
