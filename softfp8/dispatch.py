@@ -30,7 +30,6 @@ from types import ModuleType
 import torch
 
 from ._choices import ActivationQuant, Backend, E2M1Decode
-from ._choices import ParsedEnum as _Choice  # noqa: F401  (the choices' base, by its old name)
 from ._env import check_environment, raw_reader, raw_readers
 from .capability import CapabilityReport, DeviceReport, probe
 from .formats import Format

@@ -28,7 +28,7 @@ import threading
 import torch
 
 from ..._choices import ParsedEnum as _Choice
-from ..._settings import SPLITK_REDUCE_ENV, LaunchSettings, current  # noqa: F401 (re-exported)
+from ..._settings import LaunchSettings, current
 from .._facts import made_apart as _made_apart
 
 
