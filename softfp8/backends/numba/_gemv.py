@@ -33,11 +33,8 @@ def _inject_fold_safe(x: torch.Tensor) -> bool:
 
 MULTIROW_MIN_K = 4096
 """From this padded K on, the FP8 GEMVs run 4 rows per pass (one x load serves 4 rows); below it
-one row per pass (docs/decisions.md, CPU (Numba): M = 1). A rows sweep on a 2-vCPU Zen 4 (2
-threads, prefetch 4 passes ahead, each variant its own copy of the weight; its script and receipt
-are in the tag lab-archive-2026-12), us, one row against four a pass: E5M2 32768 x 1024 1139
-against 1970, 16384 x 2048 1204 / 1745, E4M3 1139 / 1921, 1394 / 1764; 11008 x 4096 E5M2 2197 /
-1703, E4M3 1686 / 1633; 4096 x 11008 E5M2 2866 / 1955, E4M3 2900 / 2028."""
+one row per pass, where four rows a pass measure slower (docs/decisions.md, CPU (Numba): M = 1,
+FP8 rows)."""
 
 MULTIROW_MIN_K_FP4 = 5632
 """The same for the AVX-512 FP4 table kernel (_lut; _pshufb runs one row): NVFP4,

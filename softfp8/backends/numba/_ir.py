@@ -12,13 +12,9 @@ from numba.core import cgutils
 
 PREFETCH_ROWS = 4
 """Each step prefetches its line of the row this many passes ahead (row r + PREFETCH_ROWS x rows),
-in _lut, _pshufb and _fp8_rows: the hardware prefetchers alone left the loop
-waiting on memory (docs/decisions.md, CPU (Numba): M = 1). A rows sweep on a 2-vCPU Zen 4 (2
-threads, each variant its own copy of the weight; its script and receipt are in the tag
-lab-archive-2026-12), us, 0 / 1 / 2 / 4 passes ahead: NVFP4 11008 x 4096 one row a pass 1770 / 1380
-/ 1623 / 1509, MXFP4 1255 / 1109 / 1139 / 1113; 4096 x 11008 four rows a pass 1676 / 1457 / 1381 /
-1380 and 1498 / 1223 / 1256 / 1257; E5M2 2120 / 2006 / 2047 / 1955, E4M3 2178 / 1943 / 1929 /
-2028."""
+in _lut, _pshufb and _fp8_rows: the hardware prefetchers alone leave the loop waiting on memory,
+and no one distance of 0, 1, 2 or 4 passes is fastest on every format and shape: 4 is within
+~10% of the fastest on each (docs/decisions.md, CPU (Numba): M = 1, weight prefetches)."""
 PREFETCH_LOCALITY = 1
 """llvm.prefetch's locality for those prefetches: 1, prefetcht2, to the L2 (not 3, prefetcht0, to
 the L1, which measured slower). A prefetch into the L1 holds one of the L1's few miss buffers until

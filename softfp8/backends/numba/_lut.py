@@ -69,10 +69,8 @@ def _emit_rows(context, builder, sig, args, wpb, nrows, codes_of=None):
     # independent multiply-add chains (code j of row i to chain j % chains), so that a step's
     # multiply-adds do not wait on each other: one a row of a four-row pass, two in the one-row
     # pass, each folded into its accumulator once a step (`add_scaled`). Four in the one-row
-    # pass spend two more folds a step: 5-9% slower on a Zen 4, in cache and from memory, float32
-    # and bf16 steps; one leaves MXFP4 waiting on its chain, 15-20% slower than two
-    # (docs/decisions.md, CPU (Numba): M = 1; the A/B script and receipts are in the tag
-    # lab-archive-2026-12).
+    # pass spend two more folds a step, and one leaves MXFP4 waiting on its chain: both measure
+    # slower (docs/decisions.md, CPU (Numba): M = 1, 2 multiply-add chains a row).
     chains = 2 if nrows == 1 else 1
     xty = sig.args[4]
     if xty.dtype == types.uint16:  # bf16 activation steps, xs[s, j, lane]

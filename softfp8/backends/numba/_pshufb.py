@@ -262,9 +262,8 @@ def gemv_nvfp4(words, scales, g, xs, xp, y, chunk):
 @nb.njit(parallel=True, **_JIT)
 def gemv_nvfp4_raw(words, scales, g, xs, xp, y, chunk):
     """gemv_nvfp4 where every scale code is below 0x7F (`loop_decodes`): the loop decodes the
-    scales itself: 3-8% less time at 11008 x 4096 and 4096 x 11008 on 2 Zen 3 cores, 8% in cache
-    on one (docs/decisions.md, CPU (Numba): M = 1, block scales decoded in the loop; the A/B
-    script and receipt are in the tag lab-archive-2026-12)."""
+    scales itself, in less time than a separate pass (docs/decisions.md, CPU (Numba): M = 1, block
+    scales decoded in the loop)."""
     n = words.shape[0]
     for c in nb.prange((n + chunk - 1) // chunk):
         _nvfp4_rows_raw(words, scales, g, xs, xp, y, c * chunk, min(n, (c + 1) * chunk))
