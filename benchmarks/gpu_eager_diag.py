@@ -1,5 +1,5 @@
 """Why eager generate() is slower than `softfp8-bench calls` says: inside generate() of a
-4-layer llama2-7b-shaped model, count the recorded calls replayed, the replays refused (and
+llama2-7b-shaped model (DIAG_LAYERS, default 4; DIAG_FORMATS, DIAG_PROFILE=0 to skip the profile), count the recorded calls replayed, the replays refused (and
 why) and the recordings made, then profile 32 tokens (cProfile, by own time), for fp16, E5M2
 and NVFP4. Run on a GPU: `SOFTFP8_FP8_DECODE=integer python3 benchmarks/gpu_eager_diag.py`."""
 import collections
@@ -51,8 +51,11 @@ def repl(x, b):
 modules._replayable = repl
 
 dev = torch.device("cuda")
-for fmt in ("fp16", "e5m2", "nvfp4"):
-    model = build_model("llama2-7b", 4, torch.float16, dev)
+LAYERS = int(os.environ.get("DIAG_LAYERS", "4"))
+FORMATS = os.environ.get("DIAG_FORMATS", "fp16,e5m2,nvfp4").split(",")
+PROFILE = os.environ.get("DIAG_PROFILE", "1") == "1"
+for fmt in FORMATS:
+    model = build_model("llama2-7b", LAYERS, torch.float16, dev)
     if fmt != "fp16":
         softfp8.quantize_model(model, fmt)
     ids = torch.randint(0, 1000, (1, 8), device=dev)
@@ -66,13 +69,21 @@ for fmt in ("fp16", "e5m2", "nvfp4"):
     torch.cuda.synchronize(); t = time.perf_counter()
     model.generate(ids, max_new_tokens=48, min_new_tokens=48, **kw)
     torch.cuda.synchronize(); t2 = time.perf_counter() - t
-    print(f"== {fmt}: 4 layers, ms/token {(t2 - t1) / 32 * 1e3:.2f}; counts over both: {dict(stats)}")
+    print(f"== {fmt}: {LAYERS} layers, tracked objects {len(gc.get_objects())}, ms/token {(t2 - t1) / 32 * 1e3:.2f}; counts over both: {dict(stats)}")
+    before = [g["collections"] for g in gc.get_stats()]
+    torch.cuda.synchronize(); t = time.perf_counter()
+    model.generate(ids, max_new_tokens=48, min_new_tokens=48, **kw)
+    torch.cuda.synchronize(); t4 = time.perf_counter() - t
+    print(f"   48 tokens again {t4 * 1e3:.1f} ms, collections by generation "
+          f"{[g['collections'] - b for g, b in zip(gc.get_stats(), before)]}")
     gc.disable()
     torch.cuda.synchronize(); t = time.perf_counter()
     model.generate(ids, max_new_tokens=48, min_new_tokens=48, **kw)
     torch.cuda.synchronize(); t3 = time.perf_counter() - t
     gc.enable()
     print(f"   48 tokens {t2 * 1e3:.1f} ms; with the garbage collector off {t3 * 1e3:.1f} ms")
+    if not PROFILE:
+        del model; torch.cuda.empty_cache(); continue
     pr = cProfile.Profile(); pr.enable()
     model.generate(ids, max_new_tokens=32, min_new_tokens=32, **kw)
     torch.cuda.synchronize(); pr.disable()
