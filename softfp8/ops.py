@@ -57,7 +57,7 @@ def _packed_linear(x: torch.Tensor, packed: PackedWeight, bias: torch.Tensor | N
         return x.new_empty((*lead, n))
     choice = dispatch.select(packed.fmt, x2.shape[0], x.device, backend=backend, e2m1=e2m1,
                              activation_quant=activation_quant)
-    y = dispatch.load(choice.backend).matmul(x2, packed, bias, e2m1=choice.e2m1)
+    y = dispatch.load(choice.backend).matmul(x2, packed, bias, e2m1=choice.e2m1, checked=True)
     return y if x2 is x else y.reshape(*lead, n)
 
 
@@ -77,7 +77,7 @@ def record_eager(x: torch.Tensor, packed: PackedWeight, bias: torch.Tensor | Non
     if record is None:
         return None
     y, call = record(x2, packed, bias, e2m1=choice.e2m1, readers=dispatch.SETTINGS_READERS,
-                     y_shape=(*x.shape[:-1], n))
+                     y_shape=(*x.shape[:-1], n), checked=True)
     return (y if x2 is x else y.reshape(*x.shape[:-1], n)), call
 
 
