@@ -11,11 +11,12 @@ carry a Python dataclass.
 
 CUDA graphs. The real implementation runs once while a graph is captured and never again (replay
 runs the recorded kernels), so:
-- the backend and the E2M1 decoder, including SOFTFP8_BACKEND / SOFTFP8_E2M1_DECODE, are fixed at
-  capture time; changing the environment afterwards does not change a captured graph;
+- the backend and the E2M1 decoder, including the settings they defer to
+  (`softfp8.launch_settings`), are fixed at capture time; changing them afterwards does not
+  change a captured graph;
 - nothing on this path may synchronise the device: the argument checks only read shapes, dtypes
   and devices (metadata), `dispatch.select` reads the compute capability (cached by torch, no
-  sync) and the environment, and the backends allocate their outputs with `torch.empty`, which a
+  sync) and the settings in force (`softfp8.launch_settings`), and the backends allocate their outputs with `torch.empty`, which a
   capture serves from the graph's private pool. A backend that calls `.item()`, `.cpu()` or
   `torch.cuda.synchronize()`, or allocates pinned host memory, would break capture: keep them
   out of `matmul`.

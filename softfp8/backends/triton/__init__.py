@@ -26,7 +26,7 @@ import torch
 from ..._choices import E2M1Decode
 from ..._needs import Needs
 from ..._settings import (FP8_DECODE_ENV, PDL_ENV, PDL_PREFETCH_ENV, SPLITK_REDUCE_ENV, TABLE_ENV,
-                          current as current_settings)
+                          current as current_settings, generation as settings_generation)
 from ...formats import Format, PackedWeight, ScaleKind
 from ..._checks import check_matrix_args
 from .._facts import (codes_nan_free, known_fact, mx_row_exponents,  # noqa: F401 - re-exported
@@ -102,9 +102,9 @@ def matmul(x: torch.Tensor, packed: PackedWeight, bias: torch.Tensor | None = No
     return _launch(x, packed, bias, p, e2m1, e_rows)
 
 
-_SETTINGS_READERS = (current_settings,)
+_SETTINGS_READERS = (settings_generation,)
 """What a recorded call's replay must find unchanged besides the caller's: the launch settings
-(`softfp8.launch_settings`)."""
+(`softfp8.launch_settings`), by their token (`_settings.generation`)."""
 
 
 def eager_call(x: torch.Tensor, packed: PackedWeight, bias: torch.Tensor | None, *,
@@ -115,8 +115,10 @@ def eager_call(x: torch.Tensor, packed: PackedWeight, bias: torch.Tensor | None,
     the settings' values); a replay finds those and the launch settings unchanged.
     `y_shape`: the shape of a replay's y (the caller's x may have more dimensions than x).
     `checked`: as matmul's."""
-    return record_call(_checked_matmul if checked else matmul, x, packed, bias, e2m1,
-                       readers + _SETTINGS_READERS, y_shape)
+    if _SETTINGS_READERS[0] not in readers:  # dispatch's readers hold it already
+        readers = readers + _SETTINGS_READERS
+    return record_call(_checked_matmul if checked else matmul, x, packed, bias, e2m1, readers,
+                       y_shape)
 
 
 _checked_matmul = functools.partial(matmul, checked=True)
