@@ -2,6 +2,7 @@
 directly checks its own arguments and names what is wrong; the paths through `ops` check once
 and call the backend with checked=True."""
 import importlib
+import importlib.util
 import sys
 
 import pytest
@@ -75,20 +76,15 @@ def counted(monkeypatch):
 
 
 def _cpu_backends():
+    """The backends that run CPU tensors here (Triton: in its interpreter)."""
     out = [Backend.TORCH]
     if importlib.util.find_spec("numba") is not None:
         out.append(Backend.NUMBA)
-    triton = sys.modules.get("softfp8.backends.triton") or _maybe("softfp8.backends.triton")
-    if triton is not None and triton.INTERPRET:
-        out.append(Backend.TRITON)
-    return out
-
-
-def _maybe(name):
     try:
-        return importlib.import_module(name)
+        triton = importlib.import_module("softfp8.backends.triton")
     except ImportError:
-        return None
+        return out
+    return out + [Backend.TRITON] if triton.INTERPRET else out
 
 
 @pytest.mark.parametrize("backend", _cpu_backends(), ids=str)
