@@ -172,7 +172,7 @@ def generation() -> int:
 
 def invalidate() -> None:
     """New tokens for every settings object in force: no call recorded before replays."""
-    for s in _IN_FORCE.values():
+    for s in list(_IN_FORCE.values()):  # a copy: another thread may add one meanwhile
         object.__setattr__(s, "_token", next(_TOKENS))
 
 
