@@ -1,9 +1,11 @@
 """`check_linear_args`: what every entry to a packed linear refuses, in one place.
 
 It imports only `formats` (whose one softfp8 import is the leaf `_choices`), so every entry
-point imports it without a cycle: `linear()` checks and passes `checked=True` on, `ops` checks
-what reaches it unchecked (the custom op's implementation, a recorded call's first run), and a
-backend called directly checks its own arguments.
+point imports it without a cycle. The checks run once per call: `linear()` checks and passes
+`checked=True` on, `ops` checks what reaches it unchecked (the custom op's implementation, a
+layer's call) and calls the backend's `matmul(..., checked=True)`; a backend's `matmul` called
+directly (checked=False, the default) checks its own arguments (`check_matrix_args`, and what
+it needs of the device).
 """
 from __future__ import annotations
 
@@ -40,3 +42,11 @@ def check_linear_args(x: object, packed: object, bias: object) -> None:
         if bias.device != packed.device:
             raise ValueError(f"bias is on {bias.device} but the packed weight is on "
                              f"{packed.device}; expected one device")
+
+
+def check_matrix_args(x: object, packed: object, bias: object) -> None:
+    """`check_linear_args` for a backend's `matmul`, which takes x as [M, K] (ops flattens x's
+    leading dimensions first)."""
+    check_linear_args(x, packed, bias)
+    if x.dim() != 2:
+        raise ValueError(f"x: expected a 2-D [M, K] tensor, got shape {tuple(x.shape)}")

@@ -1,13 +1,13 @@
-"""softfp8's environment settings: reading them on every eager layer call, cheaply, and what
-each one takes (`SETTINGS`, `check_environment`).
+"""softfp8's environment settings: what each SOFTFP8_* variable takes (`SETTINGS`,
+`check_environment`), and a cheap per-call read (`raw_reader`).
 
-Dispatch's cache key and the Triton backend's launch plan hold the values of the SOFTFP8_*
-variables, so a changed setting takes effect on the next call; that means reading them on
-every call. `os.environ.get` encodes the name and decodes the value each time (~1 us a read on
-a 2-core Zen 3, seven reads a Triton call). `raw_reader` encodes the name once and reads the
-mapping `os.environ` itself keeps (`os.environ[...] = ...`, `del`, `putenv` through
-`os.environ`, pytest's monkeypatch all update it; a bare `os.putenv` reaches neither).
-The value comes back as `os.environ` stores it (bytes on POSIX), fit for a cache key; whoever
+The settings dispatch and the launch plan read are `softfp8.launch_settings`, whose defaults
+`_settings` reads from these variables once. `raw_reader` serves a backend that reads its own
+variable on every call (SOFTFP8_NUMBA_FP4_LUT): `os.environ.get` encodes the name and decodes
+the value each time (~1 us a read on a 2-core Zen 3); `raw_reader` encodes the name once and
+reads the mapping `os.environ` itself keeps (`os.environ[...] = ...`, `del`, `putenv` through
+`os.environ`, pytest's monkeypatch all update it; a bare `os.putenv` reaches neither). The
+value comes back as `os.environ` stores it (bytes on POSIX), fit for a cache key; whoever
 parses a setting still reads it with `os.environ.get`.
 """
 from __future__ import annotations
@@ -27,18 +27,6 @@ def raw_reader(name: str) -> Callable[[], object]:
         get = data.get
         return lambda: get(key)
     return lambda: os.environ.get(name)  # another os.environ: the plain read
-
-
-def raw_readers(*names: str) -> Callable[[], tuple]:
-    """One function returning the tuple of `names`' values as `raw_reader`'s do: a recorded eager
-    call checks its settings with one call (a tuple built in C) rather than one a name."""
-    data = getattr(os.environ, "_data", None)
-    encodekey = getattr(os.environ, "encodekey", None)
-    if isinstance(data, dict) and callable(encodekey):
-        keys = tuple(encodekey(n) for n in names)
-        get = data.get
-        return lambda: tuple(map(get, keys))
-    return lambda: tuple(map(os.environ.get, names))
 
 
 # -- what each SOFTFP8_* variable takes ----------------------------------------------------------

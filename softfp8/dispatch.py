@@ -14,30 +14,29 @@ routing policy below is data too:
   used by auto only where its own measurements say it wins). The torch reference needs nothing.
 - E2M1 decoding is injection only where the probe measured that denormals survive on the path
   that decodes (`E2M1_PATH`: the Triton kernel on that GPU, Numba on the CPU); select elsewhere.
-- `select()` results are cached per (format, M bucket, device, overrides, report), since
-  `linear()` calls it on every call.
+- `select()` results are cached per (format, M bucket, device, arguments, settings, report),
+  since `linear()` calls it on every call. What `backend`/`e2m1`/`activation_quant` defer to
+  are the settings in force (`softfp8.launch_settings`, defaults from SOFTFP8_BACKEND,
+  SOFTFP8_E2M1_DECODE, SOFTFP8_ACTIVATION_QUANT read once: `_settings`).
 """
 from __future__ import annotations
 
 import importlib
 import importlib.util
 import operator
-import os
 import sys
 from dataclasses import dataclass
 from types import ModuleType
 
 import torch
 
+from . import _settings
 from ._choices import ActivationQuant, Backend, E2M1Decode
-from ._env import check_environment, raw_reader, raw_readers
+from ._env import check_environment
+from ._settings import ACTIVATION_QUANT_ENV, BACKEND_ENV, E2M1_DECODE_ENV  # noqa: F401
 from .capability import CapabilityReport, DeviceReport, probe
 from .formats import Format
 from ._needs import Needs  # noqa: F401  (backends' NEEDS are Needs; named here too)
-
-BACKEND_ENV = "SOFTFP8_BACKEND"
-E2M1_DECODE_ENV = "SOFTFP8_E2M1_DECODE"
-ACTIVATION_QUANT_ENV = "SOFTFP8_ACTIVATION_QUANT"
 
 
 class BackendUnavailable(RuntimeError):
@@ -115,36 +114,32 @@ class Choice:
     e2m1_reason: str = ""
 
 
-def _from_env(value, cls, env: str, arg: str, default):
-    """(parsed choice, where it came from): the keyword unless it is auto/None, then the env."""
-    if value is not None and not (isinstance(value, str) and value.strip().lower() == "auto"):
+def _requested(value, cls, arg: str, settings: _settings.LaunchSettings | None = None):
+    """(parsed choice, where it came from): the keyword unless it is auto/None, then the
+    setting of the same name in force (`softfp8.launch_settings`, default from SOFTFP8_*)."""
+    if value is not None:
         parsed = cls.parse(value, arg=arg)
         if parsed.value != "auto":
             return parsed, f"{arg}={parsed.value!r}"
-    raw = os.environ.get(env)
-    if raw:
-        parsed = cls.parse(raw, arg=env)
-        return parsed, f"{env}={parsed.value}"
-    return default, "default"
+    settings = settings or _settings.current()
+    return cls(getattr(settings, arg)), settings.source(arg)
 
 
 def requested_backend(backend: Backend | str = Backend.AUTO) -> Backend:
-    """`backend`, or SOFTFP8_BACKEND's value when `backend` is auto."""
-    return _from_env(backend, Backend, BACKEND_ENV, "backend", Backend.AUTO)[0]
+    """`backend`, or the backend setting (default SOFTFP8_BACKEND) when `backend` is auto."""
+    return _requested(backend, Backend, "backend")[0]
 
 
 def requested_e2m1(e2m1: E2M1Decode | str = E2M1Decode.AUTO) -> E2M1Decode:
-    """`e2m1`, or SOFTFP8_E2M1_DECODE's value when `e2m1` is auto."""
-    return _from_env(e2m1, E2M1Decode, E2M1_DECODE_ENV, "e2m1", E2M1Decode.AUTO)[0]
+    """`e2m1`, or the e2m1 setting (default SOFTFP8_E2M1_DECODE) when `e2m1` is auto."""
+    return _requested(e2m1, E2M1Decode, "e2m1")[0]
 
 
 def requested_activation_quant(activation_quant: ActivationQuant | str | None = None
                                ) -> ActivationQuant:
-    """`activation_quant`, or SOFTFP8_ACTIVATION_QUANT's value when None (default: allow)."""
-    if activation_quant is not None:
-        return ActivationQuant.parse(activation_quant, arg="activation_quant")
-    return _from_env(None, ActivationQuant, ACTIVATION_QUANT_ENV, "activation_quant",
-                     ActivationQuant.ALLOW)[0]
+    """`activation_quant`, or the activation_quant setting (default SOFTFP8_ACTIVATION_QUANT,
+    else allow) when None."""
+    return _requested(activation_quant, ActivationQuant, "activation_quant")[0]
 
 
 def m_bucket(m: int) -> int:
@@ -158,15 +153,11 @@ _CACHE: dict[tuple, tuple[CapabilityReport, Choice]] = {}
 _CACHE_LIMIT = 4096
 
 
-_GENERATION = [0]
-"""Bumped by clear_cache(): recorded eager calls (`ops.record_eager`) made before are not replayed."""
-
-
 def clear_cache() -> None:
     """Forget cached select() results (tests that swap backend modules call this), and every
-    recorded eager call's choice with them."""
+    recorded eager call's choice with them (`_settings.invalidate`)."""
     _CACHE.clear()
-    _GENERATION[0] += 1
+    _settings.invalidate()
 
 
 def _check_select_args(m: object, device: object) -> torch.device:
@@ -194,8 +185,9 @@ def select(fmt: Format | str, m: int, device: torch.device | str, *,
            report: CapabilityReport | None = None) -> Choice:
     """The backend and E2M1 decoder for a linear of format `fmt` with `m` rows on `device`.
 
-    `backend`/`e2m1` auto defer to SOFTFP8_BACKEND/SOFTFP8_E2M1_DECODE; `activation_quant`
-    None defers to SOFTFP8_ACTIVATION_QUANT (default allow). `report` defaults to `probe()`.
+    `backend`/`e2m1` auto and `activation_quant` None defer to the settings of those names
+    (`softfp8.launch_settings`; defaults SOFTFP8_BACKEND, SOFTFP8_E2M1_DECODE,
+    SOFTFP8_ACTIVATION_QUANT, read once). `report` defaults to `probe()`.
     An explicit backend that can't run raises BackendUnavailable naming what is missing."""
     if type(m) is int and m >= 1 and type(device) is torch.device and (
             device.type == "cpu" or device.index is not None):
@@ -219,8 +211,9 @@ def select(fmt: Format | str, m: int, device: torch.device | str, *,
     if hit is not None:
         return hit
     check_environment()  # every SOFTFP8_* setting, also those no backend here reads
+    settings = key[-2]  # the settings in force, as the key holds them
     choice = _select(Format.parse(fmt), m_bucket(m), device, report, backend, e2m1,
-                     activation_quant)
+                     activation_quant, settings)
     try:
         if len(_CACHE) >= _CACHE_LIMIT:
             _CACHE.clear()
@@ -231,19 +224,15 @@ def select(fmt: Format | str, m: int, device: torch.device | str, *,
 
 
 def _key(fmt, m, device, backend, e2m1, activation_quant, report) -> tuple:
-    """select()'s cache key: its arguments, the environment it defers to (as os.environ stores
-    it: `_env`), the report's id."""
-    return (fmt, m, device, backend, e2m1, activation_quant, _RAW_BACKEND(), _RAW_E2M1(),
-            _RAW_ACTIVATION_QUANT(), id(report))
+    """select()'s cache key: its arguments, the settings in force (one interned object:
+    `_settings`), the report's id."""
+    return (fmt, m, device, backend, e2m1, activation_quant, _settings.current(), id(report))
 
 
-_RAW_BACKEND = raw_reader(BACKEND_ENV)
-_RAW_E2M1 = raw_reader(E2M1_DECODE_ENV)
-_RAW_ACTIVATION_QUANT = raw_reader(ACTIVATION_QUANT_ENV)
-SETTINGS_READERS = (raw_readers(BACKEND_ENV, E2M1_DECODE_ENV, ACTIVATION_QUANT_ENV),
-                    lambda: _GENERATION[0])
+SETTINGS_READERS = (_settings.generation,)
 """What a choice depends on besides its arguments and the probe: a recorded eager call
-(`ops.record_eager`) is replayed only while each of these returns what it did then."""
+(`ops.record_eager`) is replayed only while each of these returns what it did then -- the
+settings' token, which also covers the launch settings and `clear_cache`."""
 
 
 def _cached(key: tuple) -> Choice | None:
@@ -275,15 +264,10 @@ def refusal(backend: Backend | str, fmt: Format | str, device: torch.device | st
 
 
 def _select(fmt: Format, m: int, device: torch.device, report: CapabilityReport,
-            backend, e2m1, activation_quant) -> Choice:
-    wanted, wanted_from = _from_env(backend, Backend, BACKEND_ENV, "backend", Backend.AUTO)
-    decode, decode_from = _from_env(e2m1, E2M1Decode, E2M1_DECODE_ENV, "e2m1", E2M1Decode.AUTO)
-    if activation_quant is not None:
-        actq = ActivationQuant.parse(activation_quant, arg="activation_quant")
-        actq_from = f"activation_quant={actq.value!r}"
-    else:
-        actq, actq_from = _from_env(None, ActivationQuant, ACTIVATION_QUANT_ENV,
-                                    "activation_quant", ActivationQuant.ALLOW)
+            backend, e2m1, activation_quant, settings: _settings.LaunchSettings) -> Choice:
+    wanted, wanted_from = _requested(backend, Backend, "backend", settings)
+    decode, decode_from = _requested(e2m1, E2M1Decode, "e2m1", settings)
+    actq, actq_from = _requested(activation_quant, ActivationQuant, "activation_quant", settings)
     dev = report.device(device)
     where = f"{fmt} on {device}"
     if wanted is not Backend.AUTO:

@@ -11,11 +11,12 @@ carry a Python dataclass.
 
 CUDA graphs. The real implementation runs once while a graph is captured and never again (replay
 runs the recorded kernels), so:
-- the backend and the E2M1 decoder, including SOFTFP8_BACKEND / SOFTFP8_E2M1_DECODE, are fixed at
-  capture time; changing the environment afterwards does not change a captured graph;
+- the backend and the E2M1 decoder, including the settings they defer to
+  (`softfp8.launch_settings`), are fixed at capture time; changing them afterwards does not
+  change a captured graph;
 - nothing on this path may synchronise the device: the argument checks only read shapes, dtypes
   and devices (metadata), `dispatch.select` reads the compute capability (cached by torch, no
-  sync) and the environment, and the backends allocate their outputs with `torch.empty`, which a
+  sync) and the settings in force (`softfp8.launch_settings`), and the backends allocate their outputs with `torch.empty`, which a
   capture serves from the graph's private pool. A backend that calls `.item()`, `.cpu()` or
   `torch.cuda.synchronize()`, or allocates pinned host memory, would break capture: keep them
   out of `matmul`.
@@ -57,7 +58,7 @@ def _packed_linear(x: torch.Tensor, packed: PackedWeight, bias: torch.Tensor | N
         return x.new_empty((*lead, n))
     choice = dispatch.select(packed.fmt, x2.shape[0], x.device, backend=backend, e2m1=e2m1,
                              activation_quant=activation_quant)
-    y = dispatch.load(choice.backend).matmul(x2, packed, bias, e2m1=choice.e2m1)
+    y = dispatch.load(choice.backend).matmul(x2, packed, bias, e2m1=choice.e2m1, checked=True)
     return y if x2 is x else y.reshape(*lead, n)
 
 
@@ -77,7 +78,7 @@ def record_eager(x: torch.Tensor, packed: PackedWeight, bias: torch.Tensor | Non
     if record is None:
         return None
     y, call = record(x2, packed, bias, e2m1=choice.e2m1, readers=dispatch.SETTINGS_READERS,
-                     y_shape=(*x.shape[:-1], n))
+                     y_shape=(*x.shape[:-1], n), checked=True)
     return (y if x2 is x else y.reshape(*x.shape[:-1], n)), call
 
 

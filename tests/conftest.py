@@ -71,10 +71,14 @@ def diagonal(xs, ys):
 
 @pytest.fixture(autouse=True)
 def _launch_settings_from_the_environment():
-    """Each test reads the launch settings' defaults from the environment as it then is (they
-    are read once a process otherwise: `softfp8._settings`), and leaves none behind."""
+    """Each test reads the settings' defaults (SOFTFP8_BACKEND, SOFTFP8_PDL, ...) from the
+    environment as it then is, at its first call (they are read once a process otherwise:
+    `softfp8._settings`; a test that changes a variable after that calls reload_environment),
+    starts outside any launch_settings block, and leaves neither behind."""
     from softfp8 import _settings
 
     _settings._DEFAULT.clear()
+    outside = _settings._OVERRIDE.set(None)
     yield
+    _settings._OVERRIDE.reset(outside)
     _settings._DEFAULT.clear()

@@ -19,7 +19,7 @@ from softfp8.quantize import dequantize, unpack_codes
 NATIVE_MIN_M = 64  # the fake native backend's "measured crossover"
 
 
-def matmul(x, packed, bias=None, *, e2m1=E2M1Decode.SELECT):
+def matmul(x, packed, bias=None, *, e2m1=E2M1Decode.SELECT, checked=False):
     w = dequantize(packed)  # exact: decodes E2M1 by selection
     if SPECS[packed.fmt].bits == 4 and e2m1 is E2M1Decode.INJECT:
         codes = unpack_codes(packed.words, packed.fmt, packed.shape[1])

@@ -14,7 +14,7 @@ import torch
 from conftest import same_bits
 from fake_backends import install, mock_gpus
 
-from softfp8 import Backend, E2M1Decode, Format, capability, dispatch
+from softfp8 import Backend, E2M1Decode, Format, _settings, capability, dispatch
 from softfp8.backends.cuda import _text
 from softfp8.backends.cuda._source import source
 from softfp8.capability import Check
@@ -361,9 +361,11 @@ def test_without_cupy_the_probe_and_an_explicit_request_name_it(monkeypatch):
                        r"Pascal and Volta need 12"):
         select("e5m2", 1, "cuda:0", backend="cuda", report=report)
     monkeypatch.setenv(dispatch.BACKEND_ENV, "cuda")
+    _settings.reload_environment()  # read once: a change after the first call needs this
     with pytest.raises(BackendUnavailable, match="SOFTFP8_BACKEND=cuda"):
         select("e5m2", 1, "cuda:0", report=report)
     monkeypatch.delenv(dispatch.BACKEND_ENV)
+    _settings.reload_environment()
     choice = select("e5m2", 1, "cuda:0", report=report)
     assert choice.backend is Backend.TORCH and "not cuda: the package 'cupy'" in choice.reason
 

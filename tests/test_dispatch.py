@@ -10,7 +10,7 @@ from conftest import rel_err
 from fake_backends import NATIVE_MIN_M, install, mock_gpus, remove
 
 import softfp8
-from softfp8 import ActivationQuant, Backend, E2M1Decode, Format, capability, dispatch
+from softfp8 import ActivationQuant, Backend, E2M1Decode, Format, _settings, capability, dispatch
 from softfp8.capability import CapabilityReport, Check, DeviceReport, Runtime
 from softfp8.dispatch import BackendUnavailable, select
 from softfp8.quantize import unpack_codes
@@ -169,6 +169,7 @@ def test_forbidden_activation_quantization(monkeypatch):
         select("e4m3", LARGE_M, "cuda:0", report=report, backend="native",
                activation_quant=ActivationQuant.FORBID)
     monkeypatch.setenv(dispatch.ACTIVATION_QUANT_ENV, "forbid")
+    _settings.reload_environment()  # read once: a change after the first call needs this
     assert select("e4m3", LARGE_M, "cuda:0", report=report).backend is Backend.TRITON
     with pytest.raises(BackendUnavailable, match="SOFTFP8_ACTIVATION_QUANT=forbid"):
         select("e4m3", LARGE_M, "cuda:0", report=report, backend="native")
@@ -253,6 +254,7 @@ def test_overrides_from_env_and_keywords(monkeypatch):
     assert select("nvfp4", 1, "cpu", report=report, backend="numba").backend is Backend.NUMBA
     monkeypatch.delenv(dispatch.BACKEND_ENV)
     monkeypatch.setenv(dispatch.E2M1_DECODE_ENV, "select")
+    _settings.reload_environment()  # read once: a change after the first call needs this
     choice = select("nvfp4", 1, "cpu", report=report)
     assert (choice.backend, choice.e2m1) == (Backend.NUMBA, E2M1Decode.SELECT)
     assert choice.e2m1_reason == "requested by SOFTFP8_E2M1_DECODE=select"
@@ -298,8 +300,8 @@ def test_select_is_cached_and_cheap(monkeypatch):
     assert select("nvfp4", 3, torch.device("cpu"), report=report) is first
     other = capability.collect(facts={**CPU_FACTS, ("cpu", "ftz_numba"): Check.yes("flush")})
     assert select("nvfp4", 3, "cpu", report=other).e2m1 is E2M1Decode.SELECT  # not the cached one
-    monkeypatch.setenv(dispatch.BACKEND_ENV, "torch")  # the environment is part of the key
-    assert select("nvfp4", 3, "cpu", report=report).backend is Backend.TORCH
+    with softfp8.launch_settings(backend="torch"):  # the settings are part of the key
+        assert select("nvfp4", 3, "cpu", report=report).backend is Backend.TORCH
     device = torch.device("cpu")
     start = time.perf_counter()
     for _ in range(1000):
@@ -406,15 +408,26 @@ def test_raw_env_reader_follows_os_environ(monkeypatch):
     assert read() is None
 
 
-def test_select_follows_the_environment_between_calls(monkeypatch):
-    """The cache key holds the raw settings: a change of SOFTFP8_BACKEND reaches the next call."""
+def test_select_follows_the_settings_between_calls(monkeypatch):
+    """The cache key holds the settings in force: a launch_settings block reaches the next call
+    and its end the one after; SOFTFP8_BACKEND is read once, so a change of it reaches select()
+    only through reload_environment()."""
     monkeypatch.delenv("SOFTFP8_BACKEND", raising=False)
     cpu = torch.device("cpu")
     auto = select(Format.E5M2, 1, cpu).backend
-    monkeypatch.setenv("SOFTFP8_BACKEND", "torch")
-    assert select(Format.E5M2, 1, cpu).backend is Backend.TORCH
-    monkeypatch.setenv("SOFTFP8_BACKEND", "native")  # no FP8 units on a CPU
-    with pytest.raises(BackendUnavailable):
-        select(Format.E5M2, 1, cpu)
-    monkeypatch.delenv("SOFTFP8_BACKEND")
+    with softfp8.launch_settings(backend="torch"):
+        choice = select(Format.E5M2, 1, cpu)
+        assert choice.backend is Backend.TORCH
+        assert choice.reason == "requested by launch_settings(backend='torch')"
+        with softfp8.launch_settings(backend="native"):  # no FP8 units on a CPU
+            with pytest.raises(BackendUnavailable, match=r"launch_settings\(backend='native'\)"):
+                select(Format.E5M2, 1, cpu)
+        assert select(Format.E5M2, 1, cpu) is choice
     assert select(Format.E5M2, 1, cpu).backend is auto
+    monkeypatch.setenv("SOFTFP8_BACKEND", "torch")
+    assert select(Format.E5M2, 1, cpu).backend is auto  # not read again
+    _settings.reload_environment()
+    choice = select(Format.E5M2, 1, cpu)
+    assert choice.backend is Backend.TORCH and choice.reason == "requested by SOFTFP8_BACKEND=torch"
+    with softfp8.launch_settings(backend="auto"):  # the API over the environment
+        assert select(Format.E5M2, 1, cpu).backend is auto

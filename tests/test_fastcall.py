@@ -287,11 +287,11 @@ def test_gpu_a_changed_setting_is_not_replayed(monkeypatch):
     with torch.no_grad():
         layer(x)
         (kept,) = layer.__dict__["_eager_calls"].values()
-        monkeypatch.setenv("SOFTFP8_BACKEND", "torch")
-        assert kept.call.launch(x) is None
-        torch.testing.assert_close(layer(x), softfp8.linear(x, layer.packed, layer.bias,
-                                                            backend="torch"))
-        monkeypatch.delenv("SOFTFP8_BACKEND")
+        with softfp8.launch_settings(backend="torch"):
+            assert kept.call.launch(x) is None
+            torch.testing.assert_close(layer(x), softfp8.linear(x, layer.packed, layer.bias,
+                                                                backend="torch"))
+        assert kept.call.launch(x) is not None  # the settings it was recorded under again
         dispatch.clear_cache()
         assert kept.call.launch(x) is None
 
@@ -350,3 +350,23 @@ def test_gpu_compile_reduce_overhead_of_a_fresh_mxfp4_layer_records_once():
             y = compiled(x).clone()
         torch.testing.assert_close(y, layer(x), rtol=0, atol=0)
 
+
+
+def test_a_changed_setting_refuses_the_replay(cuda_stand_in):
+    """A call recorded with dispatch's readers (the settings' token, `_settings.generation`):
+    a launch_settings block of other values refuses the replay, the same settings again (the
+    block's end, or a block of equal values) replay it, and dispatch.clear_cache refuses it
+    for good."""
+    jit, w = _Jit(), torch.randn(5, 16)
+    _, call = _fastcall.record_call(_matmul_with(jit), _x(), w, None, None,
+                                    dispatch.SETTINGS_READERS)
+    assert call is not None and call.launch(_x()) is not None
+    for other in (dict(backend="torch"), dict(e2m1="select"), dict(activation_quant="forbid"),
+                  dict(pdl="off")):
+        with softfp8.launch_settings(**other):
+            assert call.launch(_x()) is None, other
+    assert call.launch(_x()) is not None
+    with softfp8.launch_settings():  # equal values: the same settings object, the same token
+        assert call.launch(_x()) is not None
+    dispatch.clear_cache()
+    assert call.launch(_x()) is None

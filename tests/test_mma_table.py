@@ -1,13 +1,15 @@
 """Kernel.MMA_GEMV's launch rules (`triton/_mma_table.py`, `_mma_flags.py`): its domain, its
 mappings, ring, zero fill, and the launches it refuses. Pure Python."""
 import functools
+import itertools
 
 import pytest
 import torch
 from conftest import triton_backend_or_skip
 
 import softfp8
-from softfp8.formats import Format
+from softfp8.dispatch import E2M1Decode
+from softfp8.formats import Format, padded_k
 
 triton_backend = triton_backend_or_skip()
 from softfp8.backends.triton import Kernel, LaunchConfig, launch_config, run  # noqa: E402
@@ -225,3 +227,78 @@ def test_mma_zero_fill_only_where_a_tile_reads_past_the_k_range():
     assert layout(mma(16, triton_backend.mma_rows(8, 4, 2), num_warps=4)) == (8, 2)
     with pytest.raises(ValueError, match="block_m=16 with block_n=32"):
         layout(mma(16, triton_backend.mma_rows(8, 4, 4), num_warps=4))  # 4 tiles: not wide
+
+
+MMA_DEVICES = {
+    "sm_80": triton_backend.DeviceInfo(108, (8, 0), False),   # A100: registers only
+    "sm_86": triton_backend.DeviceInfo(82, (8, 6), False),    # RTX 3090
+    "sm_89": triton_backend.DeviceInfo(128, (8, 9), False),   # RTX 4090
+    "sm_90": triton_backend.DeviceInfo(132, (9, 0), False),   # H100 / H200: the ring
+    "sm_100": triton_backend.DeviceInfo(148, (10, 0), False),  # B200
+}
+MMA_SHAPES = [(4096, 4096), (6144, 4096), (11008, 4096), (12288, 4096), (22016, 4096),
+              (28672, 4096), (4096, 11008), (4096, 14336), (128256, 4096), (1000, 1032)]
+
+
+def _mma_launches(info):
+    """(fmt, n, k, m, rule, LaunchConfig) of every launch the table gives Kernel.MMA_GEMV here."""
+    from softfp8.backends.triton._mma_table import mma_rule
+
+    for fmt in sorted(triton_backend.MMA_FORMATS, key=lambda f: f.value):
+        for (n, k), m in itertools.product(MMA_SHAPES, range(1, 17)):
+            cfg = launch_config(n, k, m, fmt, info)
+            if cfg.kernel is Kernel.MMA_GEMV:
+                yield fmt, n, k, m, mma_rule(n, k, m, fmt, info), cfg
+
+
+def test_every_mma_rule_is_reached_and_every_launch_plans():
+    """Each row of MMA_RULES is some launch's on some device (none shadowed by the rows above
+    it), the ring rows only from sm_90 and the register rows for 8-bit M <= 4 only below it, and
+    every LaunchConfig the rows make is one the plan takes (its mapping, ring and depth)."""
+    from softfp8.backends.triton._mma_table import MMA_RULES
+
+    reached: dict[str, set] = {}
+    for device, info in MMA_DEVICES.items():
+        for fmt, n, k, m, rule, cfg in _mma_launches(info):
+            reached.setdefault(rule, set()).add(device)
+            fp8 = fmt in (Format.E5M2, Format.E4M3)
+            assert (cfg.ring > 0) == (fp8 and m <= 4 and info.capability >= (9, 0)), (
+                device, fmt, n, k, m, cfg)
+            assert cfg.depth == (2 if fp8 and not cfg.ring else 1)
+            facts = triton_backend.WeightFacts(fp8, True, fmt is Format.MXFP4)
+            p = triton_backend.plan_for_config(
+                cfg, n, k, padded_k(k, fmt), m, fmt, info, torch.float16, False,
+                E2M1Decode.SELECT, facts, False, softfp8.LaunchSettings())
+            assert p.kernel.startswith("mma_") and 1 <= p.split <= cfg.split_k, (device, cfg)
+    rules = [rule for rule, _, _ in MMA_RULES]
+    assert set(reached) == set(rules), set(rules) - set(reached)
+    ring = {rule for rule in rules if "on the ring" in rule}
+    assert len(ring) == 4
+    for rule in ring:
+        assert reached[rule] == {"sm_90", "sm_100"}, rule
+    m1_registers = next(r for r in rules if r.startswith("8-bit M = 1 from registers"))
+    assert reached[m1_registers] == {"sm_80", "sm_86", "sm_89"}
+
+
+@pytest.mark.parametrize("n, k, m, fmt, device, words", [
+    (4096, 4096, 1, Format.E5M2, "sm_90", "8-bit M = 1 on the ring"),
+    (4096, 4096, 1, Format.E5M2, "sm_89", "8-bit M = 1 from registers"),
+    (128256, 4096, 2, Format.E4M3, "sm_90", "8-bit M = 2 vocabulary heads on the ring"),
+    (4096, 4096, 2, Format.E4M3, "sm_90", "8-bit M = 2 on the ring"),
+    (4096, 4096, 4, Format.E4M3, "sm_100", "8-bit M = 3..4 on the ring"),
+    (4096, 4096, 4, Format.E4M3, "sm_80", "8-bit M = 2..8 from registers"),
+    (6144, 4096, 8, Format.E5M2, "sm_90", "8-bit M = 2..8 from registers"),
+    (4096, 4096, 16, Format.E5M2, "sm_90", "M = 9..16"),
+    (4096, 4096, 9, Format.MXFP4, "sm_80", "M = 9..16"),
+    (12288, 4096, 1, Format.NVFP4, "sm_90", "FP4 M = 1, one wave of 8-row programs"),
+    (10240, 4096, 1, Format.NVFP4, "sm_80", "FP4 M = 1, one wave of 8-row programs"),
+    (12288, 4096, 1, Format.NVFP4, "sm_80", "FP4 M = 1 from 6144 rows"),
+    (12288, 11008, 1, Format.MXFP4, "sm_90", "FP4 M = 1 from 6144 rows"),
+    (4096, 4096, 1, Format.MXFP4, "sm_90", "FP4 M = 1: 2 warps"),
+    (4096, 4096, 2, Format.NVFP4, "sm_86", "FP4 M = 2, and M = 3..4 from 8192 rows"),
+    (8191, 4096, 4, Format.NVFP4, "sm_90", "FP4 M = 2..8 otherwise"),
+])
+def test_mma_rule_names_the_row_a_launch_takes(n, k, m, fmt, device, words):
+    from softfp8.backends.triton._mma_table import mma_rule
+
+    assert mma_rule(n, k, m, fmt, MMA_DEVICES[device]).startswith(words)

@@ -154,7 +154,10 @@ def test_repr_shows_format_shape_and_backend(monkeypatch):
     assert "in_features=300" in text and "out_features=40" in text
     assert "fmt=mxfp4" in text and f"backend={chosen}" in text
     monkeypatch.setenv("SOFTFP8_BACKEND", "native")
+    softfp8._settings.reload_environment()  # read once: a change after the first call needs this
     assert "backend=none (backend native (SOFTFP8_BACKEND=native) can't run" in repr(q)
+    with softfp8.launch_settings(backend="torch"):
+        assert "backend=torch" in repr(q)
 
 
 def test_forward_validates_its_input():

@@ -2,10 +2,13 @@
 
     NEEDS: dispatch.Needs
         what it requires of the machine, as data (formats, device types, capability, packages).
-    matmul(x, packed, bias, *, e2m1) -> Tensor
+    matmul(x, packed, bias, *, e2m1, checked=False) -> Tensor
         x: [M, K] contiguous, float32/float16/bfloat16, on packed's device; bias: [N] or None;
         e2m1: dispatch.E2M1Decode.INJECT or .SELECT (already resolved; ignored by 8-bit formats).
         Returns y = x @ W.T + bias, [M, N], in x's dtype, accumulated in float32.
+        checked: the caller (`ops`) has run `_checks.check_linear_args` on these arguments and
+        dispatch chose this backend for them (its NEEDS hold), so matmul skips its own checks;
+        False (a direct call): it checks them and raises as `check_matrix_args` does.
 
 and may expose, optionally:
 

@@ -53,6 +53,7 @@ import warnings
 
 import torch
 
+from .._checks import check_matrix_args
 from .._choices import E2M1Decode
 from .._needs import Needs
 from ..formats import Format, PackedWeight
@@ -121,10 +122,12 @@ def quantize_activations(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def matmul(x: torch.Tensor, packed: PackedWeight, bias: torch.Tensor | None = None, *,
-           e2m1: E2M1Decode = E2M1Decode.SELECT) -> torch.Tensor:
+           e2m1: E2M1Decode = E2M1Decode.SELECT, checked: bool = False) -> torch.Tensor:
     """y = x @ W.T + bias with W8A8 FP8 tensor-core math, in x's dtype (contract: backends/__init__).
 
     `e2m1` is accepted for the common signature; FP8 formats have no E2M1 codes."""
+    if not checked:
+        check_matrix_args(x, packed, bias)
     if packed.fmt not in _FP8_DTYPE:
         raise ValueError(f"packed: the native backend runs e4m3 and e5m2 weights, got {packed.fmt}")
     m, k = x.shape

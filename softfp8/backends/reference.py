@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import torch
 
+from .._checks import check_matrix_args
 from .._choices import E2M1Decode
 from .._needs import Needs
 from ..formats import Format, PackedWeight
@@ -19,11 +20,13 @@ _SLAB_ELEMENTS = 1 << 24  # 64 MiB of float32 weight at a time
 
 
 def matmul(x: torch.Tensor, packed: PackedWeight, bias: torch.Tensor | None = None, *,
-           e2m1: E2M1Decode = E2M1Decode.SELECT) -> torch.Tensor:
+           e2m1: E2M1Decode = E2M1Decode.SELECT, checked: bool = False) -> torch.Tensor:
     """y = x @ dequantize(packed).T + bias, in float32, returned in x's dtype.
 
     `e2m1` is accepted for the common signature; the reference always decodes E2M1 by selection,
-    which is exact whatever the denormal mode."""
+    which is exact whatever the denormal mode. `checked`: backends/__init__."""
+    if not checked:
+        check_matrix_args(x, packed, bias)
     n, k = packed.shape
     xf = x.to(torch.float32)
     rows = max(1, _SLAB_ELEMENTS // max(k, 1))

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import torch
 
+from ..._checks import check_matrix_args
 from ..._choices import E2M1Decode
 from ..._needs import Needs
 from ...formats import Format, PackedWeight
@@ -60,18 +61,10 @@ def specials(packed: PackedWeight) -> bool:
 
 
 def _check(x: torch.Tensor, packed: PackedWeight, bias: torch.Tensor | None) -> None:
-    if not isinstance(packed, PackedWeight):
-        raise TypeError(f"packed: expected a PackedWeight, got {type(packed).__name__}")
-    if not (x.is_cuda and packed.words.is_cuda) or x.device != packed.device:
+    check_matrix_args(x, packed, bias)
+    if not (x.is_cuda and packed.words.is_cuda):
         raise ValueError(f"x and packed must be on one CUDA device for the cuda backend, got "
                          f"{x.device} and {packed.device}")
-    if x.dim() != 2 or x.shape[1] != packed.shape[1]:
-        raise ValueError(f"x: expected [M, {packed.shape[1]}], got {list(x.shape)}")
-    if x.dtype not in _X_KIND:
-        raise TypeError(f"x: expected float32, float16 or bfloat16, got {x.dtype}")
-    if bias is not None and (bias.shape != (packed.shape[0],) or bias.device != x.device):
-        raise ValueError(f"bias: expected [{packed.shape[0]}] on {x.device}, got "
-                         f"{list(bias.shape)} on {bias.device}")
 
 
 def _padded(x: torch.Tensor, kp: int) -> torch.Tensor:
@@ -84,9 +77,11 @@ def _padded(x: torch.Tensor, kp: int) -> torch.Tensor:
 
 
 def matmul(x: torch.Tensor, packed: PackedWeight, bias: torch.Tensor | None = None, *,
-           e2m1: E2M1Decode = E2M1Decode.SELECT) -> torch.Tensor:
-    """y = x @ W.T + bias for x [M, K] on a CUDA device, float32 accumulation, in x's dtype."""
-    _check(x, packed, bias)
+           e2m1: E2M1Decode = E2M1Decode.SELECT, checked: bool = False) -> torch.Tensor:
+    """y = x @ W.T + bias for x [M, K] on a CUDA device, float32 accumulation, in x's dtype.
+    `checked`: backends/__init__."""
+    if not checked:
+        _check(x, packed, bias)
     from ._runtime import launch, ptr
 
     m = x.shape[0]

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import torch
 
+from ..._checks import check_matrix_args
 from ..._choices import E2M1Decode
 from ..._needs import Needs
 from ...formats import Format, PackedWeight
@@ -49,13 +50,16 @@ kernel). docs/decisions.md, CPU: prompts and small batches."""
 
 
 def matmul(x: torch.Tensor, packed: PackedWeight, bias: torch.Tensor | None = None, *,
-           e2m1: E2M1Decode = E2M1Decode.SELECT) -> torch.Tensor:
-    """y = x @ W.T + bias for x [M, K] on the CPU, accumulated in float32, returned in x's dtype."""
+           e2m1: E2M1Decode = E2M1Decode.SELECT, checked: bool = False) -> torch.Tensor:
+    """y = x @ W.T + bias for x [M, K] on the CPU, accumulated in float32, returned in x's dtype.
+    `checked`: backends/__init__ (dispatch runs this backend on CPU tensors only)."""
     # Every line here runs right after the previous layer's kernel, where each torch attribute
-    # or call costs 5-50 us (see `_gemv`): the cheapest form of each check is used.
-    if not (x.is_cpu and packed.words.is_cpu):
-        raise ValueError(f"x and packed must be on the cpu for the numba backend, got {x.device} "
-                         f"and {packed.device}")
+    # or call costs 5-50 us (see `_gemv`): a checked call checks nothing again.
+    if not checked:
+        check_matrix_args(x, packed, bias)
+        if not (x.is_cpu and packed.words.is_cpu):
+            raise ValueError(f"x and packed must be on the cpu for the numba backend, got "
+                             f"{x.device} and {packed.device}")
     inject = e2m1 is E2M1Decode.INJECT or (
         e2m1 is not E2M1Decode.SELECT and E2M1Decode(e2m1) is E2M1Decode.INJECT)
     numba, _, _, numba_threads, _ = loaded()

@@ -18,6 +18,7 @@ Auto dispatch never picks the interpreter (dispatch.AUTO_DEVICE_TYPES).
 """
 from __future__ import annotations
 
+import functools
 import os
 
 import torch
@@ -25,9 +26,9 @@ import torch
 from ..._choices import E2M1Decode
 from ..._needs import Needs
 from ..._settings import (FP8_DECODE_ENV, PDL_ENV, PDL_PREFETCH_ENV, SPLITK_REDUCE_ENV, TABLE_ENV,
-                          current as current_settings)
+                          current as current_settings, generation as settings_generation)
 from ...formats import Format, PackedWeight, ScaleKind
-from ..._checks import check_linear_args
+from ..._checks import check_matrix_args
 from .._facts import (codes_nan_free, known_fact, mx_row_exponents,  # noqa: F401 - re-exported
                       remember_fact)
 from ._fastcall import note_split, record_call, start
@@ -67,13 +68,16 @@ NEEDS = Needs(
 
 
 def _check(x: torch.Tensor, packed: PackedWeight, bias: torch.Tensor | None,
-           e2m1: E2M1Decode | str) -> E2M1Decode:
-    check_linear_args(x, packed, bias)
-    if x.dim() != 2:
-        raise ValueError(f"x: expected a 2-D [M, K] tensor, got shape {tuple(x.shape)}")
-    why = NEEDS.why_not(packed.fmt, x.device, None)
-    if why is not None:
-        raise ValueError(f"x: the triton backend can't run on {x.device}: {why}")
+           e2m1: E2M1Decode | str, checked: bool = False) -> E2M1Decode:
+    """The E2M1 decode to launch with (select for auto); unless `checked` (backends/__init__),
+    the arguments checked first."""
+    if not checked:
+        check_matrix_args(x, packed, bias)
+        why = NEEDS.why_not(packed.fmt, x.device, None)
+        if why is not None:
+            raise ValueError(f"x: the triton backend can't run on {x.device}: {why}")
+    elif type(e2m1) is E2M1Decode and e2m1 is not E2M1Decode.AUTO:
+        return e2m1  # dispatch's resolved choice
     e2m1 = E2M1Decode.parse(e2m1, arg="e2m1")
     return E2M1Decode.SELECT if e2m1 is E2M1Decode.AUTO else e2m1
 
@@ -87,9 +91,10 @@ def _weight_facts(packed: PackedWeight) -> tuple[WeightFacts, torch.Tensor | Non
 
 
 def matmul(x: torch.Tensor, packed: PackedWeight, bias: torch.Tensor | None = None, *,
-           e2m1: E2M1Decode | str = E2M1Decode.SELECT) -> torch.Tensor:
-    """y = x @ W.T + bias for x [M, K]; y [M, N] in x's dtype, float32 accumulation."""
-    e2m1 = _check(x, packed, bias, e2m1)
+           e2m1: E2M1Decode | str = E2M1Decode.SELECT, checked: bool = False) -> torch.Tensor:
+    """y = x @ W.T + bias for x [M, K]; y [M, N] in x's dtype, float32 accumulation.
+    `checked`: backends/__init__."""
+    e2m1 = _check(x, packed, bias, e2m1, checked)
     facts, e_rows = _weight_facts(packed)
     n, k = packed.shape
     p = plan(n, k, packed.padded_k, x.shape[0], packed.fmt, device_info(x.device), x.dtype,
@@ -97,18 +102,26 @@ def matmul(x: torch.Tensor, packed: PackedWeight, bias: torch.Tensor | None = No
     return _launch(x, packed, bias, p, e2m1, e_rows)
 
 
-_SETTINGS_READERS = (current_settings,)
+_SETTINGS_READERS = (settings_generation,)
 """What a recorded call's replay must find unchanged besides the caller's: the launch settings
-(`softfp8.launch_settings`)."""
+(`softfp8.launch_settings`), by their token (`_settings.generation`)."""
 
 
 def eager_call(x: torch.Tensor, packed: PackedWeight, bias: torch.Tensor | None, *,
-               e2m1: E2M1Decode | str, readers: tuple, y_shape: tuple[int, ...] | None = None):
+               e2m1: E2M1Decode | str, readers: tuple, y_shape: tuple[int, ...] | None = None,
+               checked: bool = False):
     """`matmul` once, recorded for replays of the same call (`_fastcall`): (y, its LayerCall or
     None). `readers`: what the caller's choice of this backend depended on (functions returning
     the settings' values); a replay finds those and the launch settings unchanged.
-    `y_shape`: the shape of a replay's y (the caller's x may have more dimensions than x)."""
-    return record_call(matmul, x, packed, bias, e2m1, readers + _SETTINGS_READERS, y_shape)
+    `y_shape`: the shape of a replay's y (the caller's x may have more dimensions than x).
+    `checked`: as matmul's."""
+    if _SETTINGS_READERS[0] not in readers:  # dispatch's readers hold it already
+        readers = readers + _SETTINGS_READERS
+    return record_call(_checked_matmul if checked else matmul, x, packed, bias, e2m1, readers,
+                       y_shape)
+
+
+_checked_matmul = functools.partial(matmul, checked=True)
 
 
 def run(x: torch.Tensor, packed: PackedWeight, bias: torch.Tensor | None, cfg: LaunchConfig, *,

@@ -1,11 +1,15 @@
 """Kernel.MMA_GEMV's launch settings: its domain, when `launch_config` picks it, its run and
 tile mappings and their tiles, K-split and zero fill, each rule with why, and which kernel of
-the family (`_mma`) runs a launch (`MMA_KERNELS`). The measurements that
-decided them (H200 sweeps and `softfp8-bench token`) are in docs/decisions.md (MMA GEMV launch
-rules), the current numbers in docs/performance.md. Pure Python: nothing here imports Triton."""
+the family (`_mma`) runs a launch (`MMA_KERNELS`). `mma_config` is a table, MMA_RULES (rule in
+words, when, layout: the first row that holds), then the K split (`mma_config_split`). The
+measurements that decided them (H200 sweeps and `softfp8-bench token`) are in
+docs/decisions.md (MMA GEMV launch rules), the current numbers in docs/performance.md. Over
+400 lines because each rule keeps the measurement that decided it beside it. Pure Python:
+nothing here imports Triton."""
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
 
 import torch
 
@@ -260,78 +264,160 @@ def _fp4_runs(n: int, m: int, fmt: Format) -> bool:
     return m == 2 or n >= MMA_FP4_RUNS_M4_MIN_ROWS
 
 
-def mma_config(n: int, k: int, m: int, fmt: Format, info: DeviceInfo) -> LaunchConfig:
-    """Kernel.MMA_GEMV. block_k = 128 codes; num_stages = how many steps ahead each warp
-    prefetches its weights to L2 (0: none); depth = steps of weights held in registers.
-    - The run mapping (`_mma`) for M = 1 at every format, FP4 at M = 2..4 where `_fp4_runs`,
-      and the 8-bit formats at M <= 8 (M = 5..8 up to MMA_FP8_M8_MAX_CODES):
-      block_m = the next power of two >= M, 2 tiles a warp; M = 1 in 2 warps (FP4 from
-      MMA_FP4_M1_ONE_WARP_MIN_ROWS: 1, in 4 tiles a warp where
-      MMA_FP4_M1_FOUR_TILES_MAX_PER_SM), else 4. 8-bit M = 1 runs on the shared-memory ring from
-      sm_90 in one warp of 4 stages (MMA_FP8_RING_M1, MMA_RING_MIN_CC; below sm_90, from 16384
-      rows in 4 warps), and so does M = 2..4 in 2 warps of 3 (MMA_FP8_RING_STAGES,
-      MMA_FP8_RING_MAX_M). Otherwise the 8-bit formats at M = 2..8 hold two steps in registers
-      (depth 2): with one, ptxas issues the next step's loads after this step's mma (SASS,
-      sm_90), so a warp has one step in flight (22016 x 4096 E5M2 at M = 1: 24.0 against 26.4
-      us). An L2 prefetch beyond the registers (num_stages 2 / 4) was slower in 93 of 116
-      pairs and never a shape's best; FP4 (125 registers at depth 1) gains nothing from depth 2.
-    - FP4 at M = 2, and 3..4 from MMA_FP4_RUNS_M4_MIN_ROWS rows: the runs too, 4 warps
-      (`_fp4_runs`).
-    - FP4 otherwise at M = 2..8: the 32-row tiles (block_m = 8), warps along K, 2-step L2
-      prefetch; 8 warps below 256 programs, 4 above (at M = 8 the runs were 12-16% slower on
-      the head, mixed elsewhere).
-    - M = 9..16 (FP4, E5M2 small weights): block_m = MMA_WIDE_M, the runs for 8 x rows with
-      both halves of x in one program (WIDE), 4 warps, the format's depth, no L2 prefetch (4
-      warps within 3% of 2 or faster on 29 of 30 shape/format/M; the 32-row tiles wide up to
-      30% slower on gate_up and the head).
-    Programs split K until about 12 warps per SM are resident (M = 1 at depth 2: 6, twice the
-    bytes a warp; FP4: MMA_FP4_WARPS_PER_SM); at M = 1, rows over 4 KB also until each program
-    takes at most 3.5 KB of a row (depth 2: 7 KB; 4096 x 11008 E5M2: 14.3 us split 2 against
-    15.1 split 4). M = 1 in 2 warps is fastest or within 3% on 10 of 11 shapes on the H200;
-    which warp count wins moves between machines, the token within 1% either way. Rows of 4 KB
-    or less stay unsplit where the rows fill the GPU (12288 x 4096 E5M2: 14.7 us against 16.4
-    split 2). All measured with benchmarks/sweep_gemv.py on the H200 (docs/decisions.md)."""
+@dataclass(frozen=True)
+class MmaCase:
+    """What MMA_RULES read of one Kernel.MMA_GEMV launch, derived once."""
+
+    n: int
+    k: int
+    m: int
+    fmt: Format
+    info: DeviceInfo
+    fp8: bool  # 8-bit codes (E5M2, E4M3): two steps in registers where not on the ring
+    ring: bool  # 8-bit at M <= MMA_FP8_RING_MAX_M from MMA_RING_MIN_CC: the shared-memory ring
+
+    @property
+    def row_bytes(self) -> int:
+        return self.k * (8 if self.fp8 else 4) // 8
+
+
+def mma_case(n: int, k: int, m: int, fmt: Format, info: DeviceInfo) -> MmaCase:
     fp8 = fmt in (Format.E5M2, Format.E4M3)
-    depth = 2 if fp8 else 1
-    wide = m > MMA_MAX_M
-    if wide:  # WIDE: the runs for 8 x rows, one program for all 16, 4 warps
-        block_m, warps, ahead = MMA_WIDE_M, 4, 0
-        rows = mma_rows(MMA_MAX_M, warps)
-    elif m == 1 or fp8 or _fp4_runs(n, m, fmt):
-        block_m = min(MMA_MAX_M, 1 << (m - 1).bit_length())
-        warps, ahead = (2 if m == 1 and not (fp8 and n >= 16384) else 4), 0
-        tiles = 2
-        if m == 1 and not fp8 and n >= MMA_FP4_M1_ONE_WARP_MIN_ROWS:
-            warps = 1
-            per_sm = n / (mma_rows(1, 1, 4) * info.sm_count)  # programs of 4 tiles an SM
-            if MMA_FP4_WARPS_PER_SM <= per_sm <= MMA_FP4_M1_FOUR_TILES_MAX_PER_SM and k <= 8192:
-                tiles = 4
-        rows = mma_rows(block_m, warps, tiles)
-    else:
-        block_m, rows, ahead = MMA_MAX_M, MMA_TILE_ROWS, 2
-        warps = 8 if -(-n // MMA_TILE_ROWS) < 256 else 4
-    groups = -(-m // block_m)  # block_m = 8 at M = 9..16 (explicit configs): two groups
-    if fp8 and _fp8_ring(m, info):
-        # the shared-memory ring: M = 1 in one warp of 4 stages (3 ahead), no split by row
-        # length; M = 2..4 in 2 warps of 3 stages (2 ahead: as many bytes a warp as depth 2,
-        # so the same resident warps fill the GPU) (MMA_FP8_RING_M1, MMA_FP8_RING_STAGES,
-        # MMA_FP8_RING_MAX_M)
-        warps, stages = ((4, 2) if m == 2 and n >= MMA_FP8_MAX_N
-                         else MMA_FP8_RING_M1 if m == 1 else (2, MMA_FP8_RING_STAGES))
-        rows = mma_rows(block_m, warps)
-        split = mma_split(-(-n // rows), warps, info, {1: 6, 2: 3}.get(m, 12))
-        if m == 2 and k > 4096:
-            split = min(8, max(split, -(-k // 7168)))
-        return LaunchConfig(Kernel.MMA_GEMV, block_m, rows, 128, split, warps, ahead, 1, stages)
-    # two buffers hold twice the bytes a warp: half the resident warps fill the GPU (M = 1)
-    per_sm = (MMA_FP4_WARPS_PER_SM if not (fp8 or wide)
-              else 12 // depth if m == 1 else 12)
-    split = mma_split(-(-n // rows) * groups, warps, info, per_sm)
-    row_bytes = k * (8 if fp8 else 4) // 8
-    if m == 1 and row_bytes > 4096:
-        split = min(8, max(split, -(-row_bytes // (3584 * depth))))
-    cfg = LaunchConfig(Kernel.MMA_GEMV, block_m, rows, 128, split, warps, ahead, depth)
-    return cfg if fp8 else _whole_step_split(cfg, row_bytes, k)
+    return MmaCase(n, k, m, fmt, info, fp8, fp8 and _fp8_ring(m, info))
+
+
+@dataclass(frozen=True)
+class MmaLayout:
+    """An MMA_RULES row's launch before its K split: block_m x rows (`LaunchConfig.block_m`,
+    `.block_n`), warps, L2 prefetch steps (`ahead`: LaunchConfig.num_stages), steps in
+    registers (`depth`), ring stages (0: none); then how K is split (`mma_config_split`):
+    until about `per_sm` warps an SM are resident, and where rows are over 4 KB, into
+    pieces of at most `piece` bytes of a row (0: not by row length)."""
+
+    block_m: int
+    rows: int
+    warps: int
+    ahead: int = 0
+    depth: int = 1
+    ring: int = 0
+    per_sm: int = 12
+    piece: int = 0
+
+
+def _runs(c: MmaCase, warps: int, tiles: int = 2, **kw) -> MmaLayout:
+    """The run mapping laid out for the next power of two >= M x rows (at most 8)."""
+    block_m = min(MMA_MAX_M, 1 << (c.m - 1).bit_length())
+    return MmaLayout(block_m, mma_rows(block_m, warps, tiles), warps, **kw)
+
+
+def _fp4_four_tiles(c: MmaCase) -> bool:
+    """FP4 M = 1 in one warp of 4 tiles: its 8-row programs number MMA_FP4_WARPS_PER_SM to
+    MMA_FP4_M1_FOUR_TILES_MAX_PER_SM an SM, rows of at most 4 KB."""
+    per_sm = c.n / (mma_rows(1, 1, 4) * c.info.sm_count)
+    return (MMA_FP4_WARPS_PER_SM <= per_sm <= MMA_FP4_M1_FOUR_TILES_MAX_PER_SM
+            and c.k <= 8192)
+
+
+_FP4 = dict(per_sm=MMA_FP4_WARPS_PER_SM)
+_FP8_RING_PIECE = 7168  # 8-bit M = 2 on the ring: rows over 4 KB in 7 KB pieces
+_M1_PIECE = 3584  # M = 1 from registers: 3.5 KB of a row a program, a step in registers
+
+MMA_RULES = (
+    ("8-bit M = 1 on the ring (sm_90+): one warp of 4 stages, ~6 warps an SM, no split by "
+     "row length (MMA_FP8_RING_M1)",
+     lambda c: c.ring and c.m == 1,
+     lambda c: _runs(c, MMA_FP8_RING_M1[0], ring=MMA_FP8_RING_M1[1], per_sm=6)),
+    ("8-bit M = 2 vocabulary heads on the ring: 4 warps of 2 stages, ~3 warps an SM, rows over "
+     "4 KB in 7 KB pieces (MMA_FP8_RING_MAX_M)",
+     lambda c: c.ring and c.m == 2 and c.n >= MMA_FP8_MAX_N,
+     lambda c: _runs(c, 4, ring=2, per_sm=3, piece=_FP8_RING_PIECE)),
+    ("8-bit M = 2 on the ring: 2 warps of 3 stages, ~3 warps an SM, rows over 4 KB in 7 KB "
+     "pieces (MMA_FP8_RING_STAGES)",
+     lambda c: c.ring and c.m == 2,
+     lambda c: _runs(c, 2, ring=MMA_FP8_RING_STAGES, per_sm=3, piece=_FP8_RING_PIECE)),
+    ("8-bit M = 3..4 on the ring: 2 warps of 3 stages, ~12 warps an SM",
+     lambda c: c.ring,
+     lambda c: _runs(c, 2, ring=MMA_FP8_RING_STAGES)),
+    ("M = 9..16 (FP4, E5M2 small weights): WIDE, the runs for 8 x rows, both halves of x in "
+     "one program, 4 warps, the format's depth, ~12 warps an SM",
+     lambda c: c.m > MMA_MAX_M,
+     lambda c: MmaLayout(MMA_WIDE_M, mma_rows(MMA_MAX_M, 4), 4, depth=2 if c.fp8 else 1)),
+    ("8-bit M = 1 from registers (below sm_90): two steps in registers, 2 warps (4 from 16384 "
+     "rows), ~6 warps an SM, rows over 4 KB in 7 KB pieces",
+     lambda c: c.fp8 and c.m == 1,
+     lambda c: _runs(c, 4 if c.n >= 16384 else 2, depth=2, per_sm=6, piece=2 * _M1_PIECE)),
+    ("8-bit M = 2..8 from registers (M = 2..4 below sm_90): two steps in registers, 4 warps, "
+     "~12 warps an SM",
+     lambda c: c.fp8,
+     lambda c: _runs(c, 4, depth=2)),
+    ("FP4 M = 1, one wave of 8-row programs: 1 warp of 4 tiles, rows over 4 KB in 3.5 KB "
+     "pieces (MMA_FP4_M1_FOUR_TILES_MAX_PER_SM)",
+     lambda c: c.m == 1 and c.n >= MMA_FP4_M1_ONE_WARP_MIN_ROWS and _fp4_four_tiles(c),
+     lambda c: _runs(c, 1, 4, piece=_M1_PIECE, **_FP4)),
+    ("FP4 M = 1 from 6144 rows: 1 warp, rows over 4 KB in 3.5 KB pieces "
+     "(MMA_FP4_M1_ONE_WARP_MIN_ROWS)",
+     lambda c: c.m == 1 and c.n >= MMA_FP4_M1_ONE_WARP_MIN_ROWS,
+     lambda c: _runs(c, 1, piece=_M1_PIECE, **_FP4)),
+    ("FP4 M = 1: 2 warps, rows over 4 KB in 3.5 KB pieces",
+     lambda c: c.m == 1,
+     lambda c: _runs(c, 2, piece=_M1_PIECE, **_FP4)),
+    ("FP4 M = 2, and M = 3..4 from 8192 rows: the runs, 4 warps (`_fp4_runs`)",
+     lambda c: _fp4_runs(c.n, c.m, c.fmt),
+     lambda c: _runs(c, 4, **_FP4)),
+    ("FP4 M = 2..8 otherwise: the 32-row tiles, warps along K (8 below 256 programs, else 4), "
+     "2-step L2 prefetch",
+     lambda c: True,
+     lambda c: MmaLayout(MMA_MAX_M, MMA_TILE_ROWS, 8 if -(-c.n // MMA_TILE_ROWS) < 256 else 4,
+                         ahead=2, **_FP4)),
+)
+"""Kernel.MMA_GEMV's launches, as `launch_config` picks them (`uses_mma_gemv`): (rule, when,
+layout), the first row whose `when` holds; its K split follows (`mma_config_split`). block_k
+is 128 codes. Why each, measured on the H200 with benchmarks/sweep_gemv.py unless said
+(docs/decisions.md; the constants named in a row say more):
+- The run mapping (`_mma`) for M = 1 at every format, for FP4 where `_fp4_runs`, and for the
+  8-bit formats at M <= 8: block_m the next power of two >= M, 2 tiles a warp.
+- 8-bit from registers hold two steps (depth 2): with one, ptxas issues the next step's loads
+  after this step's mma (SASS, sm_90), so a warp has one step in flight (22016 x 4096 E5M2 at
+  M = 1: 24.0 against 26.4 us). An L2 prefetch beyond the registers (num_stages 2 / 4) was
+  slower in 93 of 116 pairs and never a shape's best; FP4 (125 registers at depth 1) gains
+  nothing from depth 2.
+- FP4's 32-row tiles: at M = 8 the runs were 12-16% slower on the head, mixed elsewhere.
+- WIDE: 4 warps within 3% of 2 or faster on 29 of 30 shape/format/M; the 32-row tiles wide
+  up to 30% slower on gate_up and the head.
+- Resident warps: about 12 an SM (M = 1 at depth 2: 6, twice the bytes a warp; FP4: 11,
+  MMA_FP4_WARPS_PER_SM). At M = 1 rows over 4 KB also split into 3.5 KB pieces (depth 2: 7 KB;
+  4096 x 11008 E5M2: 14.3 us split 2 against 15.1 split 4); rows of 4 KB or less stay unsplit
+  where the rows fill the GPU (12288 x 4096 E5M2: 14.7 us against 16.4 split 2). M = 1 in 2
+  warps is fastest or within 3% on 10 of 11 shapes; which warp count wins moves between
+  machines, the token within 1% either way."""
+
+
+def mma_rule(n: int, k: int, m: int, fmt: Format, info: DeviceInfo) -> str:
+    """The MMA_RULES row a Kernel.MMA_GEMV launch takes, in words."""
+    c = mma_case(n, k, m, fmt, info)
+    return next(rule for rule, when, _ in MMA_RULES if when(c))
+
+
+def mma_config(n: int, k: int, m: int, fmt: Format, info: DeviceInfo) -> LaunchConfig:
+    """Kernel.MMA_GEMV's LaunchConfig: the first MMA_RULES row that holds, its K split."""
+    c = mma_case(n, k, m, fmt, info)
+    layout = next(make(c) for _, when, make in MMA_RULES if when(c))
+    return mma_config_split(layout, c)
+
+
+def mma_config_split(layout: MmaLayout, c: MmaCase) -> LaunchConfig:
+    """`layout`'s LaunchConfig with its K split: `mma_split` to about layout.per_sm warps an SM,
+    at least `layout.piece` bytes of a row a program where rows are over 4 KB; FP4 then to
+    whole loop steps a program (`_whole_step_split`; the 8-bit splits were measured as they
+    are)."""
+    groups = -(-c.m // layout.block_m)  # 1 but for explicit M > 16
+    split = mma_split(-(-c.n // layout.rows) * groups, layout.warps, c.info, layout.per_sm)
+    row_bytes = c.row_bytes
+    if layout.piece and row_bytes > 4096:
+        split = min(8, max(split, -(-row_bytes // layout.piece)))
+    cfg = LaunchConfig(Kernel.MMA_GEMV, layout.block_m, layout.rows, 128, split, layout.warps,
+                       layout.ahead, layout.depth, layout.ring)
+    return cfg if c.fp8 else _whole_step_split(cfg, row_bytes, c.k)
 
 
 def _whole_step_split(cfg: LaunchConfig, row_bytes: int, k: int) -> LaunchConfig:
