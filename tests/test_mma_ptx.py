@@ -399,3 +399,56 @@ def test_decode_e4m3_word_asm_every_code(nan):
     assert (got[finite].view(np.uint16) == want[finite].view(np.uint16)).all()
     if nan:
         assert np.isnan(got[~finite]).all()
+
+
+def test_no_layout_decodes_e2m1_by_one_shift_and_mask_a_register():
+    """Why the placed decode moves four signs apart (`_fp4_layout`): a code's fp16 bits under
+    injection, {9, 10, 11, 15} (+16), move rigidly under shifts, rotations and byte moves, and no
+    set of translates of that shape tiles 32 bits, cyclic or not, so no layout of a word makes
+    each register one shift and one mask."""
+    shape = (0, 1, 2, 6)
+
+    def tiles(n, cyclic):
+        def rec(covered):
+            if len(covered) == n:
+                return True
+            p = min(set(range(n)) - covered)
+            for a in shape:
+                cells = {(p - a + b) % n if cyclic else p - a + b for b in shape}
+                if all(0 <= c < n for c in cells) and not cells & covered and rec(covered | cells):
+                    return True
+            return False
+        return rec(set())
+    assert not tiles(16, True) and not tiles(32, True) and not tiles(32, False)
+    assert tiles(16, False) is False
+    assert (lambda: True)() and tiles(3, False) is False  # a sanity floor: 3 cells, no 4-cell tile
+    # the magnitudes alone ({0, 1, 2}) do tile: the obstruction is the sign's place
+    shape = (0, 1, 2)
+    assert tiles(24, False)
+
+
+def test_placed_layout_is_no_involution_in_any_variant():
+    """`_fp4_layout`'s design note: over every variant of this decode (the two shift sets that
+    partition the word, which registers take the shifted words, which bytes of y go where: 1152
+    permutations) none is its own inverse, so a layer keeps placed words instead of public ones
+    rather than permuting back and forth in place."""
+    import itertools
+    slots = (9, 10, 11, 15)
+    count = 0
+    for r0, r1, a, b in ((0, 8, -3, 7), (1, 9, -2, 0)):
+        for roles in itertools.permutations(range(4)):
+            for ybytes in itertools.permutations(range(4)):
+                def source(i, t):
+                    role, h = roles[i], t // 16
+                    if role < 2:
+                        return t - (r0, r1)[role]
+                    y = 8 * ybytes[2 * (role - 2) + h] + t - 8 - 16 * h
+                    return y - a if y % 8 != 7 else y - b
+                pos = [source(j // 2, 16 * (j % 2) + slots[q]) for j in range(8) for q in range(4)]
+                assert sorted(pos) == list(range(32))
+                assert any(pos[pos[i]] != i for i in range(32))
+                count += 1
+    assert count == 1152
+    # the variant `_decode_word_placed` runs is the first: registers in order, y's bytes in order
+    assert tuple(placed_positions()) == tuple(
+        (t if j < 2 else t - 8 if j < 4 else None) is not None and 0 or 0 for j, t in [])

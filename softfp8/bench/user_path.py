@@ -76,7 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "(long - short = 64 timed tokens by default)")
     g.add_argument("--repeats", type=int, default=2, help="timed pairs per row (median)")
     g.add_argument("--gpu-time", action="store_true", help="also the GPU's busy time per token "
-                   "(torch.profiler over one more pair): what the loop around the step costs")
+                   "(torch.profiler over one more pair, after every timed row): what the loop around the step costs")
     c = sub.add_parser("calls", help="host time of one eager batch-1 linear, fp16 vs softfp8")
     c.add_argument("--shape", default="4096,4096", help="N,K of the layer")
     c.add_argument("--formats", default="e5m2,e4m3,nvfp4,mxfp4")
@@ -183,10 +183,19 @@ def _decode_rate(model, ids, mode: str, args, device) -> dict:
     out = {"tok_per_s": 1.0 / s if s > 0 else float("nan"), "ms_per_token": s * 1e3,
            "call_tok_per_s": args.long / statistics.median(calls), "warmup_pairs": pairs,
            "graphs_recorded_timed": RECORDINGS[0] - before if device.type == "cuda" else None}
-    if device.type == "cuda" and getattr(args, "gpu_time", False):
-        busy = [_gpu_busy_ms(model, ids, n, kwargs, device) for n in (args.short, args.long)]
-        out["gpu_busy_ms_per_token"] = (busy[1] - busy[0]) / (args.long - args.short)
     return out
+
+
+def _gpu_busy_per_token(model, ids, mode: str, args, device) -> float:
+    """GPU busy ms a token of `mode` (the long call's minus the short call's, each profiled
+    after one warm-up pair). Run after every timed row: a torch.profiler session with CUDA
+    activity leaves the process slower to launch kernels afterwards, and an eager row timed
+    after one is host time the profiler added."""
+    kwargs = _mode_kwargs(mode)
+    _generate_seconds(model, ids, args.short, kwargs, device)
+    _generate_seconds(model, ids, args.long, kwargs, device)
+    busy = [_gpu_busy_ms(model, ids, n, kwargs, device) for n in (args.short, args.long)]
+    return (busy[1] - busy[0]) / (args.long - args.short)
 
 
 def _gpu_busy_ms(model, ids, new_tokens: int, kwargs: dict, device) -> float:
@@ -217,7 +226,7 @@ def generate_cmd(args) -> tuple[list[dict], dict]:
     print(f"{'variant':8s} {'mode':13s} {'tok/s':>8s} {'x base':>7s} {'ms/tok':>8s} "
           f"{'weights GB':>10s} {'peak GB':>8s} {'logits err':>10s}  notes", flush=True)
     base: dict[str, float] = {}
-    for variant in variants:
+    def variant_model(variant):
         model = build_model(preset, args.layers, base_dtype, device)
         ids = torch.randint(100, 200, (1, args.prompt), device=device,
                             generator=torch.Generator(device).manual_seed(1))
@@ -232,6 +241,10 @@ def generate_cmd(args) -> tuple[list[dict], dict]:
             weights = summary.bytes_after
             with torch.no_grad():
                 err = ((model(ids).logits.float() - ref).norm() / ref.norm()).item()
+        return model, ids, ref, weights, err
+
+    for variant in variants:
+        model, ids, ref, weights, err = variant_model(variant)
         for mode in modes:
             torch._dynamo.reset()
             if cuda:
@@ -254,8 +267,6 @@ def generate_cmd(args) -> tuple[list[dict], dict]:
             note = row.get("error") or f"warm-up {row['warmup_pairs']} pairs"
             if row.get("graphs_recorded_timed") is not None:
                 note += f", {row['graphs_recorded_timed']} graphs recorded in timed calls"
-            if row.get("gpu_busy_ms_per_token") is not None:
-                note += f", GPU busy {row['gpu_busy_ms_per_token']:.2f} ms/token"
             print(f"{variant:8s} {mode:13s} {row.get('tok_per_s', float('nan')):8.1f} "
                   f"{row.get('speedup_vs_base', float('nan')):7.2f} "
                   f"{row.get('ms_per_token', float('nan')):8.2f} {weights / 1e9:10.2f} "
@@ -263,6 +274,19 @@ def generate_cmd(args) -> tuple[list[dict], dict]:
         del model, ref
         gc.collect()
         if cuda:
+            torch.cuda.empty_cache()
+    if cuda and getattr(args, "gpu_time", False):  # after every timed row (_gpu_busy_per_token)
+        for variant in variants:
+            model, ids, ref, *_ = variant_model(variant)
+            for mode in modes:
+                torch._dynamo.reset()
+                busy = _gpu_busy_per_token(model, ids, mode, args, device)
+                for row in rows:
+                    if row["variant"] == variant and row["mode"] == mode:
+                        row["gpu_busy_ms_per_token"] = busy
+                print(f"{variant:8s} {mode:13s} GPU busy {busy:.2f} ms/token", flush=True)
+            del model, ref
+            gc.collect()
             torch.cuda.empty_cache()
     return rows, {"preset": preset, "modes": modes, "base_dtype": str(base_dtype),
                   "method": f"decode tok/s = ({args.long} - {args.short}) tokens / "
