@@ -35,6 +35,12 @@ with `--act bf16`, this kernel / tile: M = 128 E5M2 27.9 / 29.3, E4M3 28.6 / 32.
 34.1, MXFP4 28.4 / 33.3; M = 256 60.1 / 52.9, 57.2 / 54.5, 64.1 / 60.3, 61.7 / 54.8. (The
 float32 small-M kernel: 71.7-77.4 at M = 128.)"""
 
+FUSED_MAX_ROWS = {Format.E5M2: 8, Format.E4M3: 8, Format.NVFP4: 8, Format.MXFP4: 8}
+"""Up to this many bf16 rows of x (M x terms: 1 a row of bf16 x, 2 float16, 3 float32), per
+format, the fused kernel (`_smallm_fused`: the decode in registers, each decoded vector used for
+every row of x) runs where it can, from M = 2; past it the kernel above. Measured, one thread:
+docs/performance.md, CPU: prompts and small batches."""
+
 _FACT = "numba bf16 rows"
 _TERMS = {torch.bfloat16: 1, torch.float16: 2}
 """bf16 terms that sum to x exactly, per x dtype (float32: 3)."""
@@ -48,6 +54,19 @@ def _kernels():
     from . import _smallm_bf16
 
     return _smallm_bf16
+
+
+@functools.lru_cache(maxsize=None)
+def _fused():
+    from . import _smallm_fused
+
+    return _smallm_fused
+
+
+def fused_fits(m: int, fmt: Format, dtype: torch.dtype) -> bool:
+    """Whether M = m rows of x in `dtype` are few enough for the fused kernel and this CPU runs
+    it."""
+    return m * _TERMS.get(dtype, 3) <= FUSED_MAX_ROWS.get(fmt, 0) and _fused().available()
 
 
 def below_crossover(m: int, fmt: Format, dtype: torch.dtype) -> bool:
@@ -96,6 +115,54 @@ def _weight_plan(packed: PackedWeight) -> tuple[int, int, int] | None:
 @functools.lru_cache(maxsize=16)
 def _fp4_order(kp: int) -> torch.Tensor:
     return torch.from_numpy(_kernels().fp4_order(kp))
+
+
+@functools.lru_cache(maxsize=16)
+def _fused_order(kp: int, fp4: bool) -> torch.Tensor:
+    F = _fused()
+    return torch.from_numpy(F.fp4_x_order(kp) if fp4 else F.fp8_x_order(kp))
+
+
+def matmul_fused(x: torch.Tensor, packed: PackedWeight, threads: int) -> torch.Tensor | None:
+    """y [M, N] float32 = x @ W.T by the fused kernel (`_smallm_fused`), row and tensor scales
+    applied; None where this weight or this x can't take it (as `matmul`; and for FP4, where x's
+    products with the unscaled E2M1 values would leave the range, see below)."""
+    plan = weight_plan(packed)
+    if plan is None:
+        return None
+    B, F = _kernels(), _fused()
+    kind, w_low, w_high = plan
+    n, kp = packed.shape[0], packed.padded_k
+    fmt = packed.fmt
+    fp4 = fmt in (Format.NVFP4, Format.MXFP4)
+    m = x.shape[0]
+    terms = _TERMS.get(x.dtype, 3)
+    xd = padded_x(x, kp)[:, _fused_order(kp, fp4)]
+    mt = m * terms
+    x16 = np.zeros((mt, -(-kp // 32) * 32), np.uint16)
+    ok, x_low, x_high = B.split_x(xd.contiguous().numpy(), terms, x16)
+    if fp4:  # the unscaled E2M1 products (0.5 .. 6 times x) pass vdpbf16ps, then the scales
+        w_low, w_high = min(w_low, -1), max(w_high, 3)
+        if fmt is Format.NVFP4:  # scales decoded as E4M3 / 256
+            w_low -= 8
+    if not ok or x_low + w_low < B.EXP_LOW or x_high + w_high + 1 > B.EXP_HIGH:
+        return None
+    x3 = np.ascontiguousarray(x16.reshape(mt, -1, 32).transpose(1, 0, 2))
+    yn = np.zeros((m, n), np.float32)
+    chunk = chunk_rows(n, threads)
+    if fp4:
+        F.fused_fp4(fmt is Format.MXFP4, packed.words.numpy(), packed.scales.numpy(), x3, terms,
+                    yn, chunk, F.block_steps(mt, F.STEP4))
+    else:
+        F.fused_fp8(F.E5M2 if fmt is Format.E5M2 else F.E4M3,
+                    packed.words.view(torch.uint8).numpy(), x3, terms, yn, chunk,
+                    F.block_steps(mt, F.STEP8))
+    y = torch.from_numpy(yn)
+    if fmt is Format.NVFP4:
+        y *= 256.0 * float(packed.global_scale.item())
+    elif not fp4 and packed.scales is not None:
+        y *= packed.scales
+    return y
 
 
 def matmul(x: torch.Tensor, packed: PackedWeight, threads: int) -> torch.Tensor | None:
