@@ -131,20 +131,26 @@ def _x_vectors(context, builder, xty, x3, m0, mty, intp):
     return at
 
 
-def _fp8_tables(kind):
-    """The bf16 bits of FP8 codes 0..127 (the sign comes from the code), as the four 64-byte
-    tables the byte permutes read: high bytes of codes 0..63 and 64..127, low bytes likewise."""
-    from ...decode import decode_e4m3_to_f32, decode_e5m2_to_f32
+def fp8_bf16_bits(kind) -> list[int]:
+    """The bf16 bits of FP8 codes 0..127 (E5M2 or E4M3; the kernel ors the sign in for
+    128..255), from the reference decoder."""
     import torch
+
+    from ...decode import decode_e4m3_to_f32, decode_e5m2_to_f32
 
     decode = decode_e5m2_to_f32 if kind == E5M2 else decode_e4m3_to_f32
     vals = decode(torch.arange(128, dtype=torch.uint8))
-    bits = [int(v) >> 16 for v in vals.view(torch.int32).tolist()]
+    return [(int(v) >> 16) & 0xFFFF for v in vals.view(torch.int32).tolist()]
+
+
+def _fp8_tables(kind):
+    """`fp8_bf16_bits` as the four 64-byte tables the byte permutes read: the high bytes of
+    codes 0..63 and 64..127, then the low bytes likewise."""
+    bits = fp8_bf16_bits(kind)
     i8 = ir.IntType(8)
     vb = ir.VectorType(i8, 64)
-    table = [ir.Constant(vb, [ir.Constant(i8, (b >> shift) & 0xFF) for b in bits[h:h + 64]])
-             for shift in (8, 0) for h in (0, 64)]
-    return table
+    return [ir.Constant(vb, [ir.Constant(i8, (b >> shift) & 0xFF) for b in bits[h:h + 64]])
+            for shift in (8, 0) for h in (0, 64)]
 
 
 def _emit_fp8(context, builder, sig, args, kind, xrows):
