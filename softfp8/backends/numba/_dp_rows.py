@@ -118,9 +118,9 @@ def _fp4_order(kp: int) -> torch.Tensor:
 
 
 @functools.lru_cache(maxsize=16)
-def _fused_order(kp: int, fp4: bool) -> torch.Tensor:
+def _fused_order(kp: int, fp4: bool) -> np.ndarray:
     F = _fused()
-    return torch.from_numpy(F.fp4_x_order(kp) if fp4 else F.fp8_x_order(kp))
+    return (F.fp4_x_order(kp) if fp4 else F.fp8_x_order(kp)).astype(np.int64)
 
 
 def matmul_fused(x: torch.Tensor, packed: PackedWeight, threads: int) -> torch.Tensor | None:
@@ -137,17 +137,19 @@ def matmul_fused(x: torch.Tensor, packed: PackedWeight, threads: int) -> torch.T
     fp4 = fmt in (Format.NVFP4, Format.MXFP4)
     m = x.shape[0]
     terms = _TERMS.get(x.dtype, 3)
-    xd = padded_x(x, kp)[:, _fused_order(kp, fp4)]
     mt = m * terms
-    x16 = np.zeros((mt, -(-kp // 32) * 32), np.uint16)
-    ok, x_low, x_high = B.split_x(xd.contiguous().numpy(), terms, x16)
+    x3 = np.empty((-(-kp // 32), mt, 32), np.uint16)
+    if x.dtype == torch.bfloat16:
+        xn = x.contiguous().view(torch.uint16).numpy()
+    else:
+        xn = x.contiguous().numpy() if x.dtype == torch.float32 else x.float().numpy()
+    ok, x_low, x_high = F.fill_x(xn, x.dtype == torch.bfloat16, _fused_order(kp, fp4), terms, x3)
     if fp4:  # the unscaled E2M1 products (0.5 .. 6 times x) pass vdpbf16ps, then the scales
         w_low, w_high = min(w_low, -1), max(w_high, 3)
         if fmt is Format.NVFP4:  # scales decoded as E4M3 / 256
             w_low -= 8
     if not ok or x_low + w_low < B.EXP_LOW or x_high + w_high + 1 > B.EXP_HIGH:
         return None
-    x3 = np.ascontiguousarray(x16.reshape(mt, -1, 32).transpose(1, 0, 2))
     yn = np.zeros((m, n), np.float32)
     chunk = chunk_rows(n, threads)
     if fp4:
@@ -156,7 +158,7 @@ def matmul_fused(x: torch.Tensor, packed: PackedWeight, threads: int) -> torch.T
     else:
         F.fused_fp8(F.E5M2 if fmt is Format.E5M2 else F.E4M3,
                     packed.words.view(torch.uint8).numpy(), x3, terms, yn, chunk,
-                    F.block_steps(mt, F.STEP8))
+                    F.block_steps(mt, F.STEP8), True)
     y = torch.from_numpy(yn)
     if fmt is Format.NVFP4:
         y *= 256.0 * float(packed.global_scale.item())

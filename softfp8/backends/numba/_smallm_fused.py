@@ -32,7 +32,9 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from ._decode import _I32, _JIT, _half_bits_to_f32, _i2f, e2m1_select, e4m3_fast_div256, e5m2_fast
+from ._decode import (_I32, _JIT, _f2i, _half_bits_to_f32, _i2f, e2m1_select, e4m3_fast_div256,
+                      e5m2_fast)
+from ._smallm_bf16 import _bf16_rne
 from ._ir import PREFETCH_ROWS, numba_targets, prefetch, row_pointers, vload
 from ._scales import add_scaled, for_steps
 
@@ -74,8 +76,8 @@ def _totals(context, builder, sig, accs):
     shuffles and an add halve the lanes per row and double the rows per vector), so R sums
     cost about 3 R operations, not 30 R as lane by lane: a pass pays them once per K block."""
     i32, f32 = ir.IntType(32), ir.FloatType()
-    vecs = [(builder.load(a), [j]) for j, a in enumerate(accs)]
     zero = ir.Constant(ir.VectorType(f32, LANES), None)
+    vecs = [(builder.load(a), [j]) for j, a in enumerate(accs) if a is not None]
     width = LANES
     while width > 1:
         if len(vecs) % 2:
@@ -93,7 +95,7 @@ def _totals(context, builder, sig, accs):
                       for mk in masks)
             out.append((builder.fadd(lo, hi), ra + rb))
         vecs, width = out, half
-        if len(vecs) == 1 and width > 1:  # one vector left: fold it onto itself
+        if len(vecs) == 1 and width > 1 and len(vecs[0][1]) < LANES:  # one vector left: fold it onto itself
             (a, ra), = vecs
             runs = LANES // width
             half = width // 2
@@ -102,11 +104,11 @@ def _totals(context, builder, sig, accs):
             lo, hi = (builder.shuffle_vector(a, a, ir.Constant(ir.VectorType(i32, LANES), mk))
                       for mk in masks)
             vecs, width = [(builder.fadd(lo, hi), ra + [None] * len(ra))], half
-    (v, rows), = vecs
-    totals = [ir.Constant(f32, 0.0)] * XROWS
-    for lane, j in enumerate(rows[:LANES]):
-        if j is not None:
-            totals[j] = builder.extract_element(v, ir.Constant(i32, lane))
+    totals = [ir.Constant(f32, 0.0)] * sig.return_type.count
+    for v, rows in vecs:
+        for lane, j in enumerate(rows[:LANES]):
+            if j is not None:
+                totals[j] = builder.extract_element(v, ir.Constant(i32, lane))
     return context.make_tuple(builder, sig.return_type, totals)
 
 
@@ -153,9 +155,9 @@ def _fp8_tables(kind):
             for shift in (8, 0) for h in (0, 64)]
 
 
-def _emit_fp8(context, builder, sig, args, kind, xrows):
-    """IR: the dot products of FP8 row r's steps [s0, s1) with x16 rows m0..m0+xrows (in
-    `fp8_x_order`), as an XROWS-tuple of float32. A step is one 64-byte line: two byte permutes
+def _emit_fp8(context, builder, sig, args, kind, xrows, wrows=1):
+    """IR: the dot products of FP8 rows r..r+wrows's steps [s0, s1) with x16 rows m0..m0+xrows
+    (in `fp8_x_order`), as a tuple of float32 (weight row major, XROWS a row). A step is one 64-byte line: two byte permutes
     (vpermi2b) look each code's bf16 high and low byte up in 128-entry tables, the sign is or-ed
     in, and two byte interleaves make the 2 x 32 bf16 of the step, exact for every code."""
     cty, rty, xty, mty, s0ty, s1ty = sig.args[:6]
@@ -165,8 +167,8 @@ def _emit_fp8(context, builder, sig, args, kind, xrows):
     r = context.cast(builder, r, rty, types.intp)
     s0 = context.cast(builder, s0, s0ty, types.intp)
     s1 = context.cast(builder, s1, s1ty, types.intp)
-    row = row_pointers(builder, carr, r, 0, 1, intp)[0]
-    ahead = row_pointers(builder, carr, r, PREFETCH_ROWS, 1, intp, clamp=True)[0]
+    rows = row_pointers(builder, carr, r, 0, wrows, intp)
+    ahead = row_pointers(builder, carr, r, PREFETCH_ROWS * wrows, wrows, intp, clamp=True)
     xat = _x_vectors(context, builder, xty, x16, m0, mty, intp)
     f32, i8, i32 = ir.FloatType(), ir.IntType(8), ir.IntType(32)
     vb = ir.VectorType(i8, 64)
@@ -180,21 +182,30 @@ def _emit_fp8(context, builder, sig, args, kind, xrows):
     inter = [ir.Constant(ir.VectorType(i32, 64), [
         b for lane in range(4) for i in range(8 * h, 8 * h + 8)
         for b in (16 * lane + i, 64 + 16 * lane + i)]) for h in (0, 1)]
-    accs = [[cgutils.alloca_once_value(builder, ir.Constant(vf, None))] for _ in range(xrows)]
+    accs = [[cgutils.alloca_once_value(builder, ir.Constant(vf, None)) for _ in range(xrows)]
+            for _ in range(wrows)]
     with cgutils.for_range_slice(builder, s0, s1, ir.Constant(intp, 1), intp=intp) as (s, _):
         c0 = builder.mul(s, ir.Constant(intp, STEP8))
-        prefetch(builder, ahead, c0)
-        raw = vload(builder, row, c0, vb, align=1)
-        hi = builder.or_(builder.call(perm, [hi0, raw, hi1]), builder.and_(raw, sign))
-        lo = builder.call(perm, [lo0, raw, lo1])
+        ws = []
+        for i in range(wrows):
+            prefetch(builder, ahead[i], c0)
+            raw = vload(builder, rows[i], c0, vb, align=1)
+            hi = builder.or_(builder.call(perm, [hi0, raw, hi1]), builder.and_(raw, sign))
+            lo = builder.call(perm, [lo0, raw, lo1])
+            ws.append([builder.bitcast(builder.shuffle_vector(lo, hi, inter[v]), vi)
+                       for v in range(2)])
         for v in range(2):
-            w = builder.bitcast(builder.shuffle_vector(lo, hi, inter[v]), vi)
             vx = builder.add(builder.mul(s, ir.Constant(intp, 2)), ir.Constant(intp, v))
             for j in range(xrows):
                 xv = vload(builder, xat(vx, j), ir.Constant(intp, 0), vi)
-                acc = accs[j][0]
-                builder.store(builder.call(dot, [builder.load(acc), w, xv]), acc)
-    return _totals(context, builder, sig, [a[0] for a in accs])
+                for i in range(wrows):
+                    acc = accs[i][j]
+                    builder.store(builder.call(dot, [builder.load(acc), ws[i][v], xv]), acc)
+    flat = [None] * (wrows * XROWS)
+    for i in range(wrows):
+        for j in range(xrows):
+            flat[i * XROWS + j] = accs[i][j]
+    return _totals(context, builder, sig, flat)
 
 
 def _emit_fp4(context, builder, sig, args, mx, xrows):
@@ -289,8 +300,65 @@ def _fp4_intrinsic(mx):
     return intrinsic(typer)
 
 
-_e5m2, _e4m3, _e4m3f = (_fp8_intrinsic(k) for k in (E5M2, E4M3, E4M3_FINITE))
+def _fp8_pair_intrinsic(kind):
+    """_fp8_intrinsic for two weight rows a pass (r, r + 1): each x load serves both."""
+    def typer(typingctx, codes, r, x16, m0, s0, s1, rows):
+        _check([(codes, types.uint8, 2), (x16, types.uint16, 3)])
+        sig = types.UniTuple(types.float32, 2 * XROWS)(codes, r, x16, m0, s0, s1, rows)
+        return sig, lambda c, b, s, a: _emit_switch(
+            c, b, s, a, lambda j: _emit_fp8(c, b, s, a[:-1], kind, j, 2), FP4_ROWS)
+    typer.__name__ = f"_fp8_pair_{kind}"
+    return intrinsic(typer)
+
+
+_e5m2, _e4m3 = (_fp8_intrinsic(k) for k in (E5M2, E4M3))
+_e5m2_2, _e4m3_2 = (_fp8_pair_intrinsic(k) for k in (E5M2, E4M3))
 _nvfp4, _mxfp4 = _fp4_intrinsic(False), _fp4_intrinsic(True)
+
+
+@nb.njit(**_JIT)
+def fill_x(x, bits16, order, terms, x3):
+    """x3[v, m * terms + t, i] = term t of x[m, order[32 v + i]] (0 where order points past
+    x's columns: the padding), the bf16 terms as `_smallm_bf16.split_x` makes them; x float32,
+    or (bits16) bf16 bits as uint16, one term, as they lie: one pass gathers and splits.
+    Returns split_x's (ok, low, high)."""
+    m_all, k = x.shape
+    low, high, ok = 1000, -1000, True
+    for v in range(x3.shape[0]):
+        for i in range(32):
+            p = 32 * v + i
+            col = order[p] if p < order.shape[0] else k
+            for m in range(m_all):
+                if col >= k:
+                    for t in range(terms):
+                        x3[v, m * terms + t, i] = 0
+                    continue
+                if bits16:
+                    bits = _I32(_I32(x[m, col]) << _I32(16))
+                    f = _i2f(bits)
+                else:
+                    f = np.float32(x[m, col])
+                    bits = _I32(_f2i(f))
+                e = _I32(_I32(bits >> _I32(23)) & _I32(0xFF))
+                if e == _I32(0xFF):
+                    ok = False
+                    continue
+                if _I32(bits & _I32(0x7FFFFFFF)) != _I32(0):
+                    low = min(low, e - 127)
+                    high = max(high, e - 127)
+                if bits16:
+                    x3[v, m, i] = np.uint16(x[m, col])
+                    continue
+                hi = _bf16_rne(f)
+                x3[v, m * terms, i] = np.uint16(hi & _I32(0xFFFF))
+                rest = f
+                for t in range(1, terms):
+                    rest = rest - _i2f(_I32(hi << _I32(16)))
+                    hi = _bf16_rne(rest)
+                    x3[v, m * terms + t, i] = np.uint16(hi & _I32(0xFFFF))
+    if low > high:
+        low = high = 0
+    return ok, low, high
 
 
 @nb.njit(**_JIT)
@@ -332,10 +400,45 @@ def block_steps(mt: int, step: int) -> int:
     return max(1, X_BLOCK_BYTES // (2 * step * mt))
 
 
+@nb.njit(**_JIT)
+def _fp8_one(kind, codes, r, x16, m, s0, s1, left, terms, y, tail_from):
+    """One pass of weight row r over x16 rows m.. (XROWS of them, else up to SMALL_ROWS) added
+    into y (with the codes from tail_from on where it is >= 0); returns the rows it took."""
+    rows = XROWS if left >= XROWS else min(SMALL_ROWS, left)
+    if kind == E5M2:
+        t = _e5m2(codes, r, x16, m, s0, s1, rows)
+    else:
+        t = _e4m3(codes, r, x16, m, s0, s1, rows)
+    for j in range(rows):
+        a = t[j]
+        if tail_from >= 0:
+            a += _fp8_tail(kind, codes[r], x16, m + j, tail_from)
+        y[(m + j) // terms, r] += a
+    return rows
+
+
+@nb.njit(**_JIT)
+def _fp8_two(kind, codes, r, x16, m, s0, s1, left, terms, y, tail_from):
+    """_fp8_one for weight rows r and r + 1 together (up to SMALL_ROWS rows of x)."""
+    rows = min(SMALL_ROWS, left)
+    if kind == E5M2:
+        t = _e5m2_2(codes, r, x16, m, s0, s1, rows)
+    else:
+        t = _e4m3_2(codes, r, x16, m, s0, s1, rows)
+    for i in range(2):
+        for j in range(rows):
+            a = t[i * XROWS + j]
+            if tail_from >= 0:
+                a += _fp8_tail(kind, codes[r + i], x16, m + j, tail_from)
+            y[(m + j) // terms, r + i] += a
+    return rows
+
+
 @nb.njit(parallel=True, **_JIT)
-def fused_fp8(kind, codes, x16, terms, y, chunk, per):
-    """y [M, N] (zeroed by the caller) += x @ W.T (FP8 unscaled) from x16 [M * terms, K64], the
-    bf16 terms of x in `fp8_x_order`; codes the FP8 bytes [N, Kp]; `chunk` rows a parallel step."""
+def fused_fp8(kind, codes, x16, terms, y, chunk, per, pairs):
+    """y [M, N] (zeroed by the caller) += x @ W.T (FP8 unscaled) from x16 [K64 / 32, M * terms,
+    32], the bf16 terms of x in `fp8_x_order`; codes the FP8 bytes [N, Kp] (kind E5M2 or E4M3);
+    `chunk` rows a parallel step, `per` steps a K block; `pairs`: two weight rows a pass."""
     n, kp = codes.shape
     mt = x16.shape[1]
     steps = kp // STEP8
@@ -343,23 +446,17 @@ def fused_fp8(kind, codes, x16, terms, y, chunk, per):
         r0, r1 = c * chunk, min(n, (c + 1) * chunk)
         for s0 in range(0, max(steps, 1), per):
             s1 = min(steps, s0 + per)
-            last = s1 == steps
-            for r in range(r0, r1):
+            tail_from = steps * STEP8 if s1 == steps else -1
+            r = r0
+            while r < r1:
+                two = pairs and r + 1 < r1
                 m = 0
                 while m < mt:
-                    rows = XROWS if mt - m >= XROWS else min(SMALL_ROWS, mt - m)
-                    if kind == E5M2:
-                        t = _e5m2(codes, r, x16, m, s0, s1, rows)
-                    elif kind == E4M3_FINITE:
-                        t = _e4m3f(codes, r, x16, m, s0, s1, rows)
+                    if two:
+                        m += _fp8_two(kind, codes, r, x16, m, s0, s1, mt - m, terms, y, tail_from)
                     else:
-                        t = _e4m3(codes, r, x16, m, s0, s1, rows)
-                    for j in range(rows):
-                        a = t[j]
-                        if last:
-                            a += _fp8_tail(kind, codes[r], x16, m + j, steps * STEP8)
-                        y[(m + j) // terms, r] += a
-                    m += rows
+                        m += _fp8_one(kind, codes, r, x16, m, s0, s1, mt - m, terms, y, tail_from)
+                r += 2 if two else 1
 
 
 @nb.njit(parallel=True, **_JIT)
