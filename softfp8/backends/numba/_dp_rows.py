@@ -35,11 +35,17 @@ with `--act bf16`, this kernel / tile: M = 128 E5M2 27.9 / 29.3, E4M3 28.6 / 32.
 34.1, MXFP4 28.4 / 33.3; M = 256 60.1 / 52.9, 57.2 / 54.5, 64.1 / 60.3, 61.7 / 54.8. (The
 float32 small-M kernel: 71.7-77.4 at M = 128.)"""
 
-FUSED_MAX_ROWS = {Format.E5M2: 4, Format.E4M3: 4, Format.NVFP4: 4, Format.MXFP4: 4}
+FUSED_MAX_ROWS = {Format.E5M2: 8, Format.E4M3: 8, Format.NVFP4: 4, Format.MXFP4: 4}
 """Up to this many bf16 rows of x (M x terms: 1 a row of bf16 x, 2 float16, 3 float32), per
 format, the fused kernel (`_smallm_fused`: the decode in registers, each decoded vector used for
-every row of x) runs where it can, from M = 2; past it the kernel above. Measured, one thread:
+every row of x) runs where it can, from M = 2; past it the kernel above. FP8 takes two weight
+rows a pass and stays ahead to 8; FP4 (one row a pass) to 4. Measured, one thread, 4096 x 4096:
 docs/performance.md, CPU: prompts and small batches."""
+FUSED_AT_M1 = frozenset({Format.E5M2, Format.E4M3})
+"""Formats whose bf16 x takes the fused kernel at M = 1 too, ahead of the FP8 GEMV (its fp16
+decode and float32 FMAs cost more than the byte-table decode and vdpbf16ps): 0.79-0.88 of its
+time at 4096 x 4096, 11008 x 4096, 4096 x 11008, 2048 x 2048 (one thread). FP4's GEMV stays
+ahead (the fused kernel 1.1-1.6x its time)."""
 
 _FACT = "numba bf16 rows"
 _TERMS = {torch.bfloat16: 1, torch.float16: 2}
@@ -64,8 +70,10 @@ def _fused():
 
 
 def fused_fits(m: int, fmt: Format, dtype: torch.dtype) -> bool:
-    """Whether M = m rows of x in `dtype` are few enough for the fused kernel and this CPU runs
-    it."""
+    """Whether M = m rows of x in `dtype` take the fused kernel (`FUSED_MAX_ROWS`,
+    `FUSED_AT_M1`) and this CPU runs it."""
+    if m == 1 and not (dtype == torch.bfloat16 and fmt in FUSED_AT_M1):
+        return False
     return m * _TERMS.get(dtype, 3) <= FUSED_MAX_ROWS.get(fmt, 0) and _fused().available()
 
 
