@@ -35,7 +35,7 @@ with `--act bf16`, this kernel / tile: M = 128 E5M2 27.9 / 29.3, E4M3 28.6 / 32.
 34.1, MXFP4 28.4 / 33.3; M = 256 60.1 / 52.9, 57.2 / 54.5, 64.1 / 60.3, 61.7 / 54.8. (The
 float32 small-M kernel: 71.7-77.4 at M = 128.)"""
 
-FUSED_MAX_ROWS = {Format.E5M2: 8, Format.E4M3: 8, Format.NVFP4: 4, Format.MXFP4: 4}
+FUSED_MAX_ROWS = {Format.E5M2: 8, Format.E4M3: 8, Format.NVFP4: 8, Format.MXFP4: 8}
 """Up to this many bf16 rows of x (M x terms: 1 a row of bf16 x, 2 float16, 3 float32), per
 format, the fused kernel (`_smallm_fused`: the decode in registers, each decoded vector used for
 every row of x) runs where it can, from M = 2; past it the kernel above. FP8 takes two weight
