@@ -51,8 +51,8 @@ def _timed(fn) -> float:
 
 
 def _forced(fmt: Format, path: str, call):
-    """`call` with the tables set so that M > 1 takes `path`: rows (a GEMV per row; at M = 1 the
-    GEMV), fused (the fused small-M kernel, where it can run; at M = 1 for `FUSED_AT_M1`), dp (the bf16-product kernel, where it can run),
+    """`call` with the tables set so that M > 1 takes `path`: rows (a GEMV per row), fused (the
+    fused small-M kernel, where it can run), dp (the bf16-product kernel, where it can run),
     small (the float32 small-M kernel), tile."""
     tables = (_batch.TILE_MIN_M, _batch.TILE_MIN_M_BF16, cpu_backend.GEMV_ROWS_MAX_M,
               _dp_rows.DP_TILE_MIN_M, _dp_rows.DP_TILE_MIN_M_BF16, _dp_rows.FUSED_MAX_ROWS)
@@ -92,9 +92,8 @@ def variants(w: torch.Tensor, m: int, formats, packed, act: torch.dtype, paths: 
         p = packed[fmt]
         auto = (lambda p=p: softfp8.linear(xa, p, backend="numba"))
         out[f"{fmt}"] = auto
-        for path in paths:
-            if m > 1 or path in ("rows", "fused"):  # at M = 1: the GEMV against the fused kernel
-                out[f"{fmt} {path}"] = _forced(fmt, path, auto)
+        for path in paths if m > 1 else ():
+            out[f"{fmt} {path}"] = _forced(fmt, path, auto)
     return out
 
 

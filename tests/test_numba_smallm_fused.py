@@ -161,21 +161,3 @@ def test_backend_routes_small_m_here(fmt, monkeypatch):
     assert len(calls) == 2
     cpu_backend.matmul(torch.randn(most + 1, 300, generator=g).bfloat16(), packed)
     assert len(calls) == 2
-
-
-@needs_fused
-@pytest.mark.parametrize("fmt", ["e5m2", "e4m3", "nvfp4", "mxfp4"])
-def test_m1_bf16_fp8_takes_it(fmt, monkeypatch):
-    """At M = 1 bf16 x of the FUSED_AT_M1 formats (FP8) takes this kernel; FP4 and float32 x
-    keep the GEMV."""
-    packed, g = quantized(fmt, 19, 300, seed=5)
-    calls = []
-    real = _dp_rows.matmul_fused
-    monkeypatch.setattr(_dp_rows, "matmul_fused", lambda *a: calls.append(1) or real(*a))
-    x = torch.randn(1, 300, generator=g)
-    y = cpu_backend.matmul(x.bfloat16(), packed)
-    ref = softfp8.linear(x.bfloat16().float(), packed, backend="torch")
-    assert rel_err(y.float(), ref) <= 2.0 ** -8
-    assert len(calls) == (1 if packed.fmt in _dp_rows.FUSED_AT_M1 else 0)
-    cpu_backend.matmul(x, packed)
-    assert len(calls) == (1 if packed.fmt in _dp_rows.FUSED_AT_M1 else 0)

@@ -41,12 +41,6 @@ format, the fused kernel (`_smallm_fused`: the decode in registers, each decoded
 every row of x) runs where it can, from M = 2; past it the kernel above. FP8 takes two weight
 rows a pass and stays ahead to 8; FP4 (one row a pass) to 4. Measured, one thread, 4096 x 4096:
 docs/performance.md, CPU: prompts and small batches."""
-FUSED_AT_M1 = frozenset({Format.E5M2, Format.E4M3})
-"""Formats whose bf16 x takes the fused kernel at M = 1 too, ahead of the FP8 GEMV (its fp16
-decode and float32 FMAs cost more than the byte-table decode and vdpbf16ps): 0.79-0.88 of its
-time at 4096 x 4096, 11008 x 4096, 4096 x 11008, 2048 x 2048 (one thread). FP4's GEMV stays
-ahead (the fused kernel 1.1-1.6x its time)."""
-
 _FACT = "numba bf16 rows"
 _TERMS = {torch.bfloat16: 1, torch.float16: 2}
 """bf16 terms that sum to x exactly, per x dtype (float32: 3)."""
@@ -70,10 +64,9 @@ def _fused():
 
 
 def fused_fits(m: int, fmt: Format, dtype: torch.dtype) -> bool:
-    """Whether M = m rows of x in `dtype` take the fused kernel (`FUSED_MAX_ROWS`,
-    `FUSED_AT_M1`) and this CPU runs it."""
-    if m == 1 and not (dtype == torch.bfloat16 and fmt in FUSED_AT_M1):
-        return False
+    """Whether M = m rows of x in `dtype` (M > 1) take the fused kernel (`FUSED_MAX_ROWS`) and
+    this CPU runs it. (M = 1 keeps the GEMVs: docs/decisions.md, CPU: prompts and small
+    batches.)"""
     return m * _TERMS.get(dtype, 3) <= FUSED_MAX_ROWS.get(fmt, 0) and _fused().available()
 
 
