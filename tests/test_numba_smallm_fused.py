@@ -9,7 +9,7 @@ from conftest import rel_err
 from numba_support import quantized
 
 import softfp8
-from softfp8.formats import Format, PackedWeight
+from softfp8.formats import PackedWeight
 
 numba = pytest.importorskip("numba")
 np = pytest.importorskip("numpy")
