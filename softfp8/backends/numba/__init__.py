@@ -5,8 +5,8 @@ Strategy by M (rows of activations):
   split over threads (FP8: `_fp8_rows`; FP4: the table kernels `_lut` / AVX-512,
   `_pshufb` / AVX2, else `_kernels`). This is the batch-1 decoding case; what a
   call needs of the weight is prepared once per weight (`_gemv`).
-- On CPUs with AVX-512 BF16 and VBMI, from M = 2 up to `_dp_rows.FUSED_MAX_ROWS` bf16 rows of
-  x: the fused small-M kernel (`_smallm_fused`): each weight vector decoded in registers and
+- On CPUs with AVX-512 BF16 and VBMI, bf16 x from M = 2 up to `_dp_rows.FUSED_MAX_ROWS`: the
+  fused small-M kernel (`_smallm_fused`): each weight vector decoded in registers and
   used for every row of x before the next, so the weight is read and decoded once.
 - 1 < M <= `GEMV_ROWS_MAX_M[fmt]`: the GEMV once per row of x (measured faster there than the
   kernels below).

@@ -36,11 +36,12 @@ with `--act bf16`, this kernel / tile: M = 128 E5M2 27.9 / 29.3, E4M3 28.6 / 32.
 float32 small-M kernel: 71.7-77.4 at M = 128.)"""
 
 FUSED_MAX_ROWS = {Format.E5M2: 8, Format.E4M3: 8, Format.NVFP4: 8, Format.MXFP4: 8}
-"""Up to this many bf16 rows of x (M x terms: 1 a row of bf16 x, 2 float16, 3 float32), per
-format, the fused kernel (`_smallm_fused`: the decode in registers, each decoded vector used for
-every row of x) runs where it can, from M = 2; past it the kernel above. FP8 takes two weight
-rows a pass and stays ahead to 8; FP4 (one row a pass) to 4. Measured, one thread, 4096 x 4096:
-docs/performance.md, CPU: prompts and small batches."""
+"""Up to this many rows of bf16 x (per format), from M = 2, the fused kernel (`_smallm_fused`:
+the decode in registers, each decoded vector used for every row of x) runs where it can; past it
+the bf16-tile kernel above (docs/performance.md, CPU: prompts and small batches). bf16 x only:
+float32 x (three bf16 terms a row) measured no faster than the GEMV rows at M = 2 (FP4 about
+1.8x their time, receipts/cpu-smallm-fused-fp32.txt); float16 x (two) is not measured."""
+
 _FACT = "numba bf16 rows"
 _TERMS = {torch.bfloat16: 1, torch.float16: 2}
 """bf16 terms that sum to x exactly, per x dtype (float32: 3)."""
@@ -67,7 +68,8 @@ def fused_fits(m: int, fmt: Format, dtype: torch.dtype) -> bool:
     """Whether M = m rows of x in `dtype` (M > 1) take the fused kernel (`FUSED_MAX_ROWS`) and
     this CPU runs it. (M = 1 keeps the GEMVs: docs/decisions.md, CPU: prompts and small
     batches.)"""
-    return m * _TERMS.get(dtype, 3) <= FUSED_MAX_ROWS.get(fmt, 0) and _fused().available()
+    return (dtype == torch.bfloat16 and m <= FUSED_MAX_ROWS.get(fmt, 0)
+            and _fused().available())
 
 
 def below_crossover(m: int, fmt: Format, dtype: torch.dtype) -> bool:
