@@ -14,8 +14,8 @@ from numba.extending import intrinsic
 from ._ir import PREFETCH_ROWS, numba_targets, prefetch, row_pointers, vload
 from ._scales import add_scaled, for_steps
 
-E5M2, E4M3, NVFP4, MXFP4, E4M3_FINITE = 0, 1, 2, 3, 5
-"""Format ids (`_smallm_bf16`'s)."""
+E5M2, E4M3 = 0, 1
+"""The FP8 loops' format ids (`_smallm_bf16`'s)."""
 XROWS = 16
 """Most rows of x (bf16 terms) a pass meets with each decoded weight vector: as many float32
 accumulators stay in registers beside the decode's. A pass takes XROWS rows, else up to
@@ -58,8 +58,6 @@ def _totals(context, builder, sig, accs):
         runs = LANES // width  # rows a vector holds, `width` lanes each
         out = []
         for (a, ra), (b, rb) in zip(vecs[0::2], vecs[1::2]):
-            if a is b:
-                continue
             masks = [[src * LANES + run * width + part * half + i
                       for src in (0, 1) for run in range(runs) for i in range(half)]
                      for part in (0, 1)]
@@ -67,7 +65,7 @@ def _totals(context, builder, sig, accs):
                       for mk in masks)
             out.append((builder.fadd(lo, hi), ra + rb))
         vecs, width = out, half
-        if len(vecs) == 1 and width > 1 and len(vecs[0][1]) < LANES:  # one vector left: fold it onto itself
+        if len(vecs) == 1 and width > 1 and len(vecs[0][1]) < LANES:  # fold the last onto itself
             (a, ra), = vecs
             runs = LANES // width
             half = width // 2
@@ -129,9 +127,10 @@ def _fp8_tables(kind):
 
 def _emit_fp8(context, builder, sig, args, kind, xrows, wrows=1):
     """IR: the dot products of FP8 rows r..r+wrows's steps [s0, s1) with x16 rows m0..m0+xrows
-    (in `fp8_x_order`), as a tuple of float32 (weight row major, XROWS a row). A step is one 64-byte line: two byte permutes
-    (vpermi2b) look each code's bf16 high and low byte up in 128-entry tables, the sign is or-ed
-    in, and two byte interleaves make the 2 x 32 bf16 of the step, exact for every code."""
+    (in `fp8_x_order`), as a tuple of float32 (weight row major, XROWS a row). A step is one
+    64-byte line: two byte permutes (vpermi2b) look each code's bf16 high and low byte up in
+    128-entry tables, the sign is or-ed in, and two byte interleaves make the 2 x 32 bf16 of the
+    step, exact for every code."""
     cty, rty, xty, mty, s0ty, s1ty = sig.args[:6]
     codes, r, x16, m0, s0, s1 = args
     intp = context.get_value_type(types.intp)
