@@ -6,9 +6,10 @@ the load of a shared machine falls on all of them alike:
   where this torch has it; with `--ort` onnxruntime's MatMulNBits 8- and 4-bit (an outside
   anchor, not among "torch's fastest");
 - each format through softfp8.linear(backend="numba") as dispatched (`auto`), and with
-  `--paths` each M > 1 path forced (`_forced`): M GEMVs (`rows`), the bf16-product small-M
-  kernel (`dp`), the float32 one (`small`) and the dequantise-a-tile path (`tile`): how the
-  crossovers in those tables are measured.
+  `--paths` each M > 1 path forced (`_forced`): M GEMVs (`rows`), the fused small-M kernel
+  (`fused`), the bf16-product one (`dp`), the float32 one (`small`) and the
+  dequantise-a-tile path (`tile`) (`--paths fused,dp`: those only): how the crossovers in those
+  tables are measured.
 
     python benchmarks/cpu_small_m.py --shapes 4096x4096 --m 1,2,4,8,16,32,64,128 --paths
     python benchmarks/cpu_small_m.py --preset llama3-8b --m 1,4,16,128
@@ -50,12 +51,15 @@ def _timed(fn) -> float:
 
 
 def _forced(fmt: Format, path: str, call):
-    """`call` with the tables set so that M > 1 takes `path`: rows (a GEMV per row), dp (the
-    bf16-product kernel, where it can run), small (the float32 small-M kernel), tile."""
+    """`call` with the tables set so that M > 1 takes `path`: rows (a GEMV per row), fused (the
+    fused small-M kernel, where it can run), dp (the bf16-product kernel, where it can run),
+    small (the float32 small-M kernel), tile."""
     tables = (_batch.TILE_MIN_M, _batch.TILE_MIN_M_BF16, cpu_backend.GEMV_ROWS_MAX_M,
-              _dp_rows.DP_TILE_MIN_M, _dp_rows.DP_TILE_MIN_M_BF16)
-    values = {"rows": (NEVER, NEVER, NEVER, 0, 0), "dp": (NEVER, NEVER, 1, NEVER, NEVER),
-              "small": (NEVER, NEVER, 1, 0, 0), "tile": (2, 2, 1, 0, 0)}[path]
+              _dp_rows.DP_TILE_MIN_M, _dp_rows.DP_TILE_MIN_M_BF16, _dp_rows.FUSED_MAX_ROWS)
+    values = {"rows": (NEVER, NEVER, NEVER, 0, 0, 0),
+              "fused": (NEVER, NEVER, 1, NEVER, NEVER, NEVER),
+              "dp": (NEVER, NEVER, 1, NEVER, NEVER, 0),
+              "small": (NEVER, NEVER, 1, 0, 0, 0), "tile": (2, 2, 1, 0, 0, 0)}[path]
 
     def run():
         saved = [t[fmt] for t in tables]
@@ -69,7 +73,7 @@ def _forced(fmt: Format, path: str, call):
     return run
 
 
-def variants(w: torch.Tensor, m: int, formats, packed, act: torch.dtype, paths: bool,
+def variants(w: torch.Tensor, m: int, formats, packed, act: torch.dtype, paths: tuple,
              ort: dict | None = None):
     k = w["fp32"].shape[1]
     g = torch.Generator().manual_seed(m * 7 + k)
@@ -88,9 +92,8 @@ def variants(w: torch.Tensor, m: int, formats, packed, act: torch.dtype, paths: 
         p = packed[fmt]
         auto = (lambda p=p: softfp8.linear(xa, p, backend="numba"))
         out[f"{fmt}"] = auto
-        if paths and m > 1:
-            for path in ("rows", "dp", "small", "tile"):
-                out[f"{fmt} {path}"] = _forced(fmt, path, auto)
+        for path in paths if m > 1 else ():
+            out[f"{fmt} {path}"] = _forced(fmt, path, auto)
     return out
 
 
@@ -123,7 +126,8 @@ def main() -> None:
     ap.add_argument("--formats", default="e5m2,e4m3,nvfp4,mxfp4")
     ap.add_argument("--reps", type=int, default=7)
     ap.add_argument("--act", choices=["fp32", "bf16"], default="fp32")
-    ap.add_argument("--paths", action="store_true", help="time the small-M and tile paths too")
+    ap.add_argument("--paths", nargs="?", const="rows,fused,dp,small,tile", default="",
+                    help="time these M > 1 paths too (a comma list; alone: all of them)")
     ap.add_argument("--ort", action="store_true", help="onnxruntime MatMulNBits 8- and 4-bit "
                     "beside (float32 x; softfp8.bench.anchors says how its formats differ)")
     ap.add_argument("--cpu-time", action="store_true", help="time CPU time, not wall time (with "
@@ -154,7 +158,8 @@ def main() -> None:
         ort = ({bits: ort_session(w["raw"], bits, torch.get_num_threads())[0] for bits in (8, 4)}
                if args.ort else None)
         for m in ms:
-            vs = variants(w, m, formats, packed, act, args.paths, ort)
+            vs = variants(w, m, formats, packed, act, tuple(p for p in args.paths.split(",") if p),
+                          ort)
             for fn in vs.values():
                 fn()  # compile / warm
             samples = {name: [] for name in vs}

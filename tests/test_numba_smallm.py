@@ -17,15 +17,15 @@ from softfp8.backends import numba as cpu_backend  # noqa: E402
 from softfp8.backends.numba import _batch, _dp_rows  # noqa: E402
 
 FORMATS = ["e5m2", "e5m2_rowscale", "e4m3", "nvfp4", "mxfp4"]
-PATHS = ["rows", "small", "dp", "tile"]
+PATHS = ["rows", "small", "dp", "fused", "tile"]
 
 
 @pytest.fixture(params=PATHS)
 def path(request, monkeypatch):
     """Every M > 1 call of the test through one path: a GEMV per row, the small-M kernel, the
-    small-M kernel with bf16 products (where the CPU has them and the weight and x allow it;
-    else the small-M kernel), or the tile path with tiles small enough that odd N ends in a
-    partial one (several tiles a call)."""
+    small-M kernel with bf16 products or the fused one (where the CPU has them and the weight
+    and x allow it; else the small-M kernel), or the tile path with tiles small enough that odd
+    N ends in a partial one (several tiles a call)."""
     least = 2 if request.param == "tile" else 1 << 30
     for fmt in Format:
         monkeypatch.setitem(_batch.TILE_MIN_M, fmt, least)
@@ -35,6 +35,9 @@ def path(request, monkeypatch):
         for table in (_dp_rows.DP_TILE_MIN_M, _dp_rows.DP_TILE_MIN_M_BF16):
             if fmt in table:
                 monkeypatch.setitem(table, fmt, 1 << 30 if request.param == "dp" else 0)
+        if fmt in _dp_rows.FUSED_MAX_ROWS:
+            monkeypatch.setitem(_dp_rows.FUSED_MAX_ROWS, fmt,
+                                1 << 30 if request.param == "fused" else 0)
     monkeypatch.setattr(_batch, "TILE_ELEMENTS", 5000)
     return request.param
 

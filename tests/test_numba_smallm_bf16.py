@@ -116,10 +116,11 @@ def test_matches_the_reference_backend(fmt, dtype, m, n, k):
 @needs_bf16
 @pytest.mark.parametrize("fmt", ["e5m2", "e4m3", "nvfp4", "mxfp4"])
 def test_backend_routes_small_m_here(fmt, monkeypatch):
-    """cpu_backend.matmul runs this kernel for bf16 x between the GEMV rows and the tiles (y in
-    bf16, as torch's bf16 matmul gives it: within bf16's rounding of float32's answer)."""
+    """cpu_backend.matmul runs this kernel for bf16 x between the GEMV rows or the fused kernel
+    and the tiles (y in bf16, as torch's bf16 matmul gives it: within bf16's rounding of
+    float32's answer)."""
     packed, g = quantized(fmt, 19, 300, seed=4)
-    m = cpu_backend.GEMV_ROWS_MAX_M[packed.fmt] + 1
+    m = max(cpu_backend.GEMV_ROWS_MAX_M[packed.fmt], _dp_rows.FUSED_MAX_ROWS[packed.fmt]) + 1
     x = torch.randn(m, 300, generator=g).bfloat16()
     assert _dp_rows.below_crossover(m, packed.fmt, x.dtype)
     calls = []

@@ -5,7 +5,11 @@ Strategy by M (rows of activations):
   split over threads (FP8: `_fp8_rows`; FP4: the table kernels `_lut` / AVX-512,
   `_pshufb` / AVX2, else `_kernels`). This is the batch-1 decoding case; what a
   call needs of the weight is prepared once per weight (`_gemv`).
-- 1 < M <= `GEMV_ROWS_MAX_M[fmt]`: the GEMV once per row of x (measured faster there).
+- On CPUs with AVX-512 BF16 and VBMI, bf16 x from M = 2 up to `_dp_rows.FUSED_MAX_ROWS`: the
+  fused small-M kernel (`_smallm_fused`): each weight vector decoded in registers and
+  used for every row of x before the next, so the weight is read and decoded once.
+- 1 < M <= `GEMV_ROWS_MAX_M[fmt]`: the GEMV once per row of x (measured faster there than the
+  kernels below).
 - On CPUs with AVX-512 BF16, below `_dp_rows.DP_TILE_MIN_M` (bf16 x: `DP_TILE_MIN_M_BF16`):
   each weight row decoded once into bf16 and multiplied with several rows of x at a time by
   vdpbf16ps (`_smallm_bf16`; x as bf16 terms that sum to it exactly), where the weight's codes
@@ -83,9 +87,13 @@ def matmul(x: torch.Tensor, packed: PackedWeight, bias: torch.Tensor | None = No
 def _matmul_f32(x: torch.Tensor, packed: PackedWeight, inject: bool, threads: int) -> torch.Tensor:
     if x.shape[0] == 1:
         return gemv(x, packed, inject, threads)
-    if packed.fmt is Format.E4M3_B128:
-        return matmul_b128(x, packed, threads)
     m, fmt = x.shape[0], packed.fmt
+    if fmt is Format.E4M3_B128:
+        return matmul_b128(x, packed, threads)
+    if _dp_rows.fused_fits(m, fmt, x.dtype):
+        y = _dp_rows.matmul_fused(x, packed, threads)
+        if y is not None:
+            return y
     if m <= GEMV_ROWS_MAX_M[fmt]:
         return torch.cat([gemv(x[i:i + 1], packed, inject, threads) for i in range(m)])
     if _dp_rows.below_crossover(m, fmt, x.dtype) and _dp_rows.available():

@@ -35,6 +35,13 @@ with `--act bf16`, this kernel / tile: M = 128 E5M2 27.9 / 29.3, E4M3 28.6 / 32.
 34.1, MXFP4 28.4 / 33.3; M = 256 60.1 / 52.9, 57.2 / 54.5, 64.1 / 60.3, 61.7 / 54.8. (The
 float32 small-M kernel: 71.7-77.4 at M = 128.)"""
 
+FUSED_MAX_ROWS = {Format.E5M2: 8, Format.E4M3: 8, Format.NVFP4: 8, Format.MXFP4: 8}
+"""Up to this many rows of bf16 x (per format), from M = 2, the fused kernel (`_smallm_fused`:
+the decode in registers, each decoded vector used for every row of x) runs where it can; past it
+the bf16-tile kernel above (docs/performance.md, CPU: prompts and small batches). bf16 x only:
+float32 x (three bf16 terms a row) measured no faster than the GEMV rows at M = 2 (FP4 about
+1.8x their time, receipts/cpu-smallm-fused-fp32.txt); float16 x (two) is not measured."""
+
 _FACT = "numba bf16 rows"
 _TERMS = {torch.bfloat16: 1, torch.float16: 2}
 """bf16 terms that sum to x exactly, per x dtype (float32: 3)."""
@@ -48,6 +55,21 @@ def _kernels():
     from . import _smallm_bf16
 
     return _smallm_bf16
+
+
+@functools.lru_cache(maxsize=None)
+def _fused():
+    from . import _smallm_fused
+
+    return _smallm_fused
+
+
+def fused_fits(m: int, fmt: Format, dtype: torch.dtype) -> bool:
+    """Whether M = m rows of x in `dtype` (M > 1) take the fused kernel (`FUSED_MAX_ROWS`) and
+    this CPU runs it. (M = 1 keeps the GEMVs: docs/decisions.md, CPU: prompts and small
+    batches.)"""
+    return (dtype == torch.bfloat16 and m <= FUSED_MAX_ROWS.get(fmt, 0)
+            and _fused().available())
 
 
 def below_crossover(m: int, fmt: Format, dtype: torch.dtype) -> bool:
@@ -96,6 +118,56 @@ def _weight_plan(packed: PackedWeight) -> tuple[int, int, int] | None:
 @functools.lru_cache(maxsize=16)
 def _fp4_order(kp: int) -> torch.Tensor:
     return torch.from_numpy(_kernels().fp4_order(kp))
+
+
+@functools.lru_cache(maxsize=16)
+def _fused_order(kp: int, fp4: bool) -> np.ndarray:
+    F = _fused()
+    return (F.fp4_x_order(kp) if fp4 else F.fp8_x_order(kp)).astype(np.int64)
+
+
+def matmul_fused(x: torch.Tensor, packed: PackedWeight, threads: int) -> torch.Tensor | None:
+    """y [M, N] float32 = x @ W.T by the fused kernel (`_smallm_fused`), row and tensor scales
+    applied; None where this weight or this x can't take it (as `matmul`; and for FP4, where x's
+    products with the unscaled E2M1 values would leave the range, see below)."""
+    plan = weight_plan(packed)
+    if plan is None:
+        return None
+    B, F = _kernels(), _fused()
+    kind, w_low, w_high = plan
+    n, kp = packed.shape[0], packed.padded_k
+    fmt = packed.fmt
+    fp4 = fmt in (Format.NVFP4, Format.MXFP4)
+    m = x.shape[0]
+    terms = _TERMS.get(x.dtype, 3)
+    mt = m * terms
+    x3 = np.empty((-(-kp // 32), mt, 32), np.uint16)
+    if x.dtype == torch.bfloat16:
+        xn = x.contiguous().view(torch.uint16).numpy()
+    else:
+        xn = x.contiguous().numpy() if x.dtype == torch.float32 else x.float().numpy()
+    ok, x_low, x_high = F.fill_x(xn, x.dtype == torch.bfloat16, _fused_order(kp, fp4), terms, x3)
+    if fp4:  # the unscaled E2M1 products (0.5 .. 6 times x) pass vdpbf16ps, then the scales
+        w_low, w_high = min(w_low, -1), max(w_high, 3)
+        if fmt is Format.NVFP4:  # scales decoded as E4M3 / 256
+            w_low -= 8
+    if not ok or x_low + w_low < B.EXP_LOW or x_high + w_high + 1 > B.EXP_HIGH:
+        return None
+    yn = np.zeros((m, n), np.float32)
+    chunk = chunk_rows(n, threads)
+    if fp4:
+        F.fused_fp4(fmt is Format.MXFP4, packed.words.numpy(), packed.scales.numpy(), x3, terms,
+                    yn, chunk, F.block_steps(mt, F.STEP4))
+    else:
+        F.fused_fp8(F.E5M2 if fmt is Format.E5M2 else F.E4M3,
+                    packed.words.view(torch.uint8).numpy(), x3, terms, yn, chunk,
+                    F.block_steps(mt, F.STEP8), True)
+    y = torch.from_numpy(yn)
+    if fmt is Format.NVFP4:
+        y *= 256.0 * float(packed.global_scale.item())
+    elif not fp4 and packed.scales is not None:
+        y *= packed.scales
+    return y
 
 
 def matmul(x: torch.Tensor, packed: PackedWeight, threads: int) -> torch.Tensor | None:
