@@ -1,14 +1,8 @@
 """softfp8's environment settings: what each SOFTFP8_* variable takes (`SETTINGS`,
-`check_environment`), and a cheap per-call read (`raw_reader`).
+`check_environment`).
 
-The settings dispatch and the launch plan read are `softfp8.launch_settings`, whose defaults
-`_settings` reads from these variables once. `raw_reader` serves a backend that reads its own
-variable on every call (SOFTFP8_NUMBA_FP4_LUT): `os.environ.get` encodes the name and decodes
-the value each time (~1 us a read on a 2-core Zen 3); `raw_reader` encodes the name once and
-reads the mapping `os.environ` itself keeps (`os.environ[...] = ...`, `del`, `putenv` through
-`os.environ`, pytest's monkeypatch all update it; a bare `os.putenv` reaches neither). The
-value comes back as `os.environ` stores it (bytes on POSIX), fit for a cache key; whoever
-parses a setting still reads it with `os.environ.get`.
+The settings dispatch, the launch plan and the backends read are `softfp8.launch_settings`,
+whose defaults `_settings` reads from these variables once; no call reads the environment.
 """
 from __future__ import annotations
 
@@ -16,17 +10,6 @@ import os
 import warnings
 from dataclasses import dataclass
 from typing import Callable
-
-
-def raw_reader(name: str) -> Callable[[], object]:
-    """A function returning `name`'s value as stored by `os.environ` (None when unset)."""
-    data = getattr(os.environ, "_data", None)
-    encodekey = getattr(os.environ, "encodekey", None)
-    if isinstance(data, dict) and callable(encodekey):  # CPython's os._Environ
-        key = encodekey(name)
-        get = data.get
-        return lambda: get(key)
-    return lambda: os.environ.get(name)  # another os.environ: the plain read
 
 
 # -- what each SOFTFP8_* variable takes ----------------------------------------------------------

@@ -22,13 +22,17 @@ settings -- and how a user overrides them: `launch_settings(...)`.
 - table: the path of a sweep receipt (`benchmarks/sweep_gemv.py --out FILE`) whose fastest
   setting per (N, K, M, format) replaces the built-in table's for exactly those shapes.
 - splitk_reduce: "last" | "kernel" -- who adds the parts of a split launch (`_splitk`).
+- numba_fp4_lut: "1" | "0" | "avx2" | "avx512" -- the Numba backend's FP4 table kernels: all
+  this CPU runs ("1"), none (the bit-operation kernels), the AVX2 one only, or the AVX-512 one
+  without bf16 products (`backends/numba/_gemv._fp4_table_kernels`); for comparisons, or a CPU
+  that misreports its features.
 
 The defaults come from the environment, read once, on first use: SOFTFP8_BACKEND,
 SOFTFP8_E2M1_DECODE, SOFTFP8_ACTIVATION_QUANT, SOFTFP8_FP8_DECODE, SOFTFP8_PDL,
-SOFTFP8_PDL_PREFETCH, SOFTFP8_TRITON_TABLE, SOFTFP8_SPLITK_REDUCE (an invalid value raises
-naming the variable and what it takes, `_env.SETTINGS`). `launch_settings` overrides them for
+SOFTFP8_PDL_PREFETCH, SOFTFP8_TRITON_TABLE, SOFTFP8_SPLITK_REDUCE, SOFTFP8_NUMBA_FP4_LUT (an
+invalid value raises naming the variable and what it takes, `_env.SETTINGS`). `launch_settings` overrides them for
 its block, in this thread or asyncio task (a `contextvars.ContextVar`); blocks nest. Why not the
-environment on every call: reading and parsing eight variables cost each eager call
+environment on every call: reading and parsing nine variables cost each eager call
 microseconds, and a setting changed mid-run reached some caches and not others. A process that
 changes os.environ after its first call runs `reload_environment()`.
 
@@ -55,11 +59,12 @@ SPLITK_REDUCE_ENV = "SOFTFP8_SPLITK_REDUCE"
 BACKEND_ENV = "SOFTFP8_BACKEND"
 E2M1_DECODE_ENV = "SOFTFP8_E2M1_DECODE"
 ACTIVATION_QUANT_ENV = "SOFTFP8_ACTIVATION_QUANT"
+NUMBA_FP4_LUT_ENV = "SOFTFP8_NUMBA_FP4_LUT"
 
 _ENV_OF = {"backend": BACKEND_ENV, "e2m1": E2M1_DECODE_ENV,
            "activation_quant": ACTIVATION_QUANT_ENV, "fp8_decode": FP8_DECODE_ENV,
            "pdl": PDL_ENV, "pdl_prefetch": PDL_PREFETCH_ENV, "table": TABLE_ENV,
-           "splitk_reduce": SPLITK_REDUCE_ENV}
+           "splitk_reduce": SPLITK_REDUCE_ENV, "numba_fp4_lut": NUMBA_FP4_LUT_ENV}
 """Each field and the variable that gives its default."""
 
 
@@ -77,6 +82,7 @@ class LaunchSettings:
     pdl_prefetch: int | None = None
     table: str | None = None
     splitk_reduce: str = "last"
+    numba_fp4_lut: str = "1"
     from_env: frozenset = frozenset()
 
     def __post_init__(self) -> None:
@@ -179,7 +185,8 @@ def invalidate() -> None:
 @contextlib.contextmanager
 def launch_settings(**overrides):
     """Dispatch and launch with these settings inside the block (fields of `LaunchSettings`:
-    backend, e2m1, activation_quant, fp8_decode, pdl, pdl_prefetch, table, splitk_reduce);
+    backend, e2m1, activation_quant, fp8_decode, pdl, pdl_prefetch, table, splitk_reduce,
+    numba_fp4_lut);
     the others stay as they are. Yields the LaunchSettings in force. A recorded eager call
     (`_fastcall`) replays only under the settings it was recorded with."""
     unknown = set(overrides) - set(_ENV_OF)

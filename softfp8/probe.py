@@ -13,7 +13,7 @@ import sys
 import types
 
 
-from . import _env, capability, dispatch
+from . import _env, _settings, capability, dispatch
 from .capability import CapabilityReport, Check, DeviceReport, Status
 from .formats import SPECS, Format
 
@@ -68,6 +68,17 @@ def _override_text(name: str, value: str) -> str:
         except ValueError as exc:
             return f"{name}={value} (invalid: {str(exc).split('; ', 1)[-1]})"
     return f"{name}={value}"
+
+
+def _launch_settings_text() -> str:
+    """The settings a `launch_settings` block around this call put in force ("" if none, or
+    if the environment's defaults can't be read: the overrides line names the bad variable)."""
+    try:
+        settings = _settings.current()
+    except ValueError:
+        return ""
+    sources = (settings.source(name) for name in _settings._ENV_OF)
+    return ", ".join(src for src in sources if src.startswith("launch_settings("))
 
 
 def native_fp8(report: CapabilityReport, dev: DeviceReport) -> str | None:
@@ -147,6 +158,9 @@ def as_text(report: CapabilityReport) -> str:
         versions.append(f"HIP {v.hip}")
     env = ", ".join(_override_text(k, val) for k, val in environment().items() if val) or (
         "none set")
+    blocks = _launch_settings_text()
+    if blocks:
+        env += f"; in force here: {blocks}"
     lines = [f"softfp8 capability report (probed in {report.probe_seconds:.2f} s; calling "
              f"thread: {report.thread_denormals})",
              "versions: " + ", ".join(versions),

@@ -1,7 +1,6 @@
 """select(): routing by the probe report, for this machine and for GPUs mocked with their measured
 facts; overrides, activation quantization, the E2M1 decoder, the cache; FTZ end to end."""
 import importlib.util
-import os
 import time
 
 import pytest
@@ -386,26 +385,6 @@ def test_package_check_remembers_a_found_package_per_finder():
         return None
     assert not _installed("here", other)
     assert asked[-1] == ("other", "here")
-
-
-def test_raw_env_reader_follows_os_environ(monkeypatch):
-    """`_env.raw_reader` (the per-call cache keys' reads) sees every change os.environ sees,
-    at once, and tells values apart as os.environ.get does."""
-    from softfp8._env import raw_reader
-
-    name = "SOFTFP8_TEST_RAW_READER"
-    monkeypatch.delenv(name, raising=False)
-    read = raw_reader(name)
-    assert read() is None
-    seen = set()
-    for value in ("triton", "numba", "", "ünïcode"):
-        monkeypatch.setenv(name, value)
-        raw = read()
-        assert raw is not None and raw not in seen  # a change is a different key
-        assert raw == os.environ._data[os.environ.encodekey(name)]
-        seen.add(raw)
-    monkeypatch.delenv(name)
-    assert read() is None
 
 
 def test_select_follows_the_settings_between_calls(monkeypatch):

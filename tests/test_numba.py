@@ -402,17 +402,20 @@ def test_gemv_follows_a_weight_written_in_place(fmt):
         assert not same_bits(y, run(x, packed)).all()
 
 
-def test_gemv_follows_the_fp4_table_setting(monkeypatch):
-    """SOFTFP8_NUMBA_FP4_LUT read on every call, though the kernel choice is kept per weight."""
+def test_gemv_follows_the_fp4_table_setting():
+    """The numba_fp4_lut setting in force at each call picks the FP4 kernels, though the
+    kernel choice is kept per weight."""
     packed, g = quantized("nvfp4", 40, 256, seed=6)
     x = torch.randn(1, 256, generator=g)
     want = run(x, packed)
-    monkeypatch.setenv("SOFTFP8_NUMBA_FP4_LUT", "0")
-    assert rel_err(run(x, packed), want) <= 1e-6
     from softfp8.backends._facts import facts_of
 
-    plan = facts_of(packed.words)[_gemv._PLAN][-1]
-    assert type(plan) is _gemv._Fp4BitsGemv
+    with softfp8.launch_settings(numba_fp4_lut="0"):
+        assert rel_err(run(x, packed), want) <= 1e-6
+        assert type(facts_of(packed.words)[_gemv._PLAN][-1]) is _gemv._Fp4BitsGemv
+    run(x, packed)  # the default again: a table kernel where this CPU has one
+    if _gemv._fp4_table_kernels() is not None:
+        assert type(facts_of(packed.words)[_gemv._PLAN][-1]) is not _gemv._Fp4BitsGemv
 
 
 def test_an_fp4_table_setting_typo_raises(monkeypatch):
@@ -426,15 +429,18 @@ def test_an_fp4_table_setting_typo_raises(monkeypatch):
         softfp8.linear(torch.randn(1, 256, generator=g), packed, backend="numba")
 
 
-def test_an_fp4_table_setting_typo_set_after_routing_raises(monkeypatch):
-    """A typo set once dispatch has routed the layer (its choice cached, so `check_environment`
-    does not run again) still raises where cpu_backend reads the setting, naming the valid values."""
+def test_an_fp4_table_setting_set_after_the_first_call_waits_for_reload(monkeypatch):
+    """SOFTFP8_NUMBA_FP4_LUT is read once, with the other settings: a value set after the first
+    call changes nothing until `reload_environment()`, which raises on a typo naming the valid
+    values (so a typo is never run as if 1)."""
+    from softfp8 import _settings
+
     packed, g = quantized("nvfp4", 40, 256, seed=6)
     x = torch.randn(1, 256, generator=g)
     monkeypatch.delenv("SOFTFP8_NUMBA_FP4_LUT", raising=False)
-    softfp8.dispatch.clear_cache()
-    softfp8.linear(x, packed, backend="numba")
+    want = softfp8.linear(x, packed, backend="numba")
     monkeypatch.setenv("SOFTFP8_NUMBA_FP4_LUT", "avx3")
+    assert torch.equal(softfp8.linear(x, packed, backend="numba"), want)
     with pytest.raises(ValueError, match="SOFTFP8_NUMBA_FP4_LUT='avx3' is not valid; expected "
                                          "one of '1', '0', 'avx2', 'avx512'"):
-        softfp8.linear(x, packed, backend="numba")
+        _settings.reload_environment()

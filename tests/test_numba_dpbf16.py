@@ -105,7 +105,7 @@ def test_mxfp4_loop_decodes_every_scale_code(group):
 @needs_bf16
 @pytest.mark.parametrize("fmt", ["nvfp4", "mxfp4"])
 def test_matmul_takes_bf16_products_for_bf16_x_only(fmt, monkeypatch):
-    """cpu_backend.matmul on bf16 x runs these rows (not with SOFTFP8_NUMBA_FP4_LUT=avx512, and
+    """cpu_backend.matmul on bf16 x runs these rows (not with numba_fp4_lut="avx512", and
     not for fp16 or float32 x), and its answer is the float32 kernel's on the same x rounded to
     bf16 as the float32 kernel's is (both round the same exact products' float32 sums)."""
     gen = torch.Generator().manual_seed(3)
@@ -118,8 +118,8 @@ def test_matmul_takes_bf16_products_for_bf16_x_only(fmt, monkeypatch):
     assert [s is not None for s in taken] == [True] and y.dtype == torch.bfloat16
     y32 = cpu_backend.matmul(x.float(), packed)
     cpu_backend.matmul(x.half(), packed)
-    monkeypatch.setenv("SOFTFP8_NUMBA_FP4_LUT", "avx512")
-    cpu_backend.matmul(x, packed)
+    with softfp8.launch_settings(numba_fp4_lut="avx512"):
+        cpu_backend.matmul(x, packed)
     assert sum(s is not None for s in taken) == 1  # none of these three
     want = x.double() @ softfp8.dequantize(packed).double().T
     assert rel_err(y32, want) <= 1e-6

@@ -112,6 +112,21 @@ def test_overrides_line_shows_every_setting_and_what_is_wrong_with_it(monkeypatc
     assert len(errors) == len(Format), text
 
 
+def test_overrides_line_names_the_launch_settings_in_force(capsys):
+    """Inside a `launch_settings` block the report names what the block put in force (and
+    nothing outside one)."""
+    import softfp8
+
+    assert probe_cli.main([]) == 0
+    assert "in force here" not in capsys.readouterr().out
+    with softfp8.launch_settings(backend="torch", numba_fp4_lut="0"):
+        assert probe_cli.main([]) == 0
+    overrides = next(ln for ln in capsys.readouterr().out.splitlines()
+                     if ln.startswith("overrides: "))
+    assert overrides.endswith("in force here: launch_settings(backend='torch'), "
+                              "launch_settings(numba_fp4_lut='0')"), overrides
+
+
 def test_softfp8_probe_stays_callable_after_the_cli_module_is_imported():
     import softfp8.probe  # noqa: F401 - rebinds the package attribute to the module
     assert isinstance(softfp8.probe(), softfp8.CapabilityReport)

@@ -5,14 +5,13 @@ per weight (its plan)."""
 from __future__ import annotations
 
 import functools
-import os
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
 from ...formats import SPECS, Format, PackedWeight
-from ..._env import SETTINGS, raw_reader
+from ..._settings import current
 from .._facts import codes_nan_free, facts_of, version_of
 from ._runtime import chunk_rows, loaded, padded_x
 
@@ -59,18 +58,16 @@ against 1041 / 963, 8192 x 3072 544 / 552 against 480 / 509, 16384 x 2048 859 / 
 def _fp4_table_kernels():
     """The FP4 table-lookup GEMV module for this CPU: _lut (AVX-512 vpermps), else
     _pshufb (AVX2 vpshufb), else None (the bit-operation kernels run).
-    `SOFTFP8_NUMBA_FP4_LUT=0` turns both off, `=avx2` skips the AVX-512 one, `=avx512` keeps it
-    but without the bf16 products (`_bf16_products`) (read per call: for comparisons, and in case a
-    CPU misreports its features)."""
+    The setting `numba_fp4_lut` (`softfp8.launch_settings`, default SOFTFP8_NUMBA_FP4_LUT) "0"
+    turns both off, "avx2" skips the AVX-512 one, "avx512" keeps it but without the bf16
+    products (`_bf16_products`): for comparisons, and in case a CPU misreports its features."""
     return _fp4_table_for(_fp4_lut_setting())
 
 
 def _fp4_lut_setting() -> str:
-    """SOFTFP8_NUMBA_FP4_LUT as `_fp4_table_kernels` and `_bf16_products` read it ("1" when
-    unset or empty). Checked against `_env.SETTINGS` here, where it is read, so that a value set
-    after dispatch made its choice still raises naming the valid ones instead of running as 1."""
-    raw = os.environ.get("SOFTFP8_NUMBA_FP4_LUT", "")
-    return SETTINGS["SOFTFP8_NUMBA_FP4_LUT"].check(raw) if raw.strip() else "1"
+    """The `numba_fp4_lut` setting in force (`_settings.current`), as `_fp4_table_kernels`
+    and `_bf16_products` read it."""
+    return current().numba_fp4_lut
 
 
 @functools.lru_cache(maxsize=8)
@@ -98,13 +95,13 @@ def _bf16_products(table, setting: str) -> bool:
 # us instead of 1-2 (docs/decisions.md, CPU). So what depends on the weight alone -- numpy views of
 # its tensors, the tensor scale, the kernel and its rows a pass, whether E4M3 codes hold a NaN --
 # is worked out once and kept (`_PLAN`: rebuilt when a tensor of the weight is replaced or
-# written in place, or SOFTFP8_NUMBA_FP4_LUT changes), and a call does only what depends on x.
+# written in place, or the numba_fp4_lut setting changes), and a call does only what depends on x.
 
-_LUT_SETTING = raw_reader("SOFTFP8_NUMBA_FP4_LUT")
+_LUT_SETTING = _fp4_lut_setting
 _PLAN = "numba gemv plan"
 """The key of a weight's GEMV plan among its facts (`_facts.facts_of`, kept while the words
-tensor lives): (scales tensor, global scale tensor, stamp, plan), stamp = (SOFTFP8_NUMBA_FP4_LUT
-as read, the three tensors' versions). Checked here in fewer steps than `known_fact` takes: this
+tensor lives): (scales tensor, global scale tensor, stamp, plan), stamp = (numba_fp4_lut
+in force, the three tensors' versions). Checked here in fewer steps than `known_fact` takes: this
 runs on every GEMV call."""
 
 
