@@ -6,7 +6,8 @@
 # eager / static: softfp8-bench generate on llama2-7b (software FP8 decode);
 # eager8b / static8b: the same on llama3-8b;
 # diag: inside eager generate(), the recorded calls replayed and refused, and a profile
-#   (benchmarks/gpu_eager_diag.py);
+#   (benchmarks/gpu_eager_diag.py); rounds: eager llama2-7b, every variant in GPU memory, timed
+#   in 5 interleaved rounds (the same script);
 # step: one decode step of the whole model as a CUDA graph, compiled (benchmarks/gpu_e2e_step.py);
 # tag: softfp8-bench token on llama2-7b, this tree against the tag lab-archive-2026-12 (its
 #   softfp8/ extracted to .tag/ and carried: git archive lab-archive-2026-12 softfp8 | tar -x -C .tag;
@@ -28,6 +29,8 @@ for step in "$@"; do
     eager8b) SOFTFP8_FP8_DECODE=integer python3 -m softfp8.bench generate --preset llama3-8b --modes eager --gpu-time --out "$OUT/gen-eager-8b.json" ;;
     static8b) SOFTFP8_FP8_DECODE=integer python3 -m softfp8.bench generate --preset llama3-8b --modes static --gpu-time --out "$OUT/gen-static-8b.json" ;;
     diag) SOFTFP8_FP8_DECODE=integer python3 benchmarks/gpu_eager_diag.py 2>&1 | grep -v "Warn\|warn" ;;
+    rounds) SOFTFP8_FP8_DECODE=integer DIAG_LAYERS=32 DIAG_ROUNDS=5 DIAG_FORMATS=fp16,e5m2,e4m3,nvfp4,mxfp4 \
+              python3 benchmarks/gpu_eager_diag.py 2>&1 | grep -v "Warn\|warn\|layer/s" ;;
     step) SOFTFP8_FP8_DECODE=integer python3 benchmarks/gpu_e2e_step.py --compile --json "$OUT/e2e-step-compile.json" ;;
     tag) for round in 1 2; do
            for tree in .tag .; do
