@@ -45,6 +45,10 @@ float32 x (three bf16 terms a row) measured no faster than the GEMV rows at M = 
 
 FP4_PAIRS = True
 """FP4 through the fused kernel takes two weight rows a pass (`_smallm_fused.fused_fp4`)."""
+MXFP4_FOLD_MIN_ROWS = 4
+"""From this many bf16 rows of x, MXFP4 whose scale codes are all in 2..252 has them folded into
+the decoded values there (no scale FMAs: M = 4-16 4-11% faster; at M = 2 the fold's ~14 vector
+operations a step cost more than 8 vdpbf16ps save, 1.2x slower: docs/decisions.md)."""
 
 _FACT = "numba bf16 rows"
 _TERMS = {torch.bfloat16: 1, torch.float16: 2}
@@ -160,8 +164,14 @@ def matmul_fused(x: torch.Tensor, packed: PackedWeight, threads: int) -> torch.T
     yn = np.zeros((m, n), np.float32)
     chunk = chunk_rows(n, threads)
     if fp4:
-        F.fused_fp4(fmt is Format.MXFP4, packed.words.numpy(), packed.scales.numpy(), x3, terms,
-                    yn, chunk, F.block_steps(mt, F.STEP4), FP4_PAIRS)
+        if fmt is Format.NVFP4:
+            kind4 = F.NVFP4
+        else:  # scale codes from the plan's range (lo - 128, hi - 125)
+            lo, hi = plan[1] + 128, plan[2] + 125
+            fold = mt >= MXFP4_FOLD_MIN_ROWS and 2 <= lo and hi <= 252
+            kind4 = F.MXFP4_FOLDED if fold else F.MXFP4
+        F.fused_fp4(kind4, packed.words.numpy(), packed.scales.numpy(), x3, terms, yn, chunk,
+                    F.block_steps(mt, F.STEP4), FP4_PAIRS)
     else:
         F.fused_fp8(F.E5M2 if fmt is Format.E5M2 else F.E4M3,
                     packed.words.view(torch.uint8).numpy(), x3, terms, yn, chunk,

@@ -29,9 +29,13 @@ import numpy as np
 
 from ._decode import (_I32, _JIT, _f2i, _half_bits_to_f32, _i2f, e2m1_select, e4m3_fast_div256,
                       e5m2_fast)
-from ._fused_ir import (E4M3, E5M2, FP4_PAIR_ROWS, LANES, SMALL_ROWS, STEP4, STEP8,  # noqa
-                        XROWS, _e4m3, _e4m3_2, _e5m2, _e5m2_2, _mxfp4, _mxfp4_2, _nvfp4,
-                        _nvfp4_2, available, fp8_bf16_bits)
+from ._fused_ir import (E4M3, E5M2, FP4_FOLD_PAIR_ROWS, FP4_PAIR_ROWS, LANES,  # noqa: F401
+                        SMALL_ROWS, STEP4, STEP8, XROWS, _e4m3, _e4m3_2, _e5m2, _e5m2_2, _mxfp4,
+                        _mxfp4_2, _mxfp4_fold_2, _nvfp4, _nvfp4_2, available, fp8_bf16_bits)
+
+NVFP4, MXFP4, MXFP4_FOLDED = 0, 1, 2
+"""`fused_fp4`'s format ids: MXFP4_FOLDED, MXFP4 whose scale codes are all in 2..252, takes the
+scales into the decoded values (`_fused_ir._emit_fp4`'s fold)."""
 from ._smallm_bf16 import _bf16_rne
 
 X_BLOCK_BYTES = 16384
@@ -191,11 +195,15 @@ def fused_fp8(kind, codes, x16, terms, y, chunk, per, pairs):
 
 
 @nb.njit(**_JIT)
-def _fp4_pass(mx, words, scales, r, wrows, x16, m, s0, s1, left, terms, y, tail_from):
-    """One pass of weight rows r..r+wrows (1 or 2) over x16 rows m.. (up to SMALL_ROWS, or
-    FP4_PAIR_ROWS for two) added into y (with the words from tail_from on where it is >= 0);
-    returns the rows it took."""
-    if wrows == 2:
+def _fp4_pass(kind, words, scales, r, wrows, x16, m, s0, s1, left, terms, y, tail_from):
+    """One pass of weight rows r..r+wrows (1 or 2) over x16 rows m.. (up to SMALL_ROWS; for two
+    FP4_PAIR_ROWS, folded FP4_FOLD_PAIR_ROWS) added into y (with the words from tail_from on
+    where it is >= 0); returns the rows it took."""
+    mx = kind != NVFP4
+    if wrows == 2 and kind == MXFP4_FOLDED:
+        rows = min(FP4_FOLD_PAIR_ROWS, left)
+        t = _mxfp4_fold_2(words, scales, r, x16, m, s0, s1, rows)
+    elif wrows == 2:
         rows = min(FP4_PAIR_ROWS, left)
         if mx:
             t = _mxfp4_2(words, scales, r, x16, m, s0, s1, rows)
@@ -218,10 +226,10 @@ def _fp4_pass(mx, words, scales, r, wrows, x16, m, s0, s1, left, terms, y, tail_
 
 
 @nb.njit(parallel=True, **_JIT)
-def fused_fp4(mx, words, scales, x16, terms, y, chunk, per, pairs):
-    """fused_fp8 for FP4 int32 words [N, Kp / 8] and their scale codes (NVFP4 E4M3 below 0x7F,
-    y / 256 without the tensor scale; MXFP4 E8M0 in 1..254); x16 in `fp4_x_order`; `pairs`:
-    two weight rows a pass (FP4_PAIR_ROWS rows of x each)."""
+def fused_fp4(kind, words, scales, x16, terms, y, chunk, per, pairs):
+    """fused_fp8 for FP4 int32 words [N, Kp / 8] and their scale codes (kind NVFP4: E4M3 below
+    0x7F, y / 256 without the tensor scale; MXFP4: E8M0 in 1..254; MXFP4_FOLDED: in 2..252); x16
+    in `fp4_x_order`; `pairs`: two weight rows a pass."""
     n, nw = words.shape
     mt = x16.shape[1]
     steps = nw // LANES
@@ -235,7 +243,7 @@ def fused_fp4(mx, words, scales, x16, terms, y, chunk, per, pairs):
                 wrows = 2 if pairs and r + 1 < r1 else 1
                 m = 0
                 while m < mt:
-                    m += _fp4_pass(mx, words, scales, r, wrows, x16, m, s0, s1, mt - m, terms,
+                    m += _fp4_pass(kind, words, scales, r, wrows, x16, m, s0, s1, mt - m, terms,
                                    y, tail_from)
                 r += wrows
 
