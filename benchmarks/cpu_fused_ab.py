@@ -1,10 +1,12 @@
 """The fused small-M kernel's choices against the ones before them, in one process.
 
 `_dp_rows.matmul_fused` on one 4096 x 4096 weight per format (the same weight for both, warm in
-the L3), bf16 x, one thread, CPU time, round-robin, medians:
+the L3; `--cold`: six of them in turn, 48-96 MiB, so each call reads its weight from DRAM as
+an as-dispatched call after other work does), bf16 x, one thread, CPU time, round-robin,
+medians:
 - before: FP8 K blocks of `X_BLOCK_BYTES` at every M, FP4 one weight row a pass;
-- after: FP8 past 8 rows `PAIR_X_BLOCK_BYTES` blocks, FP4 two weight rows a pass (`FP4_PAIRS`),
-  MXFP4's scales folded into the decoded values from `MXFP4_FOLD_MIN_ROWS` rows.
+- after: FP8 past 8 rows and FP4 `PAIR_X_BLOCK_BYTES` blocks, FP4 two weight rows a pass
+  (`FP4_PAIRS`), MXFP4's scales folded into the decoded values from `MXFP4_FOLD_MIN_ROWS` rows.
 
     NUMBA_NUM_THREADS=1 python benchmarks/cpu_fused_ab.py --m 2,4,8,12,16
 """
@@ -35,14 +37,17 @@ def main() -> None:
     ap.add_argument("--m", default="2,4,8,12,16")
     ap.add_argument("--formats", default="e5m2,e4m3,nvfp4,mxfp4")
     ap.add_argument("--reps", type=int, default=9)
+    ap.add_argument("--cold", action="store_true", help="six weights in turn (from DRAM)")
     args = ap.parse_args()
     torch.set_num_threads(1)
     print(f"# {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} torch {torch.__version__} "
           f"loadavg {os.getloadavg()[0]:.1f}  bf16 x, 1 thread, CPU time, reps {args.reps} "
-          "(median), 4096x4096", flush=True)
+          f"(median), 4096x4096, {'cold' if args.cold else 'warm'}", flush=True)
     g = torch.Generator().manual_seed(0)
     for fmt in args.formats.split(","):
-        w = softfp8.quantize(torch.randn(4096, 4096, generator=g) * 0.02, fmt)
+        ws = [softfp8.quantize(torch.randn(4096, 4096, generator=g) * 0.02, fmt)
+              for _ in range(6 if args.cold else 1)]
+        w = ws[0]
         for m in (int(v) for v in args.m.split(",")):
             x = torch.randn(m, 4096, generator=g).bfloat16()
             ref = softfp8.linear(x.float(), w, backend="torch")
@@ -54,9 +59,10 @@ def main() -> None:
             for _ in range(args.reps):
                 for name in SETTINGS:
                     _set(name)
-                    t = time.process_time()
-                    _dp_rows.matmul_fused(x, w, 1)
-                    times[name].append(time.process_time() - t)
+                    for wi in ws:
+                        t = time.process_time()
+                        _dp_rows.matmul_fused(x, wi, 1)
+                        times[name].append(time.process_time() - t)
             med = {name: statistics.median(v) * 1e3 for name, v in times.items()}
             print(f"{fmt} M={m}: before {med['before']:.3f} ms  after {med['after']:.3f} ms  "
                   f"({med['before'] / med['after']:.2f}x)  [load {os.getloadavg()[0]:.1f}]",

@@ -171,7 +171,7 @@ def matmul_fused(x: torch.Tensor, packed: PackedWeight, threads: int) -> torch.T
             fold = mt >= MXFP4_FOLD_MIN_ROWS and 2 <= lo and hi <= 252
             kind4 = F.MXFP4_FOLDED if fold else F.MXFP4
         F.fused_fp4(kind4, packed.words.numpy(), packed.scales.numpy(), x3, terms, yn, chunk,
-                    F.block_steps(mt, F.STEP4), FP4_PAIRS)
+                    F.block_steps(mt, F.STEP4, FP4_PAIRS), FP4_PAIRS)
     else:
         F.fused_fp8(F.E5M2 if fmt is Format.E5M2 else F.E4M3,
                     packed.words.view(torch.uint8).numpy(), x3, terms, yn, chunk,

@@ -43,11 +43,12 @@ X_BLOCK_BYTES = 16384
 stays in the L1 (32 KiB on Zen 4) while a chunk's weight rows stream past it (without it x came
 from the L2 from M = 8 on: docs/decisions.md, CPU: prompts and small batches)."""
 PAIR_X_BLOCK_BYTES = 131072
-"""The same for FP8's passes of two weight rows past SMALL_ROWS rows of x (two passes or more a
-block): each x load there feeds two vdpbf16ps, so x may come from the L2 (1 MiB a core on Zen 4),
-and a block of 16 rows then spans 4096 codes where X_BLOCK_BYTES gave it 512: a quarter of the
-passes, each paying its lane sums and its tuple into y (M = 12-16 20-30% faster; at 8 rows and
-fewer mixed, so kept at X_BLOCK_BYTES: docs/decisions.md, CPU: prompts and small batches)."""
+"""The same for passes of two weight rows (FP4's; FP8's past SMALL_ROWS rows of x): each x load
+there feeds two vdpbf16ps, so x may come from the L2 (1 MiB a core on Zen 4), and a block of 16
+rows spans 4096 codes where X_BLOCK_BYTES gave it 512: a quarter of the passes, each paying its
+lane sums and its tuple into y, and a weight read in longer runs of a row (FP8 M = 12-16, FP4
+M = 4-8 faster; FP8 at 8 rows and fewer slower, so kept at X_BLOCK_BYTES there: docs/decisions.md,
+CPU: prompts and small batches)."""
 
 
 @nb.njit(**_JIT)
@@ -130,8 +131,9 @@ def _fp4_tail(mx, wrow, srow, x16, m, w0):
 
 def block_steps(mt: int, step: int, pairs: bool = False) -> int:
     """Steps a K block spans (the drivers' `per`): its x rows (mt of them, bf16) fit
-    X_BLOCK_BYTES (PAIR_X_BLOCK_BYTES for FP8's passes of two weight rows past SMALL_ROWS)."""
-    wide = pairs and mt > SMALL_ROWS
+    X_BLOCK_BYTES, or PAIR_X_BLOCK_BYTES for passes of two weight rows: FP4's (step STEP4) at
+    any mt, FP8's past SMALL_ROWS."""
+    wide = pairs and (step == STEP4 or mt > SMALL_ROWS)
     return max(1, (PAIR_X_BLOCK_BYTES if wide else X_BLOCK_BYTES) // (2 * step * mt))
 
 
