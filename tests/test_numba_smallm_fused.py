@@ -78,9 +78,10 @@ def test_x_orders_are_permutations(kp):
 
 
 # (M, N, K): M in passes of 16 / 8 / fewer bf16 rows, N odd, K off a step and a block, and
-# K over several K blocks (2049: 16 rows a pass take 512 codes a block)
+# K over several K blocks (2049: 8 rows a pass take 1024 codes an L1 block; 4500: 16 rows of bf16
+# x 4096 codes an L2 block, PAIR_X_BLOCK_BYTES)
 CASES = [(2, 37, 1000), (3, 13, 333), (5, 67, 129), (8, 9, 4097), (13, 21, 75),
-         (16, 33, 2049), (16, 130, 250)]
+         (16, 33, 2049), (16, 130, 250), (16, 9, 4500)]
 
 
 @needs_fused
