@@ -6,7 +6,9 @@ an as-dispatched call after other work does), bf16 x, one thread, CPU time, roun
 medians:
 - before: FP8 K blocks of `X_BLOCK_BYTES` at every M, FP4 one weight row a pass;
 - after: FP8 past 8 rows and FP4 `PAIR_X_BLOCK_BYTES` blocks, FP4 two weight rows a pass
-  (`FP4_PAIRS`), MXFP4's scales folded into the decoded values from `MXFP4_FOLD_MIN_ROWS` rows.
+  (`FP4_PAIRS`), MXFP4's scales folded into the decoded values from `MXFP4_FOLD_MIN_ROWS` rows;
+- `--fold`: before and after both the latter, MXFP4's scales never folded / folded at every M
+  (where `MXFP4_FOLD_MIN_ROWS` comes from).
 
     NUMBA_NUM_THREADS=1 python benchmarks/cpu_fused_ab.py --m 2,4,8,12,16
 """
@@ -38,11 +40,16 @@ def main() -> None:
     ap.add_argument("--formats", default="e5m2,e4m3,nvfp4,mxfp4")
     ap.add_argument("--reps", type=int, default=9)
     ap.add_argument("--cold", action="store_true", help="six weights in turn (from DRAM)")
+    ap.add_argument("--fold", action="store_true", help="MXFP4 unfolded vs folded scales")
     args = ap.parse_args()
     torch.set_num_threads(1)
+    if args.fold:
+        SETTINGS["before"] = SETTINGS["after"][:2] + (NEVER,)
+        SETTINGS["after"] = SETTINGS["after"][:2] + (1,)
     print(f"# {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} torch {torch.__version__} "
           f"loadavg {os.getloadavg()[0]:.1f}  bf16 x, 1 thread, CPU time, reps {args.reps} "
-          f"(median), 4096x4096, {'cold' if args.cold else 'warm'}", flush=True)
+          f"(median), 4096x4096, {'cold' if args.cold else 'warm'}"
+          f"{', fold' if args.fold else ''}", flush=True)
     g = torch.Generator().manual_seed(0)
     for fmt in args.formats.split(","):
         ws = [softfp8.quantize(torch.randn(4096, 4096, generator=g) * 0.02, fmt)

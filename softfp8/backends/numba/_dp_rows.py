@@ -45,10 +45,11 @@ float32 x (three bf16 terms a row) measured no faster than the GEMV rows at M = 
 
 FP4_PAIRS = True
 """FP4 through the fused kernel takes two weight rows a pass (`_smallm_fused.fused_fp4`)."""
-MXFP4_FOLD_MIN_ROWS = 4
+MXFP4_FOLD_MIN_ROWS = 5
 """From this many bf16 rows of x, MXFP4 whose scale codes are all in 2..252 has them folded into
-the decoded values there (no scale FMAs: M = 4-16 4-11% faster; at M = 2 the fold's ~14 vector
-operations a step cost more than 8 vdpbf16ps save, 1.2x slower: docs/decisions.md)."""
+the decoded values there: no scale FMAs or partial sums, so a pass takes 8 rows where it took 4
+(M = 5-16 one pass in two, 1.1-1.2x faster; at M = 2-4, the same passes, the fold's ~14 vector
+operations a step cost what they save: docs/decisions.md, CPU: prompts and small batches)."""
 
 _FACT = "numba bf16 rows"
 _TERMS = {torch.bfloat16: 1, torch.float16: 2}
