@@ -1,5 +1,5 @@
 """The fused small-M kernel's vector loops (`_smallm_fused`), as LLVM IR in numba intrinsics: one
-loop per format and pass size (rows of x; FP8 one or two weight rows), each returning its dot
+loop per format and pass size (rows of x; one or two weight rows), each returning its dot
 products as a tuple. The decodes and why: `_smallm_fused`'s docstring."""
 from __future__ import annotations
 

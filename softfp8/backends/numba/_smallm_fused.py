@@ -12,15 +12,18 @@ high and low byte up in 128-entry tables, the sign or-ed in, two byte interleave
 operations per 64 codes, where the GEMV's fp16 widening and vcvtne2ps2bf16 took about twice as
 many cycles); two weight rows a pass, so each x load serves both. FP4 as `_dpbf16`: a vpermw on a
 bf16 table, each step's partial sums times its block scales (NVFP4's E4M3 / 256, y x 256 x the
-tensor scale after; MXFP4's E8M0 exact), decoded in the loop; one weight row a pass.
+tensor scale after; MXFP4's E8M0 exact), decoded in the loop, or (MXFP4, `MXFP4_FOLDED`) each
+scale added to the decoded values' exponents; two weight rows a pass, as FP8. The cost is the
+rate of vdpbf16ps, not memory: docs/decisions.md, CPU: prompts and small batches.
 
 x: `fill_x` gathers x in the kernel's order (`fp8_x_order`, `fp4_x_order`) and splits it into
 `terms` bf16 rows per row of x that sum to it exactly (1 for bf16 x, 2 float16, 3 float32: every
 product exact, y float32's sum of them in another order), laid out [K / 32, M * terms, 32] so a
 pass's rows sit at constant offsets from one pointer. The caller (`_dp_rows.matmul_fused`) checks
 x's and the weight's exponent range so that vdpbf16ps flushes nothing, as for `_smallm_bf16`.
-K is taken in blocks (`block_steps`) so that x stays in the L1; the codes past the whole steps
-are decoded by scalar numba code (`_fp8_tail`, `_fp4_tail`) with the same values.
+K is taken in blocks (`block_steps`) so that x stays in the L1, or the L2 where each x load
+feeds two weight rows; the codes past the whole steps are decoded by scalar numba code
+(`_fp8_tail`, `_fp4_tail`) with the same values.
 """
 from __future__ import annotations
 
