@@ -78,9 +78,10 @@ def test_x_orders_are_permutations(kp):
 
 
 # (M, N, K): M in passes of 16 / 8 / fewer bf16 rows, N odd, K off a step and a block, and
-# K over several K blocks (2049: 16 rows a pass take 512 codes a block)
+# K over several K blocks (2049: 8 rows a pass take 1024 codes an L1 block; 4500: 16 rows of bf16
+# x 4096 codes an L2 block, PAIR_X_BLOCK_BYTES)
 CASES = [(2, 37, 1000), (3, 13, 333), (5, 67, 129), (8, 9, 4097), (13, 21, 75),
-         (16, 33, 2049), (16, 130, 250)]
+         (16, 33, 2049), (16, 130, 250), (16, 9, 4500)]
 
 
 @needs_fused
@@ -161,3 +162,23 @@ def test_backend_routes_small_m_here(fmt, monkeypatch):
     assert len(calls) == 2
     cpu_backend.matmul(torch.randn(most + 1, 300, generator=g).bfloat16(), packed)
     assert len(calls) == 2
+
+
+@needs_fused
+@pytest.mark.parametrize("code, x_exp", [(2, 60), (252, -60), (1, 60)])
+@pytest.mark.parametrize("m", [2, 4, 9])
+def test_mxfp4_scale_fold_edges(code, x_exp, m, monkeypatch):
+    """MXFP4 from MXFP4_FOLD_MIN_ROWS rows: scale codes 2..252 folded into the decoded values
+    (exponents stay normal), 1 (and fewer rows) through the unfolded loop; both match
+    the reference."""
+    packed, g = _with_codes("mxfp4", 7, 300, lambda w, s: s.fill_(code))
+    kinds = []
+    real = F.fused_fp4
+    monkeypatch.setattr(F, "fused_fp4", lambda kind, *a: kinds.append(kind) or real(kind, *a))
+    x = torch.randn(m, 300, generator=g) * 2.0 ** x_exp
+    y = _dp_rows.matmul_fused(x.bfloat16(), packed, 2)
+    assert y is not None
+    folded = 2 <= code <= 252 and m >= _dp_rows.MXFP4_FOLD_MIN_ROWS
+    assert kinds == [F.MXFP4_FOLDED if folded else F.MXFP4]
+    ref = softfp8.linear(x.bfloat16().float(), packed, backend="torch")
+    assert torch.isfinite(ref).all() and rel_err(y, ref) <= 1e-5

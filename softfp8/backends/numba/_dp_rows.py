@@ -35,12 +35,21 @@ with `--act bf16`, this kernel / tile: M = 128 E5M2 27.9 / 29.3, E4M3 28.6 / 32.
 34.1, MXFP4 28.4 / 33.3; M = 256 60.1 / 52.9, 57.2 / 54.5, 64.1 / 60.3, 61.7 / 54.8. (The
 float32 small-M kernel: 71.7-77.4 at M = 128.)"""
 
-FUSED_MAX_ROWS = {Format.E5M2: 8, Format.E4M3: 8, Format.NVFP4: 8, Format.MXFP4: 8}
+FUSED_MAX_ROWS = {Format.E5M2: 16, Format.E4M3: 16, Format.NVFP4: 8, Format.MXFP4: 8}
 """Up to this many rows of bf16 x (per format), from M = 2, the fused kernel (`_smallm_fused`:
 the decode in registers, each decoded vector used for every row of x) runs where it can; past it
-the bf16-tile kernel above (docs/performance.md, CPU: prompts and small batches). bf16 x only:
+the bf16-tile kernel above (docs/performance.md, CPU: prompts and small batches: FP8 at M = 12
+and 16 fused 0.82-0.88x the bf16-tile kernel's time; FP4 at 16 1.3-1.5x it). bf16 x only:
 float32 x (three bf16 terms a row) measured no faster than the GEMV rows at M = 2 (FP4 about
 1.8x their time, receipts/cpu-smallm-fused-fp32.txt); float16 x (two) is not measured."""
+
+FP4_PAIRS = True
+"""FP4 through the fused kernel takes two weight rows a pass (`_smallm_fused.fused_fp4`)."""
+MXFP4_FOLD_MIN_ROWS = 5
+"""From this many bf16 rows of x, MXFP4 whose scale codes are all in 2..252 has them folded into
+the decoded values there: no scale FMAs or partial sums, so a pass takes 8 rows where it took 4
+(M = 5-16 one pass in two, 1.1-1.2x faster; at M = 2-4, the same passes, the fold's ~14 vector
+operations a step cost what they save: docs/decisions.md, CPU: prompts and small batches)."""
 
 _FACT = "numba bf16 rows"
 _TERMS = {torch.bfloat16: 1, torch.float16: 2}
@@ -156,12 +165,18 @@ def matmul_fused(x: torch.Tensor, packed: PackedWeight, threads: int) -> torch.T
     yn = np.zeros((m, n), np.float32)
     chunk = chunk_rows(n, threads)
     if fp4:
-        F.fused_fp4(fmt is Format.MXFP4, packed.words.numpy(), packed.scales.numpy(), x3, terms,
-                    yn, chunk, F.block_steps(mt, F.STEP4))
+        if fmt is Format.NVFP4:
+            kind4 = F.NVFP4
+        else:  # scale codes from the plan's range (lo - 128, hi - 125)
+            lo, hi = plan[1] + 128, plan[2] + 125
+            fold = mt >= MXFP4_FOLD_MIN_ROWS and 2 <= lo and hi <= 252
+            kind4 = F.MXFP4_FOLDED if fold else F.MXFP4
+        F.fused_fp4(kind4, packed.words.numpy(), packed.scales.numpy(), x3, terms, yn, chunk,
+                    F.block_steps(mt, F.STEP4, FP4_PAIRS), FP4_PAIRS)
     else:
         F.fused_fp8(F.E5M2 if fmt is Format.E5M2 else F.E4M3,
                     packed.words.view(torch.uint8).numpy(), x3, terms, yn, chunk,
-                    F.block_steps(mt, F.STEP8), True)
+                    F.block_steps(mt, F.STEP8, True), True)
     y = torch.from_numpy(yn)
     if fmt is Format.NVFP4:
         y *= 256.0 * float(packed.global_scale.item())

@@ -1,5 +1,5 @@
 """The fused small-M kernel's vector loops (`_smallm_fused`), as LLVM IR in numba intrinsics: one
-loop per format and pass size (rows of x; FP8 one or two weight rows), each returning its dot
+loop per format and pass size (rows of x; one or two weight rows), each returning its dot
 products as a tuple. The decodes and why: `_smallm_fused`'s docstring."""
 from __future__ import annotations
 
@@ -25,6 +25,13 @@ FP8_ROWS = tuple(range(1, SMALL_ROWS + 1)) + (XROWS,)
 FP4_ROWS = tuple(range(1, SMALL_ROWS + 1))
 """The pass sizes each format's loop is specialised for: FP4's sixteen partial sums a pass (four
 vdpbf16ps a row, then its block scales) beside sixteen accumulators spill, so it stops at 8."""
+FP4_PAIR_ROWS = 4
+FP4_PAIR_COUNTS = tuple(range(1, FP4_PAIR_ROWS + 1))
+FP4_FOLD_PAIR_ROWS = 8
+FP4_FOLD_PAIR_COUNTS = tuple(range(1, FP4_FOLD_PAIR_ROWS + 1))
+"""FP4's passes of two weight rows take up to 4 rows of x: 8 partial sums, 8 accumulators and
+8 decoded vectors in registers; with MXFP4's scales folded into the decoded values (no partial
+sums) up to 8."""
 STEP8 = 64
 """FP8 codes a step: one 64-byte line of a row, two vectors of 32 bf16."""
 STEP4 = 128
@@ -179,9 +186,15 @@ def _emit_fp8(context, builder, sig, args, kind, xrows, wrows=1):
     return _totals(context, builder, sig, flat)
 
 
-def _emit_fp4(context, builder, sig, args, mx, xrows):
-    """IR: the dot products of FP4 row r's whole steps (NVFP4 scales as E4M3 / 256, no tensor
-    scale) with x16 rows m0..m0+xrows in `_dpbf16`'s order, as an XROWS-tuple of float32."""
+def _emit_fp4(context, builder, sig, args, mx, xrows, wrows=1, fold=False):
+    """IR: the dot products of FP4 rows r..r+wrows's whole steps (NVFP4 scales as E4M3 / 256, no
+    tensor scale) with x16 rows m0..m0+xrows in `_dpbf16`'s order, as a tuple of float32 (weight
+    row major, XROWS a row). Two weight rows a pass (wrows 2) share each x load and give the
+    out-of-order core twice the independent vdpbf16ps chains (a row's four a step feed one
+    partial sum, scaled into its accumulator after). fold (MXFP4, scale codes in 2..252): each
+    decoded bf16 times its block's 2^(code - 127) by adding code - 127 to its exponent (nonzero
+    magnitudes only; exact, and normal for those codes), so the vdpbf16ps go straight into the
+    accumulators: no partial sums, no scale FMAs."""
     wty, sty, rty, xty, mty, s0ty, s1ty = sig.args[:7]
     words, scales, r, x16, m0, s0, s1 = args
     intp = context.get_value_type(types.intp)
@@ -190,9 +203,9 @@ def _emit_fp4(context, builder, sig, args, mx, xrows):
     r = context.cast(builder, r, rty, types.intp)
     s0 = context.cast(builder, s0, s0ty, types.intp)
     s1 = context.cast(builder, s1, s1ty, types.intp)
-    row = row_pointers(builder, warr, r, 0, 1, intp)[0]
-    ahead = row_pointers(builder, warr, r, PREFETCH_ROWS, 1, intp, clamp=True)[0]
-    srow = row_pointers(builder, sarr, r, 0, 1, intp)[0]
+    rows = row_pointers(builder, warr, r, 0, wrows, intp)
+    ahead = row_pointers(builder, warr, r, PREFETCH_ROWS * wrows, wrows, intp, clamp=True)
+    srows = row_pointers(builder, sarr, r, 0, wrows, intp)
     xat = _x_vectors(context, builder, xty, x16, m0, mty, intp)
     f32, i16, i32 = ir.FloatType(), ir.IntType(16), ir.IntType(32)
     vf, vi, vh = ir.VectorType(f32, LANES), ir.VectorType(i32, LANES), ir.VectorType(i16, 32)
@@ -203,27 +216,60 @@ def _emit_fp4(context, builder, sig, args, mx, xrows):
     zero = ir.Constant(vf, None)
     wpb = 4 if mx else 2
     codes_of = "e8m0" if mx else "e4m3"
-    accs = [cgutils.alloca_once_value(builder, zero) for _ in range(xrows)]
+    accs = [[cgutils.alloca_once_value(builder, zero) for _ in range(xrows)]
+            for _ in range(wrows)]
 
     def step(s, scales):
         w0 = builder.mul(s, ir.Constant(intp, LANES))
-        lanes = vload(builder, row, w0, vh)
-        prefetch(builder, ahead, w0)
-        vals = [builder.bitcast(builder.call(permw, [table, lanes if j == 0 else builder.lshr(
-            lanes, ir.Constant(vh, [4 * j] * 32))]), vi) for j in range(4)]
-        parts = []
+        vals, raw = [], []
+        for i in range(wrows):
+            lanes = vload(builder, rows[i], w0, vh)
+            raw.append(lanes)
+            prefetch(builder, ahead[i], w0)
+            vals.append([builder.bitcast(builder.call(permw, [table, lanes if j == 0 else
+                         builder.lshr(lanes, ir.Constant(vh, [4 * j] * 32))]), vi)
+                         for j in range(4)])
+        if fold:
+            i8 = ir.IntType(8)
+            for i in range(wrows):
+                codes = vload(builder, srows[i], builder.udiv(w0, ir.Constant(intp, 4)),
+                              ir.VectorType(i8, 4), align=1)
+                spread = builder.shuffle_vector(codes, ir.Constant(codes.type, None), ir.Constant(
+                    ir.VectorType(i32, 32), [lane // 8 for lane in range(32)]))
+                shift = builder.shl(builder.sub(builder.zext(spread, vh), ir.Constant(
+                    vh, [127] * 32)), ir.Constant(vh, [7] * 32))
+                lanes = [builder.lshr(raw[i], ir.Constant(vh, [4 * j] * 32)) if j else raw[i]
+                         for j in range(4)]
+                vals[i] = [builder.bitcast(builder.select(
+                    builder.icmp_unsigned("!=", builder.and_(lanes[j], ir.Constant(vh, [7] * 32)),
+                                          ir.Constant(vh, None)),
+                    builder.add(builder.bitcast(vals[i][j], vh), shift),
+                    builder.bitcast(vals[i][j], vh)), vi) for j in range(4)]
+            for m in range(xrows):
+                for j in range(4):
+                    vx = builder.add(builder.mul(s, ir.Constant(intp, 4)), ir.Constant(intp, j))
+                    xv = vload(builder, xat(vx, m), ir.Constant(intp, 0), vi)
+                    for i in range(wrows):
+                        acc = accs[i][m]
+                        builder.store(builder.call(dot, [builder.load(acc), vals[i][j], xv]), acc)
+            return
+        parts = [[zero] * xrows for _ in range(wrows)]
         for m in range(xrows):
-            part = zero
             for j in range(4):
                 vx = builder.add(builder.mul(s, ir.Constant(intp, 4)), ir.Constant(intp, j))
                 xv = vload(builder, xat(vx, m), ir.Constant(intp, 0), vi)
-                part = builder.call(dot, [part, vals[j], xv])
-            parts.append(part)
-        add_scaled(builder, srow, w0, wpb, parts, accs, intp, codes_of,
-                   None if scales is None else scales[0])
+                for i in range(wrows):
+                    parts[i][m] = builder.call(dot, [parts[i][m], vals[i][j], xv])
+        for i in range(wrows):
+            add_scaled(builder, srows[i], w0, wpb, parts[i], accs[i], intp, codes_of,
+                       None if scales is None else scales[i])
 
-    for_steps(builder, s0, s1, intp, [srow], wpb, codes_of, step)
-    return _totals(context, builder, sig, accs)
+    for_steps(builder, s0, s1, intp, srows, wpb, "fold" if fold else codes_of, step)
+    flat = [None] * (wrows * XROWS)
+    for i in range(wrows):
+        for j in range(xrows):
+            flat[i * XROWS + j] = accs[i][j]
+    return _totals(context, builder, sig, flat)
 
 
 def _emit_switch(context, builder, sig, args, emit, counts):
@@ -282,6 +328,22 @@ def _fp8_pair_intrinsic(kind):
     return intrinsic(typer)
 
 
+def _fp4_pair_intrinsic(mx, fold=False):
+    """_fp4_intrinsic for two weight rows a pass (r, r + 1), up to FP4_PAIR_ROWS rows of x
+    (folded MXFP4 scales: FP4_FOLD_PAIR_ROWS)."""
+    counts = FP4_FOLD_PAIR_COUNTS if fold else FP4_PAIR_COUNTS
+
+    def typer(typingctx, words, scales, r, x16, m0, s0, s1, rows):
+        _check([(words, types.int32, 2), (scales, types.uint8, 2), (x16, types.uint16, 3)])
+        sig = types.UniTuple(types.float32, 2 * XROWS)(words, scales, r, x16, m0, s0, s1, rows)
+        return sig, lambda c, b, s, a: _emit_switch(
+            c, b, s, a, lambda j: _emit_fp4(c, b, s, a[:-1], mx, j, 2, fold), counts)
+    typer.__name__ = f"_fp4_pair_{'mxf' if fold else 'mx' if mx else 'nv'}"
+    return intrinsic(typer)
+
+
 _e5m2, _e4m3 = (_fp8_intrinsic(k) for k in (E5M2, E4M3))
 _e5m2_2, _e4m3_2 = (_fp8_pair_intrinsic(k) for k in (E5M2, E4M3))
 _nvfp4, _mxfp4 = _fp4_intrinsic(False), _fp4_intrinsic(True)
+_nvfp4_2, _mxfp4_2 = _fp4_pair_intrinsic(False), _fp4_pair_intrinsic(True)
+_mxfp4_fold_2 = _fp4_pair_intrinsic(True, fold=True)

@@ -12,15 +12,18 @@ high and low byte up in 128-entry tables, the sign or-ed in, two byte interleave
 operations per 64 codes, where the GEMV's fp16 widening and vcvtne2ps2bf16 took about twice as
 many cycles); two weight rows a pass, so each x load serves both. FP4 as `_dpbf16`: a vpermw on a
 bf16 table, each step's partial sums times its block scales (NVFP4's E4M3 / 256, y x 256 x the
-tensor scale after; MXFP4's E8M0 exact), decoded in the loop; one weight row a pass.
+tensor scale after; MXFP4's E8M0 exact), decoded in the loop, or (MXFP4, `MXFP4_FOLDED`) each
+scale added to the decoded values' exponents; two weight rows a pass, as FP8. The cost is the
+rate of vdpbf16ps, not memory: docs/decisions.md, CPU: prompts and small batches.
 
 x: `fill_x` gathers x in the kernel's order (`fp8_x_order`, `fp4_x_order`) and splits it into
 `terms` bf16 rows per row of x that sum to it exactly (1 for bf16 x, 2 float16, 3 float32: every
 product exact, y float32's sum of them in another order), laid out [K / 32, M * terms, 32] so a
 pass's rows sit at constant offsets from one pointer. The caller (`_dp_rows.matmul_fused`) checks
 x's and the weight's exponent range so that vdpbf16ps flushes nothing, as for `_smallm_bf16`.
-K is taken in blocks (`block_steps`) so that x stays in the L1; the codes past the whole steps
-are decoded by scalar numba code (`_fp8_tail`, `_fp4_tail`) with the same values.
+K is taken in blocks (`block_steps`) so that x stays in the L1, or the L2 where each x load
+feeds two weight rows; the codes past the whole steps are decoded by scalar numba code
+(`_fp8_tail`, `_fp4_tail`) with the same values.
 """
 from __future__ import annotations
 
@@ -29,15 +32,26 @@ import numpy as np
 
 from ._decode import (_I32, _JIT, _f2i, _half_bits_to_f32, _i2f, e2m1_select, e4m3_fast_div256,
                       e5m2_fast)
-from ._fused_ir import (E4M3, E5M2, LANES, SMALL_ROWS, STEP4, STEP8, XROWS,  # noqa: F401
-                        _e4m3, _e4m3_2, _e5m2, _e5m2_2, _mxfp4, _nvfp4, available,
-                        fp8_bf16_bits)
+from ._fused_ir import (E4M3, E5M2, FP4_FOLD_PAIR_ROWS, FP4_PAIR_ROWS, LANES,  # noqa: F401
+                        SMALL_ROWS, STEP4, STEP8, XROWS, _e4m3, _e4m3_2, _e5m2, _e5m2_2, _mxfp4,
+                        _mxfp4_2, _mxfp4_fold_2, _nvfp4, _nvfp4_2, available, fp8_bf16_bits)
+
+NVFP4, MXFP4, MXFP4_FOLDED = 0, 1, 2
+"""`fused_fp4`'s format ids: MXFP4_FOLDED, MXFP4 whose scale codes are all in 2..252, takes the
+scales into the decoded values (`_fused_ir._emit_fp4`'s fold)."""
 from ._smallm_bf16 import _bf16_rne
 
 X_BLOCK_BYTES = 16384
 """K is taken in blocks whose bf16 x rows (all M * terms of them) fit this many bytes, so that x
 stays in the L1 (32 KiB on Zen 4) while a chunk's weight rows stream past it (without it x came
 from the L2 from M = 8 on: docs/decisions.md, CPU: prompts and small batches)."""
+PAIR_X_BLOCK_BYTES = 131072
+"""The same for passes of two weight rows (FP4's; FP8's past SMALL_ROWS rows of x): each x load
+there feeds two vdpbf16ps, so x may come from the L2 (1 MiB a core on Zen 4), and a block of 16
+rows spans 4096 codes where X_BLOCK_BYTES gave it 512: a quarter of the passes, each paying its
+lane sums and its tuple into y, and a weight read in longer runs of a row (FP8 M = 12-16, FP4
+M = 4-8 faster; FP8 at 8 rows and fewer slower, so kept at X_BLOCK_BYTES there: docs/decisions.md,
+CPU: prompts and small batches)."""
 
 
 @nb.njit(**_JIT)
@@ -118,10 +132,12 @@ def _fp4_tail(mx, wrow, srow, x16, m, w0):
     return a
 
 
-def block_steps(mt: int, step: int) -> int:
+def block_steps(mt: int, step: int, pairs: bool = False) -> int:
     """Steps a K block spans (the drivers' `per`): its x rows (mt of them, bf16) fit
-    X_BLOCK_BYTES."""
-    return max(1, X_BLOCK_BYTES // (2 * step * mt))
+    X_BLOCK_BYTES, or PAIR_X_BLOCK_BYTES for passes of two weight rows: FP4's (step STEP4) at
+    any mt, FP8's past SMALL_ROWS."""
+    wide = pairs and (step == STEP4 or mt > SMALL_ROWS)
+    return max(1, (PAIR_X_BLOCK_BYTES if wide else X_BLOCK_BYTES) // (2 * step * mt))
 
 
 @nb.njit(**_JIT)
@@ -183,10 +199,42 @@ def fused_fp8(kind, codes, x16, terms, y, chunk, per, pairs):
                 r += 2 if two else 1
 
 
+@nb.njit(**_JIT)
+def _fp4_pass(kind, words, scales, r, wrows, x16, m, s0, s1, left, terms, y, tail_from):
+    """One pass of weight rows r..r+wrows (1 or 2) over x16 rows m.. (up to SMALL_ROWS; for two
+    FP4_PAIR_ROWS, folded FP4_FOLD_PAIR_ROWS) added into y (with the words from tail_from on
+    where it is >= 0); returns the rows it took."""
+    mx = kind != NVFP4
+    if wrows == 2 and kind == MXFP4_FOLDED:
+        rows = min(FP4_FOLD_PAIR_ROWS, left)
+        t = _mxfp4_fold_2(words, scales, r, x16, m, s0, s1, rows)
+    elif wrows == 2:
+        rows = min(FP4_PAIR_ROWS, left)
+        if mx:
+            t = _mxfp4_2(words, scales, r, x16, m, s0, s1, rows)
+        else:
+            t = _nvfp4_2(words, scales, r, x16, m, s0, s1, rows)
+    else:
+        rows = min(SMALL_ROWS, left)
+        if mx:
+            t1 = _mxfp4(words, scales, r, x16, m, s0, s1, rows)
+        else:
+            t1 = _nvfp4(words, scales, r, x16, m, s0, s1, rows)
+        t = t1 + t1
+    for i in range(wrows):
+        for j in range(rows):
+            a = t[i * XROWS + j]
+            if tail_from >= 0:
+                a += _fp4_tail(mx, words[r + i], scales[r + i], x16, m + j, tail_from)
+            y[(m + j) // terms, r + i] += a
+    return rows
+
+
 @nb.njit(parallel=True, **_JIT)
-def fused_fp4(mx, words, scales, x16, terms, y, chunk, per):
-    """fused_fp8 for FP4 int32 words [N, Kp / 8] and their scale codes (NVFP4 E4M3 below 0x7F,
-    y / 256 without the tensor scale; MXFP4 E8M0 in 1..254); x16 in `fp4_x_order`."""
+def fused_fp4(kind, words, scales, x16, terms, y, chunk, per, pairs):
+    """fused_fp8 for FP4 int32 words [N, Kp / 8] and their scale codes (kind NVFP4: E4M3 below
+    0x7F, y / 256 without the tensor scale; MXFP4: E8M0 in 1..254; MXFP4_FOLDED: in 2..252); x16
+    in `fp4_x_order`; `pairs`: two weight rows a pass."""
     n, nw = words.shape
     mt = x16.shape[1]
     steps = nw // LANES
@@ -194,21 +242,15 @@ def fused_fp4(mx, words, scales, x16, terms, y, chunk, per):
         r0, r1 = c * chunk, min(n, (c + 1) * chunk)
         for s0 in range(0, max(steps, 1), per):
             s1 = min(steps, s0 + per)
-            last = s1 == steps
-            for r in range(r0, r1):
+            tail_from = steps * LANES if s1 == steps else -1
+            r = r0
+            while r < r1:
+                wrows = 2 if pairs and r + 1 < r1 else 1
                 m = 0
                 while m < mt:
-                    rows = min(SMALL_ROWS, mt - m)
-                    if mx:
-                        t = _mxfp4(words, scales, r, x16, m, s0, s1, rows)
-                    else:
-                        t = _nvfp4(words, scales, r, x16, m, s0, s1, rows)
-                    for j in range(rows):
-                        a = t[j]
-                        if last:
-                            a += _fp4_tail(mx, words[r], scales[r], x16, m + j, steps * LANES)
-                        y[(m + j) // terms, r] += a
-                    m += rows
+                    m += _fp4_pass(kind, words, scales, r, wrows, x16, m, s0, s1, mt - m, terms,
+                                   y, tail_from)
+                r += wrows
 
 
 def fp8_x_order(kp: int) -> np.ndarray:
