@@ -38,7 +38,7 @@ from softfp8.formats import Format  # noqa: E402
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("fmt", choices=("e5m2", "e4m3", "nvfp4", "mxfp4"))
+    ap.add_argument("fmt", choices=("e5m2", "e4m3", "nvfp4", "mxfp4", "e4m3_b128"))
     ap.add_argument("--warps", type=int, default=None, help="default: the table's")
     ap.add_argument("--arch", type=int, default=90)
     ap.add_argument("--set", action="append", default=[], metavar="NAME=VALUE")

@@ -399,3 +399,77 @@ def test_decode_e4m3_word_asm_every_code(nan):
     assert (got[finite].view(np.uint16) == want[finite].view(np.uint16)).all()
     if nan:
         assert np.isnan(got[~finite]).all()
+
+
+def _b128_step_sums(codes, x, scales, runs):
+    """E4M3_B128 through one warp of the MMA GEMV, as `_mma_loops` runs it: every step the E4M3
+    tile (`_fp8_tile_asm`, the text the kernel takes for this format) from zero sums, then each
+    lane's sums added to its accumulator times its own tile scale (`_mma_tile._tile_step`; the
+    tile of the lane's byte `off`, `_mma_loads._tile_scale`), in float32 FMAs; then the sums the
+    store keeps (`_mma_store._store_runs`). runs = RUNS of the run mapping (the lane's row
+    g // C and 64-byte chunk g % C, C = 8 // runs, B's column j is x row j // C's chunk j % C),
+    0 for the tile mapping (rows g, g + 8; a step is 64 bytes; x row j in column j).
+    codes [rows, K] bytes (2 * runs rows; the tiles: 16), x [M, K] fp16, scales [K // 128] the
+    rows' tile scales (one 128-row block: a warp's rows never leave one). Returns y [M, rows] in
+    float64."""
+    C = 8 // runs if runs else 1
+    m, k = x.shape
+    rows = 2 * runs if runs else 16
+    stride = 64 * C
+    acc = np.zeros((32, 4), np.float32)
+    for kb in range(0, k, stride):
+        wg, wh, xw, sc = [], [], [], []
+        for lane in range(32):
+            g, t = lane // 4, lane % 4
+            off = kb + 64 * (g % C) + 16 * t
+            top, low = (g // C, runs + g // C) if runs else (g, g + 8)
+            wg.append([int(v) for v in codes[top, off:off + 16].view(np.uint32)])
+            wh.append([int(v) for v in codes[low, off:off + 16].view(np.uint32)])
+            xl = g // C if runs else min(g, m - 1)
+            xw.append(_x_words(x[min(xl, m - 1), off:off + 16]) + [0] * 8)
+            sc.append(scales[min(off >> 7, len(scales) - 1)])
+        D = _run_tile("e4m3", wg, wh, [0] * 32, [0] * 32, xw)
+        for lane in range(32):
+            g, t = lane // 4, lane % 4
+            u = (D[g, 2 * t], D[g, 2 * t + 1], D[g + 8, 2 * t], D[g + 8, 2 * t + 1])
+            for r in range(4):  # fma.rn.f32: the float64 product is exact, one rounding left
+                acc[lane, r] = np.float32(np.float64(u[r]) * np.float64(sc[lane])
+                                          + np.float64(acc[lane, r]))
+    y = np.zeros((m, rows))
+    for lane in range(32):
+        g, t = lane // 4, lane % 4
+        top, low = (g // C, runs + g // C) if runs else (g, g + 8)
+        for s in range(2):
+            j = 2 * t + s
+            if j % C != g % C:  # chunks that don't meet: not a sum of the output
+                continue
+            xr = j // C
+            if xr < m:
+                y[xr, top] += acc[lane, s]
+                y[xr, low] += acc[lane, 2 + s]
+    return y * 256.0  # E4M3 decodes as value * 2^-8
+
+
+@pytest.mark.parametrize("runs", [1, 2, 4, 8, 0])
+def test_e4m3_b128_each_lane_sum_takes_its_own_tile_scale(runs):
+    """The claim E4M3_B128's MMA GEMV rests on (`_mma_tile`): every sum a lane keeps covers one
+    64-byte chunk of one row, inside one 128-code tile, so one scale a lane a step is exact
+    enough; through 1024 codes (8 tiles whose scales span 2^-12..2^12, so a wrong tile shows)
+    at each M class of the run mapping and the tiles, every finite code among them."""
+    k = 1024
+    m = max(runs, 1) if runs else 8
+    rows = 2 * runs if runs else 16
+    finite = np.array([c for c in range(256) if c & 0x7F != 0x7F])
+    codes = RNG.choice(finite, (rows, k)).astype(np.uint8)
+    codes[:, :len(finite)] = RNG.permuted(np.tile(finite, (rows, 1)), axis=1)
+    x = (1 + RNG.integers(0, 16, (m, k)) / 16).astype(np.float16)
+    scales = (np.exp2(RNG.integers(-12, 13, k // 128)) * (1 + RNG.random(k // 128))).astype(
+        np.float32)
+    w = decode_e4m3_to_f32(torch.from_numpy(codes.astype(np.int64))).double().numpy()
+    w *= np.repeat(scales.astype(np.float64), 128)[None, :]
+    ref = x.astype(np.float64) @ w.T
+    got = _b128_step_sums(codes, x, scales, runs)
+    assert _rel(got, ref) < 1e-6
+    # each sum against its neighbour tile's scale instead: far off (the check can fail)
+    wrong = _b128_step_sums(codes, x, np.roll(scales, 1), runs)
+    assert _rel(wrong, ref) > 1e-2

@@ -66,8 +66,7 @@ def test_every_plan_of_every_device_is_one_its_kernel_runs(device):
         assert o["PARTIAL"] == (p.split > 1) and o["HAS_BIAS"] == bool(m % 2)
         assert o["NAN"] or facts.nan_free
         if p.cfg.kernel is Kernel.MMA_GEMV:
-            assert cap >= (8, 0) and dtype == torch.float16 and m <= 16 and fmt in (
-                Format.E5M2, Format.E4M3, Format.NVFP4, Format.MXFP4)
+            assert cap >= (8, 0) and dtype == torch.float16 and m <= 16
             # each kernel of the family takes its own constexprs: the others' fixed values
             fixed = MMA_KERNELS[p.kernel]
             assert not set(fixed) & set(o), (p.kernel, o)
@@ -102,6 +101,37 @@ def test_every_plan_of_every_device_is_one_its_kernel_runs(device):
         assert Kernel.MMA_GEMV in kernels
     else:
         assert Kernel.MMA_GEMV not in kernels
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_e4m3_b128_takes_the_mma_gemv_wherever_e4m3_does_with_its_settings(device):
+    """E4M3_B128 on Kernel.MMA_GEMV: the same LaunchConfig, grid, split and constexprs as E4M3
+    (MMA_FP8_FORMATS) wherever E4M3 takes it, the format and the row scale (B128 has none: its
+    tile scales are applied in the loop) apart; where E4M3 doesn't, neither does B128."""
+    info = DEVICES[device]
+    settings = softfp8.LaunchSettings()
+    taken = 0
+    for (n, k), m, dtype, bias, nan_free in itertools.product(SHAPES, MS, DTYPES, (False, True),
+                                                              (False, True)):
+        args = (info, dtype, bias, E2M1Decode.SELECT)
+        e4m3 = plan(n, k, padded_k(k, Format.E4M3), m, Format.E4M3, *args,
+                    WeightFacts(True, nan_free, False), settings)
+        b128 = plan(n, k, padded_k(k, Format.E4M3_B128), m, Format.E4M3_B128, *args,
+                    WeightFacts(False, nan_free, False), settings)
+        mma = e4m3.cfg.kernel is Kernel.MMA_GEMV
+        assert (b128.cfg.kernel is Kernel.MMA_GEMV) == mma, (n, k, m, dtype, b128.cfg)
+        if not mma:
+            continue
+        taken += 1
+        assert (b128.cfg, b128.kernel, b128.grid, b128.split, b128.tiles, b128.nan) == (
+            e4m3.cfg, e4m3.kernel, e4m3.grid, e4m3.split, e4m3.tiles, e4m3.nan)
+        assert b128.sizes[:4] == e4m3.sizes[:4] and b128.sizes[5] == e4m3.sizes[5]
+        assert b128.sizes[4] == -(-k // 128)  # SB: the tile scales a row
+        ob, oe = dict(b128.options), dict(e4m3.options)
+        assert (ob.pop("FMT"), oe.pop("FMT"), ob.pop("HAS_SCALE"), oe.pop("HAS_SCALE")) == (
+            "e4m3_b128", "e4m3", False, True)
+        assert ob == oe, (n, k, m)
+    assert taken > 0 if info.capability and info.capability >= (8, 0) else taken == 0
 
 
 def test_a_plan_is_cached_and_a_setting_makes_another():

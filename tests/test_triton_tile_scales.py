@@ -79,27 +79,32 @@ def test_one_wrong_tile_scale_shows():
     assert rel_err(y2, reference.matmul(x, packed, bias)) <= 1e-5
 
 
-def test_launch_table_keeps_dot_steps_within_a_tile_and_never_picks_the_mma_gemv():
+def test_launch_table_keeps_dot_steps_within_a_tile_and_takes_e4m3s_mma_gemv():
+    """E4M3_B128 takes E4M3's Kernel.MMA_GEMV launches (`MMA_FP8_FORMATS`; the plans alike:
+    test_plan.py), and E4M3's kernel elsewhere with its dot steps inside one tile."""
     for info in (H100, T4):
         for n, k, m in [(4096, 4096, 1), (12288, 4096, 1), (128256, 4096, 1), (4096, 4096, 3),
-                        (28672, 4096, 8), (4096, 14336, 16), (4096, 4096, 64),
+                        (28672, 4096, 8), (6144, 4096, 8), (4096, 14336, 16), (4096, 4096, 64),
                         (4096, 4096, 2048)]:
-            assert not triton_backend.uses_mma_gemv(n, k, m, B128, info, torch.float16)
             cfg = launch_config(n, k, m, B128, info, torch.float16)
             e4m3 = launch_config(n, k, m, Format.E4M3, info, torch.float16)
-            assert cfg.kernel is not Kernel.MMA_GEMV, (n, k, m, cfg)
-            if cfg.kernel in (Kernel.SMALL_M, Kernel.TILED):
+            assert triton_backend.uses_mma_gemv(n, k, m, B128, info, torch.float16) == (
+                e4m3.kernel is Kernel.MMA_GEMV), (n, k, m, cfg)
+            if e4m3.kernel is Kernel.MMA_GEMV:
+                assert cfg == e4m3, (n, k, m, cfg)
+            elif cfg.kernel in (Kernel.SMALL_M, Kernel.TILED):
                 assert 128 % cfg.block_k == 0, (n, k, m, cfg)
             else:
                 assert cfg.block_k % 128 == 0, (n, k, m, cfg)
             if e4m3.kernel is not Kernel.MMA_GEMV:  # where E4M3 has no MMA GEMV: its kernel
                 assert cfg.kernel is e4m3.kernel and cfg.block_n == e4m3.block_n, (n, k, m)
+    assert launch_config(4096, 4096, 1, B128, H100, torch.float16).kernel is Kernel.MMA_GEMV
 
 
 @pytest.mark.parametrize("cfg", [LaunchConfig(Kernel.SMALL_M, 16, 32, 256),
                                  LaunchConfig(Kernel.TILED, 32, 32, 96),
                                  LaunchConfig(Kernel.GEMV, 1, 16, 96),
-                                 LaunchConfig(Kernel.MMA_GEMV, 8, 32, 128)], ids=str)
+                                 LaunchConfig(Kernel.MMA_GEMV, 8, 32, 32)], ids=str)
 def test_settings_the_kernels_cannot_run_are_refused(cfg):
     packed, x, _ = case(130, 260, 1, torch.float16)
     with pytest.raises(ValueError, match=r"cfg: e4m3_b128 runs on .*got LaunchConfig"):

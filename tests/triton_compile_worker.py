@@ -144,18 +144,22 @@ def variants(backend: str, arch):
             # the shared-memory ring (cp.async; 2 stages x 4 warps, the most static smem)
             yield (f"mma_gemv-r1t2-ring2-{fmt}-fp16", MMA_GEMV,
                    dict(c, INJECT=True, RING=2, PARTIAL=True), "fp16", 4, 1)
-        if fmt in ROW_SCALED and not hw and cap is not None and cap >= (8, 0):  # MMA_FORMATS
+        if fmt in FP8 and not hw and cap is not None and cap >= (8, 0):  # MMA_FORMATS
             # the mma GEMV for 8-bit codes: M = 1 (2 and 4 tiles a warp), and the run mapping
             # laid out for 4 and 8 x rows (split, so the partial store compiles too)
             # (E4M3's M = 1 also without the NaN fix: weights known to hold no NaN code)
-            # (and two register buffers, depth 2: the table's M <= 4)
+            # (and two register buffers, depth 2: the table's M <= 4); E4M3_B128 (its tile
+            # scale a step) the ones the table takes and a few more, the tiles (RUNS = 0) too
             settings = [(1, 2, False, True, 2), (1, 4, True, True, 1), (4, 2, True, True, 2),
                         (8, 2, False, True, 1), (8, 2, True, True, 2), (1, 2, False, True, 1)] + (
                 [(1, 2, False, False, 2)] if fmt == "e4m3" else [])
+            if fmt == "e4m3_b128":
+                settings = [(1, 2, False, False, 2), (1, 4, True, True, 1), (8, 2, True, True, 2),
+                            (0, 2, True, True, 1)]
             for runs, tiles, partial, nan, depth in settings:
                 c = dict(FMT=fmt, HAS_BIAS=True, WARPS=4, PARTIAL=partial, PDL=pdl,
-                         PREFETCH=prefetch, AHEAD=0, RUNS=runs, TILES=tiles, HAS_SCALE=True,
-                         NAN=nan, DEPTH=depth)
+                         PREFETCH=prefetch, AHEAD=0, RUNS=runs, TILES=tiles,
+                         HAS_SCALE=fmt in ROW_SCALED, NAN=nan, DEPTH=depth)
                 name = (f"mma_gemv-r{runs}t{tiles}d{depth}{'' if nan else '-finite'}-{fmt}"
                         f"-fp16")
                 yield name, MMA_GEMV, c, "fp16", 4, 1
@@ -172,7 +176,7 @@ def variants(backend: str, arch):
                    dict(c, RUNS=2, DEPTH=1, RING=2), "fp16", 4, 1)
             if pdl:  # sm_90: the early launch's order (weights before the wait) at depth 2
                 c = dict(FMT=fmt, HAS_BIAS=True, WARPS=2, PARTIAL=False, PDL=1, PREFETCH=0,
-                         AHEAD=0, RUNS=1, TILES=2, HAS_SCALE=True, DEPTH=2)
+                         AHEAD=0, RUNS=1, TILES=2, HAS_SCALE=fmt in ROW_SCALED, DEPTH=2)
                 yield f"mma_gemv-r1t2d2-pdl-early-{fmt}-fp16", MMA_GEMV, c, "fp16", 2, 1
             # the table's M = 1 ring from sm_90 (MMA_FP8_RING_M1: one warp, 4 stages, early)
             cfg, c = table_m1(fmt, info, HAS_BIAS=True)

@@ -103,6 +103,27 @@ def _row_e_biases(e_ptr, row, N, RS: tl.constexpr, INJECT: tl.constexpr, ROW_E: 
 
 
 @triton.jit
+def _tile_scale_row(s_ptr, row, N, SB):
+    """E4M3_B128: this thread's row of tile scales (SB a row). Every row a thread holds lies in
+    its own 128-row block: a warp's rows are an aligned group of at most 64 (the run mapping's
+    2 * RUNS * TILES, the tiles' 32); rows past N take the last block's (never stored)."""
+    return s_ptr + (tl.minimum(row, N - 1) >> 7).to(tl.int64) * SB
+
+
+@triton.jit
+def _tile_scale(s_row, off, SB, FMT: tl.constexpr):
+    """E4M3_B128: the fp32 scale of the 128-code tile holding this thread's 16 bytes at `off`
+    (and every code of the 64-byte chunk its mma row sums); past the row, its last tile's (the
+    codes there are zeros, or a step never computed): a clamp, not a predicate, keeps the load
+    in bounds (no compare, no zero fill a step). The other formats: 0, unused."""
+    if FMT == "e4m3_b128":
+        out = tl.load(s_row + tl.minimum(off >> 7, SB - 1))
+    else:
+        out = tl.zeros(off.shape, tl.float32)
+    return out
+
+
+@triton.jit
 def _prefetch_row(w_ptr, row, N, RB, off, ok):
     return tl.inline_asm_elementwise(_PREFETCH, "=r,l,r", [w_ptr + row.to(tl.int64) * RB + off,
                                                            (ok & (row < N)).to(tl.int32)],

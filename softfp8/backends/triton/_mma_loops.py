@@ -1,16 +1,19 @@
 """Kernel.MMA_GEMV's main loops, one per family (`_mma`'s kernels call them): the shared-memory
 ring (`_ring_loop`), two register buffers (`_two_buffers_loop`) and one (`_registers_loop`).
 Each takes the program's accumulators and its place (rows, x rows, K range) and returns the
-accumulators; the why of each is in `_mma`'s docstring and the kernels' comments.
+accumulators; the why of each is in `_mma`'s docstring and the kernels' comments. E4M3_B128's
+tile scale of a step (`_mma_loads._tile_scale`) is loaded with the step's weights (the ring:
+one step ahead, from registers) and applied by `_mma_tile._tiles`.
 """
 import triton
 import triton.language as tl
 
 from ._kernels import _pdl_wait, _pdl_wait_after, _prefetch_program
-from ._mma_loads import _prefetch_rows, _row_e_biases, _rows_step, _x_step
+from ._mma_loads import (_prefetch_rows, _row_e_biases, _rows_step, _tile_scale,
+                         _tile_scale_row, _x_step)
 from ._mma_ring import (SLOT_BYTES, _ring_base, _ring_commit, _ring_drain, _ring_issue_weights,
                         _ring_issue_x, _ring_read, _ring_rows_in, _ring_shifts)
-from ._mma_tile import _tile, _tiles
+from ._mma_tile import _tile_step, _tiles
 
 
 @triton.jit
@@ -36,7 +39,7 @@ def _ring_loop(a, b, av, bv, tid, pid_n, w_ptr, s_ptr, x_row, row, in_m, off, st
                PREFETCH: tl.constexpr, WHOLE: tl.constexpr):
     """The ring: weights, scale bytes and x reach each thread through its own shared-memory
     slots, copied RING - 1 steps ahead (`_mma_ring`); the run mapping, 2 tiles, not WIDE."""
-    FP8: tl.constexpr = FMT == "e5m2" or FMT == "e4m3"
+    FP8: tl.constexpr = FMT == "e5m2" or FMT == "e4m3" or FMT == "e4m3_b128"
     WIDE: tl.constexpr = False
     STAGE: tl.constexpr = NT * SLOT_BYTES
     slot0 = _ring_base(tid, RING, WARPS)
@@ -58,6 +61,8 @@ def _ring_loop(a, b, av, bv, tid, pid_n, w_ptr, s_ptr, x_row, row, in_m, off, st
     # the step before (a running address, no multiply or modulo a step)
     rd = slot0
     wr = slot0 + (RING - 1) * STAGE
+    s_row = _tile_scale_row(s_ptr, row, N, SB)
+    sc = _tile_scale(s_row, off, SB, FMT)
     last = kb_hi
     if WHOLE:  # the copies of the last RING - 1 steps would pass the end: a loop of their own
         last = kb_hi - (RING - 1) * stride
@@ -66,18 +71,23 @@ def _ring_loop(a, b, av, bv, tid, pid_n, w_ptr, s_ptr, x_row, row, in_m, off, st
                             off + (RING - 1) * stride, kb_hi, RS, FMT, WHOLE)
         _ring_issue_x(wr, pstride, x_row, off + (RING - 1) * stride, kb_hi, K, in_m, FP8,
                       WHOLE)
+        nsc = _tile_scale(s_row, off + stride, SB, FMT)
         rw, xw = _ring_read(rd, pstride, shifts, RING, FMT)
-        a, b, av, bv = _tiles(rw[0], rw[1], rw[2], rw[3], xw, xw, a, b, av, bv, FMT,
+        a, b, av, bv = _tiles(rw[0], rw[1], rw[2], rw[3], xw, xw, a, b, av, bv, sc, FMT,
                               NAN, WIDE, INJECT)
         wr = rd
         rd = tl.where(rd == slot0 + (RING - 1) * STAGE, slot0, rd + STAGE)
         off += stride
+        sc = nsc
     for _ in range(last, kb_hi, stride):  # WHOLE only: reads, each after an empty commit
         _ring_commit(tid)
+        nsc = _tile_scale(s_row, off + stride, SB, FMT)
         rw, xw = _ring_read(rd, pstride, shifts, RING, FMT)
-        a, b, av, bv = _tiles(rw[0], rw[1], rw[2], rw[3], xw, xw, a, b, av, bv, FMT,
+        a, b, av, bv = _tiles(rw[0], rw[1], rw[2], rw[3], xw, xw, a, b, av, bv, sc, FMT,
                               NAN, WIDE, INJECT)
         rd = tl.where(rd == slot0 + (RING - 1) * STAGE, slot0, rd + STAGE)
+        off += stride
+        sc = nsc
     _ring_drain(tid)
     return a, b, av, bv
 
@@ -89,7 +99,7 @@ def _two_buffers_loop(a, b, av, bv, pid_n, w_ptr, s_ptr, x_row, x_wide, row, in_
                       ZERO: tl.constexpr, WIDE: tl.constexpr, INJECT: tl.constexpr,
                       PDL: tl.constexpr, PREFETCH: tl.constexpr):
     """DEPTH = 2 (the run mapping, 2 tiles): two register buffers of weights and x."""
-    FP8: tl.constexpr = FMT == "e5m2" or FMT == "e4m3"
+    FP8: tl.constexpr = FMT == "e5m2" or FMT == "e4m3" or FMT == "e4m3_b128"
     # two register buffers: each refills right after its own step's arithmetic, so the
     # other buffer's step runs while it arrives (with one buffer ptxas issued the next
     # step's loads after this step's mma, reusing its registers: one step in flight)
@@ -102,6 +112,9 @@ def _two_buffers_loop(a, b, av, bv, pid_n, w_ptr, s_ptr, x_row, x_wide, row, in_
                       pid_n * PROG_ROWS, N, RB, kb_lo, kb_hi, PROG_ROWS, PDL, PREFETCH)
     xw = _x_step(x_row, off, kb_hi, K, in_m, FP8, ZERO)
     qx = _x_step(x_row, off + stride, kb_hi, K, in_m, FP8, ZERO)
+    s_row = _tile_scale_row(s_ptr, row, N, SB)
+    sr = _tile_scale(s_row, off, SB, FMT)
+    sq = _tile_scale(s_row, off + stride, SB, FMT)
     xv = xw
     qv = qx
     if WIDE:
@@ -110,19 +123,21 @@ def _two_buffers_loop(a, b, av, bv, pid_n, w_ptr, s_ptr, x_row, x_wide, row, in_
     for _ in range(kb_lo, kb_hi, 2 * stride):
         if AHEAD > 0:
             _prefetch_rows(w_ptr, row, N, RB, off + AHEAD * stride, kb_hi, RS)
-        a, b, av, bv = _tiles(r0, r1, r2, r3, xw, xv, a, b, av, bv, FMT, NAN, WIDE,
+        a, b, av, bv = _tiles(r0, r1, r2, r3, xw, xv, a, b, av, bv, sr, FMT, NAN, WIDE,
                               INJECT)
         r0, r1, r2, r3 = _rows_step(w_ptr, s_ptr, row, N, RB, SB, off + 2 * stride, kb_hi,
                                     FMT, RS, ZERO)
+        sr = _tile_scale(s_row, off + 2 * stride, SB, FMT)
         xw = _x_step(x_row, off + 2 * stride, kb_hi, K, in_m, FP8, ZERO)
         if WIDE:
             xv = _x_step(x_wide, off + 2 * stride, kb_hi, K, in_v, FP8, ZERO)
         if AHEAD > 0:
             _prefetch_rows(w_ptr, row, N, RB, off + (AHEAD + 1) * stride, kb_hi, RS)
-        a, b, av, bv = _tiles(q0, q1, q2, q3, qx, qv, a, b, av, bv, FMT, NAN, WIDE,
+        a, b, av, bv = _tiles(q0, q1, q2, q3, qx, qv, a, b, av, bv, sq, FMT, NAN, WIDE,
                               INJECT)
         q0, q1, q2, q3 = _rows_step(w_ptr, s_ptr, row, N, RB, SB, off + 3 * stride, kb_hi,
                                     FMT, RS, ZERO)
+        sq = _tile_scale(s_row, off + 3 * stride, SB, FMT)
         qx = _x_step(x_row, off + 3 * stride, kb_hi, K, in_m, FP8, ZERO)
         if WIDE:
             qv = _x_step(x_wide, off + 3 * stride, kb_hi, K, in_v, FP8, ZERO)
@@ -138,12 +153,14 @@ def _registers_loop(a, b, c, d, av, bv, pid_n, w_ptr, s_ptr, g_ptr, x_row, x_wid
                     WIDE: tl.constexpr, INJECT: tl.constexpr, PDL: tl.constexpr,
                     PREFETCH: tl.constexpr, X_IN_STEP: tl.constexpr, ROW_E: tl.constexpr):
     """One register buffer (DEPTH = 1): the run mapping (2 or 4 tiles a warp) or the tiles."""
-    FP8: tl.constexpr = FMT == "e5m2" or FMT == "e4m3"
+    FP8: tl.constexpr = FMT == "e5m2" or FMT == "e4m3" or FMT == "e4m3_b128"
     r0, r1, r2, r3 = _rows_step(w_ptr, s_ptr, row, N, RB, SB, off, kb_hi, FMT, RS, ZERO)
     if TILES == 4:
         r4, r5, r6, r7 = _rows_step(w_ptr, s_ptr, row + 4 * RS, N, RB, SB, off, kb_hi, FMT, RS,
                                     ZERO)
     e0, e1, e2, e3 = _row_e_biases(g_ptr, row, N, RS, INJECT, ROW_E)
+    s_row = _tile_scale_row(s_ptr, row, N, SB)
+    sc = _tile_scale(s_row, off, SB, FMT)
     _pdl_wait_weights(r0[0] | r1[0] | r2[0] | r3[0], w_ptr, pid_n * PROG_ROWS, N, RB, kb_lo,
                       kb_hi, PROG_ROWS, PDL, PREFETCH)
     xw = _x_step(x_row, off, kb_hi, K, in_m, FP8, ZERO)
@@ -162,6 +179,7 @@ def _registers_loop(a, b, c, d, av, bv, pid_n, w_ptr, s_ptr, g_ptr, x_row, x_wid
         # the next step's loads come before this step's arithmetic in the PTX (ptxas
         # keeps them in flight while it runs: one step ahead; DEPTH = 2: two)
         n0, n1, n2, n3 = _rows_step(w_ptr, s_ptr, row, N, RB, SB, off, kb_hi, FMT, RS, ZERO)
+        nsc = _tile_scale(s_row, off, SB, FMT)
         if TILES == 4:
             n4, n5, n6, n7 = _rows_step(w_ptr, s_ptr, row + 4 * RS, N, RB, SB, off, kb_hi, FMT,
                                         RS, ZERO)
@@ -179,11 +197,11 @@ def _registers_loop(a, b, c, d, av, bv, pid_n, w_ptr, s_ptr, g_ptr, x_row, x_wid
             r1 = (r1[0], r1[1], r1[2], r1[3], r1[4] + e1)
             r2 = (r2[0], r2[1], r2[2], r2[3], r2[4] + e2)
             r3 = (r3[0], r3[1], r3[2], r3[3], r3[4] + e3)
-        a, b, av, bv = _tiles(r0, r1, r2, r3, xw, xv, a, b, av, bv, FMT, NAN, WIDE,
+        a, b, av, bv = _tiles(r0, r1, r2, r3, xw, xv, a, b, av, bv, sc, FMT, NAN, WIDE,
                               INJECT, ROW_E)
         if TILES == 4:
-            c = _tile(r4, r5, xw, c, FMT, NAN, INJECT)
-            d = _tile(r6, r7, xw, d, FMT, NAN, INJECT)
+            c = _tile_step(r4, r5, xw, c, sc, FMT, NAN, INJECT)
+            d = _tile_step(r6, r7, xw, d, sc, FMT, NAN, INJECT)
             r4, r5, r6, r7 = n4, n5, n6, n7
-        r0, r1, r2, r3, xw, xv = n0, n1, n2, n3, nx, nv
+        r0, r1, r2, r3, xw, xv, sc = n0, n1, n2, n3, nx, nv, nsc
     return a, b, c, d, av, bv

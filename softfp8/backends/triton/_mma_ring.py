@@ -211,7 +211,7 @@ def _ring_issue_weights(slot, stride, w_ptr, s_ptr, row, rows_in, RB, SB, off, k
     r2 = (row + 2 * RS).to(tl.int64)
     r3 = (row + 3 * RS).to(tl.int64)
     if WHOLE:
-        tl.static_assert(FMT == "e5m2" or FMT == "e4m3", "WHOLE: 8-bit")
+        tl.static_assert(FMT == "e5m2" or FMT == "e4m3" or FMT == "e4m3_b128", "WHOLE: 8-bit")
         tl.inline_asm_elementwise(
             _ISSUE_W_FP8_WHOLE, "=r,r,l,l,l,l,r",
             [slot, w_ptr + r0 * RB + off, w_ptr + r1 * RB + off, w_ptr + r2 * RB + off,
@@ -259,7 +259,7 @@ def _ring_issue_x(slot, stride, x_row, off, kb_hi, K, in_m, FP8: tl.constexpr,
 @triton.jit
 def _ring_read(slot, stride, shifts, STAGES: tl.constexpr, FMT: tl.constexpr):
     """(4 rows' (4 words, scale), x's 16 words) of the step in `slot`, once it has landed."""
-    FP8: tl.constexpr = FMT == "e5m2" or FMT == "e4m3"
+    FP8: tl.constexpr = FMT == "e5m2" or FMT == "e4m3" or FMT == "e4m3_b128"
     C: tl.constexpr = "=r," * 20 + "r,r,r,r"
     width = tl.full(slot.shape, 16 if FMT == "nvfp4" else 8, tl.int32)
     a = [slot, shifts, width, stride]

@@ -51,7 +51,7 @@ def _store_rows(v, rows, cols, terms, y_ptr, ws_ptr, pid_k, M, N, FMT: tl.conste
     -> ws unfinished (PARTIAL; ROW_E: in units of 1 all the same). The same operations in the
     same order as when each row's terms were loaded here."""
     mask = (rows < N) & (cols < M)
-    if FMT == "nvfp4" or FMT == "e4m3":
+    if FMT == "nvfp4" or FMT == "e4m3" or FMT == "e4m3_b128":
         v = v * 256.0  # the E4M3 codes or block scales were read as value * 2^-8
     if ROW_E:
         v = v * terms[1]  # 2^(E - 127)

@@ -25,10 +25,14 @@ MMA_GROUPS_MAX_M = 16
 read the weights from L2."""
 
 
-MMA_FORMATS = frozenset(Format) - {Format.E4M3_B128}
-"""What Kernel.MMA_GEMV can run (tests and sweeps reach every format with `run`). Not E4M3_B128:
-its tile scales change every 128 codes along K, and the MMA GEMV's steps apply one row scale at
-the end; the GEMV and dot kernels run it (`uses_mma_gemv` says no)."""
+MMA_FORMATS = frozenset(Format)
+"""What Kernel.MMA_GEMV can run (tests and sweeps reach every format with `run`). E4M3_B128 runs
+E4M3's steps with each step's sums scaled by its tile scale in fp32 (`_mma_tile._tiles`), and
+takes E4M3's rules throughout (`MMA_FP8_FORMATS`)."""
+
+MMA_FP8_FORMATS = frozenset({Format.E5M2, Format.E4M3, Format.E4M3_B128})
+"""The 8-bit formats: their rules and constexprs are E5M2's or E4M3's (E4M3_B128: E4M3's; its
+tile scales add one fp32 load a step and 4 FFMA a tile, `_mma_tile._tiles`)."""
 
 
 def mma_gemv_runs(k: int, m: int, fmt: Format, info: DeviceInfo, x_dtype: torch.dtype) -> bool:
@@ -69,7 +73,7 @@ def uses_mma_gemv(n: int, k: int, m: int, fmt: Format, info: DeviceInfo,
     E5M2 wide beat the dot kernel on qkv and o by 2-6% and lost on down and the head, E4M3 lost
     on qkv (the dot kernel stays)."""
     small = n * k <= MMA_FP8_M8_MAX_CODES
-    if fmt in (Format.E5M2, Format.E4M3) and (
+    if fmt in MMA_FP8_FORMATS and (
             (m > 4 and not small) or (m > MMA_MAX_M and fmt is not Format.E5M2)
             or (m > 1 and n >= MMA_FP8_MAX_N and not _fp8_ring(m, info))
             or fp8_decode_wanted(settings) == "hardware"):
@@ -273,7 +277,7 @@ class MmaCase:
     m: int
     fmt: Format
     info: DeviceInfo
-    fp8: bool  # 8-bit codes (E5M2, E4M3): two steps in registers where not on the ring
+    fp8: bool  # 8-bit codes (MMA_FP8_FORMATS): two steps in registers where not on the ring
     ring: bool  # 8-bit at M <= MMA_FP8_RING_MAX_M from MMA_RING_MIN_CC: the shared-memory ring
 
     @property
@@ -282,7 +286,7 @@ class MmaCase:
 
 
 def mma_case(n: int, k: int, m: int, fmt: Format, info: DeviceInfo) -> MmaCase:
-    fp8 = fmt in (Format.E5M2, Format.E4M3)
+    fp8 = fmt in MMA_FP8_FORMATS
     return MmaCase(n, k, m, fmt, info, fp8, fp8 and _fp8_ring(m, info))
 
 

@@ -1,6 +1,16 @@
 """Kernel.MMA_GEMV's loop step (`_mma`): one 16-row mma tile's share of a step, or two for 16 x
 rows (WIDE), as Triton calls of `_mma_ptx`'s PTX text, one string per format and decode
-(Triton can't index a global by a constexpr, so the choice is a chain of branches)."""
+(Triton can't index a global by a constexpr, so the choice is a chain of branches).
+
+E4M3_B128 runs E4M3's text from zero sums, and adds each step's sums to the accumulator times
+the step's tile scale in fp32 (`_tile_step`): a thread's 16 bytes, and the 64-byte chunk of a
+row that one mma row sums, lie inside one 128-code tile (chunks start at multiples of 64 bytes:
+the plan asks block_k % 64 == 0), and a warp's rows inside one 128-row block, so every sum a
+thread holds takes one scale a step (`_mma_loads._tile_scale`). The step's fp32 sum of exact
+products (e/256 times x) is scaled with one rounding, where the reference rounds each e * s:
+errors of the order of the fp32 summation's own. Never in fp16: e * s has up to 24 significant
+bits and any fp32 exponent (`_kernels`' docstring).
+"""
 import triton
 import triton.language as tl
 
@@ -83,7 +93,7 @@ def _tile(rg, rh, xw, acc, FMT: tl.constexpr, NAN: tl.constexpr = True,
     elif FMT == "e5m2":
         out = tl.inline_asm_elementwise(_TILE_E5M2, _TILE_CONS, args, (tl.float32,) * 4,
                                         is_pure=True, pack=1)
-    elif not NAN:  # E4M3 codes known to hold no NaN: no NaN fix
+    elif not NAN:  # E4M3 (and E4M3_B128) codes known to hold no NaN: no NaN fix
         out = tl.inline_asm_elementwise(_TILE_E4M3_FINITE, _TILE_CONS, args, (tl.float32,) * 4,
                                         is_pure=True, pack=1)
     else:
@@ -146,18 +156,49 @@ def _tile_wide(rg, rh, xw, xv, acc, acv, FMT: tl.constexpr, NAN: tl.constexpr = 
 
 
 @triton.jit
-def _tiles(ra, rb, rc, rd, xw, xv, a, b, av, bv, FMT: tl.constexpr, NAN: tl.constexpr,
+def _scaled_sums(u, sc, acc):
+    """acc + u * sc, each of the 4 sums in fp32 (one FFMA each)."""
+    return (tl.fma(u[0], sc, acc[0]), tl.fma(u[1], sc, acc[1]), tl.fma(u[2], sc, acc[2]),
+            tl.fma(u[3], sc, acc[3]))
+
+
+@triton.jit
+def _tile_step(rg, rh, xw, acc, sc, FMT: tl.constexpr, NAN: tl.constexpr = True,
+               INJECT: tl.constexpr = False, ROW_E: tl.constexpr = False):
+    """`_tile`; E4M3_B128: E4M3's tile from zero sums, added to acc times `sc`, this thread's
+    tile scale of the step (`_mma_loads._tile_scale`; unused for the other formats)."""
+    if FMT == "e4m3_b128":
+        z = tl.zeros_like(sc)
+        out = _scaled_sums(_tile(rg, rh, xw, (z, z, z, z), FMT, NAN, INJECT), sc, acc)
+    else:
+        out = _tile(rg, rh, xw, acc, FMT, NAN, INJECT, ROW_E)
+    return out
+
+
+@triton.jit
+def _tiles(ra, rb, rc, rd, xw, xv, a, b, av, bv, sc, FMT: tl.constexpr, NAN: tl.constexpr,
            WIDE: tl.constexpr, INJECT: tl.constexpr, ROW_E: tl.constexpr = False):
     """One loop step of a thread's two tiles (rows ra/rb, rc/rd): a, b += x rows g's sums;
-    WIDE: av, bv += x rows g + 8's, from the same decoded weights (`_tile_wide`)."""
+    WIDE: av, bv += x rows g + 8's, from the same decoded weights (`_tile_wide`). sc:
+    E4M3_B128's tile scale of the step (`_tile_step`)."""
     if WIDE:
-        u = _tile_wide(ra, rb, xw, xv, a, av, FMT, NAN, INJECT, ROW_E)
-        v = _tile_wide(rc, rd, xw, xv, b, bv, FMT, NAN, INJECT, ROW_E)
-        a = (u[0], u[1], u[2], u[3])
-        av = (u[4], u[5], u[6], u[7])
-        b = (v[0], v[1], v[2], v[3])
-        bv = (v[4], v[5], v[6], v[7])
+        if FMT == "e4m3_b128":
+            z = tl.zeros_like(sc)
+            zs = (z, z, z, z)
+            u = _tile_wide(ra, rb, xw, xv, zs, zs, FMT, NAN, INJECT)
+            v = _tile_wide(rc, rd, xw, xv, zs, zs, FMT, NAN, INJECT)
+            a = _scaled_sums((u[0], u[1], u[2], u[3]), sc, a)
+            av = _scaled_sums((u[4], u[5], u[6], u[7]), sc, av)
+            b = _scaled_sums((v[0], v[1], v[2], v[3]), sc, b)
+            bv = _scaled_sums((v[4], v[5], v[6], v[7]), sc, bv)
+        else:
+            u = _tile_wide(ra, rb, xw, xv, a, av, FMT, NAN, INJECT, ROW_E)
+            v = _tile_wide(rc, rd, xw, xv, b, bv, FMT, NAN, INJECT, ROW_E)
+            a = (u[0], u[1], u[2], u[3])
+            av = (u[4], u[5], u[6], u[7])
+            b = (v[0], v[1], v[2], v[3])
+            bv = (v[4], v[5], v[6], v[7])
     else:
-        a = _tile(ra, rb, xw, a, FMT, NAN, INJECT, ROW_E)
-        b = _tile(rc, rd, xw, b, FMT, NAN, INJECT, ROW_E)
+        a = _tile_step(ra, rb, xw, a, sc, FMT, NAN, INJECT, ROW_E)
+        b = _tile_step(rc, rd, xw, b, sc, FMT, NAN, INJECT, ROW_E)
     return a, b, av, bv

@@ -21,8 +21,9 @@ from ..._choices import E2M1Decode
 from ...formats import SPECS, Format, ScaleKind
 from ._device import DeviceInfo, Kernel, LaunchConfig, uses_hardware_fp8
 from ._mma_flags import mma_ring_whole, mma_x_in_step
-from ._mma_table import (MMA_GROUPS_MAX_M, MMA_RING_STAGES, MMA_WIDE_M, mma_gemv_runs, mma_layout,
-                         mma_kernel_name, mma_ring_fits, mma_zero_fill)
+from ._mma_table import (MMA_FP8_FORMATS, MMA_GROUPS_MAX_M, MMA_RING_STAGES, MMA_WIDE_M,
+                         mma_gemv_runs, mma_kernel_name, mma_layout, mma_ring_fits,
+                         mma_zero_fill)
 from ._table import launch_config, pdl_settings, uses_ptx_decode
 
 REDUCE_BLOCK = 256
@@ -94,13 +95,19 @@ def plan(n: int, k: int, padded_k: int, m: int, fmt: Format, info: DeviceInfo,
 
 def _check_tile_steps(cfg: LaunchConfig) -> None:
     """E4M3_B128's kernels take each K step's tile scales as one scale a row (the dot kernels:
-    block_k divides 128) or whole tiles (the GEMV and the dequant slabs: or a multiple of 128)."""
+    block_k divides 128) or whole tiles (the GEMV and the dequant slabs: or a multiple of 128);
+    Kernel.MMA_GEMV one scale a thread a step, its 64-byte chunks inside one tile (K ranges
+    that start at multiples of 64 codes: block_k a multiple of 64)."""
     bk = cfg.block_k
-    whole = cfg.kernel in (Kernel.GEMV, Kernel.DEQUANT) and bk % 128 == 0
-    if cfg.kernel is Kernel.MMA_GEMV or not (128 % bk == 0 or whole):
+    if cfg.kernel is Kernel.MMA_GEMV:
+        ok = bk % 64 == 0
+    else:
+        ok = 128 % bk == 0 or (cfg.kernel in (Kernel.GEMV, Kernel.DEQUANT) and bk % 128 == 0)
+    if not ok:
         raise ValueError(f"cfg: e4m3_b128 runs on the GEMV and dequant kernels with block_k a "
-                         f"divisor or a multiple of 128, and on the tl.dot kernels with block_k a "
-                         f"divisor of 128 (not on Kernel.MMA_GEMV); got {cfg}")
+                         f"divisor or a multiple of 128, on the tl.dot kernels with block_k a "
+                         f"divisor of 128, and on Kernel.MMA_GEMV with block_k a multiple of "
+                         f"64; got {cfg}")
 
 
 @functools.lru_cache(maxsize=4096)
@@ -188,7 +195,7 @@ def _mma_plan(cfg, n, k, padded_k, m, fmt, info, dtype, has_bias, inject, facts,
                          f"num_warps <= 8; got {cfg}")
     grid = (-(-n // cfg.block_n) * groups, split)
     zero = mma_zero_fill(rb, per_split, runs, cfg, k, padded_k)
-    fp8 = fmt in (Format.E5M2, Format.E4M3)
+    fp8 = fmt in MMA_FP8_FORMATS
     whole = mma_ring_whole(n, m, rb, per_split, runs, cfg, fp8, zero)
     # MXFP4 from registers: each block against its row's exponent, where the scales allow
     row_e = (fmt is Format.MXFP4 and cfg.depth == 1 and not cfg.ring and tiles == 2
