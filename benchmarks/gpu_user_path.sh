@@ -9,6 +9,9 @@
 #   (benchmarks/gpu_eager_diag.py); rounds: eager llama2-7b, every variant in GPU memory, timed
 #   in 5 interleaved rounds (the same script);
 # step: one decode step of the whole model as a CUDA graph, compiled (benchmarks/gpu_e2e_step.py);
+# b128: E4M3_B128 on the MMA GEMV: its GPU tests (tests/test_mma_gemv.py -k b128), then
+#   benchmarks/gpu_e4m3_b128.py (parity on llama2-7b's shapes, each linear, the token against
+#   E4M3 in one process; issue 48's bar: token ratio <= 1.05);
 # tag: softfp8-bench token on llama2-7b, this tree against the tag lab-archive-2026-12 (its
 #   softfp8/ extracted to .tag/ and carried: git archive lab-archive-2026-12 softfp8 | tar -x -C .tag;
 #   the tag is commit 7b4899e where a clone lacks it).
@@ -39,6 +42,8 @@ for step in "$@"; do
                 --backends triton --out "$OUT/token-$(basename "$(realpath "$tree")")-$round.json" 2>&1 | tail -8)
            done
          done ;;
+    b128) python3 -m pytest -q -m gpu tests/test_mma_gemv.py -k "b128 or B128" 2>&1 | tail -15
+          python3 benchmarks/gpu_e4m3_b128.py --skip-tests --out "$OUT/gpu-e4m3-b128.json" 2>&1 | tail -25 ;;
     *) echo "unknown step $step" ;;
   esac
 done

@@ -1,6 +1,7 @@
 """Kernel.MMA_GEMV (`triton/_mma*.py`) on a GPU against the reference backend: every format and
 decode, the run and tile mappings, groups, the ring, two register buffers, MXFP4's row
-exponents (`pytest -m gpu`; the PTX itself is checked on CPU by test_mma_ptx.py)."""
+exponents, E4M3_B128's tile scales (`pytest -m gpu`; the PTX itself is checked on CPU by
+test_mma_ptx.py)."""
 
 import pytest
 import torch
@@ -156,7 +157,7 @@ def _ring_cfgs(mp, k, split):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not HAS_GPU, reason="needs a CUDA GPU")
-@pytest.mark.parametrize("fmt", [Format.E5M2, Format.E4M3])
+@pytest.mark.parametrize("fmt", [Format.E5M2, Format.E4M3, Format.E4M3_B128])
 @pytest.mark.parametrize("n, k, m, split", [(4096, 4096, 1, 1), (1024, 1536, 1, 1),
                                             (512, 8192, 2, 2), (2048, 4096, 4, 1),
                                             (96, 6144, 1, 3)])
@@ -175,7 +176,7 @@ def test_gpu_mma_gemv_ring_whole_matches_reference(fmt, n, k, m, split):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not HAS_GPU, reason="needs a CUDA GPU")
-@pytest.mark.parametrize("fmt", [Format.E5M2, Format.E4M3, Format.NVFP4])
+@pytest.mark.parametrize("fmt", [Format.E5M2, Format.E4M3, Format.E4M3_B128, Format.NVFP4])
 @pytest.mark.parametrize("n, k, m, block_m, split", [(2048, 4096, 8, 4, 1), (512, 4104, 12, 4, 2),
                                                      (1024, 1536, 16, 4, 1), (256, 640, 3, 1, 1),
                                                      (96, 4096, 7, 2, 1)])
@@ -187,7 +188,7 @@ def test_gpu_mma_gemv_run_groups_match_reference(fmt, n, k, m, block_m, split):
     want = reference.matmul(x, packed, bias)
     cfgs = [LaunchConfig(Kernel.MMA_GEMV, block_m, triton_backend.mma_rows(block_m, 2, 2), 128,
                          split, 2, 0)]
-    if fmt in (Format.E5M2, Format.E4M3):
+    if fmt in (Format.E5M2, Format.E4M3, Format.E4M3_B128):
         cfgs += [LaunchConfig(Kernel.MMA_GEMV, block_m, triton_backend.mma_rows(block_m, w, 2),
                               128, split, w, 0, ring=r) for w, r in ((2, 3), (1, 4))]
     for cfg in cfgs:
@@ -270,3 +271,100 @@ def test_gpu_mma_gemv_mxfp4_block_scales_apart(e2m1):
     y = run(x.cuda(), PackedWeight(Format.MXFP4, (64, 1024), packed.words, nan_scales).to("cuda"),
             None, cfg, e2m1=e2m1).float().cpu()
     assert torch.isnan(y[0, 5]) and not torch.isnan(y[0, :5]).any()
+
+
+B128 = Format.E4M3_B128
+
+
+def _b128_cfgs(m, split):
+    """Kernel.MMA_GEMV's mappings for E4M3_B128 at M (as `test_gpu_mma_gemv_matches_reference`
+    runs them): the tiles, the runs (2 and 4 tiles a warp, one and two register buffers), WIDE
+    above 8 x rows, the ring at M <= 8, and block_k = 64 splits that start mid-tile."""
+    mp = min(8, 1 << (m - 1).bit_length())
+    rows = triton_backend.mma_rows
+    if m > 8:
+        wide = triton_backend.MMA_WIDE_M
+        return [LaunchConfig(Kernel.MMA_GEMV, wide, 32, 128, split, 4, 2),
+                LaunchConfig(Kernel.MMA_GEMV, wide, rows(8, 4, 2), 128, split, 4, 0),
+                LaunchConfig(Kernel.MMA_GEMV, wide, rows(8, 2, 2), 128, split, 2, 0, depth=2),
+                LaunchConfig(Kernel.MMA_GEMV, 8, 32, 64, split + 2, 4, 0)]  # two groups of 8
+    cfgs = [LaunchConfig(Kernel.MMA_GEMV, 8, 32, 128, split, w, a) for w, a in ((4, 0), (8, 2))]
+    cfgs += [LaunchConfig(Kernel.MMA_GEMV, mp, rows(mp, w, t), 128, split, w, 0)
+             for w, t in ((4, 2), (2, 4), (1, 4))]
+    cfgs += [LaunchConfig(Kernel.MMA_GEMV, mp, rows(mp, 2, 2), 128, split, 2, 0, depth=2),
+             LaunchConfig(Kernel.MMA_GEMV, mp, rows(mp, 2, 2), 64, split + 2, 2, 0, depth=2),
+             LaunchConfig(Kernel.MMA_GEMV, 8, 32, 64, split + 1, 4, 0)]
+    cfgs += [LaunchConfig(Kernel.MMA_GEMV, mp, rows(mp, w, 2), bk, split + s, w, 0, ring=r)
+             for w, r, bk, s in ((1, 4, 128, 0), (2, 3, 128, 0), (4, 2, 64, 2), (1, 8, 64, 1))]
+    return cfgs
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not HAS_GPU, reason="needs a CUDA GPU")
+@pytest.mark.parametrize("n, k, m, split", [(300, 1032, 1, 1), (1000, 4104, 3, 2),
+                                            (384, 2048, 8, 3), (520, 1536, 12, 1),
+                                            (130, 4096, 2, 5), (4096, 4096, 1, 1)])
+def test_gpu_mma_gemv_e4m3_b128_tile_scales_apart(n, k, m, split):
+    """E4M3_B128 on every Kernel.MMA_GEMV mapping (`_mma_tile._tile_step`): tiles whose
+    scales differ by up to 2^6 along N and K, partial tiles along both, splits that start
+    mid-tile. Then x only inside one tile of K: that tile's scale doubled doubles exactly its
+    128 rows' outputs and leaves every other output as it was, on every mapping (a sum scaled
+    by a neighbour's tile, or another row block's, would show)."""
+    info = device_info(torch.device("cuda"))
+    if not triton_backend.mma_gemv_runs(k, m, B128, info, torch.float16):
+        pytest.skip("Kernel.MMA_GEMV needs NVIDIA sm_80+")
+    g = torch.Generator().manual_seed(n + k + m)
+    tiles = torch.exp2(torch.randint(-3, 4, (-(-n // 128), -(-k // 128)), generator=g).float())
+    w = torch.randn(n, k, generator=g) * tiles.repeat_interleave(128, 0)[:n].repeat_interleave(
+        128, 1)[:, :k]
+    packed = softfp8.quantize(w, B128).to("cuda")
+    x = torch.randn(m, k, generator=g).half().cuda()
+    bias = torch.randn(n, generator=g).cuda()
+    want = reference.matmul(x, packed, bias)
+    kt = k // 256  # one tile of K, rows 128..255
+    x_in = torch.zeros_like(x)
+    x_in[:, 128 * kt:128 * kt + 128] = x[:, 128 * kt:128 * kt + 128]
+    moved_scales = packed.scales.clone()
+    moved_scales[1, kt] *= 2
+    moved = PackedWeight(B128, (n, k), packed.words, moved_scales)
+    cfgs = _b128_cfgs(m, split) + [launch_config(n, k, m, B128, info, torch.float16)]
+    for cfg in cfgs:
+        y = run(x, packed, bias, cfg)
+        assert y.dtype == torch.float16 and y.shape == (m, n)
+        assert rel_err(y, want) <= tolerance(torch.float16), cfg
+        y1 = run(x_in, packed, None, cfg)
+        y2 = run(x_in, moved, None, cfg)
+        assert (y1[:, 128:256] != 0).all(), cfg
+        assert torch.equal(y2[:, 128:256], 2 * y1[:, 128:256]), cfg
+        assert torch.equal(y2[:, :128], y1[:, :128]) and torch.equal(y2[:, 256:], y1[:, 256:])
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not HAS_GPU, reason="needs a CUDA GPU")
+def test_gpu_mma_gemv_e4m3_b128_every_code_exactly():
+    """Every E4M3 code under two tiles' scales (1 and 0.75: products exact in fp16) through
+    Kernel.MMA_GEMV, NaN codes included; then with the NaN codes replaced, so the launcher takes
+    the tile without its NaN fix (`codes_nan_free`)."""
+    dev = torch.device("cuda")
+    if not triton_backend.mma_gemv_runs(32, 1, B128, device_info(dev), torch.float16):
+        pytest.skip("Kernel.MMA_GEMV needs NVIDIA sm_80+")
+    packed, expect = every_code(B128, dev)
+    x = torch.zeros(1, packed.shape[1], dtype=torch.float16, device=dev)
+    x[0, 0] = 1.0
+    rows = triton_backend.mma_rows
+    cfgs = [LaunchConfig(Kernel.MMA_GEMV, 8, 32, 128, 1, 4, 0),  # the tiles
+            LaunchConfig(Kernel.MMA_GEMV, 1, rows(1, 2, 2), 128, 1, 2, 0, depth=2),
+            LaunchConfig(Kernel.MMA_GEMV, 1, rows(1, 1, 2), 128, 1, 1, 0, ring=4)]
+    for finite in (False, True):
+        if finite:
+            nan = torch.isnan(expect)
+            codes = packed.words.view(torch.uint8).clone()
+            codes[nan.to(dev), 0] = 0x38  # 1.0
+            packed = PackedWeight(B128, packed.shape, codes.view(torch.int32), packed.scales)
+            expect = torch.where(nan, packed.scales.repeat_interleave(128, 0)[:, 0].cpu(), expect)
+        assert triton_backend.codes_nan_free(packed) == finite
+        want = expect.half().float()
+        for cfg in cfgs:
+            y = run(x, packed, None, cfg).float().cpu()[0]
+            ok = (y == want) | (torch.isnan(y) & torch.isnan(want))
+            assert ok.all(), (finite, cfg, torch.nonzero(~ok).flatten().tolist()[:8])

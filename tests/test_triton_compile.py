@@ -209,3 +209,20 @@ def test_mxfp4_row_exponents_load_before_the_loop_without_a_bias(compiled):
     assert plain["spills"] == 0
     assert plain["loads_after_loop"] == 0 < biased["loads_after_loop"], (
         biased["loads_after_loop"], plain["loads_after_loop"])
+
+
+def test_e4m3_b128_ring_loop_adds_only_its_tile_scales(compiled):
+    """E4M3_B128 on the table's M = 1 ring (sm_90, every row and step inside) runs E4M3's loop
+    plus each step's tile scale (`_mma_tile._tile_step`): one load and its address, 8 FFMA (2
+    tiles x 4 sums), a register carried to the next step. A change that costs the loop more
+    shows here before device time is spent (triton 3.9: 205 -> 222 instructions a step with the
+    NaN fix and a bias; docs/decisions.md)."""
+    rc, stderr, records = compiled[("cuda", "90", 32)]
+    assert rc == 0, stderr
+    e4m3 = next(r["variant"] for r in records
+                if r["variant"].startswith("mma_gemv-r1t2-ring") and
+                r["variant"].endswith("-whole-e4m3-fp16"))
+    plain, b128 = _sm90_pair(compiled, "loop_len", e4m3,
+                             e4m3.replace("-e4m3-fp16", "-e4m3_b128-fp16"))
+    assert b128["spills"] == 0 and plain["loop_len"] > 0
+    assert 8 < b128["loop_len"] - plain["loop_len"] <= 20, (plain["loop_len"], b128["loop_len"])

@@ -159,10 +159,11 @@ def _registers_loop(a, b, c, d, av, bv, pid_n, w_ptr, s_ptr, g_ptr, x_row, x_wid
         r4, r5, r6, r7 = _rows_step(w_ptr, s_ptr, row + 4 * RS, N, RB, SB, off, kb_hi, FMT, RS,
                                     ZERO)
     e0, e1, e2, e3 = _row_e_biases(g_ptr, row, N, RS, INJECT, ROW_E)
-    s_row = _tile_scale_row(s_ptr, row, N, SB)
-    sc = _tile_scale(s_row, off, SB, FMT)
     _pdl_wait_weights(r0[0] | r1[0] | r2[0] | r3[0], w_ptr, pid_n * PROG_ROWS, N, RB, kb_lo,
                       kb_hi, PROG_ROWS, PDL, PREFETCH)
+    # after the wait: a load before it let ptxas move a late launch's weight loads above it
+    s_row = _tile_scale_row(s_ptr, row, N, SB)
+    sc = _tile_scale(s_row, off, SB, FMT)
     xw = _x_step(x_row, off, kb_hi, K, in_m, FP8, ZERO)
     xv = xw
     if WIDE:
