@@ -314,16 +314,17 @@ def test_gpu_mma_gemv_e4m3_b128_tile_scales_apart(n, k, m, split):
     if not triton_backend.mma_gemv_runs(k, m, B128, info, torch.float16):
         pytest.skip("Kernel.MMA_GEMV needs NVIDIA sm_80+")
     g = torch.Generator().manual_seed(n + k + m)
+    kt = k // 256  # one tile of K, rows 128..255
     tiles = torch.exp2(torch.randint(-3, 4, (-(-n // 128), -(-k // 128)), generator=g).float())
+    tiles[1, kt] = 8.0  # its sums far from fp16's subnormals, where doubling isn't exact
     w = torch.randn(n, k, generator=g) * tiles.repeat_interleave(128, 0)[:n].repeat_interleave(
         128, 1)[:, :k]
     packed = softfp8.quantize(w, B128).to("cuda")
     x = torch.randn(m, k, generator=g).half().cuda()
     bias = torch.randn(n, generator=g).cuda()
     want = reference.matmul(x, packed, bias)
-    kt = k // 256  # one tile of K, rows 128..255
     x_in = torch.zeros_like(x)
-    x_in[:, 128 * kt:128 * kt + 128] = x[:, 128 * kt:128 * kt + 128]
+    x_in[:, 128 * kt:128 * kt + 128] = 8 * x[:, 128 * kt:128 * kt + 128]
     moved_scales = packed.scales.clone()
     moved_scales[1, kt] *= 2
     moved = PackedWeight(B128, (n, k), packed.words, moved_scales)

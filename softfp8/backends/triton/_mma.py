@@ -62,6 +62,8 @@ under INJECT each factor below is also * 2^14, which the pairs' 2^-14 cancels):
   exponent to find each step, the sums carry over the steps and are multiplied by 2^(E - 127)
   once; exact by the same argument, for every block of the row (SASS, sm_90: 424 -> 387
   instructions a step; the llama2-7b token 1.612 -> 1.518 ms on the H200, docs/decisions.md).
+- E4M3_B128: E4M3's step from zero sums, added to the accumulator times the lane's fp32 tile
+  scale, one FFMA a sum (`_mma_tile`: a lane's sums cover one tile each step); no row scale.
 """
 import triton
 import triton.language as tl

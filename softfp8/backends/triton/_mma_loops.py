@@ -2,8 +2,8 @@
 ring (`_ring_loop`), two register buffers (`_two_buffers_loop`) and one (`_registers_loop`).
 Each takes the program's accumulators and its place (rows, x rows, K range) and returns the
 accumulators; the why of each is in `_mma`'s docstring and the kernels' comments. E4M3_B128's
-tile scale of a step (`_mma_loads._tile_scale`) is loaded with the step's weights (the ring:
-one step ahead, from registers) and applied by `_mma_tile._tiles`.
+tile scale of a step (`_mma_loads._tile_scale`) is loaded a step ahead (two buffers: the
+first's at the top of its step) and applied by `_mma_tile._tiles`.
 """
 import triton
 import triton.language as tl
@@ -112,8 +112,11 @@ def _two_buffers_loop(a, b, av, bv, pid_n, w_ptr, s_ptr, x_row, x_wide, row, in_
                       pid_n * PROG_ROWS, N, RB, kb_lo, kb_hi, PROG_ROWS, PDL, PREFETCH)
     xw = _x_step(x_row, off, kb_hi, K, in_m, FP8, ZERO)
     qx = _x_step(x_row, off + stride, kb_hi, K, in_m, FP8, ZERO)
+    # E4M3_B128's scales: the first buffer's loaded at the top of its step (ptxas keeps it
+    # there, ahead of the step's mma), the second's one pass ahead: both carried made ptxas
+    # spill (sm_80 M = 4, sm_90 M = 8: 24-60 bytes), both in their step sank the second load
+    # to just before its FFMAs (SASS, sm_80)
     s_row = _tile_scale_row(s_ptr, row, N, SB)
-    sr = _tile_scale(s_row, off, SB, FMT)
     sq = _tile_scale(s_row, off + stride, SB, FMT)
     xv = xw
     qv = qx
@@ -123,11 +126,11 @@ def _two_buffers_loop(a, b, av, bv, pid_n, w_ptr, s_ptr, x_row, x_wide, row, in_
     for _ in range(kb_lo, kb_hi, 2 * stride):
         if AHEAD > 0:
             _prefetch_rows(w_ptr, row, N, RB, off + AHEAD * stride, kb_hi, RS)
+        sr = _tile_scale(s_row, off, SB, FMT)
         a, b, av, bv = _tiles(r0, r1, r2, r3, xw, xv, a, b, av, bv, sr, FMT, NAN, WIDE,
                               INJECT)
         r0, r1, r2, r3 = _rows_step(w_ptr, s_ptr, row, N, RB, SB, off + 2 * stride, kb_hi,
                                     FMT, RS, ZERO)
-        sr = _tile_scale(s_row, off + 2 * stride, SB, FMT)
         xw = _x_step(x_row, off + 2 * stride, kb_hi, K, in_m, FP8, ZERO)
         if WIDE:
             xv = _x_step(x_wide, off + 2 * stride, kb_hi, K, in_v, FP8, ZERO)
