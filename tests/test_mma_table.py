@@ -261,11 +261,12 @@ def test_every_mma_rule_is_reached_and_every_launch_plans():
     for device, info in MMA_DEVICES.items():
         for fmt, n, k, m, rule, cfg in _mma_launches(info):
             reached.setdefault(rule, set()).add(device)
-            fp8 = fmt in (Format.E5M2, Format.E4M3)
+            fp8 = fmt in (Format.E5M2, Format.E4M3, Format.E4M3_B128)  # MMA_FP8_FORMATS
             assert (cfg.ring > 0) == (fp8 and m <= 4 and info.capability >= (9, 0)), (
                 device, fmt, n, k, m, cfg)
             assert cfg.depth == (2 if fp8 and not cfg.ring else 1)
-            facts = triton_backend.WeightFacts(fp8, True, fmt is Format.MXFP4)
+            facts = triton_backend.WeightFacts(fmt in (Format.E5M2, Format.E4M3), True,
+                                               fmt is Format.MXFP4)
             p = triton_backend.plan_for_config(
                 cfg, n, k, padded_k(k, fmt), m, fmt, info, torch.float16, False,
                 E2M1Decode.SELECT, facts, False, softfp8.LaunchSettings())
