@@ -11,7 +11,13 @@
 # step: one decode step of the whole model as a CUDA graph, compiled (benchmarks/gpu_e2e_step.py);
 # tag: softfp8-bench token on llama2-7b, this tree against the tag lab-archive-2026-12 (its
 #   softfp8/ extracted to .tag/ and carried: git archive lab-archive-2026-12 softfp8 | tar -x -C .tag;
-#   the tag is commit 7b4899e where a clone lacks it).
+#   the tag is commit 7b4899e where a clone lacks it);
+# gpu: the whole GPU suite (pytest -m gpu), files spread over 6 processes (pytest-xdist);
+# load: benchmarks/gpu_load.py, every checkpoint layout loaded and run ($OUT/gpu_load.json);
+# newtf: the compile, graph and hub GPU tests and static-cache generate on the transformers whose
+#   wheels lie in .whl/ (carried; installed into /tmp/site-newtf, not over the machine's own);
+# in:DIR:STEP: STEP of DIR's own copy of this script, run in DIR (a branch's tree, extracted with
+#   git archive BRANCH softfp8 tests benchmarks pyproject.toml | tar -x -C DIR, and carried).
 set -u
 OUT=${OUT:-out}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
@@ -39,6 +45,16 @@ for step in "$@"; do
                 --backends triton --out "$OUT/token-$(basename "$(realpath "$tree")")-$round.json" 2>&1 | tail -8)
            done
          done ;;
+    gpu) timeout 540 python3 -m pytest -q -m gpu -n 6 --dist loadfile -p no:cacheprovider --durations=12 tests 2>&1 \
+           | grep -v "Warn\|warn" | tail -40 ;;
+    load) python3 benchmarks/gpu_load.py 2>&1 | grep -v "Warn\|warn" | tail -40 ;;
+    newtf) python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site-newtf .whl/*.whl \
+           && PYTHONPATH=/tmp/site-newtf python3 -c "import transformers; print('transformers', transformers.__version__)" \
+           && PYTHONPATH=/tmp/site-newtf python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_compile.py tests/test_gpu_graphs.py tests/test_hub_hf.py 2>&1 | tail -12 \
+           && SOFTFP8_FP8_DECODE=integer PYTHONPATH=/tmp/site-newtf python3 -m softfp8.bench generate --preset llama2-7b --modes static \
+                --formats e5m2,nvfp4 --out "$OUT/gen-static-newtf.json" ;;
+    in:*) spec=${step#in:}; dir=${spec%%:*}
+          (cd "$dir" && OUT=$OUT bash benchmarks/gpu_user_path.sh "${spec#*:}") ;;
     *) echo "unknown step $step" ;;
   esac
 done
