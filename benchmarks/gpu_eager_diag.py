@@ -44,7 +44,8 @@ _fastcall.LayerCall.launch = launch
 orig_rec = modules.record_eager
 def rec(x, *a, **k):
     r = orig_rec(x, *a, **k)
-    stats["record " + ("None" if r is None else ("call None" if r[1] is None else "ok")) + f" M={x.numel()//x.shape[-1]}"] += 1
+    stats["record " + ("None" if r is None else ("call None" if r[1] is None
+                                              else "ok" if r[1].records_again else "unreplayable")) + f" M={x.numel()//x.shape[-1]}"] += 1
     return r
 modules.record_eager = rec
 orig_holds = modules._KeptCall.holds
