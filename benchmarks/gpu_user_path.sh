@@ -12,7 +12,8 @@
 # tag: softfp8-bench token on llama2-7b, this tree against the tag lab-archive-2026-12 (its
 #   softfp8/ extracted to .tag/ and carried: git archive lab-archive-2026-12 softfp8 | tar -x -C .tag;
 #   the tag is commit 7b4899e where a clone lacks it);
-# gpu: the whole GPU suite (pytest -m gpu), files spread over 6 processes (pytest-xdist);
+# gpu: the whole GPU suite (pytest -m gpu), files spread over 6 processes (pytest-xdist), cut
+#   after GPU_SUITE_S seconds (default 540);
 # load: benchmarks/gpu_load.py, every checkpoint layout loaded and run ($OUT/gpu_load.json);
 # newtf: the compile, graph and hub GPU tests and static-cache generate on the transformers whose
 #   wheels lie in .whl/ (carried; installed into /tmp/site-newtf, not over the machine's own);
@@ -45,7 +46,7 @@ for step in "$@"; do
                 --backends triton --out "$OUT/token-$(basename "$(realpath "$tree")")-$round.json" 2>&1 | tail -8)
            done
          done ;;
-    gpu) timeout 540 python3 -m pytest -q -m gpu -n 6 --dist loadfile -p no:cacheprovider --durations=12 tests 2>&1 \
+    gpu) timeout "${GPU_SUITE_S:-540}" python3 -m pytest -q -m gpu -n 6 --dist loadfile -p no:cacheprovider --durations=12 tests 2>&1 \
            | grep -v "Warn\|warn" | tail -40 ;;
     load) python3 benchmarks/gpu_load.py 2>&1 | grep -v "Warn\|warn" | tail -40 ;;
     newtf) python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site-newtf .whl/*.whl \
