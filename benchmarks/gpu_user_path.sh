@@ -14,6 +14,7 @@
 #   the tag is commit 7b4899e where a clone lacks it);
 # gpu: the whole GPU suite (pytest -m gpu), files spread over 6 processes (pytest-xdist), cut
 #   after GPU_SUITE_S seconds (default 540);
+# cudabk: the CUDA backend (CuPy + NVRTC) against the Triton one (benchmarks/gpu_cuda_backend.py);
 # load: benchmarks/gpu_load.py, every checkpoint layout loaded and run ($OUT/gpu_load.json);
 # newtf: the compile, graph and hub GPU tests and static-cache generate on the transformers whose
 #   wheels lie in .whl/ (carried; installed into /tmp/site-newtf, not over the machine's own);
@@ -48,6 +49,7 @@ for step in "$@"; do
          done ;;
     gpu) timeout "${GPU_SUITE_S:-540}" python3 -m pytest -q -m gpu -n 6 --dist loadfile -p no:cacheprovider --durations=12 tests 2>&1 \
            | grep -v "Warn\|warn" | tail -40 ;;
+    cudabk) python3 benchmarks/gpu_cuda_backend.py --out "$OUT" 2>&1 | grep -v "Warn\\|warn" | tail -30 ;;
     load) python3 benchmarks/gpu_load.py 2>&1 | grep -v "Warn\|warn" | tail -40 ;;
     newtf) python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site-newtf .whl/*.whl \
            && PYTHONPATH=/tmp/site-newtf python3 -c "import transformers; print('transformers', transformers.__version__)" \
