@@ -7,6 +7,7 @@ import math
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -129,6 +130,19 @@ def test_measure_host_counts_calls():
     assert t.samples == 4 and 0 < t.low <= t.seconds <= t.high
     with pytest.raises(ValueError, match="reps"):
         measure([lambda: None], torch.device("cpu"), warmup=0, reps=0)
+
+
+def test_measure_host_times_no_first_call_of_a_copy():
+    """Each call's first run is slow (a weight computing what it keeps): with fewer warm-up
+    calls asked than there are calls, each is still made once before timing."""
+    seen = set()
+
+    def call(i):
+        if i not in seen:
+            seen.add(i)
+            time.sleep(0.05)
+    t = measure([lambda i=i: call(i) for i in range(4)], torch.device("cpu"), warmup=0, reps=5)
+    assert t.high < 0.02
 
 
 def test_backends_unavailable_are_skipped_with_reason():
