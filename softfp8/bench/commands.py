@@ -104,10 +104,13 @@ def cpu_anchors(sh, m, s: Settings, read_bw, w) -> list[dict]:
 
 
 def grid(s: Settings, shapes, ms, formats, backends, read_bw, *, baselines=None):
-    """Every shape x M x (torch baselines, formats x backends): rows and skipped backends."""
+    """Every shape x M x (torch baselines, formats x backends): rows and skipped backends. The
+    rows of one shape and M are timed one after another, so that a machine whose speed drifts
+    (a shared host, a VM whose vCPUs move) moves a whole row of ratios alike, not one format."""
     rows, skipped = [], []
     for sh in shapes:
         w = random_weight(sh, s)
+        packed = {fmt: make_packed(w, fmt, s.tile_rows) for fmt in formats}
         for m in ms:
             if s.device.type == "cpu" and s.echo:
                 print(f"  load average {' '.join(f'{v:.2f}' for v in os.getloadavg())}",
@@ -116,14 +119,11 @@ def grid(s: Settings, shapes, ms, formats, backends, read_bw, *, baselines=None)
                 rows.append(time_torch(sh, m, dtype, s, read_bw, w, op=op))
             if s.device.type == "cpu":
                 rows += cpu_anchors(sh, m, s, read_bw, w)
-        for fmt in formats:
-            packed = make_packed(w, fmt, s.tile_rows)
-            for m in ms:
+            for fmt in formats:
                 chosen, skip = runnable_backends(fmt, m, s.device, backends)
                 skipped += [k for k in skip if k not in skipped]
-                rows += time_softfp8(sh, m, fmt, chosen, s, read_bw, packed)
-            del packed
-        del w
+                rows += time_softfp8(sh, m, fmt, chosen, s, read_bw, packed[fmt])
+        del packed, w
     add_ratios(rows, fp16_key=FP16)
     return rows, skipped
 
