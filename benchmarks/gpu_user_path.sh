@@ -12,8 +12,9 @@
 # tag: softfp8-bench token on llama2-7b, this tree against the tag lab-archive-2026-12 (its
 #   softfp8/ extracted to .tag/ and carried: git archive lab-archive-2026-12 softfp8 | tar -x -C .tag;
 #   the tag is commit 7b4899e where a clone lacks it);
-# gpu: the whole GPU suite (pytest -m gpu), files spread over 6 processes (pytest-xdist), cut
-#   after GPU_SUITE_S seconds (default 540);
+# gpu: the whole GPU suite (pytest -m gpu) over 8 processes (pytest-xdist), cut after GPU_SUITE_S
+#   seconds (default 540); each test's line in $OUT/gpu-suite.log as it ends, so a cut run still
+#   names its failures (in one H100 call, -q with files kept whole reached 53% in 300 s);
 # cudabk: the CUDA backend (CuPy + NVRTC) against the Triton one (benchmarks/gpu_cuda_backend.py);
 # load: benchmarks/gpu_load.py, every checkpoint layout loaded and run ($OUT/gpu_load.json);
 # newtf: the compile, graph and hub GPU tests and static-cache generate on the transformers whose
@@ -47,8 +48,10 @@ for step in "$@"; do
                 --backends triton --out "$OUT/token-$(basename "$(realpath "$tree")")-$round.json" 2>&1 | tail -8)
            done
          done ;;
-    gpu) timeout "${GPU_SUITE_S:-540}" python3 -m pytest -q -m gpu -n 6 --dist loadfile -p no:cacheprovider --durations=12 tests 2>&1 \
-           | grep -v "Warn\|warn" | tail -40 ;;
+    gpu) timeout "${GPU_SUITE_S:-540}" python3 -m pytest -v -m gpu -n 8 -p no:cacheprovider -rfE --durations=15 tests \
+           > "$OUT/gpu-suite.log" 2>&1
+         grep -E "FAILED|ERROR" "$OUT/gpu-suite.log" | head -20
+         grep -cE "PASSED" "$OUT/gpu-suite.log"; tail -22 "$OUT/gpu-suite.log" ;;
     cudabk) python3 benchmarks/gpu_cuda_backend.py --out "$OUT" 2>&1 | grep -v "Warn\\|warn" | tail -30 ;;
     load) python3 benchmarks/gpu_load.py 2>&1 | grep -v "Warn\|warn" | tail -40 ;;
     newtf) python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site-newtf .whl/*.whl \
