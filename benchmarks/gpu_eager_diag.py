@@ -44,7 +44,8 @@ _fastcall.LayerCall.launch = launch
 orig_rec = modules.record_eager
 def rec(x, *a, **k):
     r = orig_rec(x, *a, **k)
-    stats["record " + ("None" if r is None else ("call None" if r[1] is None else "ok")) + f" M={x.numel()//x.shape[-1]}"] += 1
+    stats["record " + ("None" if r is None else ("call None" if r[1] is None
+                                              else "ok" if r[1].records_again else "unreplayable")) + f" M={x.numel()//x.shape[-1]}"] += 1
     return r
 modules.record_eager = rec
 orig_holds = modules._KeptCall.holds
@@ -64,14 +65,16 @@ PROFILE = os.environ.get("DIAG_PROFILE", "1") == "1"
 ROUNDS = int(os.environ.get("DIAG_ROUNDS", "0"))
 
 
+def generate_s(model, ids, kw, tokens: int) -> float:
+    """Seconds of one greedy generate() of exactly `tokens` new tokens, device work included."""
+    sync(); t = time.perf_counter()
+    model.generate(ids, max_new_tokens=tokens, min_new_tokens=tokens, **kw)
+    sync()
+    return time.perf_counter() - t
+
+
 def per_token_ms(model, ids, kw) -> float:
-    sync(); t = time.perf_counter()
-    model.generate(ids, max_new_tokens=8, min_new_tokens=8, **kw)
-    sync(); t1 = time.perf_counter() - t
-    sync(); t = time.perf_counter()
-    model.generate(ids, max_new_tokens=72, min_new_tokens=72, **kw)
-    sync(); t2 = time.perf_counter() - t
-    return (t2 - t1) / 64 * 1e3
+    return (generate_s(model, ids, kw, 72) - generate_s(model, ids, kw, 8)) / 64 * 1e3
 
 
 if ROUNDS:
@@ -111,23 +114,15 @@ for fmt in FORMATS:
     for _ in range(2):
         model.generate(ids, max_new_tokens=16, min_new_tokens=16, **kw)
     stats.clear()
-    sync(); t = time.perf_counter()
-    model.generate(ids, max_new_tokens=16, min_new_tokens=16, **kw)
-    sync(); t1 = time.perf_counter() - t
-    sync(); t = time.perf_counter()
-    model.generate(ids, max_new_tokens=48, min_new_tokens=48, **kw)
-    sync(); t2 = time.perf_counter() - t
+    t1 = generate_s(model, ids, kw, 16)
+    t2 = generate_s(model, ids, kw, 48)
     print(f"== {fmt}: {LAYERS} layers, tracked objects {len(gc.get_objects())}, ms/token {(t2 - t1) / 32 * 1e3:.2f}; counts over both: {dict(stats)}")
     before = [g["collections"] for g in gc.get_stats()]
-    sync(); t = time.perf_counter()
-    model.generate(ids, max_new_tokens=48, min_new_tokens=48, **kw)
-    sync(); t4 = time.perf_counter() - t
+    t4 = generate_s(model, ids, kw, 48)
     print(f"   48 tokens again {t4 * 1e3:.1f} ms, collections by generation "
           f"{[g['collections'] - b for g, b in zip(gc.get_stats(), before)]}")
     gc.disable()
-    sync(); t = time.perf_counter()
-    model.generate(ids, max_new_tokens=48, min_new_tokens=48, **kw)
-    sync(); t3 = time.perf_counter() - t
+    t3 = generate_s(model, ids, kw, 48)
     gc.enable()
     print(f"   48 tokens {t2 * 1e3:.1f} ms; with the garbage collector off {t3 * 1e3:.1f} ms")
     if not PROFILE:

@@ -14,7 +14,16 @@
 #   E4M3 in one process; issue 48's bar: token ratio <= 1.05);
 # tag: softfp8-bench token on llama2-7b, this tree against the tag lab-archive-2026-12 (its
 #   softfp8/ extracted to .tag/ and carried: git archive lab-archive-2026-12 softfp8 | tar -x -C .tag;
-#   the tag is commit 7b4899e where a clone lacks it).
+#   the tag is commit 7b4899e where a clone lacks it);
+# gpu: the whole GPU suite (pytest -m gpu) over 8 processes (pytest-xdist), cut after GPU_SUITE_S
+#   seconds (default 540); each test's line in $OUT/gpu-suite.log as it ends, so a cut run still
+#   names its failures (in one H100 call, -q with files kept whole reached 53% in 300 s);
+# cudabk: the CUDA backend (CuPy + NVRTC) against the Triton one (benchmarks/gpu_cuda_backend.py);
+# load: benchmarks/gpu_load.py, every checkpoint layout loaded and run ($OUT/gpu_load.json);
+# newtf: the compile, graph and hub GPU tests and static-cache generate on the transformers whose
+#   wheels lie in .whl/ (carried; installed into /tmp/site-newtf, not over the machine's own);
+# in:DIR:STEP: STEP of DIR's own copy of this script, run in DIR (a branch's tree, extracted with
+#   git archive BRANCH softfp8 tests benchmarks pyproject.toml | tar -x -C DIR, and carried).
 set -u
 OUT=${OUT:-out}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
@@ -44,6 +53,19 @@ for step in "$@"; do
          done ;;
     b128) python3 -m pytest -q -m gpu tests/test_mma_gemv.py -k "b128 or B128" 2>&1 | tail -15
           python3 benchmarks/gpu_e4m3_b128.py --skip-tests --out "$OUT/gpu-e4m3-b128.json" 2>&1 | tail -25 ;;
+    gpu) timeout "${GPU_SUITE_S:-540}" python3 -m pytest -v -m gpu -n 8 -p no:cacheprovider -rfE --durations=15 tests \
+           > "$OUT/gpu-suite.log" 2>&1
+         grep -E "FAILED|ERROR" "$OUT/gpu-suite.log" | head -20
+         grep -cE "PASSED" "$OUT/gpu-suite.log"; tail -22 "$OUT/gpu-suite.log" ;;
+    cudabk) python3 benchmarks/gpu_cuda_backend.py --out "$OUT" 2>&1 | grep -v "Warn\\|warn" | tail -30 ;;
+    load) python3 benchmarks/gpu_load.py 2>&1 | grep -v "Warn\|warn" | tail -40 ;;
+    newtf) python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site-newtf .whl/*.whl \
+           && PYTHONPATH=/tmp/site-newtf python3 -c "import transformers; print('transformers', transformers.__version__)" \
+           && PYTHONPATH=/tmp/site-newtf python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_compile.py tests/test_gpu_graphs.py tests/test_hub_hf.py 2>&1 | tail -12 \
+           && SOFTFP8_FP8_DECODE=integer PYTHONPATH=/tmp/site-newtf python3 -m softfp8.bench generate --preset llama2-7b --modes static \
+                --formats e5m2,nvfp4 --out "$OUT/gen-static-newtf.json" ;;
+    in:*) spec=${step#in:}; dir=${spec%%:*}
+          (cd "$dir" && OUT=$OUT bash benchmarks/gpu_user_path.sh "${spec#*:}") ;;
     *) echo "unknown step $step" ;;
   esac
 done

@@ -228,14 +228,16 @@ class Linear(nn.Module):
         # not self.bias: a registered bias is found by nn.Module.__getattr__, after two misses
         bias = self._parameters.get("bias", self.__dict__.get("bias"))
         calls = self.__dict__.get("_eager_calls")
+        record = True
         if calls is not None and type(x) is torch.Tensor:
             kept = calls.get((x.shape, x.dtype, index))
             if kept is not None and kept.holds(w, s, g, bias) and _replayable(x, bias):
                 y = kept.call.launch(x)
                 if y is not None:
                     return y
+                record = kept.call.records_again  # not a call whose launches can't replay
         packed, settled = self._validated(w, s, g)
-        if settled and index is not None and _plain_eager(x, w, s, g, bias):
+        if record and settled and index is not None and _plain_eager(x, w, s, g, bias):
             recorded = record_eager(x, packed, bias, backend, e2m1)
             if recorded is not None:
                 y, call = recorded

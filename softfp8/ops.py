@@ -66,7 +66,8 @@ def record_eager(x: torch.Tensor, packed: PackedWeight, bias: torch.Tensor | Non
                  backend: str, e2m1: str):
     """A plain eager layer call (`_plain_eager` holds) on a backend that records its launches
     for replays (its module has `eager_call`: the Triton backend, `_fastcall`): (y, the
-    recorded call or None where it can't be replayed). None where the chosen backend records
+    recorded call; one whose `launch` always refuses and whose `records_again` is False where
+    its launches can't be replayed; None where nothing could be recorded now). None where the chosen backend records
     nothing: the caller runs the ordinary path."""
     check_linear_args(x, packed, bias)
     n, k = packed.shape

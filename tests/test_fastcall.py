@@ -184,7 +184,8 @@ def test_no_recording_when_the_replay_would_differ(cuda_stand_in, monkeypatch):
             a[-4].mul_(3.0)  # y
     monkeypatch.setattr(jit.compiled, "run", second_differs)
     y, call = _fastcall.record_call(_matmul_with(jit), _x(), w, None, None, ())
-    assert call is None and y.shape == (2, 5)
+    assert call is _fastcall.UNREPLAYABLE and y.shape == (2, 5)
+    assert call.launch(_x()) is None and not call.records_again
 
 
 def test_no_recording_of_an_argument_made_for_one_call(cuda_stand_in):
@@ -197,7 +198,23 @@ def test_no_recording_of_an_argument_made_for_one_call(cuda_stand_in):
         _fastcall.start(jit, (1,), (x.clone(), packed, y, None, 1.0), {})
         return y
     _, call = _fastcall.record_call(matmul, _x(), w, None, None, ())
+    assert call is _fastcall.UNREPLAYABLE
+
+
+def test_nothing_recorded_now_under_a_capture_or_a_launch_hook(cuda_stand_in, monkeypatch):
+    """A capture or a profiler's launch hook is a passing state: the call runs, nothing is
+    recorded (None, not UNREPLAYABLE), so the layer records at a later call."""
+    jit, w = _Jit(), torch.randn(5, 16)
+    monkeypatch.setattr(_fastcall, "_launch_hook_set", lambda: True)
+    y, call = _fastcall.record_call(_matmul_with(jit), _x(), w, None, None, ())
+    assert call is None and y.shape == (2, 5)
+    monkeypatch.setattr(_fastcall, "_launch_hook_set", lambda: False)
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
+    _, call = _fastcall.record_call(_matmul_with(jit), _x(), w, None, None, ())
     assert call is None
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
+    _, call = _fastcall.record_call(_matmul_with(jit), _x(), w, None, None, ())
+    assert call is not None and call.records_again
 
 
 def test_a_launch_hook_is_seen_only_when_one_is_set():
@@ -277,6 +294,36 @@ def test_gpu_recorded_calls_follow_the_layers_tensors(fmt):
     with torch.no_grad():
         layer.words[0, 0] = 0x7F7F7F7F  # an in-place write: E4M3 NaN codes
     check()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+def test_gpu_a_call_that_cant_replay_is_recorded_once(monkeypatch):
+    """A layer whose launches can't be replayed runs the ordinary path from its second call on,
+    without recording again (a recording checks its replay: a device sync a call); a new
+    weight records again."""
+    from softfp8 import modules
+
+    layer = _layer(Format.E5M2)
+    x = torch.randn(1, 4096, device="cuda", dtype=torch.float16)
+    recorded = []
+    record = modules.record_eager
+
+    def counting(*a, **k):
+        recorded.append(1)
+        return record(*a, **k)
+    monkeypatch.setattr(modules, "record_eager", counting)
+    monkeypatch.setattr(_fastcall, "_replays", lambda *a: None)
+    expected = softfp8.linear(x, layer.packed, layer.bias, backend="triton")
+    with torch.no_grad():
+        for _ in range(3):
+            assert torch.equal(layer(x), expected)
+        assert len(recorded) == 1
+        (kept,) = layer.__dict__["_eager_calls"].values()
+        assert kept.call is _fastcall.UNREPLAYABLE
+        layer.load_state_dict(layer.state_dict())  # new tensors' values: recorded again
+        layer(x)
+    assert len(recorded) == 2
 
 
 @pytest.mark.gpu

@@ -16,7 +16,7 @@ S = pytest.importorskip("softfp8.backends.numba._smallm")
 from softfp8.backends import numba as cpu_backend  # noqa: E402
 from softfp8.backends.numba import _batch, _dp_rows  # noqa: E402
 
-FORMATS = ["e5m2", "e5m2_rowscale", "e4m3", "nvfp4", "mxfp4"]
+FORMATS = ["e5m2", "e5m2_rowscale", "e4m3", "nvfp4", "mxfp4", "e4m3_b128"]
 PATHS = ["rows", "small", "dp", "fused", "tile"]
 
 
@@ -49,14 +49,15 @@ def decoded(packed: PackedWeight) -> torch.Tensor:
     n, k = packed.shape
     kp = packed.padded_k
     fp4 = packed.fmt in (Format.NVFP4, Format.MXFP4)
+    tiled = packed.fmt is Format.E4M3_B128  # its tile scales go into the decoded values
     w = np.empty((n, kp), np.float32)
-    scales = packed.scales.numpy() if fp4 else np.zeros((1, 1), np.uint8)
+    scales = packed.scales.numpy() if fp4 or tiled else np.zeros((1, 1), np.uint8)
     g = np.float32(packed.global_scale.item()) if packed.fmt is Format.NVFP4 else np.float32(1)
     S.dequantize_rows(kind, packed.words.view(torch.uint8).numpy(), scales, g, 0, w)
     out = torch.from_numpy(w)
     if fp4:  # decode order: even k, then odd k
         out = torch.stack((out[:, :kp // 2], out[:, kp // 2:]), dim=2).reshape(n, kp)
-    elif packed.scales is not None:
+    elif packed.scales is not None and not tiled:
         out = out * packed.scales[:, None]
     return out[:, :k]
 
@@ -66,9 +67,14 @@ def every_code_weight(fmt: str) -> PackedWeight:
     the byte (r + i) % 256 at byte i, beside every scale code (NVFP4: E4M3 scales including the
     NaN one and subnormals; MXFP4: E8M0 0, 1, 127, 254 and the NaN 0xFF)."""
     n = 256
-    if fmt in ("e5m2", "e4m3"):
-        k = 256
+    if fmt in ("e5m2", "e4m3", "e4m3_b128"):
+        k = 256 if fmt != "e4m3_b128" else 300  # a partial last tile column
         codes = ((torch.arange(n)[:, None] + torch.arange(k)[None, :]) % 256).to(torch.uint8)
+        if fmt == "e4m3_b128":  # tile scales that round a code's product: 3 x 2^e, 0.1, ...
+            scales = torch.tensor([[3.0, 0.1, 2.0 ** -20], [7.5e-3, 1.0, 1.7e4]])
+            padded = torch.zeros(n, 304, dtype=torch.uint8)  # K padded to 16 bytes
+            padded[:, :k] = codes
+            return PackedWeight(fmt, (n, k), padded.view(torch.int32), scales)
         scales = None if fmt == "e5m2" else torch.linspace(0.5, 2.0, n)
         return PackedWeight(fmt, (n, k), codes.view(torch.int32), scales)
     block = 16 if fmt == "nvfp4" else 32
@@ -83,7 +89,7 @@ def every_code_weight(fmt: str) -> PackedWeight:
     return PackedWeight(fmt, (n, k), codes.view(torch.int32), scales, gs)
 
 
-@pytest.mark.parametrize("fmt", ["e5m2", "e4m3", "nvfp4", "mxfp4"])
+@pytest.mark.parametrize("fmt", ["e5m2", "e4m3", "nvfp4", "mxfp4", "e4m3_b128"])
 def test_row_decoder_every_code_is_exact(fmt):
     packed = every_code_weight(fmt)
     ref = softfp8.dequantize(packed)
@@ -175,6 +181,9 @@ def test_tile_rows_are_bounded():
                          ids=["GEMV_ROWS_MAX_M", "TILE_MIN_M", "TILE_MIN_M_BF16", "DP_TILE_MIN_M",
                               "DP_TILE_MIN_M_BF16"])
 def test_every_format_has_a_crossover(crossover):
-    # E4M3_B128 takes its own M > 1 path (_batch.matmul_b128), no crossover of these kernels
-    assert set(crossover) == set(Format) - {Format.E4M3_B128}
+    # E4M3_B128 takes the GEMV rows, the float32 small-M kernel and float32 tiles: no bf16
+    # products (a code times its tile scale is not a bf16 number)
+    bf16_only = crossover in (_batch.TILE_MIN_M_BF16, _dp_rows.DP_TILE_MIN_M,
+                              _dp_rows.DP_TILE_MIN_M_BF16)
+    assert set(crossover) == set(Format) - ({Format.E4M3_B128} if bf16_only else set())
     assert all(isinstance(v, int) and v >= 1 for v in crossover.values())

@@ -5,7 +5,7 @@ float32 kernels (values vdpbf16ps would flush or codes it does not decode)."""
 import pytest
 import torch
 from conftest import rel_err, same_bits
-from numba_support import quantized
+from numba_support import HAND_BACK_CASES, hand_back_case, quantized, with_codes
 
 import softfp8
 from softfp8.formats import Format, PackedWeight
@@ -131,34 +131,12 @@ def test_backend_routes_small_m_here(fmt, monkeypatch):
     assert rel_err(y.float(), softfp8.linear(x.float(), packed, backend="torch")) <= 2.0 ** -8
 
 
-def _with_codes(fmt, n, k, edit):
-    packed, g = quantized(fmt, n, k, seed=9)
-    words = packed.words.clone()
-    scales = None if packed.scales is None else packed.scales.clone()
-    edit(words.view(torch.uint8), scales)
-    gs = packed.global_scale
-    return PackedWeight(fmt, packed.shape, words, scales, gs), g
-
-
 @needs_bf16
-@pytest.mark.parametrize("case", ["e5m2 inf code", "nvfp4 NaN scale", "mxfp4 scale 0",
-                                  "mxfp4 scale 2^-100", "tiny x", "huge x", "x inf"])
+@pytest.mark.parametrize("case", HAND_BACK_CASES)
 def test_what_it_hands_back(case):
     """None where vdpbf16ps would flush a product or a code is out of its decode; the backend
     then runs the float32 kernel and still matches the reference."""
-    fmt = case.split()[0] if case.split()[0] in ("e5m2", "nvfp4", "mxfp4") else "e4m3"
-    edits = {"e5m2 inf code": lambda w, s: w[2].__setitem__(5, 0x7C),
-             "nvfp4 NaN scale": lambda w, s: s[1].__setitem__(0, 0x7F),
-             "mxfp4 scale 0": lambda w, s: s[1].__setitem__(0, 0),
-             "mxfp4 scale 2^-100": lambda w, s: s[1].__setitem__(0, 27)}
-    packed, g = _with_codes(fmt, 11, 96, edits.get(case, lambda w, s: None))
-    x = torch.randn(6, 96, generator=g)
-    if case == "tiny x":
-        x[2, 7] = 2.0 ** -120
-    elif case == "huge x":
-        x[2, 7] = 2.0 ** 95
-    elif case == "x inf":
-        x[2, 7] = float("inf")
+    packed, x = hand_back_case(case, 6, 11, 96)
     assert _dp_rows.matmul(x, packed, 2) is None
     y = cpu_backend.matmul(x, packed)
     ref = softfp8.linear(x, packed, backend="torch")
@@ -169,7 +147,7 @@ def test_what_it_hands_back(case):
 
 @needs_bf16
 def test_e4m3_nan_code_propagates():
-    packed, g = _with_codes("e4m3", 9, 70, lambda w, s: w[1].__setitem__(5, 0x7F))
+    packed, g = with_codes("e4m3", 9, 70, lambda w, s: w[1].__setitem__(5, 0x7F))
     assert _dp_rows.weight_plan(packed)[0] == B.E4M3  # the NaN fix stays
     x = torch.randn(6, 70, generator=g)
     y = _dp_rows.matmul(x, packed, 2)

@@ -6,7 +6,7 @@ the backend routing small M here."""
 import pytest
 import torch
 from conftest import rel_err
-from numba_support import quantized
+from numba_support import HAND_BACK_CASES, hand_back_case, quantized, with_codes
 
 import softfp8
 from softfp8.formats import PackedWeight
@@ -97,34 +97,12 @@ def test_matches_the_reference_backend(fmt, dtype, m, n, k):
     assert rel_err(y, ref) <= 1e-5
 
 
-def _with_codes(fmt, n, k, edit):
-    packed, g = quantized(fmt, n, k, seed=9)
-    words = packed.words.clone()
-    scales = None if packed.scales is None else packed.scales.clone()
-    edit(words.view(torch.uint8), scales)
-    return PackedWeight(fmt, packed.shape, words, scales, packed.global_scale), g
-
-
 @needs_fused
-@pytest.mark.parametrize("case", ["e5m2 inf code", "nvfp4 NaN scale", "mxfp4 scale 0",
-                                  "mxfp4 scale 2^-100", "tiny x", "huge x", "x inf",
-                                  "nvfp4 tiny x"])
+@pytest.mark.parametrize("case", HAND_BACK_CASES + ["nvfp4 tiny x"])
 def test_what_it_hands_back(case):
     """None where vdpbf16ps would flush a product or a code is out of the kernel's decode; the
     backend then takes another path and still matches the reference."""
-    fmt = case.split()[0] if case.split()[0] in ("e5m2", "nvfp4", "mxfp4") else "e4m3"
-    edits = {"e5m2 inf code": lambda w, s: w[2].__setitem__(5, 0x7C),
-             "nvfp4 NaN scale": lambda w, s: s[1].__setitem__(0, 0x7F),
-             "mxfp4 scale 0": lambda w, s: s[1].__setitem__(0, 0),
-             "mxfp4 scale 2^-100": lambda w, s: s[1].__setitem__(0, 27)}
-    packed, g = _with_codes(fmt, 11, 200, edits.get(case, lambda w, s: None))
-    x = torch.randn(3, 200, generator=g)
-    if case.endswith("tiny x"):
-        x[2, 7] = 2.0 ** -120
-    elif case == "huge x":
-        x[2, 7] = 2.0 ** 95
-    elif case == "x inf":
-        x[2, 7] = float("inf")
+    packed, x = hand_back_case(case, 3, 11, 200)
     assert _dp_rows.matmul_fused(x, packed, 2) is None
     y = cpu_backend.matmul(x, packed)
     ref = softfp8.linear(x, packed, backend="torch")
@@ -135,7 +113,7 @@ def test_what_it_hands_back(case):
 
 @needs_fused
 def test_e4m3_nan_code_propagates():
-    packed, g = _with_codes("e4m3", 9, 200, lambda w, s: w[1].__setitem__(150, 0x7F))
+    packed, g = with_codes("e4m3", 9, 200, lambda w, s: w[1].__setitem__(150, 0x7F))
     x = torch.randn(4, 200, generator=g).bfloat16()
     y = _dp_rows.matmul_fused(x, packed, 2)
     ref = softfp8.linear(x.float(), packed, backend="torch")
@@ -171,7 +149,7 @@ def test_mxfp4_scale_fold_edges(code, x_exp, m, monkeypatch):
     """MXFP4 from MXFP4_FOLD_MIN_ROWS rows: scale codes 2..252 folded into the decoded values
     (exponents stay normal), 1 (and fewer rows) through the unfolded loop; both match
     the reference."""
-    packed, g = _with_codes("mxfp4", 7, 300, lambda w, s: s.fill_(code))
+    packed, g = with_codes("mxfp4", 7, 300, lambda w, s: s.fill_(code))
     kinds = []
     real = F.fused_fp4
     monkeypatch.setattr(F, "fused_fp4", lambda kind, *a: kinds.append(kind) or real(kind, *a))

@@ -89,10 +89,11 @@ def _fp16_and(device: torch.device, *baselines) -> list[tuple[torch.dtype, str]]
 
 
 def cpu_anchors(sh, m, s: Settings, read_bw, w) -> list[dict]:
-    """torch's int8 weight-only kernel (float32 and bf16 x) and, where onnxruntime and onnx
-    import, its MatMulNBits 8- and 4-bit (anchors.py says how their formats differ)."""
-    rows = [time_int8pack(sh, m, dtype, s, read_bw, w) for dtype in (torch.float32,
-                                                                      torch.bfloat16)]
+    """torch's int8 weight-only kernel (bf16 x: with float32 x it took 8-40x its bf16 time,
+    7 ms at M = 1 and 18 s at M = 2048 on 4096 x 4096, never torch's fastest) and, where
+    onnxruntime and onnx import, its MatMulNBits 8- and 4-bit (anchors.py says how their
+    formats differ)."""
+    rows = [time_int8pack(sh, m, torch.bfloat16, s, read_bw, w)]
     rows = [r for r in rows if r is not None]
     try:
         import onnx  # noqa: F401
@@ -103,10 +104,13 @@ def cpu_anchors(sh, m, s: Settings, read_bw, w) -> list[dict]:
 
 
 def grid(s: Settings, shapes, ms, formats, backends, read_bw, *, baselines=None):
-    """Every shape x M x (torch baselines, formats x backends): rows and skipped backends."""
+    """Every shape x M x (torch baselines, formats x backends): rows and skipped backends. The
+    rows of one shape and M are timed one after another, so that a machine whose speed drifts
+    (a shared host, a VM whose vCPUs move) moves a whole row of ratios alike, not one format."""
     rows, skipped = [], []
     for sh in shapes:
         w = random_weight(sh, s)
+        packed = {fmt: make_packed(w, fmt, s.tile_rows) for fmt in formats}
         for m in ms:
             if s.device.type == "cpu" and s.echo:
                 print(f"  load average {' '.join(f'{v:.2f}' for v in os.getloadavg())}",
@@ -115,14 +119,11 @@ def grid(s: Settings, shapes, ms, formats, backends, read_bw, *, baselines=None)
                 rows.append(time_torch(sh, m, dtype, s, read_bw, w, op=op))
             if s.device.type == "cpu":
                 rows += cpu_anchors(sh, m, s, read_bw, w)
-        for fmt in formats:
-            packed = make_packed(w, fmt, s.tile_rows)
-            for m in ms:
+            for fmt in formats:
                 chosen, skip = runnable_backends(fmt, m, s.device, backends)
                 skipped += [k for k in skip if k not in skipped]
-                rows += time_softfp8(sh, m, fmt, chosen, s, read_bw, packed)
-            del packed
-        del w
+                rows += time_softfp8(sh, m, fmt, chosen, s, read_bw, packed[fmt])
+        del packed, w
     add_ratios(rows, fp16_key=FP16)
     return rows, skipped
 

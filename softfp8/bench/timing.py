@@ -42,11 +42,15 @@ class Timing:
 
 
 def measure(calls: Sequence[Callable[[], object]], device: torch.device, *, warmup: int,
-            reps: int, graph: bool = True, host_pass: bool = False) -> Timing:
+            reps: int, graph: bool = True, host_pass: bool = False,
+            warm_each: bool = False) -> Timing:
     """Median seconds per call of `calls` (see the module docstring).
 
     CUDA: `warmup` passes (at least one: kernels compile there), then `reps` timed replays.
-    CPU: `warmup` single calls, then `reps` timed single calls, both round-robin over `calls`
+    CPU: `warmup` single calls (with `warm_each`, at least one of each call: a softfp8
+    weight's first call computes what the weight keeps, an E4M3 NaN scan of a 16 MB weight took
+    15-25 ms where its later calls took 0.6), then `reps` timed single calls, both round-robin
+    over `calls`
     (CPU calls take milliseconds, so per-call timing is precise; where a warm-up call shows
     that `reps` calls would take over HOST_BUDGET_S, fewer are taken, at least MIN_HOST_REPS,
     and `samples` says how many);
@@ -60,7 +64,8 @@ def measure(calls: Sequence[Callable[[], object]], device: torch.device, *, warm
         return _measure_cuda(calls, device, warmup=warmup, reps=reps, graph=graph)
     if host_pass:
         return _measure_host_pass(calls, warmup=warmup, reps=reps)
-    return _measure_host(calls, warmup=warmup, reps=reps)
+    return _measure_host(calls, warmup=max(warmup, len(calls)) if warm_each else warmup,
+                         reps=reps)
 
 
 def _measure_host_pass(calls, *, warmup: int, reps: int) -> Timing:

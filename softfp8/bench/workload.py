@@ -219,9 +219,11 @@ def time_softfp8(shape: Shape, m: int, fmt: Format, backends: list[Backend], s: 
             weights = [packed] + [clone_packed(packed)
                                   for _ in range(copies_for(packed.nbytes, s) - 1)]
             calls = [lambda p=p: linear(x, p, backend=b) for p in weights]
-            # On the CPU the check's call above was the warm-up (it compiled whatever compiles).
+            # On the CPU the check's call above was one warm-up call (it compiled whatever
+            # compiles); each copy's first call is a warm-up too (warm_each).
             warmup = s.warmup if s.device.type == "cuda" else max(0, s.warmup - 1)
-            t = measure(calls, s.device, warmup=warmup, reps=s.reps, graph=s.graph)
+            t = measure(calls, s.device, warmup=warmup, reps=s.reps, graph=s.graph,
+                        warm_each=True)
             nbytes = bytes_moved(packed.nbytes, m, n, shape.k, x.element_size())
             row.update(copies=len(weights), **t.as_dict(), **_rate_fields(nbytes, t.seconds, read_bw))
             done[resolved] = row

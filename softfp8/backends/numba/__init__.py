@@ -36,13 +36,14 @@ from ..._choices import E2M1Decode
 from ..._needs import Needs
 from ...formats import Format, PackedWeight
 from . import _dp_rows
-from ._batch import matmul_b128, matmul_rows
+from ._batch import matmul_rows
 from ._gemv import gemv
 from ._runtime import loaded, threads_for
 
 NEEDS = Needs(formats=frozenset(Format), device_types=frozenset({"cpu"}), packages=("numba",))
 
-GEMV_ROWS_MAX_M = {Format.E5M2: 4, Format.E4M3: 4, Format.NVFP4: 8, Format.MXFP4: 8}
+GEMV_ROWS_MAX_M = {Format.E5M2: 4, Format.E4M3: 4, Format.NVFP4: 8, Format.MXFP4: 8,
+                   Format.E4M3_B128: 4}
 """Up to this many activation rows (per format), one M = 1 GEMV per row of x: the fused GEMVs
 (prefetching IR kernels) read the weight M times and still beat the small-M kernel's one read
 there. `OMP_WAIT_POLICY=passive python benchmarks/cpu_small_m.py --m 1,2,4,8,16 --paths --reps
@@ -88,8 +89,6 @@ def _matmul_f32(x: torch.Tensor, packed: PackedWeight, inject: bool, threads: in
     if x.shape[0] == 1:
         return gemv(x, packed, inject, threads)
     m, fmt = x.shape[0], packed.fmt
-    if fmt is Format.E4M3_B128:
-        return matmul_b128(x, packed, threads)
     if _dp_rows.fused_fits(m, fmt, x.dtype):
         y = _dp_rows.matmul_fused(x, packed, threads)
         if y is not None:

@@ -9,7 +9,8 @@ import torch
 from ...formats import Format, PackedWeight
 from ._runtime import chunk_rows, loaded, padded_x
 
-TILE_MIN_M = {Format.E5M2: 256, Format.E4M3: 256, Format.NVFP4: 256, Format.MXFP4: 256}
+TILE_MIN_M = {Format.E5M2: 256, Format.E4M3: 256, Format.NVFP4: 256, Format.MXFP4: 256,
+              Format.E4M3_B128: 256}
 """From this many activation rows on (per format; float32 and float16 x), the large-M path:
 dequantise a tile of rows and multiply with torch's matmul; below it, the small-M kernel
 (_smallm.smallm_matmul). Measured, not guessed: `python benchmarks/cpu_small_m.py --m
@@ -23,20 +24,19 @@ TILE_MIN_M_BF16 = {Format.E5M2: 128, Format.E4M3: 128, Format.NVFP4: 128, Format
 dot products where the CPU has them): the same command with `--act bf16 --m 16,32,64,128,256`,
 small / tile: M = 64 E5M2 208 / 332, E4M3 268 / 412, NVFP4 254 / 390, MXFP4 184 / 364; M = 128
 355 / 309, 316 / 366, 412 / 432, 416 / 321 (mixed); M = 256 584 / 368, 656 / 294, 644 / 428,
-606 / 412."""
+606 / 412. E4M3_B128 has no bf16 tile (a code times its tile scale is not a bf16 number):
+float32 x's crossover for every x."""
 
 TILE_ELEMENTS = 1 << 22
 """float32 weights a dequantised tile holds (16 MiB: 1024 rows at K = 4096); one tile a call,
 freed when the call returns, so no full-precision copy of a weight outlives a call."""
 
 _KIND = {Format.E5M2: 0, Format.E4M3: 1, Format.NVFP4: 2, Format.MXFP4: 3, Format.E4M3_B128: 4}
-_NO_TILES = np.ones((1, 1), np.float32)  # decode_matmul's tile scales for the other formats
-_B128_SLAB_ELEMENTS = 1 << 23  # E4M3_B128 from M = 16: 32 MiB of float32 weight a slab
 
 
 def matmul_rows(x: torch.Tensor, packed: PackedWeight, threads: int) -> torch.Tensor:
-    """y [M, N] float32 = x @ W.T for 1 < M (not E4M3_B128): the small-M kernel below the
-    format's TILE_MIN_M, else dequantised tiles for torch's matmul."""
+    """y [M, N] float32 = x @ W.T for 1 < M: the small-M kernel below the format's TILE_MIN_M,
+    else dequantised tiles for torch's matmul (float32 ones for E4M3_B128)."""
     S = loaded()[4]
     n, _ = packed.shape
     m = x.shape[0]
@@ -46,10 +46,11 @@ def matmul_rows(x: torch.Tensor, packed: PackedWeight, threads: int) -> torch.Te
     yn = np.empty((m, n), np.float32)  # numpy first: torch.from_numpy is the cheaper pair
     y = torch.from_numpy(yn)
     codes = packed.words.view(torch.uint8).numpy()  # [N, Kp] FP8 bytes, [N, Kp/2] FP4 bytes
-    scales = packed.scales.numpy() if fp4 else np.zeros((1, 1), np.uint8)
+    b128 = fmt is Format.E4M3_B128
+    scales = packed.scales.numpy() if fp4 or b128 else np.zeros((1, 1), np.uint8)
     g = np.float32(packed.global_scale.item()) if fmt is Format.NVFP4 else np.float32(1.0)
     kind = _KIND[fmt]
-    bf16 = x.dtype == torch.bfloat16
+    bf16 = x.dtype == torch.bfloat16 and not b128
     if m < (TILE_MIN_M_BF16 if bf16 else TILE_MIN_M)[fmt]:
         xd = _x_decode_order(x, kp, fp4)
         S.smallm_matmul(kind, codes, scales, g, xd.numpy(), yn, chunk_rows(n, threads))
@@ -97,35 +98,6 @@ def _x_decode_order(x: torch.Tensor, kp: int, fp4: bool,
         return xp.contiguous()
     m = xp.shape[0]
     return xp.view(m, kp // 2, 2).transpose(1, 2).reshape(m, kp)
-
-
-def matmul_b128(x: torch.Tensor, packed: PackedWeight, threads: int) -> torch.Tensor:
-    """E4M3_B128 at M > 1: each weight row decoded once with its tile scales
-    (_kernels.decode_matmul) and used for every row of x; from M = 16, slabs of decoded
-    rows for torch's sgemm. (The small-M kernels of the other formats don't take tile scales.)"""
-    K = loaded()[1]
-    n, _ = packed.shape
-    m, kp = x.shape[0], packed.padded_k
-    yn = np.empty((m, n), np.float32)
-    y = torch.from_numpy(yn)
-    codes = packed.words.view(torch.uint8).numpy()
-    no_scales, g = np.zeros((1, 1), np.uint8), np.float32(1.0)
-    tiles, kind = packed.scales.numpy(), _KIND[Format.E4M3_B128]
-    xp = padded_x(x, kp)
-    if m < 16:
-        no_w = np.zeros((0, kp), np.float32)
-        K.decode_matmul(kind, codes, no_scales, g, tiles, xp.numpy(), yn, no_w, 0, n,
-                        chunk_rows(n, threads), False)
-        return y
-    no_x = np.zeros((0, kp), np.float32)
-    rows = max(1, _B128_SLAB_ELEMENTS // kp)
-    for start in range(0, n, rows):
-        stop = min(n, start + rows)
-        w = torch.empty((stop - start, kp), dtype=torch.float32)
-        K.decode_matmul(kind, codes, no_scales, g, tiles, no_x, yn, w.numpy(), start, stop,
-                        chunk_rows(stop - start, threads), False)
-        torch.matmul(xp, w.T, out=y[:, start:stop])
-    return y
 
 
 def _row_scaled(y: torch.Tensor, packed: PackedWeight, fp4: bool) -> torch.Tensor:

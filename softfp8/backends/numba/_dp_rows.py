@@ -82,8 +82,9 @@ def fused_fits(m: int, fmt: Format, dtype: torch.dtype) -> bool:
 
 
 def below_crossover(m: int, fmt: Format, dtype: torch.dtype) -> bool:
-    """Whether M = m rows of x in `dtype` are below this kernel's crossover to the tiles."""
-    return m < (DP_TILE_MIN_M_BF16 if dtype == torch.bfloat16 else DP_TILE_MIN_M)[fmt]
+    """Whether M = m rows of x in `dtype` are below this kernel's crossover to the tiles (never
+    for E4M3_B128, whose tile scales the kernel does not take)."""
+    return m < (DP_TILE_MIN_M_BF16 if dtype == torch.bfloat16 else DP_TILE_MIN_M).get(fmt, 0)
 
 
 def available() -> bool:
@@ -160,7 +161,7 @@ def matmul_fused(x: torch.Tensor, packed: PackedWeight, threads: int) -> torch.T
         w_low, w_high = min(w_low, -1), max(w_high, 3)
         if fmt is Format.NVFP4:  # scales decoded as E4M3 / 256
             w_low -= 8
-    if not ok or x_low + w_low < B.EXP_LOW or x_high + w_high + 1 > B.EXP_HIGH:
+    if not _products_fit(B, ok, x_low, x_high, w_low, w_high):
         return None
     yn = np.zeros((m, n), np.float32)
     chunk = chunk_rows(n, threads)
@@ -177,12 +178,7 @@ def matmul_fused(x: torch.Tensor, packed: PackedWeight, threads: int) -> torch.T
         F.fused_fp8(F.E5M2 if fmt is Format.E5M2 else F.E4M3,
                     packed.words.view(torch.uint8).numpy(), x3, terms, yn, chunk,
                     F.block_steps(mt, F.STEP8, True), True)
-    y = torch.from_numpy(yn)
-    if fmt is Format.NVFP4:
-        y *= 256.0 * float(packed.global_scale.item())
-    elif not fp4 and packed.scales is not None:
-        y *= packed.scales
-    return y
+    return _scaled(yn, packed, nvfp4_unit=256.0)
 
 
 def matmul(x: torch.Tensor, packed: PackedWeight, threads: int) -> torch.Tensor | None:
@@ -204,7 +200,7 @@ def matmul(x: torch.Tensor, packed: PackedWeight, threads: int) -> torch.Tensor 
     k32 = -(-kp // B.STEP) * B.STEP
     x16 = np.zeros((m * terms, k32), np.uint16)
     ok, x_low, x_high = B.split_x(xd.contiguous().numpy(), terms, x16)
-    if not ok or x_low + w_low < B.EXP_LOW or x_high + w_high + 1 > B.EXP_HIGH:
+    if not _products_fit(B, ok, x_low, x_high, w_low, w_high):
         return None
     yn = np.zeros((m, n), np.float32)
     if fp4:
@@ -214,9 +210,21 @@ def matmul(x: torch.Tensor, packed: PackedWeight, threads: int) -> torch.Tensor 
         codes, words = packed.words.view(torch.uint8).numpy(), np.zeros((0, 1), np.int32)
         scales = np.zeros((1, 1), np.uint8)
     B.smallm_bf16(kind, codes, words, scales, x16, terms, yn, chunk_rows(n, threads))
+    return _scaled(yn, packed, nvfp4_unit=1.0)
+
+
+def _products_fit(B, ok: bool, x_low: int, x_high: int, w_low: int, w_high: int) -> bool:
+    """Whether x (finite: `ok`) times weight values whose binary exponents span these ranges
+    stays within the bf16-product kernels' exact range (B.EXP_LOW .. B.EXP_HIGH)."""
+    return ok and x_low + w_low >= B.EXP_LOW and x_high + w_high + 1 <= B.EXP_HIGH
+
+
+def _scaled(yn: np.ndarray, packed: PackedWeight, nvfp4_unit: float) -> torch.Tensor:
+    """The kernels' float32 y with what they leave out applied: NVFP4's tensor scale (times
+    `nvfp4_unit`, the unit the kernel took its block scales in), or the 8-bit row scales."""
     y = torch.from_numpy(yn)
-    if fmt is Format.NVFP4:
-        y *= float(packed.global_scale.item())
-    elif not fp4 and packed.scales is not None:
+    if packed.fmt is Format.NVFP4:
+        y *= nvfp4_unit * float(packed.global_scale.item())
+    elif packed.fmt is not Format.MXFP4 and packed.scales is not None:  # MXFP4: in the kernel
         y *= packed.scales
     return y

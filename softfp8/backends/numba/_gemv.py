@@ -97,7 +97,6 @@ def _bf16_products(table, setting: str) -> bool:
 # is worked out once and kept (`_PLAN`: rebuilt when a tensor of the weight is replaced or
 # written in place, or the numba_fp4_lut setting changes), and a call does only what depends on x.
 
-_LUT_SETTING = _fp4_lut_setting
 _PLAN = "numba gemv plan"
 """The key of a weight's GEMV plan among its facts (`_facts.facts_of`, kept while the words
 tensor lives): (scales tensor, global scale tensor, stamp, plan), stamp = (numba_fp4_lut
@@ -108,7 +107,7 @@ runs on every GEMV call."""
 def gemv(x: torch.Tensor, packed: PackedWeight, inject: bool, threads: int) -> torch.Tensor:
     """y [1, N] float32 = x [1, K] @ W.T (row scales applied)."""
     w, s, gs = packed.words, packed.scales, packed.global_scale
-    stamp = (_LUT_SETTING(), version_of(w), -1 if s is None else version_of(s),
+    stamp = (_fp4_lut_setting(), version_of(w), -1 if s is None else version_of(s),
              -1 if gs is None else version_of(gs))
     facts = facts_of(w, create=True)
     kept = facts.get(_PLAN)

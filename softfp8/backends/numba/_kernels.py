@@ -14,9 +14,7 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-from ._decode import (
-    _E2M1_BITS, _I32, _INLINE, _JIT, _SIGN, _i2f, e2m1_select, e4m3_bits, e4m3_fast_div256,
-    e5m2_fast, e8m0, e8m0_i32)
+from ._decode import _E2M1_BITS, _I32, _INLINE, _JIT, _SIGN, _i2f, e4m3_fast_div256, e8m0_i32
 
 
 # -- fused GEMV (M = 1): decode in registers, rows split into chunks, one prange step each ------
@@ -177,56 +175,3 @@ def gemv_mxfp4(words, scales, xp, y, chunk, inject):
     n = words.shape[0]
     for c in nb.prange((n + chunk - 1) // chunk):
         _mxfp4_rows(words, scales, xp, y, c * chunk, min(n, (c + 1) * chunk), inject)
-
-
-# -- E4M3_B128 at M > 1: decode a row once into fp32, then reuse it for every activation row ---
-
-# kernel-side format ids (backends.numba maps Format to these)
-E5M2, E4M3, NVFP4, MXFP4, E4M3_B128 = 0, 1, 2, 3, 4
-
-
-@nb.njit(**_INLINE)
-def _decode_row(kind, codes, scales, g, tiles, r, inject, out):
-    """Row r as float32 into out[:Kp]; E5M2 / E4M3 rows unscaled (the caller applies row scales),
-    E4M3_B128 rows times their tile scales (float32 `tiles`, one per 128 x 128)."""
-    if kind == E5M2:
-        for k in range(codes.shape[1]):
-            out[k] = e5m2_fast(codes[r, k])
-    elif kind == E4M3:
-        for k in range(codes.shape[1]):
-            out[k] = e4m3_fast_div256(codes[r, k]) * np.float32(256.0)
-    elif kind == E4M3_B128:
-        row_tiles = tiles[r // 128]
-        for k in range(codes.shape[1]):
-            out[k] = e4m3_fast_div256(codes[r, k]) * np.float32(256.0) * row_tiles[k // 128]
-    else:
-        per = 8 if kind == NVFP4 else 16  # bytes per block scale
-        for blk in range(scales.shape[1]):
-            s = e4m3_bits(scales[r, blk]) * g if kind == NVFP4 else e8m0(scales[r, blk])
-            # Always select here, whatever `inject` says: with fastmath's reassoc, LLVM folded
-            # the injection's x 2^126 into s, which overflows for s >= 4 (inf * 0 = NaN for zero
-            # codes; the case decode_e2m1_to_f32_inject's docstring warns of). A row is decoded
-            # once per call here, so the cheaper decoder buys nothing.
-            for i in range(blk * per, (blk + 1) * per):
-                b = _I32(codes[r, i])
-                out[2 * i] = e2m1_select(b) * s
-                out[2 * i + 1] = e2m1_select(_I32(b >> _I32(4))) * s
-
-
-@nb.njit(parallel=True, **_JIT)
-def decode_matmul(kind, codes, scales, g, tiles, x, y, w, r0, r1, chunk, inject):
-    """Rows r0..r1 of the weight. With x [M, Kp] and y [M, N]: y[:, r] = x @ row r (small M).
-    With w [r1 - r0, Kp] (and x empty): write the decoded rows into w (dequantise for large M)."""
-    kp = x.shape[1] if x.shape[0] > 0 else w.shape[1]
-    for c in nb.prange((r1 - r0 + chunk - 1) // chunk):
-        buf = np.empty(kp, np.float32)
-        for r in range(r0 + c * chunk, min(r1, r0 + (c + 1) * chunk)):
-            if x.shape[0] == 0:
-                _decode_row(kind, codes, scales, g, tiles, r, inject, w[r - r0])
-                continue
-            _decode_row(kind, codes, scales, g, tiles, r, inject, buf)
-            for m in range(x.shape[0]):
-                acc = np.float32(0.0)
-                for k in range(kp):
-                    acc += buf[k] * x[m, k]
-                y[m, r] = acc

@@ -18,7 +18,8 @@ into a per-byte array first (a store of a broadcast, which vectorises; reading t
 byte i as scales[i // 8] inside the value loop would be a gather).
 
 Values are the reference's bits: FP8 unscaled (the caller applies row scales to y, as the other
-numba paths do), E4M3 through e4m3_fast_div256 x 256 (exact), FP4 as e2m1_select x the block
+numba paths do), E4M3 through e4m3_fast_div256 x 256 (exact), E4M3_B128 the same times its
+128 x 128 tile's scale (one fp32 product, as the reference's), FP4 as e2m1_select x the block
 scale (NVFP4: e4m3 x the tensor scale, as quantize.dequantize_rows computes it).
 """
 from __future__ import annotations
@@ -29,8 +30,11 @@ import numpy as np
 from ._decode import (_I32, _JIT, _f2i, e2m1_select, e4m3_bits, e4m3_fast_div256, e5m2_fast,
                             e8m0)
 
-E5M2, E4M3, NVFP4, MXFP4 = 0, 1, 2, 3
+E5M2, E4M3, NVFP4, MXFP4, E4M3_B128 = 0, 1, 2, 3, 4
 """Format ids as backends.numba passes them (the same as _kernels')."""
+
+B128 = 128
+"""E4M3_B128's tile edge: row r, byte k has the scale scales[r // 128, k // 128]."""
 
 GROUP = 4
 """Weight rows decoded together and met by each pair of x rows: 4 rows x 2 x rows = 8 running
@@ -40,7 +44,8 @@ vector sums, which with the loaded vectors fit AVX-512's 32 registers (AVX2's 16
 @nb.njit(**_JIT)
 def _decode_into(kind, codes, scales, g, r, out, sexp):
     """Weight row r as float32 into out[:Kp] in decode order (module docstring); `sexp` holds at
-    least Kp / 2 floats of scratch for the FP4 block scales spread per byte."""
+    least Kp / 2 floats of scratch for the FP4 block scales spread per byte. `scales`: FP4's
+    block scale codes, E4M3_B128's float32 tile scales [ceil(N / 128), ceil(Kp / 128)]."""
     nb_ = codes.shape[1]  # bytes a row
     row = codes[r]  # 1-D views: indexing the 2-D arrays here kept LLVM from vectorising (10x)
     if kind == E5M2:
@@ -49,6 +54,15 @@ def _decode_into(kind, codes, scales, g, r, out, sexp):
     elif kind == E4M3:
         for k in range(nb_):
             out[k] = e4m3_fast_div256(row[k]) * np.float32(256.0)
+    elif kind == E4M3_B128:
+        tiles = scales[r // B128]
+        for t in range(tiles.shape[0]):
+            s = np.float32(tiles[t])
+            # slices, each loop from 0: indices LLVM knows non-negative vectorise (a loop over
+            # range(t * 128, ...) checked each index for wraparound: 4x slower)
+            seg, dst = row[t * B128:(t + 1) * B128], out[t * B128:(t + 1) * B128]
+            for j in range(seg.shape[0]):
+                dst[j] = e4m3_fast_div256(seg[j]) * np.float32(256.0) * s
     else:
         per = 8 if kind == NVFP4 else 16  # bytes a block scale covers
         srow = scales[r]

@@ -25,6 +25,7 @@ import functools
 import inspect
 import threading
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 
@@ -175,12 +176,29 @@ def _workspace(device: torch.device, stream: int, shape: tuple[int, ...]) -> tor
     return ws
 
 
+class Unreplayable:
+    """A layer's eager call whose launches can't be replayed (a launcher bound otherwise, no
+    compiled kernel to read, a replay that differed from the call): `launch` hands every call to
+    the ordinary path, and the layer does not record it again (each recording checks its replay
+    against y, a device sync)."""
+
+    __slots__ = ()
+    records_again = False
+
+    def launch(self, x: torch.Tensor) -> None:
+        return None
+
+
+UNREPLAYABLE = Unreplayable()
+
+
 @dataclass(frozen=True)
 class LayerCall:
     """A layer's recorded eager call for one input shape, dtype and device (see the module
     docstring for when it replays). `launch` returns y, or None where the ordinary path must
-    run."""
+    run; the layer then records the call again (`records_again`)."""
 
+    records_again: ClassVar[bool] = True
     replays: tuple[Replay, ...]
     device: torch.device
     y_shape: tuple[int, ...]
@@ -219,8 +237,9 @@ class LayerCall:
 def record_call(matmul, x2: torch.Tensor, packed, bias, e2m1, readers: tuple,
                 y_shape: tuple[int, ...] | None = None) -> tuple[torch.Tensor, LayerCall | None]:
     """Run `matmul(x2, packed, bias, e2m1=e2m1)` once, recording its launches, and return (y,
-    the LayerCall that replays it, or None). The replay is checked against y bit for bit
-    before it is returned. `y_shape`: the shape a replay's y takes (the caller's x may have
+    the LayerCall that replays it; UNREPLAYABLE where its launches can't be replayed; None where
+    nothing could be recorded now: not CUDA, a capture, a launch hook). The replay is checked
+    against y bit for bit before it is returned. `y_shape`: the shape a replay's y takes (the caller's x may have
     more dimensions than x2; default y's)."""
     if not x2.is_cuda or torch.cuda.is_current_stream_capturing():
         return matmul(x2, packed, bias, e2m1=e2m1), None
@@ -232,9 +251,9 @@ def record_call(matmul, x2: torch.Tensor, packed, bias, e2m1, readers: tuple,
     try:
         replays = _replays(rec.launches, x2, y, rec.workspace)
     except Exception:  # a Triton whose kernels bind or expose their launcher otherwise
-        return y, None
+        return y, UNREPLAYABLE
     if replays is None:
-        return y, None
+        return y, UNREPLAYABLE
     stream = torch._C._cuda_getCurrentRawStream(x2.device.index)
     y_shape = tuple(y.shape) if y_shape is None else tuple(y_shape)
     call = LayerCall(replays, x2.device, tuple(y.shape), y.dtype, readers, settings,
@@ -243,7 +262,9 @@ def record_call(matmul, x2: torch.Tensor, packed, bias, e2m1, readers: tuple,
     try:
         again = call.launch(x2)
     except Exception:  # a launcher that takes its arguments otherwise: keep Triton's launch
+        return y, UNREPLAYABLE
+    if again is None:  # this x (misaligned): a later one may replay
         return y, None
-    if again is None or not torch.equal(again, y):
-        return y, None
+    if not torch.equal(again, y):
+        return y, UNREPLAYABLE
     return y, dataclasses.replace(call, y_shape=y_shape)
