@@ -1,8 +1,10 @@
 """What the Numba backend's tests share: a packed weight of random normal values, by format, with
-some of its codes edited, and the inputs the bf16-product kernels must hand back."""
+some of its codes edited, the inputs the bf16-product kernels must hand back, and what the
+backend must then still compute."""
 from __future__ import annotations
 
 import torch
+from conftest import rel_err
 
 import softfp8
 from softfp8.formats import PackedWeight
@@ -51,3 +53,15 @@ def hand_back_case(case: str, m: int, n: int, k: int):
     elif case == "x inf":
         x[2, 7] = float("inf")
     return packed, x
+
+
+def assert_backend_matches_reference(x: torch.Tensor, packed: PackedWeight) -> None:
+    """The numba backend's y = x @ W.T (whatever path it takes) against the torch reference: NaN
+    exactly where the reference has NaN, within 1e-5 relative where the reference is finite."""
+    from softfp8.backends import numba as cpu_backend
+
+    y = cpu_backend.matmul(x, packed)
+    ref = softfp8.linear(x, packed, backend="torch")
+    fin = torch.isfinite(ref)
+    assert torch.equal(torch.isnan(y), torch.isnan(ref))
+    assert rel_err(y[fin], ref[fin]) <= 1e-5

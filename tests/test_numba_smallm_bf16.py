@@ -5,7 +5,8 @@ float32 kernels (values vdpbf16ps would flush or codes it does not decode)."""
 import pytest
 import torch
 from conftest import rel_err, same_bits
-from numba_support import HAND_BACK_CASES, hand_back_case, quantized, with_codes
+from numba_support import (HAND_BACK_CASES, assert_backend_matches_reference, hand_back_case,
+                           quantized, with_codes)
 
 import softfp8
 from softfp8.formats import Format, PackedWeight
@@ -138,11 +139,7 @@ def test_what_it_hands_back(case):
     then runs the float32 kernel and still matches the reference."""
     packed, x = hand_back_case(case, 6, 11, 96)
     assert _dp_rows.matmul(x, packed, 2) is None
-    y = cpu_backend.matmul(x, packed)
-    ref = softfp8.linear(x, packed, backend="torch")
-    fin = torch.isfinite(ref)
-    assert torch.equal(torch.isnan(y), torch.isnan(ref))
-    assert rel_err(y[fin], ref[fin]) <= 1e-5
+    assert_backend_matches_reference(x, packed)
 
 
 @needs_bf16
