@@ -33,14 +33,15 @@ M = 4 GEMV rows 2.71 / this 3.61 / float32 4.23, M = 8 4.80 / 4.51 / 4.76, M = 1
 / 6.65, M = 32 17.7 / 13.4 / 11.0: never (its blocked kernel takes a third of x's rows a tile)."""
 
 DP_TILE_MIN_M_BF16 = {Format.E5M2: 256, Format.E4M3: 256, Format.NVFP4: 256, Format.MXFP4: 256,
-                      Format.E4M3_B128: 1 << 31}
+                      Format.E4M3_B128: 2048}
 """The same for bfloat16 x (one bf16 term), against the tiles (a bf16 matmul): the same command
 with `--act bf16`, this kernel / tile: M = 128 E5M2 27.9 / 29.3, E4M3 28.6 / 32.1, NVFP4 29.8 /
 34.1, MXFP4 28.4 / 33.3; M = 256 60.1 / 52.9, 57.2 / 54.5, 64.1 / 60.3, 61.7 / 54.8. (The
 float32 small-M kernel: 71.7-77.4 at M = 128.) E4M3_B128, whose tile is float32 (a code times
-its tile scale is no bf16 number), never reaches it (`--formats e4m3_b128 --act bf16 --paths
-dp,tile`, two threads, wall, idle): M = 256 32.6 / 64.6, 512 115 / 119, 1024 150 / 212, 2048
-468 / 535."""
+its tile scale is no bf16 number), stays on this kernel longer (`--formats e4m3_b128 --act bf16
+--paths dp,tile`, two threads, wall, idle): M = 256 32.6 / 64.6, 512 115 / 119, 1024 150 /
+212, 2048 468 / 535; even at 2048 over runs (`softfp8-bench small-m`: this kernel 551, the
+tile 436-505), where x (16 MiB in bf16) no longer stays in the cache between row groups."""
 
 DP_FIRST_MIN_M_BF16 = {Format.E4M3_B128: 3}
 """From this many rows of bf16 x (formats without a fused kernel), this kernel runs before the
