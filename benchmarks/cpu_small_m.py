@@ -62,14 +62,17 @@ def _forced(fmt: Format, path: str, call):
               "small": (NEVER, NEVER, 1, 0, 0, 0), "tile": (2, 2, 1, 0, 0, 0)}[path]
 
     def run():
-        saved = [t[fmt] for t in tables]
+        saved = [t.get(fmt) for t in tables]  # None: a table without the format (left so)
         for t, v in zip(tables, values):
             t[fmt] = v
         try:
             call()
         finally:
             for t, v in zip(tables, saved):
-                t[fmt] = v
+                if v is None:
+                    del t[fmt]
+                else:
+                    t[fmt] = v
     return run
 
 

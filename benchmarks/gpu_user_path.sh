@@ -17,7 +17,8 @@
 #   the tag is commit 7b4899e where a clone lacks it);
 # gpu: the whole GPU suite (pytest -m gpu) over 8 processes (pytest-xdist), cut after GPU_SUITE_S
 #   seconds (default 540); each test's line in $OUT/gpu-suite.log as it ends, so a cut run still
-#   names its failures (in one H100 call, -q with files kept whole reached 53% in 300 s);
+#   names its failures (in one H100 call, -q with files kept whole reached 53% in 300 s); with
+#   GPU_SUITE_DONE=FILE (test ids, one a line: the PASSED ids of a cut run's log) it runs the rest;
 # cudabk: the CUDA backend (CuPy + NVRTC) against the Triton one (benchmarks/gpu_cuda_backend.py);
 # load: benchmarks/gpu_load.py, every checkpoint layout loaded and run ($OUT/gpu_load.json);
 # newtf: the compile, graph and hub GPU tests and static-cache generate on the transformers whose
@@ -53,8 +54,13 @@ for step in "$@"; do
          done ;;
     b128) python3 -m pytest -q -m gpu tests/test_mma_gemv.py -k "b128 or B128" 2>&1 | tail -15
           python3 benchmarks/gpu_e4m3_b128.py --skip-tests --out "$OUT/gpu-e4m3-b128.json" 2>&1 | tail -25 ;;
-    gpu) timeout "${GPU_SUITE_S:-540}" python3 -m pytest -v -m gpu -n 8 -p no:cacheprovider -rfE --durations=15 tests \
-           > "$OUT/gpu-suite.log" 2>&1
+    gpu) done_args=()  # GPU_SUITE_DONE: a file of test ids that passed in an earlier, cut run
+         if [ -n "${GPU_SUITE_DONE:-}" ]; then
+           while read -r id; do [ -n "$id" ] && done_args+=(--deselect "$id"); done < "$GPU_SUITE_DONE"
+           echo "leaving out $(( ${#done_args[@]} / 2 )) ids that passed before ($GPU_SUITE_DONE)"
+         fi
+         timeout "${GPU_SUITE_S:-540}" python3 -m pytest -v -m gpu -n 8 -p no:cacheprovider -rfE --durations=15 \
+           "${done_args[@]}" tests > "$OUT/gpu-suite.log" 2>&1
          grep -E "FAILED|ERROR" "$OUT/gpu-suite.log" | head -20
          grep -cE "PASSED" "$OUT/gpu-suite.log"; tail -22 "$OUT/gpu-suite.log" ;;
     cudabk) python3 benchmarks/gpu_cuda_backend.py --out "$OUT" 2>&1 | grep -v "Warn\\|warn" | tail -30 ;;

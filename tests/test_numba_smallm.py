@@ -181,9 +181,7 @@ def test_tile_rows_are_bounded():
                          ids=["GEMV_ROWS_MAX_M", "TILE_MIN_M", "TILE_MIN_M_BF16", "DP_TILE_MIN_M",
                               "DP_TILE_MIN_M_BF16"])
 def test_every_format_has_a_crossover(crossover):
-    # E4M3_B128 takes the GEMV rows, the float32 small-M kernel and float32 tiles: no bf16
-    # products (a code times its tile scale is not a bf16 number)
-    bf16_only = crossover in (_batch.TILE_MIN_M_BF16, _dp_rows.DP_TILE_MIN_M,
-                              _dp_rows.DP_TILE_MIN_M_BF16)
-    assert set(crossover) == set(Format) - ({Format.E4M3_B128} if bf16_only else set())
+    # E4M3_B128 has no bf16 tile (a code times its tile scale is not a bf16 number)
+    no_b128 = crossover is _batch.TILE_MIN_M_BF16
+    assert set(crossover) == set(Format) - ({Format.E4M3_B128} if no_b128 else set())
     assert all(isinstance(v, int) and v >= 1 for v in crossover.values())

@@ -5,7 +5,8 @@ float32 kernels (values vdpbf16ps would flush or codes it does not decode)."""
 import pytest
 import torch
 from conftest import rel_err, same_bits
-from numba_support import HAND_BACK_CASES, hand_back_case, quantized, with_codes
+from numba_support import (HAND_BACK_CASES, assert_backend_matches_reference, hand_back_case,
+                           quantized, with_codes)
 
 import softfp8
 from softfp8.formats import Format, PackedWeight
@@ -18,7 +19,7 @@ from softfp8.backends.numba import _dp_rows  # noqa: E402
 from test_numba_smallm import every_code_weight  # noqa: E402
 
 needs_bf16 = pytest.mark.skipif(not B.available(), reason="numba does not target AVX-512 BF16 here")
-FORMATS = ["e5m2", "e5m2_rowscale", "e4m3", "nvfp4", "mxfp4"]
+FORMATS = ["e5m2", "e5m2_rowscale", "e4m3", "nvfp4", "mxfp4", "e4m3_b128"]
 
 
 def decoded_bf16(packed: PackedWeight, kind: int) -> torch.Tensor:
@@ -132,22 +133,65 @@ def test_backend_routes_small_m_here(fmt, monkeypatch):
 
 
 @needs_bf16
+def test_e4m3_b128_bf16_x_takes_it_before_the_gemv_rows(monkeypatch):
+    """E4M3_B128 (no fused kernel) with bf16 x from DP_FIRST_MIN_M_BF16 rows runs this kernel,
+    not a GEMV per row; float32 x at that M keeps the GEMV rows."""
+    packed, g = quantized("e4m3_b128", 140, 300, seed=5)
+    m = _dp_rows.DP_FIRST_MIN_M_BF16[packed.fmt]
+    assert m <= cpu_backend.GEMV_ROWS_MAX_M[packed.fmt]
+    calls = []
+    real = _dp_rows.matmul
+    monkeypatch.setattr(_dp_rows, "matmul", lambda *a: calls.append(a[0].dtype) or real(*a))
+    for dtype in (torch.bfloat16, torch.float32):
+        x = torch.randn(m, 300, generator=g).to(dtype)
+        y = cpu_backend.matmul(x, packed)
+        ref = softfp8.linear(x.float(), packed, backend="torch")
+        assert rel_err(y.float(), ref) <= (2.0 ** -8 if dtype == torch.bfloat16 else 1e-5)
+    assert calls == [torch.bfloat16]
+
+
+@needs_bf16
+def test_e4m3_b128_scales_reach_their_blocks():
+    """Each 128 x 128 tile's scale multiplies that tile's products only: scales far apart
+    (powers of 2 and 3 x 2^e, and a zero tile scale) over rows and columns that end inside a
+    tile."""
+    packed, g = quantized("e4m3_b128", 260, 400, seed=6)
+    rows, cols = packed.scales.shape
+    e = torch.arange(rows * cols, dtype=torch.float32).view(rows, cols)
+    scales = torch.where(e % 2 == 0, 2.0 ** (e - 6), 3 * 2.0 ** (-e)).contiguous()
+    scales[1, 2] = 0.0
+    packed = PackedWeight("e4m3_b128", packed.shape, packed.words, scales)
+    x = torch.randn(7, 400, generator=g)
+    y = _dp_rows.matmul(x, packed, 2)
+    assert y is not None
+    assert rel_err(y, softfp8.linear(x, packed, backend="torch")) <= 1e-5
+
+
+@needs_bf16
+@pytest.mark.parametrize("case", ["e4m3_b128 inf scale", "e4m3_b128 NaN scale",
+                                  "e4m3_b128 tiny x", "e4m3_b128 huge x"])
+def test_what_it_hands_back_of_e4m3_b128(case):
+    """As below, for E4M3_B128's tile scales (one tile of four non-finite; the range check
+    counts the largest scale)."""
+    packed, x = hand_back_case(case, 6, 140, 300)
+    assert _dp_rows.matmul(x, packed, 2) is None
+    assert_backend_matches_reference(x, packed)
+
+
+@needs_bf16
 @pytest.mark.parametrize("case", HAND_BACK_CASES)
 def test_what_it_hands_back(case):
     """None where vdpbf16ps would flush a product or a code is out of its decode; the backend
     then runs the float32 kernel and still matches the reference."""
     packed, x = hand_back_case(case, 6, 11, 96)
     assert _dp_rows.matmul(x, packed, 2) is None
-    y = cpu_backend.matmul(x, packed)
-    ref = softfp8.linear(x, packed, backend="torch")
-    fin = torch.isfinite(ref)
-    assert torch.equal(torch.isnan(y), torch.isnan(ref))
-    assert rel_err(y[fin], ref[fin]) <= 1e-5
+    assert_backend_matches_reference(x, packed)
 
 
 @needs_bf16
-def test_e4m3_nan_code_propagates():
-    packed, g = with_codes("e4m3", 9, 70, lambda w, s: w[1].__setitem__(5, 0x7F))
+@pytest.mark.parametrize("fmt", ["e4m3", "e4m3_b128"])
+def test_e4m3_nan_code_propagates(fmt):
+    packed, g = with_codes(fmt, 9, 70, lambda w, s: w[1].__setitem__(5, 0x7F))
     assert _dp_rows.weight_plan(packed)[0] == B.E4M3  # the NaN fix stays
     x = torch.randn(6, 70, generator=g)
     y = _dp_rows.matmul(x, packed, 2)
@@ -155,5 +199,5 @@ def test_e4m3_nan_code_propagates():
     assert torch.equal(torch.isnan(y), torch.isnan(ref)) and torch.isnan(ref).any()
     fin = torch.isfinite(ref)
     assert rel_err(y[fin], ref[fin]) <= 1e-5
-    clean, _ = quantized("e4m3", 9, 70, seed=2)
+    clean, _ = quantized(fmt, 9, 70, seed=2)
     assert _dp_rows.weight_plan(clean)[0] == B.E4M3_FINITE

@@ -6,7 +6,8 @@ the backend routing small M here."""
 import pytest
 import torch
 from conftest import rel_err
-from numba_support import HAND_BACK_CASES, hand_back_case, quantized, with_codes
+from numba_support import (HAND_BACK_CASES, assert_backend_matches_reference, hand_back_case,
+                           quantized, with_codes)
 
 import softfp8
 from softfp8.formats import PackedWeight
@@ -104,11 +105,7 @@ def test_what_it_hands_back(case):
     backend then takes another path and still matches the reference."""
     packed, x = hand_back_case(case, 3, 11, 200)
     assert _dp_rows.matmul_fused(x, packed, 2) is None
-    y = cpu_backend.matmul(x, packed)
-    ref = softfp8.linear(x, packed, backend="torch")
-    fin = torch.isfinite(ref)
-    assert torch.equal(torch.isnan(y), torch.isnan(ref))
-    assert rel_err(y[fin], ref[fin]) <= 1e-5
+    assert_backend_matches_reference(x, packed)
 
 
 @needs_fused

@@ -89,12 +89,11 @@ def _fp16_and(device: torch.device, *baselines) -> list[tuple[torch.dtype, str]]
 
 
 def cpu_anchors(sh, m, s: Settings, read_bw, w) -> list[dict]:
-    """torch's int8 weight-only kernel (bf16 x: with float32 x it took 8-40x its bf16 time,
-    7 ms at M = 1 and 18 s at M = 2048 on 4096 x 4096, never torch's fastest) and, where
-    onnxruntime and onnx import, its MatMulNBits 8- and 4-bit (anchors.py says how their
-    formats differ)."""
-    rows = [time_int8pack(sh, m, torch.bfloat16, s, read_bw, w)]
-    rows = [r for r in rows if r is not None]
+    """torch's int8 weight-only kernel (bf16 x: with float32 x it is many times slower, never
+    torch's fastest; docs/decisions.md) and, where onnxruntime and onnx import, its MatMulNBits
+    8- and 4-bit (anchors.py says how their formats differ)."""
+    row = time_int8pack(sh, m, torch.bfloat16, s, read_bw, w)
+    rows = [] if row is None else [row]
     try:
         import onnx  # noqa: F401
         import onnxruntime  # noqa: F401

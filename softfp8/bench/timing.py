@@ -48,8 +48,8 @@ def measure(calls: Sequence[Callable[[], object]], device: torch.device, *, warm
 
     CUDA: `warmup` passes (at least one: kernels compile there), then `reps` timed replays.
     CPU: `warmup` single calls (with `warm_each`, at least one of each call: a softfp8
-    weight's first call computes what the weight keeps, an E4M3 NaN scan of a 16 MB weight took
-    15-25 ms where its later calls took 0.6), then `reps` timed single calls, both round-robin
+    weight's first call computes what the weight keeps, e.g. an E4M3 weight's NaN scan, many
+    times a call's time; docs/decisions.md), then `reps` timed single calls, both round-robin
     over `calls`
     (CPU calls take milliseconds, so per-call timing is precise; where a warm-up call shows
     that `reps` calls would take over HOST_BUDGET_S, fewer are taken, at least MIN_HOST_REPS,

@@ -9,11 +9,13 @@ Strategy by M (rows of activations):
   fused small-M kernel (`_smallm_fused`): each weight vector decoded in registers and
   used for every row of x before the next, so the weight is read and decoded once.
 - 1 < M <= `GEMV_ROWS_MAX_M[fmt]`: the GEMV once per row of x (measured faster there than the
-  kernels below).
+  kernels below; E4M3_B128's bf16 x from `_dp_rows.DP_FIRST_MIN_M_BF16` takes the next kernel
+  first).
 - On CPUs with AVX-512 BF16, below `_dp_rows.DP_TILE_MIN_M` (bf16 x: `DP_TILE_MIN_M_BF16`):
   each weight row decoded once into bf16 and multiplied with several rows of x at a time by
-  vdpbf16ps (`_smallm_bf16`; x as bf16 terms that sum to it exactly), where the weight's codes
-  and x's range allow (else the next path).
+  vdpbf16ps (`_smallm_bf16`; x as bf16 terms that sum to it exactly; E4M3_B128's tile scales
+  on each 128 columns' partial sums), where the weight's codes and x's range allow (else the
+  next path).
 - Up to `TILE_MIN_M[fmt]` (bf16 x: `TILE_MIN_M_BF16`): each thread decodes a few weight rows
   into a cache-resident float32 buffer and takes their dot products with every row of x
   (`_smallm.smallm_matmul`), so the decode costs once per weight, whatever M.
@@ -91,6 +93,10 @@ def _matmul_f32(x: torch.Tensor, packed: PackedWeight, inject: bool, threads: in
     m, fmt = x.shape[0], packed.fmt
     if _dp_rows.fused_fits(m, fmt, x.dtype):
         y = _dp_rows.matmul_fused(x, packed, threads)
+        if y is not None:
+            return y
+    if _dp_rows.first(m, fmt, x.dtype):
+        y = _dp_rows.matmul(x, packed, threads)
         if y is not None:
             return y
     if m <= GEMV_ROWS_MAX_M[fmt]:

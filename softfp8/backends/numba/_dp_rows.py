@@ -5,7 +5,7 @@ A weight's side is worked out once and kept with its facts (`_facts`): the kerne
 (E4M3 without the NaN fix where its codes hold no NaN) and the binary exponent range of its
 decoded values; None where its codes fall outside what the kernel decodes exactly (FP4 scale
 codes that are NaN, negative or E8M0 0; E5M2 infinities and NaNs, which the float32 kernel
-carries as the reference does).
+carries as the reference does; E4M3_B128 tile scales that are not finite).
 """
 from __future__ import annotations
 
@@ -18,7 +18,8 @@ from ...formats import Format, PackedWeight
 from .._facts import codes_nan_free, known_fact, remember_fact
 from ._runtime import chunk_rows, padded_x
 
-DP_TILE_MIN_M = {Format.E5M2: 1, Format.E4M3: 32, Format.NVFP4: 32, Format.MXFP4: 32}
+DP_TILE_MIN_M = {Format.E5M2: 1, Format.E4M3: 32, Format.NVFP4: 32, Format.MXFP4: 32,
+                 Format.E4M3_B128: 1}
 """Below this many rows of float32 or float16 x (per format; 1: never), past the GEMV rows
 (`GEMV_ROWS_MAX_M`), the bf16-product kernel runs where it can; from here on the float32
 small-M kernel and then the tiles (_batch). float32 x takes three bf16 terms, so three times the
@@ -27,13 +28,26 @@ products: `NUMBA_NUM_THREADS=1 python benchmarks/cpu_small_m.py --shapes 4096x40
 load 9, ms, this kernel / the float32 one): M = 8 E5M2 8.7 / 7.4, E4M3 8.6 / 9.1, NVFP4 7.0 /
 11.4, MXFP4 7.7 / 11.3; M = 16 13.0 / 10.9, 12.0 / 12.3, 11.3 / 14.2, 11.2 / 13.7; M = 32 26.2
 / 20.4, 23.5 / 20.7, 24.3 / 24.2, 21.2 / 21.7 (docs/performance.md, CPU: prompts and small
-batches)."""
+batches). E4M3_B128 (`--formats e4m3_b128 --paths rows,dp,small`, two threads, wall, idle):
+M = 4 GEMV rows 2.71 / this 3.61 / float32 4.23, M = 8 4.80 / 4.51 / 4.76, M = 16 8.75 / 7.39
+/ 6.65, M = 32 17.7 / 13.4 / 11.0: never (its blocked kernel takes a third of x's rows a tile)."""
 
-DP_TILE_MIN_M_BF16 = {Format.E5M2: 256, Format.E4M3: 256, Format.NVFP4: 256, Format.MXFP4: 256}
+DP_TILE_MIN_M_BF16 = {Format.E5M2: 256, Format.E4M3: 256, Format.NVFP4: 256, Format.MXFP4: 256,
+                      Format.E4M3_B128: 2048}
 """The same for bfloat16 x (one bf16 term), against the tiles (a bf16 matmul): the same command
 with `--act bf16`, this kernel / tile: M = 128 E5M2 27.9 / 29.3, E4M3 28.6 / 32.1, NVFP4 29.8 /
 34.1, MXFP4 28.4 / 33.3; M = 256 60.1 / 52.9, 57.2 / 54.5, 64.1 / 60.3, 61.7 / 54.8. (The
-float32 small-M kernel: 71.7-77.4 at M = 128.)"""
+float32 small-M kernel: 71.7-77.4 at M = 128.) E4M3_B128, whose tile is float32 (a code times
+its tile scale is no bf16 number), stays on this kernel longer (`--formats e4m3_b128 --act bf16
+--paths dp,tile`, two threads, wall, idle): M = 256 32.6 / 64.6, 512 115 / 119, 1024 150 /
+212, 2048 468 / 535; even at 2048 over runs (`softfp8-bench small-m`: this kernel 551, the
+tile 436-505), where x (16 MiB in bf16) no longer stays in the cache between row groups."""
+
+DP_FIRST_MIN_M_BF16 = {Format.E4M3_B128: 3}
+"""From this many rows of bf16 x (formats without a fused kernel), this kernel runs before the
+GEMV rows are tried (`GEMV_ROWS_MAX_M` stays for other x): E4M3_B128, `--formats e4m3_b128
+--act bf16 --paths rows,dp` (two threads, wall, idle, ms, rows / this): M = 2 2.02 / 2.62, 3
+2.95 / 2.70, 4 3.95 / 2.35-3.22."""
 
 FUSED_MAX_ROWS = {Format.E5M2: 16, Format.E4M3: 16, Format.NVFP4: 8, Format.MXFP4: 8}
 """Up to this many rows of bf16 x (per format), from M = 2, the fused kernel (`_smallm_fused`:
@@ -67,6 +81,13 @@ def _kernels():
 
 
 @functools.lru_cache(maxsize=None)
+def _blocked():
+    from . import _smallm_b128
+
+    return _smallm_b128
+
+
+@functools.lru_cache(maxsize=None)
 def _fused():
     from . import _smallm_fused
 
@@ -81,9 +102,16 @@ def fused_fits(m: int, fmt: Format, dtype: torch.dtype) -> bool:
             and _fused().available())
 
 
+def first(m: int, fmt: Format, dtype: torch.dtype) -> bool:
+    """Whether M = m rows of x in `dtype` take this kernel before the GEMV rows
+    (`DP_FIRST_MIN_M_BF16`) and this CPU runs it."""
+    return (dtype == torch.bfloat16 and m >= DP_FIRST_MIN_M_BF16.get(fmt, 1 << 31)
+            and available())
+
+
 def below_crossover(m: int, fmt: Format, dtype: torch.dtype) -> bool:
-    """Whether M = m rows of x in `dtype` are below this kernel's crossover to the tiles (never
-    for E4M3_B128, whose tile scales the kernel does not take)."""
+    """Whether M = m rows of x in `dtype` are below this kernel's crossover to the float32
+    kernels and the tiles."""
     return m < (DP_TILE_MIN_M_BF16 if dtype == torch.bfloat16 else DP_TILE_MIN_M).get(fmt, 0)
 
 
@@ -112,6 +140,13 @@ def _weight_plan(packed: PackedWeight) -> tuple[int, int, int] | None:
         return (B.E5M2, *_FP8_RANGE[fmt])
     if fmt is Format.E4M3:
         return (B.E4M3_FINITE if codes_nan_free(packed) else B.E4M3, *_FP8_RANGE[fmt])
+    if fmt is Format.E4M3_B128:  # its codes as E4M3's; the tile scales go on the block sums
+        s = packed.scales
+        if not bool(torch.isfinite(s).all()):
+            return None
+        low, high = _FP8_RANGE[Format.E4M3]
+        return (B.E4M3_FINITE if codes_nan_free(packed) else B.E4M3, low,
+                high + max(0, int(torch.frexp(s.abs().max())[1])))  # a block sum x its scale
     s = packed.scales
     if fmt is Format.NVFP4:
         if not bool((s < 0x7F).all()):  # negative or NaN scale codes
@@ -203,6 +238,10 @@ def matmul(x: torch.Tensor, packed: PackedWeight, threads: int) -> torch.Tensor 
     if not _products_fit(B, ok, x_low, x_high, w_low, w_high):
         return None
     yn = np.zeros((m, n), np.float32)
+    if fmt is Format.E4M3_B128:
+        _blocked().smallm_blocked(kind, packed.words.view(torch.uint8).numpy(), x16, terms, yn,
+                         chunk_rows(n, threads), packed.scales.numpy())
+        return torch.from_numpy(yn)
     if fp4:
         codes, words = np.zeros((0, 1), np.uint8), packed.words.numpy()
         scales = packed.scales.numpy()

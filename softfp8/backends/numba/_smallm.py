@@ -31,7 +31,7 @@ from ._decode import (_I32, _JIT, _f2i, e2m1_select, e4m3_bits, e4m3_fast_div256
                             e8m0)
 
 E5M2, E4M3, NVFP4, MXFP4, E4M3_B128 = 0, 1, 2, 3, 4
-"""Format ids as backends.numba passes them (the same as _kernels')."""
+"""Format ids as backends.numba passes them (`_batch._KIND`)."""
 
 B128 = 128
 """E4M3_B128's tile edge: row r, byte k has the scale scales[r // 128, k // 128]."""

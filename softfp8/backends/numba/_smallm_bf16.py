@@ -89,21 +89,22 @@ def _emit_tile(context, builder, sig, args, xrows):
             for j in range(xrows):
                 builder.store(builder.call(dot, [builder.load(accs[i][j]), ws[i], xs[j]]),
                               accs[i][j])
-    totals = []
-    for i in range(GROUP):
-        for j in range(xrows):
-            v = builder.load(accs[i][j])
-            # lanes added pairwise: 8 + 8, 4 + 4, ...
-            width = 16
-            while width > 1:
-                half = width // 2
-                lo = builder.shuffle_vector(v, v, ir.Constant(ir.VectorType(i32, half),
-                                                               list(range(half))))
-                hi = builder.shuffle_vector(v, v, ir.Constant(ir.VectorType(i32, half),
-                                                               list(range(half, width))))
-                v, width = builder.fadd(lo, hi), half
-            totals.append(builder.extract_element(v, ir.Constant(i32, 0)))
+    totals = [_lane_sum(builder, builder.load(accs[i][j]))
+              for i in range(GROUP) for j in range(xrows)]
     return context.make_tuple(builder, sig.return_type, totals)
+
+
+def _lane_sum(builder, v):
+    """The 16 float32 lanes of v added pairwise: 8 + 8, 4 + 4, ..."""
+    i32 = ir.IntType(32)
+    width = 16
+    while width > 1:
+        half = width // 2
+        lo = builder.shuffle_vector(v, v, ir.Constant(ir.VectorType(i32, half), list(range(half))))
+        hi = builder.shuffle_vector(v, v, ir.Constant(ir.VectorType(i32, half),
+                                                      list(range(half, width))))
+        v, width = builder.fadd(lo, hi), half
+    return builder.extract_element(v, ir.Constant(i32, 0))
 
 
 def _tile_intrinsic(xrows):
@@ -310,3 +311,4 @@ def split_x(xd, terms, x16):
     if low > high:
         low = high = 0
     return ok, low, high
+

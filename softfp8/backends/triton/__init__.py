@@ -111,8 +111,9 @@ def eager_call(x: torch.Tensor, packed: PackedWeight, bias: torch.Tensor | None,
                e2m1: E2M1Decode | str, readers: tuple, y_shape: tuple[int, ...] | None = None,
                checked: bool = False):
     """`matmul` once, recorded for replays of the same call (`_fastcall`): (y, its LayerCall,
-    UNREPLAYABLE or None: `record_call`). `readers`: what the caller's choice of this backend depended on (functions returning
-    the settings' values); a replay finds those and the launch settings unchanged.
+    UNREPLAYABLE or None: `record_call`). `readers`: what the caller's choice of this backend
+    depended on (functions returning the settings' values); a replay finds those and the launch
+    settings unchanged.
     `y_shape`: the shape of a replay's y (the caller's x may have more dimensions than x).
     `checked`: as matmul's."""
     if _SETTINGS_READERS[0] not in readers:  # dispatch's readers hold it already

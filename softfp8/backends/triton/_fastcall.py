@@ -235,12 +235,13 @@ class LayerCall:
 
 
 def record_call(matmul, x2: torch.Tensor, packed, bias, e2m1, readers: tuple,
-                y_shape: tuple[int, ...] | None = None) -> tuple[torch.Tensor, LayerCall | None]:
+                y_shape: tuple[int, ...] | None = None
+                ) -> tuple[torch.Tensor, LayerCall | Unreplayable | None]:
     """Run `matmul(x2, packed, bias, e2m1=e2m1)` once, recording its launches, and return (y,
     the LayerCall that replays it; UNREPLAYABLE where its launches can't be replayed; None where
-    nothing could be recorded now: not CUDA, a capture, a launch hook). The replay is checked
-    against y bit for bit before it is returned. `y_shape`: the shape a replay's y takes (the caller's x may have
-    more dimensions than x2; default y's)."""
+    nothing could be recorded now: not CUDA, a capture, a launch hook, a misaligned x). The
+    replay is checked against y bit for bit before it is returned. `y_shape`: the shape a
+    replay's y takes (the caller's x may have more dimensions than x2; default y's)."""
     if not x2.is_cuda or torch.cuda.is_current_stream_capturing():
         return matmul(x2, packed, bias, e2m1=e2m1), None
     settings = tuple(read() for read in readers)
