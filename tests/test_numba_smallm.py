@@ -1,7 +1,8 @@
-"""The numba backend's M > 1 paths (softfp8/backends/numba/_smallm, _smallm_bf16): the row decoder bit-exact
-over every code (what the kernel and the tiles read), and each path -- a GEMV per row, the
-small-M kernels (float32 and bf16 products) and the dequantised tile with torch's matmul -- against the reference backend
-and fp64 over odd M, N and K, with NaN and inf propagating, and the tile bounded."""
+"""The numba backend's M > 1 paths (softfp8/backends/numba/_smallm, _smallm_bf16): the row
+decoder bit-exact over every code (what the kernel and the tiles read), and each path -- a GEMV
+per row, the small-M kernels (float32 and bf16 products) and the dequantised tile with torch's
+matmul -- against the reference backend and fp64 over odd M, N and K, with NaN and inf
+propagating, the tile bounded, and bf16 tiles only where torch multiplies bf16 faster."""
 import pytest
 import torch
 from conftest import rel_err, same_bits

@@ -24,11 +24,11 @@ sgemm, blocked for large M, pulls ahead (docs/performance.md, CPU: prompts and s
 
 TILE_MIN_M_BF16 = {Format.E5M2: 128, Format.E4M3: 128, Format.NVFP4: 128, Format.MXFP4: 128}
 """The same for bfloat16 x, whose tile is bfloat16 and meets torch's bf16 matmul, where that is
-the faster one (`bf16_matmul_is_fast`; else float32 x's tiles and crossover): the same command with `--act bf16 --m 16,32,64,128,256`,
-small / tile: M = 64 E5M2 208 / 332, E4M3 268 / 412, NVFP4 254 / 390, MXFP4 184 / 364; M = 128
-355 / 309, 316 / 366, 412 / 432, 416 / 321 (mixed); M = 256 584 / 368, 656 / 294, 644 / 428,
-606 / 412. E4M3_B128 has no bf16 tile (a code times its tile scale is not a bf16 number):
-float32 x's crossover for every x."""
+the faster one (`bf16_matmul_is_fast`; else float32 x's tiles and crossover): the same command
+with `--act bf16 --m 16,32,64,128,256`, small / tile: M = 64 E5M2 208 / 332, E4M3 268 / 412,
+NVFP4 254 / 390, MXFP4 184 / 364; M = 128 355 / 309, 316 / 366, 412 / 432, 416 / 321 (mixed);
+M = 256 584 / 368, 656 / 294, 644 / 428, 606 / 412. E4M3_B128 has no bf16 tile (a code times
+its tile scale is not a bf16 number): float32 x's crossover for every x."""
 
 TILE_ELEMENTS = 1 << 22
 """float32 weights a dequantised tile holds (16 MiB: 1024 rows at K = 4096); one tile a call,
@@ -89,7 +89,7 @@ def bf16_matmul_is_fast() -> bool:
     CPU has bf16 dot products (AVX-512 BF16, AMX) oneDNN's bf16 GEMM is the faster one; where it
     has none (AVX2, AVX-512 without BF16) torch widens bf16 to float32 inside its matmul, and
     bf16 x takes float32 tiles and crossovers instead (2-vCPU Zen 4, ms, bf16 / float32: 2.5 /
-    6.3 natively, 12.6 / 3.6 with torch held to AVX2; docs/performance.md, CPU: AVX2)."""
+    6.3 natively, 12.6 / 3.6 with torch held to AVX2; docs/performance.md, AVX2 (emulated))."""
     def best(dtype):
         a = torch.randn(64, 1024).to(dtype)
         b = torch.randn(1024, 1024).to(dtype)

@@ -25,7 +25,7 @@ BXROWS = 3
 partial and total, and the GROUP + BXROWS vectors loaded a step fill AVX-512's 32 registers.
 (`benchmarks/cpu_small_m.py --formats e4m3,e4m3_b128 --act bf16 --paths dp`, two threads, ms,
 E4M3 / E4M3_B128: with 2 rows M = 16 3.53 / 4.04, 64 9.45 / 13.3, 256 33.2 / 47.7; with 3,
-3.49 / 3.94, 9.51 / 10.4, 29.5 / 32.6.)"""
+3.49 / 3.94, 9.51 / 10.4, 29.5 / 32.6; docs/decisions.md, CPU: prompts and small batches.)"""
 
 
 def _emit_blocked_tile(context, builder, sig, args, xrows):
