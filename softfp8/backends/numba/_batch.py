@@ -85,22 +85,29 @@ def matmul_rows(x: torch.Tensor, packed: PackedWeight, threads: int) -> torch.Te
 @functools.lru_cache(maxsize=None)
 def bf16_matmul_is_fast() -> bool:
     """Whether torch's matmul multiplies bfloat16 matrices faster than float32 ones on this CPU,
-    measured once a process (a 64 x 1024 by 1024 x 1024 product, best of three each). Where the
-    CPU has bf16 dot products (AVX-512 BF16, AMX) oneDNN's bf16 GEMM is the faster one; where it
-    has none (AVX2, AVX-512 without BF16) torch widens bf16 to float32 inside its matmul, and
-    bf16 x takes float32 tiles and crossovers instead (2-vCPU Zen 4, ms, bf16 / float32: 2.5 /
-    6.3 natively, 12.6 / 3.6 with torch held to AVX2; docs/performance.md, AVX2 (emulated))."""
-    def best(dtype):
-        a = torch.randn(64, 1024).to(dtype)
-        b = torch.randn(1024, 1024).to(dtype)
-        torch.matmul(a, b.T)
-        times = []
-        for _ in range(3):
-            start = time.perf_counter()
-            torch.matmul(a, b.T)
-            times.append(time.perf_counter() - start)
-        return min(times)
-    return best(torch.bfloat16) < best(torch.float32)
+    measured once a process: a 64 x 1024 by 1024 x 512 product on one thread (a parallel region
+    on a busy machine waits on a preempted thread and times the scheduler), three warm-up calls
+    each, then the best of five interleaved. Where the CPU has bf16 dot products (AVX-512 BF16,
+    AMX) oneDNN's bf16 GEMM is the faster one; where it has none (AVX2, AVX-512 without BF16)
+    torch widens bf16 to float32 inside its matmul, and bf16 x takes float32 tiles and
+    crossovers instead (docs/performance.md, AVX2 (emulated))."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        pairs = {dtype: (torch.randn(64, 1024).to(dtype), torch.randn(512, 1024).to(dtype))
+                 for dtype in (torch.bfloat16, torch.float32)}
+        for a, b in pairs.values():
+            for _ in range(3):
+                torch.matmul(a, b.T)
+        best = dict.fromkeys(pairs, float("inf"))
+        for _ in range(5):
+            for dtype, (a, b) in pairs.items():
+                start = time.perf_counter()
+                torch.matmul(a, b.T)
+                best[dtype] = min(best[dtype], time.perf_counter() - start)
+    finally:
+        torch.set_num_threads(threads)
+    return best[torch.bfloat16] < best[torch.float32]
 
 
 def tile_rows(n: int, kp: int) -> int:
