@@ -19,6 +19,7 @@
 #   seconds (default 540); each test's line in $OUT/gpu-suite.log as it ends, so a cut run still
 #   names its failures (in one H100 call, -q with files kept whole reached 53% in 300 s); with
 #   GPU_SUITE_DONE=FILE (test ids, one a line: the PASSED ids of a cut run's log) it runs the rest;
+#   every test phase's seconds go to $OUT/gpu-times.txt as it ends (tests/conftest.py);
 # cudabk: the CUDA backend (CuPy + NVRTC) against the Triton one (benchmarks/gpu_cuda_backend.py);
 # load: benchmarks/gpu_load.py, every checkpoint layout loaded and run ($OUT/gpu_load.json);
 # newtf: the compile, graph and hub GPU tests and static-cache generate on the transformers whose
@@ -59,10 +60,11 @@ for step in "$@"; do
            while read -r id; do [ -n "$id" ] && done_args+=(--deselect "$id"); done < "$GPU_SUITE_DONE"
            echo "leaving out $(( ${#done_args[@]} / 2 )) ids that passed before ($GPU_SUITE_DONE)"
          fi
-         timeout "${GPU_SUITE_S:-540}" python3 -m pytest -v -m gpu -n 8 -p no:cacheprovider -rfE --durations=15 \
+         SOFTFP8_TEST_TIMES=$OUT/gpu-times.txt timeout "${GPU_SUITE_S:-540}" python3 -m pytest -v -m gpu -n 8 -p no:cacheprovider -rfE --durations=15 \
            "${done_args[@]}" tests > "$OUT/gpu-suite.log" 2>&1
          grep -E "FAILED|ERROR" "$OUT/gpu-suite.log" | head -20
-         grep -cE "PASSED" "$OUT/gpu-suite.log"; tail -22 "$OUT/gpu-suite.log" ;;
+         grep -cE "PASSED" "$OUT/gpu-suite.log"; tail -22 "$OUT/gpu-suite.log"
+         echo "-- slowest phases ($OUT/gpu-times.txt)"; sort -rn "$OUT/gpu-times.txt" | head -25 ;;
     cudabk) python3 benchmarks/gpu_cuda_backend.py --out "$OUT" 2>&1 | grep -v "Warn\\|warn" | tail -30 ;;
     load) python3 benchmarks/gpu_load.py 2>&1 | grep -v "Warn\|warn" | tail -40 ;;
     newtf) python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site-newtf .whl/*.whl \

@@ -82,3 +82,13 @@ def _launch_settings_from_the_environment():
     yield
     _settings._OVERRIDE.reset(outside)
     _settings._DEFAULT.clear()
+
+
+def pytest_runtest_logreport(report):
+    """With SOFTFP8_TEST_TIMES=FILE, each test's phases (setup, call, teardown) and seconds are
+    appended to FILE as they end, a line each: a run cut short (the GPU suite on a lent machine,
+    `benchmarks/gpu_user_path.sh gpu`) still says where its time went."""
+    path = os.environ.get("SOFTFP8_TEST_TIMES")
+    if path and "PYTEST_XDIST_WORKER" not in os.environ:  # xdist's controller gets every report
+        with open(path, "a") as f:
+            f.write(f"{report.duration:.2f} {report.when} {report.outcome} {report.nodeid}\n")

@@ -1,7 +1,8 @@
-"""The numba backend's M > 1 paths (softfp8/backends/numba/_smallm, _smallm_bf16): the row decoder bit-exact
-over every code (what the kernel and the tiles read), and each path -- a GEMV per row, the
-small-M kernels (float32 and bf16 products) and the dequantised tile with torch's matmul -- against the reference backend
-and fp64 over odd M, N and K, with NaN and inf propagating, and the tile bounded."""
+"""The numba backend's M > 1 paths (softfp8/backends/numba/_smallm, _smallm_bf16): the row
+decoder bit-exact over every code (what the kernel and the tiles read), and each path -- a GEMV
+per row, the small-M kernels (float32 and bf16 products) and the dequantised tile with torch's
+matmul -- against the reference backend and fp64 over odd M, N and K, with NaN and inf
+propagating, the tile bounded, and bf16 tiles only where torch multiplies bf16 faster."""
 import pytest
 import torch
 from conftest import rel_err, same_bits
@@ -185,3 +186,35 @@ def test_every_format_has_a_crossover(crossover):
     no_b128 = crossover is _batch.TILE_MIN_M_BF16
     assert set(crossover) == set(Format) - ({Format.E4M3_B128} if no_b128 else set())
     assert all(isinstance(v, int) and v >= 1 for v in crossover.values())
+
+
+@pytest.mark.parametrize("fast", [True, False], ids=["bf16 faster", "float32 faster"])
+def test_bf16_x_takes_bf16_tiles_only_where_torch_multiplies_bf16_faster(fast, monkeypatch):
+    """Where torch's bf16 matmul is the slower one (a CPU without bf16 dot products: torch widens
+    bf16 inside it), bf16 x takes float32 x's crossover and float32 tiles (and float32's error);
+    where it is the faster one, bf16 tiles from TILE_MIN_M_BF16."""
+    monkeypatch.setattr(_batch, "bf16_matmul_is_fast", lambda: fast)
+    decoded = []
+    for name in ("dequantize_rows", "dequantize_rows_bf16"):
+        real = getattr(S, name)
+        monkeypatch.setattr(S, name, lambda *a, _n=name, _r=real: decoded.append(_n) or _r(*a))
+    packed, g = quantized("e4m3", 37, 300, seed=8)
+    fmt = packed.fmt
+    for m in (_batch.TILE_MIN_M_BF16[fmt], _batch.TILE_MIN_M[fmt]):
+        decoded.clear()
+        x = torch.randn(m, 300, generator=g).bfloat16()
+        y = _batch.matmul_rows(x, packed, 2)
+        ref = softfp8.linear(x.float(), packed, backend="torch")
+        if fast:
+            assert set(decoded) == {"dequantize_rows_bf16"}
+            assert rel_err(y, ref) <= 2.0 ** -8
+        else:
+            tile = m >= _batch.TILE_MIN_M[fmt]
+            assert set(decoded) == ({"dequantize_rows"} if tile else set())
+            assert rel_err(y, ref) <= 1e-5
+
+
+def test_bf16_matmul_speed_is_measured_once():
+    first = _batch.bf16_matmul_is_fast()
+    assert isinstance(first, bool) and _batch.bf16_matmul_is_fast.cache_info().currsize == 1
+    assert _batch.bf16_matmul_is_fast() is first

@@ -3,6 +3,9 @@ below a measured crossover, and from there on one bounded tile of rows at a time
 torch's matmul (oneDNN / MKL)."""
 from __future__ import annotations
 
+import functools
+import time
+
 import numpy as np
 import torch
 
@@ -20,12 +23,12 @@ MXFP4 252 / 344; M = 256 585 / 581, 650 / 676, 653 / 688, 652 / 682 (even); past
 sgemm, blocked for large M, pulls ahead (docs/performance.md, CPU: prompts and small batches)."""
 
 TILE_MIN_M_BF16 = {Format.E5M2: 128, Format.E4M3: 128, Format.NVFP4: 128, Format.MXFP4: 128}
-"""The same for bfloat16 x, whose tile is bfloat16 and meets torch's bf16 matmul (AVX-512 BF16
-dot products where the CPU has them): the same command with `--act bf16 --m 16,32,64,128,256`,
-small / tile: M = 64 E5M2 208 / 332, E4M3 268 / 412, NVFP4 254 / 390, MXFP4 184 / 364; M = 128
-355 / 309, 316 / 366, 412 / 432, 416 / 321 (mixed); M = 256 584 / 368, 656 / 294, 644 / 428,
-606 / 412. E4M3_B128 has no bf16 tile (a code times its tile scale is not a bf16 number):
-float32 x's crossover for every x."""
+"""The same for bfloat16 x, whose tile is bfloat16 and meets torch's bf16 matmul, where that is
+the faster one (`bf16_matmul_is_fast`; else float32 x's tiles and crossover): the same command
+with `--act bf16 --m 16,32,64,128,256`, small / tile: M = 64 E5M2 208 / 332, E4M3 268 / 412,
+NVFP4 254 / 390, MXFP4 184 / 364; M = 128 355 / 309, 316 / 366, 412 / 432, 416 / 321 (mixed);
+M = 256 584 / 368, 656 / 294, 644 / 428, 606 / 412. E4M3_B128 has no bf16 tile (a code times
+its tile scale is not a bf16 number): float32 x's crossover for every x."""
 
 TILE_ELEMENTS = 1 << 22
 """float32 weights a dequantised tile holds (16 MiB: 1024 rows at K = 4096); one tile a call,
@@ -50,7 +53,7 @@ def matmul_rows(x: torch.Tensor, packed: PackedWeight, threads: int) -> torch.Te
     scales = packed.scales.numpy() if fp4 or b128 else np.zeros((1, 1), np.uint8)
     g = np.float32(packed.global_scale.item()) if fmt is Format.NVFP4 else np.float32(1.0)
     kind = _KIND[fmt]
-    bf16 = x.dtype == torch.bfloat16 and not b128
+    bf16 = x.dtype == torch.bfloat16 and not b128 and bf16_matmul_is_fast()
     if m < (TILE_MIN_M_BF16 if bf16 else TILE_MIN_M)[fmt]:
         xd = _x_decode_order(x, kp, fp4)
         S.smallm_matmul(kind, codes, scales, g, xd.numpy(), yn, chunk_rows(n, threads))
@@ -77,6 +80,34 @@ def matmul_rows(x: torch.Tensor, packed: PackedWeight, threads: int) -> torch.Te
         y *= float(g)
     return _row_scaled(y, packed, fp4)
 
+
+
+@functools.lru_cache(maxsize=None)
+def bf16_matmul_is_fast() -> bool:
+    """Whether torch's matmul multiplies bfloat16 matrices faster than float32 ones on this CPU,
+    measured once a process: a 64 x 1024 by 1024 x 512 product on one thread (a parallel region
+    on a busy machine waits on a preempted thread and times the scheduler), three warm-up calls
+    each, then the best of five interleaved. Where the CPU has bf16 dot products (AVX-512 BF16,
+    AMX) oneDNN's bf16 GEMM is the faster one; where it has none (AVX2, AVX-512 without BF16)
+    torch widens bf16 to float32 inside its matmul, and bf16 x takes float32 tiles and
+    crossovers instead (docs/performance.md, AVX2 (emulated))."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        pairs = {dtype: (torch.randn(64, 1024).to(dtype), torch.randn(512, 1024).to(dtype))
+                 for dtype in (torch.bfloat16, torch.float32)}
+        for a, b in pairs.values():
+            for _ in range(3):
+                torch.matmul(a, b.T)
+        best = dict.fromkeys(pairs, float("inf"))
+        for _ in range(5):
+            for dtype, (a, b) in pairs.items():
+                start = time.perf_counter()
+                torch.matmul(a, b.T)
+                best[dtype] = min(best[dtype], time.perf_counter() - start)
+    finally:
+        torch.set_num_threads(threads)
+    return best[torch.bfloat16] < best[torch.float32]
 
 
 def tile_rows(n: int, kp: int) -> int:

@@ -47,7 +47,7 @@ DP_FIRST_MIN_M_BF16 = {Format.E4M3_B128: 3}
 """From this many rows of bf16 x (formats without a fused kernel), this kernel runs before the
 GEMV rows are tried (`GEMV_ROWS_MAX_M` stays for other x): E4M3_B128, `--formats e4m3_b128
 --act bf16 --paths rows,dp` (two threads, wall, idle, ms, rows / this): M = 2 2.02 / 2.62, 3
-2.95 / 2.70, 4 3.95 / 2.35-3.22."""
+2.95 / 2.70, 4 3.95 / 2.35-3.22 (docs/decisions.md, CPU: prompts and small batches)."""
 
 FUSED_MAX_ROWS = {Format.E5M2: 16, Format.E4M3: 16, Format.NVFP4: 8, Format.MXFP4: 8}
 """Up to this many rows of bf16 x (per format), from M = 2, the fused kernel (`_smallm_fused`:

@@ -13,8 +13,8 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from ._decode import _JIT
-from ._ir import vload
-from ._smallm_bf16 import GROUP, STEP, _add, _decode_bf16, _lane_sum
+from ._smallm_bf16 import (GROUP, STEP, TileIR, _add, _decode_bf16, _lane_sum,
+                           check_tile_arrays)
 
 BLOCK = 128
 """E4M3_B128's tile edge: weight row r, column k has the scale tile_scales[r // 128, k // 128].
@@ -25,7 +25,7 @@ BXROWS = 3
 partial and total, and the GROUP + BXROWS vectors loaded a step fill AVX-512's 32 registers.
 (`benchmarks/cpu_small_m.py --formats e4m3,e4m3_b128 --act bf16 --paths dp`, two threads, ms,
 E4M3 / E4M3_B128: with 2 rows M = 16 3.53 / 4.04, 64 9.45 / 13.3, 256 33.2 / 47.7; with 3,
-3.49 / 3.94, 9.51 / 10.4, 29.5 / 32.6.)"""
+3.49 / 3.94, 9.51 / 10.4, 29.5 / 32.6; docs/decisions.md, CPU: prompts and small batches.)"""
 
 
 def _emit_blocked_tile(context, builder, sig, args, xrows):
@@ -34,29 +34,17 @@ def _emit_blocked_tile(context, builder, sig, args, xrows):
     srow[b] (one FMA a sum)."""
     wty, xty, mty, sty = sig.args
     wbuf, x16, m0, srow = args
-    warr = context.make_array(wty)(context, builder, wbuf)
-    xarr = context.make_array(xty)(context, builder, x16)
+    t = TileIR(context, builder, ((wty, wbuf), (xty, x16)), m0, mty, xrows)
+    intp, vf, vi = t.intp, t.vf, t.vi
     sarr = context.make_array(sty)(context, builder, srow)
-    intp = context.get_value_type(types.intp)
-    m0 = context.cast(builder, m0, mty, types.intp)
-    cols = builder.extract_value(warr.shape, 1)
-    xcols = builder.extract_value(xarr.shape, 1)
-    f32, i32 = ir.FloatType(), ir.IntType(32)
-    vf, vi = ir.VectorType(f32, 16), ir.VectorType(i32, 16)
-    dot = cgutils.get_or_insert_function(
-        builder.module, ir.FunctionType(vf, [vf, vi, vi]), "llvm.x86.avx512bf16.dpbf16ps.512")
     fma = cgutils.get_or_insert_function(
         builder.module, ir.FunctionType(vf, [vf, vf, vf]), "llvm.fma.v16f32")
-    wrows = [builder.gep(warr.data, [builder.mul(ir.Constant(intp, i), cols)])
-             for i in range(GROUP)]
-    xrow = [builder.gep(xarr.data, [builder.mul(builder.add(m0, ir.Constant(intp, j)), xcols)])
-            for j in range(xrows)]
     zero = ir.Constant(vf, None)
     totals = [[cgutils.alloca_once_value(builder, zero) for _ in range(xrows)]
               for _ in range(GROUP)]
     parts = [[cgutils.alloca_once_value(builder, zero) for _ in range(xrows)]
              for _ in range(GROUP)]
-    steps = builder.udiv(cols, ir.Constant(intp, STEP))
+    steps = t.steps
     per_block = ir.Constant(intp, BLOCK // STEP)
     blocks = builder.udiv(builder.add(steps, ir.Constant(intp, BLOCK // STEP - 1)), per_block)
     with cgutils.for_range(builder, blocks, intp=intp) as outer:
@@ -67,15 +55,11 @@ def _emit_blocked_tile(context, builder, sig, args, xrows):
             for j in range(xrows):
                 builder.store(zero, parts[i][j])
         with cgutils.for_range(builder, inner, intp=intp) as loop:
-            off = builder.mul(builder.add(first, loop.index), ir.Constant(intp, STEP))
-            ws = [vload(builder, w, off, vi) for w in wrows]
-            xs = [vload(builder, xr, off, vi) for xr in xrow]
-            for i in range(GROUP):
-                for j in range(xrows):
-                    builder.store(builder.call(dot, [builder.load(parts[i][j]), ws[i], xs[j]]),
-                                  parts[i][j])
+            t.step(builder, builder.mul(builder.add(first, loop.index), ir.Constant(intp, STEP)),
+                   parts)
         scale = builder.load(builder.gep(sarr.data, [outer.index]))
-        splat = builder.insert_element(ir.Constant(vf, ir.Undefined), scale, ir.Constant(i32, 0))
+        splat = builder.insert_element(ir.Constant(vf, ir.Undefined), scale,
+                                       ir.Constant(ir.IntType(32), 0))
         splat = builder.shuffle_vector(splat, splat, ir.Constant(vi, None))
         for i in range(GROUP):
             for j in range(xrows):
@@ -87,10 +71,7 @@ def _emit_blocked_tile(context, builder, sig, args, xrows):
 
 def _blocked_tile_intrinsic(xrows):
     def typer(typingctx, wbuf, x16, m0, srow):
-        for a in (wbuf, x16):
-            if not (isinstance(a, types.Array) and a.layout == "C" and a.dtype == types.uint16
-                    and a.ndim == 2):
-                raise TypeError(f"the bf16 tile needs C-contiguous uint16 [rows, K], got {a}")
+        check_tile_arrays(wbuf, x16)
         if not (isinstance(srow, types.Array) and srow.dtype == types.float32 and srow.ndim == 1
                 and srow.layout in "CA"):
             raise TypeError(f"the block scales must be a float32 row, got {srow}")

@@ -59,36 +59,58 @@ def available() -> bool:
     return all(numba_targets(f) for f in ("avx512f", "avx512bw", "avx512bf16"))
 
 
+class TileIR:
+    """What a tile's IR starts from: pointers to the GROUP weight rows of wbuf and the xrows rows
+    of x16 from m0, the steps of their length, the vector types and vdpbf16ps."""
+
+    def __init__(self, context, builder, arrays, m0, mty, xrows):
+        (wty, wbuf), (xty, x16) = arrays
+        warr = context.make_array(wty)(context, builder, wbuf)
+        xarr = context.make_array(xty)(context, builder, x16)
+        self.intp = intp = context.get_value_type(types.intp)
+        m0 = context.cast(builder, m0, mty, types.intp)
+        cols = builder.extract_value(warr.shape, 1)
+        xcols = builder.extract_value(xarr.shape, 1)
+        self.vf = ir.VectorType(ir.FloatType(), 16)
+        self.vi = ir.VectorType(ir.IntType(32), 16)
+        self.dot = cgutils.get_or_insert_function(
+            builder.module, ir.FunctionType(self.vf, [self.vf, self.vi, self.vi]),
+            "llvm.x86.avx512bf16.dpbf16ps.512")
+        self.wrows = [builder.gep(warr.data, [builder.mul(ir.Constant(intp, i), cols)])
+                      for i in range(GROUP)]
+        self.xrows = [builder.gep(xarr.data, [builder.mul(builder.add(m0, ir.Constant(intp, j)),
+                                                          xcols)])
+                      for j in range(xrows)]
+        self.steps = builder.udiv(cols, ir.Constant(intp, STEP))
+
+    def step(self, builder, off, accs):
+        """The dot products of step `off` (an element offset) added into accs[i][j]."""
+        ws = [vload(builder, w, off, self.vi) for w in self.wrows]
+        xs = [vload(builder, xr, off, self.vi) for xr in self.xrows]
+        for i, w in enumerate(ws):
+            for j, x in enumerate(xs):
+                builder.store(builder.call(self.dot, [builder.load(accs[i][j]), w, x]), accs[i][j])
+
+
+def check_tile_arrays(*arrays) -> None:
+    """Typing: the tiles read C-contiguous uint16 [rows, K] arrays."""
+    for a in arrays:
+        if not (isinstance(a, types.Array) and a.layout == "C" and a.dtype == types.uint16
+                and a.ndim == 2):
+            raise TypeError(f"the bf16 tile needs C-contiguous uint16 [rows, K], got {a}")
+
+
 def _emit_tile(context, builder, sig, args, xrows):
     """IR: the GROUP x xrows dot products of the bf16 rows wbuf[0..GROUP) and x16[m0..m0+xrows)
     over their whole length (a multiple of STEP), as a float32 tuple, weight row major."""
     wty, xty, mty = sig.args
     wbuf, x16, m0 = args
-    warr = context.make_array(wty)(context, builder, wbuf)
-    xarr = context.make_array(xty)(context, builder, x16)
-    intp = context.get_value_type(types.intp)
-    m0 = context.cast(builder, m0, mty, types.intp)
-    cols = builder.extract_value(warr.shape, 1)
-    xcols = builder.extract_value(xarr.shape, 1)
-    f32, i32 = ir.FloatType(), ir.IntType(32)
-    vf, vi = ir.VectorType(f32, 16), ir.VectorType(i32, 16)
-    dot = cgutils.get_or_insert_function(
-        builder.module, ir.FunctionType(vf, [vf, vi, vi]), "llvm.x86.avx512bf16.dpbf16ps.512")
-    wrows = [builder.gep(warr.data, [builder.mul(ir.Constant(intp, i), cols)])
-             for i in range(GROUP)]
-    xrow = [builder.gep(xarr.data, [builder.mul(builder.add(m0, ir.Constant(intp, j)), xcols)])
-            for j in range(xrows)]
+    t = TileIR(context, builder, ((wty, wbuf), (xty, x16)), m0, mty, xrows)
+    intp, vf = t.intp, t.vf
     zero = ir.Constant(vf, None)
     accs = [[cgutils.alloca_once_value(builder, zero) for _ in range(xrows)] for _ in range(GROUP)]
-    steps = builder.udiv(cols, ir.Constant(intp, STEP))
-    with cgutils.for_range(builder, steps, intp=intp) as loop:
-        off = builder.mul(loop.index, ir.Constant(intp, STEP))
-        ws = [vload(builder, w, off, vi) for w in wrows]
-        xs = [vload(builder, xr, off, vi) for xr in xrow]
-        for i in range(GROUP):
-            for j in range(xrows):
-                builder.store(builder.call(dot, [builder.load(accs[i][j]), ws[i], xs[j]]),
-                              accs[i][j])
+    with cgutils.for_range(builder, t.steps, intp=intp) as loop:
+        t.step(builder, builder.mul(loop.index, ir.Constant(intp, STEP)), accs)
     totals = [_lane_sum(builder, builder.load(accs[i][j]))
               for i in range(GROUP) for j in range(xrows)]
     return context.make_tuple(builder, sig.return_type, totals)
@@ -109,10 +131,7 @@ def _lane_sum(builder, v):
 
 def _tile_intrinsic(xrows):
     def typer(typingctx, wbuf, x16, m0):
-        for a in (wbuf, x16):
-            if not (isinstance(a, types.Array) and a.layout == "C" and a.dtype == types.uint16
-                    and a.ndim == 2):
-                raise TypeError(f"the bf16 tile needs C-contiguous uint16 [rows, K], got {a}")
+        check_tile_arrays(wbuf, x16)
         sig = types.UniTuple(types.float32, GROUP * xrows)(wbuf, x16, m0)
         return sig, lambda c, b, s, a: _emit_tile(c, b, s, a, xrows)
     typer.__name__ = f"_tile_{GROUP}x{xrows}"
