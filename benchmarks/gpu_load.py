@@ -26,6 +26,7 @@ from pathlib import Path
 
 import torch
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # softfp8 from this tree
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 import hub_support as hs  # noqa: E402
 
