@@ -218,11 +218,13 @@ def write_fbgemm_fp8(model: nn.Module, folder: Path) -> tuple[Path, nn.Module]:
 def write_finegrained_fp8(model: nn.Module, folder: Path,
                           block: tuple[int, int] | None = (128, 128)) -> tuple[Path, nn.Module]:
     """transformers' fine-grained fp8, quantized by transformers' own op (`Fp8Quantize`) and
-    dequantized by its own `_dequantize_fp8_weight`."""
+    dequantized by its own `_dequantize_fp8_weight` where that exists (transformers 5.17, on the
+    GPU machine, lacks it: there each block's codes times its `weight_scale_inv`)."""
     from types import SimpleNamespace
 
     from transformers.integrations import finegrained_fp8 as hf
 
+    dequantize = getattr(hf, "_dequantize_fp8_weight", _dequantize_blocks)
     folder = _fresh(folder)
     config = SimpleNamespace(weight_block_size=None if block is None else list(block),
                              scale_fmt="float")
@@ -234,13 +236,25 @@ def write_finegrained_fp8(model: nn.Module, folder: Path,
         if out[key].dtype != torch.float8_e4m3fn:
             raise AssertionError(f"transformers left {key} unquantized (shape not whole blocks)")
         sd.update(out)
-        deq[name] = hf._dequantize_fp8_weight(out[key], out[f"{name}.weight_scale_inv"],
-                                              None if block is None else list(block),
-                                              torch.float32)
+        deq[name] = dequantize(out[key], out[f"{name}.weight_scale_inv"],
+                               None if block is None else list(block), torch.float32)
     _save(model, folder, sd, {"quant_method": "fp8", "activation_scheme": "dynamic",
                               "weight_block_size": None if block is None else list(block),
                               "modules_to_not_convert": None})
     return folder, _rebuild(model, deq)
+
+
+def _dequantize_blocks(codes: torch.Tensor, scale_inv: torch.Tensor, block: list[int] | None,
+                       dtype: torch.dtype) -> torch.Tensor:
+    """e4m3 codes [N, K] times their block's multiplier (`weight_scale_inv` [ceil(N / bn),
+    ceil(K / bk)], or one per tensor where `block` is None), as `dtype`."""
+    w = codes.to(torch.float32)
+    if block is None:
+        return (w * scale_inv.to(torch.float32)).to(dtype)
+    bn, bk = block
+    n, k = w.shape
+    s = scale_inv.to(torch.float32).repeat_interleave(bn, 0)[:n].repeat_interleave(bk, 1)[:, :k]
+    return (w * s).to(dtype)
 
 
 def nvfp4_tensors(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

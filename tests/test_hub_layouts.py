@@ -186,6 +186,27 @@ def test_finegrained_fp8_block(arch, tmp_path):
     assert_same_model(ref, q)
 
 
+@pytest.mark.parametrize("block", [[128, 128], None], ids=["block", "tensor"])
+def test_the_writers_fp8_dequantize_is_transformers_own(block):
+    """`write_finegrained_fp8`'s fallback for transformers without `_dequantize_fp8_weight`
+    gives that function's very bits (scales that differ per block, a partial block of rows)."""
+    from types import SimpleNamespace
+
+    import hub_support
+    from transformers.integrations import finegrained_fp8 as hf
+
+    if not hasattr(hf, "_dequantize_fp8_weight"):
+        pytest.skip("this transformers has no _dequantize_fp8_weight to compare with")
+    g = torch.Generator().manual_seed(3)
+    w = torch.randn(384, 256, generator=g) * torch.rand(384, 1, generator=g) * 4
+    config = SimpleNamespace(weight_block_size=block, scale_fmt="float")
+    out = hf.Fp8Quantize(SimpleNamespace(quantization_config=config))._quantize_one("a.weight", w)
+    codes, scale_inv = out["a.weight"], out["a.weight_scale_inv"]
+    assert codes.dtype == torch.float8_e4m3fn and (block is None or scale_inv.shape == (3, 2))
+    assert torch.equal(hub_support._dequantize_blocks(codes, scale_inv, block, torch.float32),
+                       hf._dequantize_fp8_weight(codes, scale_inv, block, torch.float32))
+
+
 @pytest.mark.parametrize("arch", ["llama", "gemma"])
 def test_modelopt_nvfp4(arch, tmp_path):
     model = tiny_model(arch)
