@@ -352,18 +352,30 @@ def _quantize_by_rows(w: torch.Tensor, fmt: Format) -> PackedWeight:
     step = -(-n // (_ROW_CHUNKS * tile)) * tile
     if step == n:
         return quantize(w, fmt)
-    slices = [w[i:i + step] for i in range(0, n, step)]
+    extra = None
     if fmt is Format.NVFP4:
-        amax = max(torch.where(torch.isfinite(s), s.abs(), 0).amax() for s in slices)
+        amax = max(torch.where(torch.isfinite(s), s.abs(), 0).amax()
+                   for s in w.split(step))
         extra = torch.zeros(1, k, dtype=w.dtype, device=w.device)
         extra[0, 0] = amax  # a value of w itself: exact in its dtype
-        parts = [quantize(torch.cat([s, extra]), fmt) for s in slices]
-        words = torch.cat([p.words[:-1] for p in parts])
-        scales = torch.cat([p.scales[:-1] for p in parts])
-        return PackedWeight(fmt, (n, k), words, scales, parts[0].global_scale)
-    parts = [quantize(s, fmt) for s in slices]
-    scales = None if parts[0].scales is None else torch.cat([p.scales for p in parts])
-    return PackedWeight(fmt, (n, k), torch.cat([p.words for p in parts]), scales)
+    # each slice's words and scales go straight into the whole weight's (allocated at the first
+    # slice): the parts and a concatenation of them never coexist
+    words = scales = global_scale = None
+    for i in range(0, n, step):
+        rows = min(step, n - i)
+        part = quantize(w[i:i + rows] if extra is None else torch.cat([w[i:i + rows], extra]), fmt)
+        if words is None:
+            words = part.words.new_empty((n, *part.words.shape[1:]))
+            if part.scales is not None:
+                tiles = -(-n // tile) if tile > 1 else n  # row-tile scales: one row a tile
+                scales = part.scales.new_empty((tiles, *part.scales.shape[1:]))
+            global_scale = part.global_scale
+        words[i:i + rows] = part.words[:rows]
+        if scales is not None:
+            at, count = (i // tile, -(-rows // tile)) if tile > 1 else (i, rows)
+            scales[at:at + count] = part.scales[:count]
+        del part
+    return PackedWeight(fmt, (n, k), words, scales, global_scale)
 
 
 _ROW_CHUNKS = 16
