@@ -21,7 +21,11 @@
 #   GPU_SUITE_DONE=FILE (test ids, one a line: the PASSED ids of a cut run's log) it runs the rest;
 #   every test phase's seconds go to $OUT/gpu-times.txt as it ends (tests/conftest.py);
 # cudabk: the CUDA backend (CuPy + NVRTC) against the Triton one (benchmarks/gpu_cuda_backend.py);
-# load: benchmarks/gpu_load.py, every checkpoint layout loaded and run ($OUT/gpu_load.json);
+# load: benchmarks/gpu_load.py, every checkpoint layout loaded and run ($OUT/gpu_load.json); with
+#   .whl-ct/ carried (pip download --no-deps --only-binary=:all: --python-version 3.12 --platform
+#   manylinux2014_x86_64 -d .whl-ct compressed-tensors==0.20.1 loguru pydantic==2.13.4
+#   pydantic-core==2.46.4 annotated-types typing-inspection typing-extensions psutil) it writes
+#   compressed-tensors' layouts too;
 # newtf: the compile, graph and hub GPU tests and static-cache generate on the transformers whose
 #   wheels lie in .whl/ (carried; installed into /tmp/site-newtf, not over the machine's own);
 # in:DIR:STEP: STEP of DIR's own copy of this script, run in DIR (a branch's tree, extracted with
@@ -66,7 +70,10 @@ for step in "$@"; do
          grep -cE "PASSED" "$OUT/gpu-suite.log"; tail -22 "$OUT/gpu-suite.log"
          echo "-- slowest phases ($OUT/gpu-times.txt)"; sort -rn "$OUT/gpu-times.txt" | head -25 ;;
     cudabk) python3 benchmarks/gpu_cuda_backend.py --out "$OUT" 2>&1 | grep -v "Warn\\|warn" | tail -30 ;;
-    load) python3 benchmarks/gpu_load.py 2>&1 | grep -v "Warn\|warn" | tail -40 ;;
+    load) if [ -d .whl-ct ]; then  # compressed-tensors and its deps, for its layouts
+            python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site-ct .whl-ct/*.whl
+          fi
+          PYTHONPATH=/tmp/site-ct${PYTHONPATH:+:$PYTHONPATH} python3 benchmarks/gpu_load.py 2>&1 | grep -v "Warn\|warn" | tail -40 ;;
     newtf) python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site-newtf .whl/*.whl \
            && PYTHONPATH=/tmp/site-newtf python3 -c "import transformers; print('transformers', transformers.__version__)" \
            && PYTHONPATH=/tmp/site-newtf python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_compile.py tests/test_gpu_graphs.py tests/test_hub_hf.py 2>&1 | tail -12 \
