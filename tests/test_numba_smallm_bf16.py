@@ -151,6 +151,22 @@ def test_e4m3_b128_bf16_x_takes_it_before_the_gemv_rows(monkeypatch):
 
 
 @needs_bf16
+def test_e4m3_b128_bf16_x_leaves_it_at_its_crossover(monkeypatch):
+    """From DP_TILE_MIN_M_BF16 rows E4M3_B128's bf16 x takes the float32 tiles, not this kernel
+    (passing over the GEMV rows does not pass over the crossover)."""
+    packed, g = quantized("e4m3_b128", 9, 40, seed=7)
+    monkeypatch.setitem(_dp_rows.DP_TILE_MIN_M_BF16, packed.fmt, 8)
+    calls = []
+    real = _dp_rows.matmul
+    monkeypatch.setattr(_dp_rows, "matmul", lambda *a: calls.append(a[0].shape[0]) or real(*a))
+    for m in (7, 8):
+        x = torch.randn(m, 40, generator=g).bfloat16()
+        y = cpu_backend.matmul(x, packed)
+        assert rel_err(y.float(), softfp8.linear(x.float(), packed, backend="torch")) <= 2.0 ** -8
+    assert calls == [7]
+
+
+@needs_bf16
 def test_e4m3_b128_scales_reach_their_blocks():
     """Each 128 x 128 tile's scale multiplies that tile's products only: scales far apart
     (powers of 2 and 3 x 2^e, and a zero tile scale) over rows and columns that end inside a

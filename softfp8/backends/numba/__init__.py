@@ -9,8 +9,8 @@ Strategy by M (rows of activations):
   fused small-M kernel (`_smallm_fused`): each weight vector decoded in registers and
   used for every row of x before the next, so the weight is read and decoded once.
 - 1 < M <= `GEMV_ROWS_MAX_M[fmt]`: the GEMV once per row of x (measured faster there than the
-  kernels below; E4M3_B128's bf16 x from `_dp_rows.DP_FIRST_MIN_M_BF16` takes the next kernel
-  first).
+  kernels below; E4M3_B128's bf16 x from `_dp_rows.DP_FIRST_MIN_M_BF16` passes them over for
+  the next kernel).
 - On CPUs with AVX-512 BF16, below `_dp_rows.DP_TILE_MIN_M` (bf16 x: `DP_TILE_MIN_M_BF16`):
   each weight row decoded once into bf16 and multiplied with several rows of x at a time by
   vdpbf16ps (`_smallm_bf16`; x as bf16 terms that sum to it exactly; E4M3_B128's tile scales
@@ -95,11 +95,7 @@ def _matmul_f32(x: torch.Tensor, packed: PackedWeight, inject: bool, threads: in
         y = _dp_rows.matmul_fused(x, packed, threads)
         if y is not None:
             return y
-    if _dp_rows.first(m, fmt, x.dtype):
-        y = _dp_rows.matmul(x, packed, threads)
-        if y is not None:
-            return y
-    if m <= GEMV_ROWS_MAX_M[fmt]:
+    if m <= GEMV_ROWS_MAX_M[fmt] and not _dp_rows.before_gemv_rows(m, fmt, x.dtype):
         return torch.cat([gemv(x[i:i + 1], packed, inject, threads) for i in range(m)])
     if _dp_rows.below_crossover(m, fmt, x.dtype) and _dp_rows.available():
         y = _dp_rows.matmul(x, packed, threads)

@@ -44,8 +44,8 @@ its tile scale is no bf16 number), stays on this kernel longer (`--formats e4m3_
 tile 436-505), where x (16 MiB in bf16) no longer stays in the cache between row groups."""
 
 DP_FIRST_MIN_M_BF16 = {Format.E4M3_B128: 3}
-"""From this many rows of bf16 x (formats without a fused kernel), this kernel runs before the
-GEMV rows are tried (`GEMV_ROWS_MAX_M` stays for other x): E4M3_B128, `--formats e4m3_b128
+"""From this many rows of bf16 x (formats without a fused kernel), the GEMV rows are passed over
+for this kernel, below its crossover (`GEMV_ROWS_MAX_M` stays for other x): E4M3_B128, `--formats e4m3_b128
 --act bf16 --paths rows,dp` (two threads, wall, idle, ms, rows / this): M = 2 2.02 / 2.62, 3
 2.95 / 2.70, 4 3.95 / 2.35-3.22 (docs/decisions.md, CPU: prompts and small batches)."""
 
@@ -102,9 +102,10 @@ def fused_fits(m: int, fmt: Format, dtype: torch.dtype) -> bool:
             and _fused().available())
 
 
-def first(m: int, fmt: Format, dtype: torch.dtype) -> bool:
-    """Whether M = m rows of x in `dtype` take this kernel before the GEMV rows
-    (`DP_FIRST_MIN_M_BF16`) and this CPU runs it."""
+def before_gemv_rows(m: int, fmt: Format, dtype: torch.dtype) -> bool:
+    """Whether M = m rows of x in `dtype` pass over the GEMV rows for this kernel
+    (`DP_FIRST_MIN_M_BF16`; `below_crossover` still decides that it runs) and this CPU runs
+    it."""
     return (dtype == torch.bfloat16 and m >= DP_FIRST_MIN_M_BF16.get(fmt, 1 << 31)
             and available())
 
