@@ -366,14 +366,13 @@ def _quantize_by_rows(w: torch.Tensor, fmt: Format) -> PackedWeight:
         part = quantize(w[i:i + rows] if extra is None else torch.cat([w[i:i + rows], extra]), fmt)
         if words is None:
             words = part.words.new_empty((n, *part.words.shape[1:]))
-            if part.scales is not None:
-                tiles = -(-n // tile) if tile > 1 else n  # row-tile scales: one row a tile
-                scales = part.scales.new_empty((tiles, *part.scales.shape[1:]))
+            if part.scales is not None:  # one scale row a tile of rows (a row where tile = 1)
+                scales = part.scales.new_empty((-(-n // tile), *part.scales.shape[1:]))
             global_scale = part.global_scale
         words[i:i + rows] = part.words[:rows]
-        if scales is not None:
-            at, count = (i // tile, -(-rows // tile)) if tile > 1 else (i, rows)
-            scales[at:at + count] = part.scales[:count]
+        if scales is not None:  # slices start at whole tiles
+            count = -(-rows // tile)  # the slice's rows of scales
+            scales[i // tile:i // tile + count] = part.scales[:count]
         del part
     return PackedWeight(fmt, (n, k), words, scales, global_scale)
 

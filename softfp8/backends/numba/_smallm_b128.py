@@ -13,13 +13,11 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from ._decode import _JIT
+from ._smallm import B128 as BLOCK  # groups of GROUP rows (it divides BLOCK) share a tile row
 from ._smallm_bf16 import (GROUP, STEP, TileIR, _add, _decode_bf16, _lane_sum,
                            check_tile_arrays)
 
-BLOCK = 128
-"""E4M3_B128's tile edge: weight row r, column k has the scale tile_scales[r // 128, k // 128].
-A group of rows (GROUP divides it, and groups start at multiples of GROUP) shares one row of
-tile scales."""
+
 BXROWS = 3
 """Rows of x a blocked (E4M3_B128) tile meets (tails take 1 or 2): its 2 x GROUP x BXROWS sums,
 partial and total, and the GROUP + BXROWS vectors loaded a step fill AVX-512's 32 registers.
