@@ -97,7 +97,20 @@ def _check_weight(weight: object) -> torch.Tensor:
         # The policy checks (inf, E5M2 overflow) and the scales need values; meta has none.
         raise ValueError("weight: is on the meta device, which holds no values; expected a tensor "
                          "with data (materialise it first, e.g. with module.to_empty + load)")
-    return weight.detach().to(torch.float32)
+    return weight.detach()  # converted to float32 a chunk of rows at a time (`_row_ranges`)
+
+
+def _row_ranges(n: int, k: int, unit: int = 1) -> list[tuple[int, int]]:
+    """Rows [start, stop) of about CHUNK_ELEMENTS weights each, whole `unit`s of rows (a tile's
+    rows share a scale). Why: the encoders' int32/float32 temporaries take ~27 bytes a weight,
+    so a weight encoded in one piece needs over ten times its fp16 size (a 128256 x 2048 head:
+    ~7 GB); a chunk at a time they stay near 120 MiB, and quantize's result is the same."""
+    step = max(unit, chunk_rows(n, k) // unit * unit)
+    return [(i, min(i + step, n)) for i in range(0, n, step)]
+
+
+def _rows_f32(w: torch.Tensor, start: int, stop: int) -> torch.Tensor:
+    return w[start:stop].to(torch.float32)
 
 
 def _finite_absmax(w: torch.Tensor, dim: int) -> torch.Tensor:
@@ -108,6 +121,54 @@ def _refuse_inf(w: torch.Tensor, fmt: Format) -> None:
     if torch.isinf(w).any():
         raise ValueError(f"weight: contains ±inf, which {fmt} cannot represent (it has no infinity); "
                          "expected finite values or NaN, or use fmt='e5m2'")
+
+
+def _quantize_8bit(w: torch.Tensor, fmt: Format, scaled: bool,
+                   method: ScaleMethod) -> PackedWeight:
+    """E5M2 (scaled or not) and E4M3: one scale a row, codes encoded a chunk of rows at a time
+    straight into the packed words' bytes."""
+    spec = SPECS[fmt]
+    n, k = w.shape
+    chunks = _row_ranges(n, k)
+    row_scales = None
+    if scaled:
+        parts = []
+        for a, b in chunks:
+            rows = _rows_f32(w, a, b)
+            if fmt is Format.E4M3:
+                _refuse_inf(rows, fmt)
+            parts.append(_finite_absmax(rows, dim=1))
+        amax = torch.cat(parts)
+        # Keep the scale a normal float32: a denormal one (rows of denormal weights) is
+        # rounded so coarsely that w / scale can pass the max, and E5M2 made that inf.
+        row_scales = torch.where(amax > 0,
+                                 (amax / spec.element.max_finite).clamp_min(2.0**-126), 1.0)
+        if method is ScaleMethod.MSE:
+            row_scales = torch.cat([
+                search_row_scales(_rows_f32(w, a, b), row_scales[a:b], amax[a:b], spec.element)
+                for a, b in chunks])
+    # a shrunk (mse) scale clips on purpose
+    encode = encode_saturating if scaled and method is ScaleMethod.MSE else encode_minifloat
+    padded = torch.zeros((n, padded_k(k, fmt)), dtype=torch.uint8, device=w.device)
+    overflow_count, overflow_max = 0, 0.0
+    for a, b in chunks:
+        rows = _rows_f32(w, a, b)
+        if scaled:
+            rows = rows / row_scales[a:b, None]
+        codes = encode(rows, spec.element)
+        if not scaled and fmt is Format.E5M2:
+            overflow = torch.isfinite(rows) & (codes & 0x7F == 0x7C)
+            if overflow.any():
+                overflow_count += int(overflow.sum())
+                overflow_max = max(overflow_max, rows[overflow].abs().max().item())
+        padded[a:b, :k] = codes
+        del rows, codes
+    if overflow_count:
+        raise ValueError(f"weight: {overflow_count} finite values lie beyond E5M2's range "
+                         f"(±57344, largest here {overflow_max:g}); expected smaller values, or "
+                         "quantize with row_scale=True")
+    # as pack_codes: code j of a word in bits 8j.. (little-endian bytes)
+    return PackedWeight(fmt, (n, k), padded.view(torch.int32), row_scales)
 
 
 def quantize(weight: torch.Tensor, fmt: Format | str = Format.E5M2, *,
@@ -158,32 +219,7 @@ def quantize(weight: torch.Tensor, fmt: Format | str = Format.E5M2, *,
                              "scales='absmax' or None")
         return _quantize_tiles(w, fmt)
     if fmt in (Format.E5M2, Format.E4M3):
-        row_scales = None
-        if fmt is Format.E4M3 or row_scale:
-            if fmt is Format.E4M3:
-                _refuse_inf(w, fmt)
-            amax = _finite_absmax(w, dim=1)
-            # Keep the scale a normal float32: a denormal one (rows of denormal weights) is
-            # rounded so coarsely that w / scale can pass the max, and E5M2 made that inf.
-            row_scales = torch.where(amax > 0,
-                                     (amax / spec.element.max_finite).clamp_min(2.0**-126), 1.0)
-            if method is ScaleMethod.MSE:
-                step = chunk_rows(n, k)
-                row_scales = torch.cat([
-                    search_row_scales(w[i:i + step], row_scales[i:i + step], amax[i:i + step],
-                                      spec.element) for i in range(0, n, step)])
-            w = w / row_scales[:, None]
-        if row_scales is not None and method is ScaleMethod.MSE:
-            codes = encode_saturating(w, spec.element)  # a shrunk scale clips on purpose
-        else:
-            codes = encode_minifloat(w, spec.element)
-        if row_scales is None and fmt is Format.E5M2:
-            overflow = torch.isfinite(w) & (codes & 0x7F == 0x7C)
-            if overflow.any():
-                raise ValueError(f"weight: {int(overflow.sum())} finite values lie beyond E5M2's "
-                                 f"range (±57344, largest here {w[overflow].abs().max().item():g}); "
-                                 "expected smaller values, or quantize with row_scale=True")
-        return PackedWeight(fmt, (n, k), pack_codes(codes, fmt), row_scales)
+        return _quantize_8bit(w, fmt, fmt is Format.E4M3 or bool(row_scale), method)
     return _quantize_fp4(w, fmt, method)
 
 
@@ -194,39 +230,54 @@ def _tile_scales(scales: torch.Tensor, n: int, k: int, spec) -> torch.Tensor:
 
 def _quantize_tiles(w: torch.Tensor, fmt: Format) -> PackedWeight:
     """E4M3_B128: one fp32 scale per 128 x 128 tile, amax / 448, as transformers' fine-grained FP8
-    quantizer picks it; codes are w / scale rounded to nearest even (the float8_e4m3fn cast)."""
+    quantizer picks it; codes are w / scale rounded to nearest even (the float8_e4m3fn cast).
+    A band of whole tiles of rows at a time, so the temporaries stay bounded (`_row_ranges`)."""
     spec = SPECS[fmt]
-    _refuse_inf(w, fmt)
     n, k = w.shape
-    tn, tk = spec.scales_shape(n, k)
-    tiles = torch.zeros((tn * spec.block_n, tk * spec.block), dtype=torch.float32, device=w.device)
-    tiles[:n, :k] = w
-    tiles = tiles.view(tn, spec.block_n, tk, spec.block).transpose(1, 2).reshape(tn, tk, -1)
-    amax = _finite_absmax(tiles, dim=-1)
-    # A normal float32 scale, as for E4M3's rows: a denormal one is too coarse for w / scale.
-    scales = torch.where(amax > 0, (amax / spec.element.max_finite).clamp_min(2.0**-126), 1.0)
-    codes = encode_minifloat(w / _tile_scales(scales, n, k, spec), spec.element)
-    return PackedWeight(fmt, (n, k), pack_codes(codes, fmt), scales.contiguous())
+    tk = spec.scales_shape(n, k)[1]
+    padded = torch.zeros((n, padded_k(k, fmt)), dtype=torch.uint8, device=w.device)
+    bands = []
+    for a, b in _row_ranges(n, tk * spec.block, unit=spec.block_n):
+        rows = _rows_f32(w, a, b)
+        _refuse_inf(rows, fmt)
+        tn = -(-(b - a) // spec.block_n)
+        tiles = torch.zeros((tn * spec.block_n, tk * spec.block), dtype=torch.float32,
+                            device=w.device)
+        tiles[:b - a, :k] = rows
+        tiles = tiles.view(tn, spec.block_n, tk, spec.block).transpose(1, 2).reshape(tn, tk, -1)
+        amax = _finite_absmax(tiles, dim=-1)
+        del tiles
+        # A normal float32 scale, as for E4M3's rows: a denormal one is too coarse for w / scale.
+        scales = torch.where(amax > 0, (amax / spec.element.max_finite).clamp_min(2.0**-126), 1.0)
+        padded[a:b, :k] = encode_minifloat(rows / _tile_scales(scales, b - a, k, spec),
+                                           spec.element)
+        bands.append(scales)
+    return PackedWeight(fmt, (n, k), padded.view(torch.int32), torch.cat(bands).contiguous())
 
 
 def _quantize_fp4(w: torch.Tensor, fmt: Format, method: ScaleMethod) -> PackedWeight:
-    spec = SPECS[fmt]
-    _refuse_inf(w, fmt)
     n, k = w.shape
     kp = padded_k(k, fmt)
+    step = chunk_rows(n, kp)
+    amax = torch.zeros((), dtype=torch.float32, device=w.device)
+    for i in range(0, n, step):
+        rows = _rows_f32(w, i, i + step)
+        _refuse_inf(rows, fmt)
+        if fmt is Format.NVFP4:
+            amax = torch.maximum(amax, _finite_absmax(rows.flatten(), dim=0))
     g = None
     if fmt is Format.NVFP4:
         # Two levels: the tensor scale maps the largest block scale to E4M3's max (448).
-        g = _finite_absmax(w.flatten(), dim=0) / (6.0 * 448.0)
+        g = amax / (6.0 * 448.0)
         g = torch.where(g > 0, g, 1.0).clamp_min(2.0**-126)  # normal, as for row scales
-    step = chunk_rows(n, kp)
     best = None
     # mse: each candidate tensor scale shifts the E4M3 grid the block scales lie on; keep the
     # one with the least total error (the absmax one first, so it wins ties).
     tensor_scales = [g] if g is None or method is ScaleMethod.ABSMAX else [
         g * f for f in _scale_search.NVFP4_TENSOR_FACTORS]
     for gs in tensor_scales:
-        parts = [_fp4_rows(w[i:i + step], fmt, kp, gs, method) for i in range(0, n, step)]
+        parts = [_fp4_rows(_rows_f32(w, i, i + step), fmt, kp, gs, method)
+                 for i in range(0, n, step)]
         total = sum(err for _, _, err in parts)
         if best is None or total < best[0]:
             best = (total, gs, parts)

@@ -268,24 +268,3 @@ def test_peak_host_memory_is_the_packed_model_plus_one_shard(tmp_path):
     bound = r["model"] + max(shards) + 2 * (2048 * 512 * 4) + 24 * 2**20
     assert bound < 0.7 * sum(shards)  # the bound catches a load that keeps what it read
     assert grew < bound, (grew / 2**20, bound / 2**20, sum(shards) / 2**20)
-
-
-@pytest.mark.parametrize("fmt", list(Format))
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_quantize_by_rows_equals_quantize(fmt, dtype):
-    # The loader quantizes a slice of rows at a time; NVFP4's tensor scale must still be the
-    # whole weight's (the largest value sits in one slice only), NaN and zero rows included.
-    from softfp8.hub.loader import _quantize_by_rows
-
-    for n in (1, 16, 17, 333, 2100):  # 2100: slices of whole 128-row tiles, and a partial one
-        torch.manual_seed(n)
-        w = torch.randn(n, 96) * torch.rand(n, 1) * 3
-        if n > 20:
-            w[200, 5] = 40.0  # the whole weight's largest, in a later slice
-            w[5, 3], w[7] = float("nan"), 0.0
-        w = w.to(dtype)
-        whole, sliced = softfp8.quantize(w, fmt), _quantize_by_rows(w, fmt)
-        assert len(whole.tensors()) == len(sliced.tensors())
-        for a, b in zip(whole.tensors(), sliced.tensors()):
-            assert a.dtype == b.dtype and a.shape == b.shape
-            assert torch.equal(a.reshape(-1).view(torch.uint8), b.reshape(-1).view(torch.uint8))

@@ -1,4 +1,12 @@
-"""Encoders against torch's casts on a million values; packing; quantize's policy and errors."""
+"""Encoders against torch's casts on a million values; packing; quantize's policy and errors;
+quantize a chunk of rows at a time, the same bits and bounded memory."""
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
 import pytest
 import torch
 from conftest import rel_err
@@ -317,3 +325,75 @@ def test_a_weight_sharded_as_a_dtensor_is_refused_clearly(monkeypatch):
             softfp8.quantize(w, Format.E4M3)
     finally:
         dist.destroy_process_group()
+
+
+CHUNK_CASES = [(fmt, row_scale, scales) for fmt in Format for scales in ("absmax", "mse")
+               for row_scale in ((None, True) if fmt is Format.E5M2 else (None,))
+               if not (fmt is Format.E4M3_B128 and scales == "mse")]
+
+
+@pytest.mark.parametrize("fmt, row_scale, scales", CHUNK_CASES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
+def test_quantize_in_chunks_of_rows_equals_one_piece(monkeypatch, fmt, row_scale, scales, dtype):
+    # quantize encodes a chunk of rows at a time; with chunks of 3 rows (whole 128-row tiles for
+    # E4M3_B128: 333 rows make two and a partial one) the bits must be those of one piece:
+    # NVFP4's tensor scale is still the whole weight's (its largest value sits in a later
+    # chunk), NaN and zero rows included.
+    from softfp8 import _scale_search
+
+    for n in (1, 17, 333):
+        torch.manual_seed(n)
+        w = torch.randn(n, 96, dtype=torch.float64) * torch.rand(n, 1, dtype=torch.float64) * 3
+        if n > 20:
+            w[200, 5] = 40.0
+            w[5, 3], w[7] = float("nan"), 0.0
+        w = w.to(dtype)
+        kwargs = dict(scales=scales) | ({} if row_scale is None else dict(row_scale=row_scale))
+        monkeypatch.setattr(_scale_search, "CHUNK_ELEMENTS", 1 << 40)
+        whole = softfp8.quantize(w, fmt, **kwargs)
+        monkeypatch.setattr(_scale_search, "CHUNK_ELEMENTS", 3 * 96)
+        chunked = softfp8.quantize(w, fmt, **kwargs)
+        assert len(whole.tensors()) == len(chunked.tensors())
+        for a, b in zip(whole.tensors(), chunked.tensors()):
+            assert a.dtype == b.dtype and a.shape == b.shape
+            assert torch.equal(a.reshape(-1).view(torch.uint8), b.reshape(-1).view(torch.uint8))
+
+
+def test_e5m2_overflow_counted_over_every_chunk(monkeypatch):
+    from softfp8 import _scale_search
+
+    monkeypatch.setattr(_scale_search, "CHUNK_ELEMENTS", 8)
+    w = torch.zeros(6, 8)
+    w[0, 0], w[5, 7] = 6.2e4, -7e4  # in the first chunk and the last
+    with pytest.raises(ValueError, match=r"2 finite values .*largest here 70000"):
+        softfp8.quantize(w, "e5m2")
+
+
+PEAK_SCRIPT = textwrap.dedent("""
+    import json, resource, sys, torch, softfp8
+    def peak():
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    w = torch.empty(16384, 2048, dtype=torch.float16).normal_(0, 0.02)  # no temporaries
+    softfp8.quantize(w[:4], sys.argv[1])  # imports and first-call work before the baseline
+    base = peak()
+    packed = softfp8.quantize(w, sys.argv[1])
+    print(json.dumps({"grew": peak() - base,
+                      "packed": sum(t.numel() * t.element_size() for t in packed.tensors())}))
+""")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fmt", ["e4m3", "e4m3_b128", "nvfp4"])
+def test_quantize_memory_is_the_packed_weight_plus_one_chunk(fmt):
+    # A 64 MiB fp16 weight: the process may grow by a few times the packed weight (codes before
+    # packing, FP4's parts) + 160 MiB for one chunk's temporaries (CHUNK_ELEMENTS weights at
+    # ~60 bytes each), never by a multiple of the weight (encoded in one piece, E4M3 grew by
+    # 1.7 GiB). MALLOC_MMAP_THRESHOLD_ as in test_hub_loader: resident memory follows use.
+    out = subprocess.run([sys.executable, "-c", PEAK_SCRIPT, fmt], capture_output=True, text=True,
+                         check=True, env=dict(os.environ, MALLOC_MMAP_THRESHOLD_="131072",
+                                              PYTHONPATH=str(Path(softfp8.__file__).parents[1])))
+    r = json.loads(out.stdout.strip().splitlines()[-1])
+    print(f"{fmt}: grew {r['grew'] / 2**20:.0f} MiB, packed {r['packed'] / 2**20:.0f} MiB")  # -s
+    bound = 4 * r["packed"] + 160 * 2**20
+    assert bound < 5 * 16384 * 2048 * 2  # the bound catches a quantize five times the weight
+    assert r["grew"] < bound, (r["grew"] / 2**20, bound / 2**20)

@@ -4,8 +4,8 @@ The model is built with its parameters on the meta device and its buffers real (
 accelerate's ``init_empty_weights(include_buffers=False)`` does, so rotary tables come out as
 transformers computes them); then the safetensors shards are read one tensor at a time and each
 linear is packed as soon as its tensors are in. Peak memory is the packed model plus one layer's
-full-precision weight on the device (and, where it is quantized, float32 temporaries of a
-sixteenth of it), plus the shard being read on the host.
+full-precision weight on the device (and, where it is quantized, `quantize`'s temporaries of a
+chunk of its rows, tens of MiB), plus the shard being read on the host.
 """
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from ..dispatch import Backend
-from ..formats import SPECS, Format, PackedWeight
+from ..formats import Format
 from ..modules import Linear
 from ..quantize import dequantize, quantize
 from . import layouts, repack
@@ -302,7 +302,7 @@ class _Load:
             module.bias = None if bias is None else nn.Parameter(bias, requires_grad=False)
         else:
             if job.mode is QUANTIZE:
-                packed = _quantize_by_rows(weight.detach().to(self.device), self.fmt)
+                packed = quantize(weight.detach().to(self.device), self.fmt)
             setattr(parent, child, Linear.from_packed(packed, bias, backend=self.backend))
         job.done = True
         self.done[job.mode].append(name)
@@ -337,47 +337,6 @@ class _Load:
         raise CheckpointError(f"{self.folder}: the tensors disagree with the config "
                               f"({self.scheme.source}): " + "; ".join(lines) +
                               f". Expected: {expect}; supported: {layouts.SUPPORTED}")
-
-
-def _quantize_by_rows(w: torch.Tensor, fmt: Format) -> PackedWeight:
-    """`quantize(w, fmt)`, bit for bit, a sixteenth of the rows at a time: quantize's float32
-    temporaries take several times the weight's float32 size, which would dwarf the one weight
-    the load may hold. Slices keep whole tiles of a format that scales tiles of rows. Rows are otherwise
-    independent in every format but NVFP4, whose tensor scale comes from the
-    whole weight's largest finite magnitude: each NVFP4 slice gets one extra row holding that
-    value, so that its tensor scale is the whole weight's, and the row is dropped after."""
-    fmt = Format.parse(fmt)
-    n, k = w.shape
-    tile = getattr(SPECS[fmt], "block_n", None) or 1  # rows that share a scale stay together
-    step = -(-n // (_ROW_CHUNKS * tile)) * tile
-    if step == n:
-        return quantize(w, fmt)
-    extra = None
-    if fmt is Format.NVFP4:
-        amax = max(torch.where(torch.isfinite(s), s.abs(), 0).amax()
-                   for s in w.split(step))
-        extra = torch.zeros(1, k, dtype=w.dtype, device=w.device)
-        extra[0, 0] = amax  # a value of w itself: exact in its dtype
-    # each slice's words and scales go straight into the whole weight's (allocated at the first
-    # slice): the parts and a concatenation of them never coexist
-    words = scales = global_scale = None
-    for i in range(0, n, step):
-        rows = min(step, n - i)
-        part = quantize(w[i:i + rows] if extra is None else torch.cat([w[i:i + rows], extra]), fmt)
-        if words is None:
-            words = part.words.new_empty((n, *part.words.shape[1:]))
-            if part.scales is not None:  # one scale row a tile of rows (a row where tile = 1)
-                scales = part.scales.new_empty((-(-n // tile), *part.scales.shape[1:]))
-            global_scale = part.global_scale
-        words[i:i + rows] = part.words[:rows]
-        if scales is not None:  # slices start at whole tiles
-            count = -(-rows // tile)  # the slice's rows of scales
-            scales[i // tile:i // tile + count] = part.scales[:count]
-        del part
-    return PackedWeight(fmt, (n, k), words, scales, global_scale)
-
-
-_ROW_CHUNKS = 16
 
 
 def _own(t: torch.Tensor, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
