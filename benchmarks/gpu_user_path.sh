@@ -19,7 +19,9 @@
 #   seconds (default 540); each test's line in $OUT/gpu-suite.log as it ends, so a cut run still
 #   names its failures (in one H100 call, -q with files kept whole reached 53% in 300 s); with
 #   GPU_SUITE_DONE=FILE (test ids, one a line: the PASSED ids of a cut run's log) it runs the rest;
-#   every test phase's seconds go to $OUT/gpu-times.txt as it ends (tests/conftest.py);
+#   every test phase's seconds go to $OUT/gpu-times.txt as it ends (tests/conftest.py); with
+#   GPU_SUITE_SHARD=I/N only shard I of N runs (tests/conftest.py; on an H100 the suite's 422
+#   tests take ~5,500 s of test time, so N = 2 makes two calls of ~300-400 s over 8 processes);
 # cudabk: the CUDA backend (CuPy + NVRTC) against the Triton one (benchmarks/gpu_cuda_backend.py);
 # load: benchmarks/gpu_load.py, every checkpoint layout loaded and run ($OUT/gpu_load.json); with
 #   .whl-ct/ carried (pip download --no-deps --only-binary=:all: --python-version 3.12 --platform
@@ -64,7 +66,7 @@ for step in "$@"; do
            while read -r id; do [ -n "$id" ] && done_args+=(--deselect "$id"); done < "$GPU_SUITE_DONE"
            echo "leaving out $(( ${#done_args[@]} / 2 )) ids that passed before ($GPU_SUITE_DONE)"
          fi
-         SOFTFP8_TEST_TIMES=$OUT/gpu-times.txt timeout "${GPU_SUITE_S:-540}" python3 -m pytest -v -m gpu -n 8 -p no:cacheprovider -rfE --durations=15 \
+         SOFTFP8_TEST_SHARD=${GPU_SUITE_SHARD:-} SOFTFP8_TEST_TIMES=$OUT/gpu-times.txt timeout "${GPU_SUITE_S:-540}" python3 -m pytest -v -m gpu -n 8 -p no:cacheprovider -rfE --durations=15 \
            "${done_args[@]}" tests > "$OUT/gpu-suite.log" 2>&1
          grep -E "FAILED|ERROR" "$OUT/gpu-suite.log" | head -20
          grep -cE "PASSED" "$OUT/gpu-suite.log"; tail -22 "$OUT/gpu-suite.log"

@@ -1,5 +1,6 @@
 import os
 import sys
+import zlib
 
 import torch
 
@@ -38,12 +39,32 @@ def pytest_collection_modifyitems(config, items):
     """A run of whole folders (the README's `python -m pytest -q`) leaves the tests marked slow
     out; naming a file or a test, or any -m, runs what it selects. CI (.ci/run) runs the plain
     command, then -m slow."""
+    _keep_the_shard(config, items)
     if config.option.markexpr or not all(os.path.isdir(str(a).split("::")[0]) for a in config.args):
         return
     slow = [item for item in items if item.get_closest_marker("slow") is not None]
     if slow:
         config.hook.pytest_deselected(items=slow)
         items[:] = [item for item in items if item.get_closest_marker("slow") is None]
+
+
+def _keep_the_shard(config, items):
+    """With SOFTFP8_TEST_SHARD=I/N, only shard I of N (1 <= I <= N) runs: the tests whose id's
+    CRC-32 is I - 1 modulo N, so that N runs of one selection, I = 1..N, run each test once
+    (the GPU suite no longer fits one call on a lent machine: `gpu_user_path.sh gpu`)."""
+    spec = os.environ.get("SOFTFP8_TEST_SHARD")
+    if not spec:
+        return
+    try:
+        i, n = (int(v) for v in spec.split("/"))
+        assert 1 <= i <= n
+    except (ValueError, AssertionError):
+        raise pytest.UsageError(f"SOFTFP8_TEST_SHARD={spec!r}: expected I/N with 1 <= I <= N, "
+                                "e.g. 1/2") from None
+    other = [item for item in items if zlib.crc32(item.nodeid.encode()) % n != i - 1]
+    if other:
+        config.hook.pytest_deselected(items=other)
+        items[:] = [item for item in items if zlib.crc32(item.nodeid.encode()) % n == i - 1]
 
 
 @pytest.fixture
