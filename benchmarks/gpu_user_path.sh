@@ -4,7 +4,7 @@
 # tests: the GPU tests of the recorded eager calls, compile and CUDA graphs;
 # calls: an eager call's host time (softfp8-bench calls);
 # eager / static: softfp8-bench generate on llama2-7b (software FP8 decode);
-# eager8b / static8b: the same on llama3-8b;
+# eager8b / static8b: the same on llama3-8b (~100 s a variant on an H100; GEN_FORMATS=a,b: those only);
 # diag: inside eager generate(), the recorded calls replayed and refused, and a profile
 #   (benchmarks/gpu_eager_diag.py); rounds: eager llama2-7b, every variant in GPU memory, timed
 #   in 5 interleaved rounds (the same script);
@@ -46,8 +46,10 @@ for step in "$@"; do
     eager) SOFTFP8_FP8_DECODE=integer python3 -m softfp8.bench generate --preset llama2-7b --modes eager --gpu-time --out "$OUT/gen-eager.json" ;;
     static) SOFTFP8_FP8_DECODE=integer python3 -m softfp8.bench generate --preset llama2-7b --modes static --gpu-time --out "$OUT/gen-static.json" ;;
     static2) SOFTFP8_FP8_DECODE=integer python3 -m softfp8.bench generate --preset llama2-7b --modes static --formats e5m2,nvfp4 --gpu-time --out "$OUT/gen-static2.json" ;;
-    eager8b) SOFTFP8_FP8_DECODE=integer python3 -m softfp8.bench generate --preset llama3-8b --modes eager --gpu-time --out "$OUT/gen-eager-8b.json" ;;
-    static8b) SOFTFP8_FP8_DECODE=integer python3 -m softfp8.bench generate --preset llama3-8b --modes static --gpu-time --out "$OUT/gen-static-8b.json" ;;
+    eager8b) SOFTFP8_FP8_DECODE=integer python3 -m softfp8.bench generate --preset llama3-8b --modes eager --gpu-time \
+               --formats "${GEN_FORMATS:-e5m2,e4m3,nvfp4,mxfp4}" --out "$OUT/gen-eager-8b.json" ;;
+    static8b) SOFTFP8_FP8_DECODE=integer python3 -m softfp8.bench generate --preset llama3-8b --modes static --gpu-time \
+               --formats "${GEN_FORMATS:-e5m2,e4m3,nvfp4,mxfp4}" --out "$OUT/gen-static-8b.json" ;;
     diag) SOFTFP8_FP8_DECODE=integer python3 benchmarks/gpu_eager_diag.py 2>&1 | grep -v "Warn\|warn" ;;
     rounds) SOFTFP8_FP8_DECODE=integer DIAG_LAYERS=32 DIAG_ROUNDS=5 DIAG_FORMATS=fp16,e5m2,e4m3,nvfp4,mxfp4 \
               python3 benchmarks/gpu_eager_diag.py 2>&1 | grep -v "Warn\|warn\|layer/s" ;;
