@@ -55,11 +55,12 @@ def _forced(fmt: Format, path: str, call):
     fused small-M kernel, where it can run), dp (the bf16-product kernel, where it can run),
     small (the float32 small-M kernel), tile."""
     tables = (_batch.TILE_MIN_M, _batch.TILE_MIN_M_BF16, cpu_backend.GEMV_ROWS_MAX_M,
+              cpu_backend.GEMV_ROWS_MAX_M_AVX2,
               _dp_rows.DP_TILE_MIN_M, _dp_rows.DP_TILE_MIN_M_BF16, _dp_rows.FUSED_MAX_ROWS)
-    values = {"rows": (NEVER, NEVER, NEVER, 0, 0, 0),
-              "fused": (NEVER, NEVER, 1, NEVER, NEVER, NEVER),
-              "dp": (NEVER, NEVER, 1, NEVER, NEVER, 0),
-              "small": (NEVER, NEVER, 1, 0, 0, 0), "tile": (2, 2, 1, 0, 0, 0)}[path]
+    values = {"rows": (NEVER, NEVER, NEVER, NEVER, 0, 0, 0),
+              "fused": (NEVER, NEVER, 1, 1, NEVER, NEVER, NEVER),
+              "dp": (NEVER, NEVER, 1, 1, NEVER, NEVER, 0),
+              "small": (NEVER, NEVER, 1, 1, 0, 0, 0), "tile": (2, 2, 1, 1, 0, 0, 0)}[path]
 
     def run():
         saved = [t.get(fmt) for t in tables]  # None: a table without the format (left so)

@@ -8,9 +8,9 @@ Strategy by M (rows of activations):
 - On CPUs with AVX-512 BF16 and VBMI, bf16 x from M = 2 up to `_dp_rows.FUSED_MAX_ROWS`: the
   fused small-M kernel (`_smallm_fused`): each weight vector decoded in registers and
   used for every row of x before the next, so the weight is read and decoded once.
-- 1 < M <= `GEMV_ROWS_MAX_M[fmt]`: the GEMV once per row of x (measured faster there than the
-  kernels below; E4M3_B128's bf16 x from `_dp_rows.DP_FIRST_MIN_M_BF16` passes them over for
-  the next kernel).
+- 1 < M <= `GEMV_ROWS_MAX_M[fmt]` (on AVX2, `GEMV_ROWS_MAX_M_AVX2` where it names the format):
+  the GEMV once per row of x (measured faster there than the kernels below; E4M3_B128's bf16
+  x from `_dp_rows.DP_FIRST_MIN_M_BF16` passes them over for the next kernel).
 - On CPUs with AVX-512 BF16, below `_dp_rows.DP_TILE_MIN_M` (bf16 x: `DP_TILE_MIN_M_BF16`):
   each weight row decoded once into bf16 and multiplied with several rows of x at a time by
   vdpbf16ps (`_smallm_bf16`; x as bf16 terms that sum to it exactly; E4M3_B128's tile scales
@@ -30,6 +30,8 @@ Threads: min(numba's and torch's current setting), set for the call where it dif
 restored after. Numba, and the kernels, load on the first call only.
 """
 from __future__ import annotations
+
+import functools
 
 import torch
 
@@ -54,6 +56,15 @@ E5M2 2.69 / 3.46, E4M3 2.48 / 5.16, NVFP4 2.22 / 6.46, MXFP4 2.58 / 6.59; M = 4 
 4.08 / 5.95, 3.38 / 7.17, 3.21 / 7.24; M = 8 7.00 / 6.21, 7.95 / 8.08, 6.64 / 9.15, 5.76 / 9.67;
 M = 16 13.87 / 10.05, 16.21 / 11.59, 12.54 / 13.02, 11.56 / 13.24 (FP4 even, left to the
 kernel). docs/decisions.md, CPU: prompts and small batches."""
+
+GEMV_ROWS_MAX_M_AVX2 = {Format.E5M2: 1}
+"""Where numba targets no AVX-512 (AVX2 CPUs), these formats' own GEMV_ROWS_MAX_M: E5M2's
+small-M kernel (its decode a shift) beats its AVX2 GEMV per row from M = 2. `python
+benchmarks/cpu_small_m.py --m 2,4,8 --paths rows,small --reps 5` (4096 x 4096, 2-vCPU Zen 3,
+idle, ms, GEMV rows / small-M kernel), bf16 x in two runs and float32 x: M = 2 2.61 / 2.15,
+2.81 / 2.44, 2.87 / 2.48; M = 4 5.17 / 3.57, 5.58 / 3.42, 6.91 / 3.64. The other formats'
+rows stay ahead there (M = 2 E4M3 2.73 / 5.02, NVFP4 2.19 / 7.86, MXFP4 2.15 / 6.40,
+E4M3_B128 3.04 / 5.92): their decodes cost more in the small-M kernel's loop."""
 
 
 def matmul(x: torch.Tensor, packed: PackedWeight, bias: torch.Tensor | None = None, *,
@@ -95,10 +106,24 @@ def _matmul_f32(x: torch.Tensor, packed: PackedWeight, inject: bool, threads: in
         y = _dp_rows.matmul_fused(x, packed, threads)
         if y is not None:
             return y
-    if m <= GEMV_ROWS_MAX_M[fmt] and not _dp_rows.before_gemv_rows(m, fmt, x.dtype):
+    if m <= _gemv_rows_max_m(fmt) and not _dp_rows.before_gemv_rows(m, fmt, x.dtype):
         return torch.cat([gemv(x[i:i + 1], packed, inject, threads) for i in range(m)])
     if _dp_rows.below_crossover(m, fmt, x.dtype) and _dp_rows.available():
         y = _dp_rows.matmul(x, packed, threads)
         if y is not None:
             return y
     return matmul_rows(x, packed, threads)
+
+
+def _gemv_rows_max_m(fmt: Format) -> int:
+    if fmt in GEMV_ROWS_MAX_M_AVX2 and not _targets_avx512():
+        return GEMV_ROWS_MAX_M_AVX2[fmt]
+    return GEMV_ROWS_MAX_M[fmt]
+
+
+@functools.lru_cache(maxsize=None)
+def _targets_avx512() -> bool:
+    """Whether numba compiles for AVX-512F here (fixed for the process: asked once)."""
+    from ._ir import numba_targets
+
+    return numba_targets("avx512f")
