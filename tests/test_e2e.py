@@ -306,6 +306,7 @@ def test_multi_gpu_script_device_map_part_smoke_on_cpu(tmp_path, capsys):
     both "GPUs" the CPU; its tp part needs torchrun (run by hand: see the script's docstring)."""
     import json
 
+    pytest.importorskip("accelerate")  # the script places the model with it (the dev extra)
     script = _load_script("multi_gpu")
     receipt = tmp_path / "mg.json"
     assert script.main(["--tiny", "--device", "cpu", "--part", "device-map", "--variants",
