@@ -226,7 +226,9 @@ def test_e5m2_takes_the_small_m_kernel_from_m_2_on_avx2_only(avx512, monkeypatch
     """On a CPU numba targets without AVX-512, E5M2 skips the GEMV per row of x
     (GEMV_ROWS_MAX_M_AVX2: its small-M kernel measured faster there); elsewhere, and for the
     other formats, GEMV_ROWS_MAX_M still decides. The answer is the same either way."""
-    monkeypatch.setattr(cpu_backend, "_targets_avx512", lambda: avx512)
+    from softfp8.backends.numba import _lut
+
+    monkeypatch.setattr(_lut, "available", lambda: avx512)
     gemv_rows = []
     real = cpu_backend.gemv
     monkeypatch.setattr(cpu_backend, "gemv", lambda *a: gemv_rows.append(1) or real(*a))

@@ -31,8 +31,6 @@ restored after. Numba, and the kernels, load on the first call only.
 """
 from __future__ import annotations
 
-import functools
-
 import torch
 
 from ..._checks import check_matrix_args
@@ -116,14 +114,9 @@ def _matmul_f32(x: torch.Tensor, packed: PackedWeight, inject: bool, threads: in
 
 
 def _gemv_rows_max_m(fmt: Format) -> int:
-    if fmt in GEMV_ROWS_MAX_M_AVX2 and not _targets_avx512():
-        return GEMV_ROWS_MAX_M_AVX2[fmt]
+    if fmt in GEMV_ROWS_MAX_M_AVX2:
+        from . import _lut  # here: numba loads on the first call only
+
+        if not _lut.available():  # no AVX-512F (asked once a process)
+            return GEMV_ROWS_MAX_M_AVX2[fmt]
     return GEMV_ROWS_MAX_M[fmt]
-
-
-@functools.lru_cache(maxsize=None)
-def _targets_avx512() -> bool:
-    """Whether numba compiles for AVX-512F here (fixed for the process: asked once)."""
-    from ._ir import numba_targets
-
-    return numba_targets("avx512f")
