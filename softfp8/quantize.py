@@ -123,6 +123,19 @@ def _refuse_inf(w: torch.Tensor, fmt: Format) -> None:
                          "expected finite values or NaN, or use fmt='e5m2'")
 
 
+def _row_absmax(w: torch.Tensor, chunks: list[tuple[int, int]],
+                refuse_inf: Format | None = None) -> torch.Tensor:
+    """Each row's largest finite magnitude, float32 [N], a chunk of rows at a time; with
+    `refuse_inf`, ValueError where w holds ±inf (that format has no infinity)."""
+    parts = []
+    for a, b in chunks:
+        rows = _rows_f32(w, a, b)
+        if refuse_inf is not None:
+            _refuse_inf(rows, refuse_inf)
+        parts.append(_finite_absmax(rows, dim=1))
+    return torch.cat(parts)
+
+
 def _quantize_8bit(w: torch.Tensor, fmt: Format, scaled: bool,
                    method: ScaleMethod) -> PackedWeight:
     """E5M2 (scaled or not) and E4M3: one scale a row, codes encoded a chunk of rows at a time
@@ -131,14 +144,8 @@ def _quantize_8bit(w: torch.Tensor, fmt: Format, scaled: bool,
     n, k = w.shape
     chunks = _row_ranges(n, k)
     row_scales = None
-    if scaled:
-        parts = []
-        for a, b in chunks:
-            rows = _rows_f32(w, a, b)
-            if fmt is Format.E4M3:
-                _refuse_inf(rows, fmt)
-            parts.append(_finite_absmax(rows, dim=1))
-        amax = torch.cat(parts)
+    if scaled:  # E5M2 keeps ±inf (inf times a finite scale)
+        amax = _row_absmax(w, chunks, fmt if fmt is Format.E4M3 else None)
         # Keep the scale a normal float32: a denormal one (rows of denormal weights) is
         # rounded so coarsely that w / scale can pass the max, and E5M2 made that inf.
         row_scales = torch.where(amax > 0,
@@ -258,17 +265,12 @@ def _quantize_tiles(w: torch.Tensor, fmt: Format) -> PackedWeight:
 def _quantize_fp4(w: torch.Tensor, fmt: Format, method: ScaleMethod) -> PackedWeight:
     n, k = w.shape
     kp = padded_k(k, fmt)
-    step = chunk_rows(n, kp)
-    amax = torch.zeros((), dtype=torch.float32, device=w.device)
-    for i in range(0, n, step):
-        rows = _rows_f32(w, i, i + step)
-        _refuse_inf(rows, fmt)
-        if fmt is Format.NVFP4:
-            amax = torch.maximum(amax, _finite_absmax(rows.flatten(), dim=0))
+    chunks = _row_ranges(n, kp)
+    amax = _row_absmax(w, chunks, fmt)
     g = None
     if fmt is Format.NVFP4:
         # Two levels: the tensor scale maps the largest block scale to E4M3's max (448).
-        g = amax / (6.0 * 448.0)
+        g = amax.amax() / (6.0 * 448.0)
         g = torch.where(g > 0, g, 1.0).clamp_min(2.0**-126)  # normal, as for row scales
     best = None
     # mse: each candidate tensor scale shifts the E4M3 grid the block scales lie on; keep the
@@ -276,8 +278,7 @@ def _quantize_fp4(w: torch.Tensor, fmt: Format, method: ScaleMethod) -> PackedWe
     tensor_scales = [g] if g is None or method is ScaleMethod.ABSMAX else [
         g * f for f in _scale_search.NVFP4_TENSOR_FACTORS]
     for gs in tensor_scales:
-        parts = [_fp4_rows(_rows_f32(w, i, i + step), fmt, kp, gs, method)
-                 for i in range(0, n, step)]
+        parts = [_fp4_rows(_rows_f32(w, a, b), fmt, kp, gs, method) for a, b in chunks]
         total = sum(err for _, _, err in parts)
         if best is None or total < best[0]:
             best = (total, gs, parts)

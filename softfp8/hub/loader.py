@@ -5,7 +5,7 @@ accelerate's ``init_empty_weights(include_buffers=False)`` does, so rotary table
 transformers computes them); then the safetensors shards are read one tensor at a time and each
 linear is packed as soon as its tensors are in. Peak memory is the packed model plus one layer's
 full-precision weight on the device (and, where it is quantized, `quantize`'s temporaries of a
-chunk of its rows, tens of MiB), plus the shard being read on the host.
+chunk of its rows, about 120 MiB), plus the shard being read on the host.
 """
 from __future__ import annotations
 
