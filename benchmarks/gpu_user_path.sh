@@ -34,6 +34,7 @@
 #   git archive BRANCH softfp8 tests benchmarks pyproject.toml | tar -x -C DIR, and carried).
 set -u
 OUT=${OUT:-out}; mkdir -p "$OUT"
+gen_formats=${GEN_FORMATS:-e5m2,e4m3,nvfp4,mxfp4}  # eager8b / static8b
 export PYTHONUNBUFFERED=1
 echo "== $(date -u +%FT%TZ) $(nvidia-smi -L | head -1)"
 python3 -c "import torch, triton, transformers; print('torch', torch.__version__, 'triton', triton.__version__, 'transformers', transformers.__version__)"
@@ -47,9 +48,9 @@ for step in "$@"; do
     static) SOFTFP8_FP8_DECODE=integer python3 -m softfp8.bench generate --preset llama2-7b --modes static --gpu-time --out "$OUT/gen-static.json" ;;
     static2) SOFTFP8_FP8_DECODE=integer python3 -m softfp8.bench generate --preset llama2-7b --modes static --formats e5m2,nvfp4 --gpu-time --out "$OUT/gen-static2.json" ;;
     eager8b) SOFTFP8_FP8_DECODE=integer python3 -m softfp8.bench generate --preset llama3-8b --modes eager --gpu-time \
-               --formats "${GEN_FORMATS:-e5m2,e4m3,nvfp4,mxfp4}" --out "$OUT/gen-eager-8b.json" ;;
+               --formats "$gen_formats" --out "$OUT/gen-eager-8b.json" ;;
     static8b) SOFTFP8_FP8_DECODE=integer python3 -m softfp8.bench generate --preset llama3-8b --modes static --gpu-time \
-               --formats "${GEN_FORMATS:-e5m2,e4m3,nvfp4,mxfp4}" --out "$OUT/gen-static-8b.json" ;;
+               --formats "$gen_formats" --out "$OUT/gen-static-8b.json" ;;
     diag) SOFTFP8_FP8_DECODE=integer python3 benchmarks/gpu_eager_diag.py 2>&1 | grep -v "Warn\|warn" ;;
     rounds) SOFTFP8_FP8_DECODE=integer DIAG_LAYERS=32 DIAG_ROUNDS=5 DIAG_FORMATS=fp16,e5m2,e4m3,nvfp4,mxfp4 \
               python3 benchmarks/gpu_eager_diag.py 2>&1 | grep -v "Warn\|warn\|layer/s" ;;
