@@ -7,9 +7,9 @@ the load of a shared machine falls on all of them alike:
   anchor, not among "torch's fastest");
 - each format through softfp8.linear(backend="numba") as dispatched (`auto`), and with
   `--paths` each M > 1 path forced (`_forced`): M GEMVs (`rows`), the fused small-M kernel
-  (`fused`), the bf16-product one (`dp`), the float32 one (`small`) and the
-  dequantise-a-tile path (`tile`) (`--paths fused,dp`: those only): how the crossovers in those
-  tables are measured.
+  (`fused`), the bf16-product one (`dp`), the float32 one (`small`), the dequantise-a-tile
+  path (`tile`), FP4's AVX2 x-rows kernel (`xrows`) (`--paths fused,dp`: those only): how the
+  crossovers in those tables are measured.
 
     python benchmarks/cpu_small_m.py --shapes 4096x4096 --m 1,2,4,8,16,32,64,128 --paths
     python benchmarks/cpu_small_m.py --preset llama3-8b --m 1,4,16,128
@@ -53,14 +53,17 @@ def _timed(fn) -> float:
 def _forced(fmt: Format, path: str, call):
     """`call` with the tables set so that M > 1 takes `path`: rows (a GEMV per row), fused (the
     fused small-M kernel, where it can run), dp (the bf16-product kernel, where it can run),
-    small (the float32 small-M kernel), tile."""
+    small (the float32 small-M kernel), tile, xrows (FP4 on AVX2: the table decode for several x
+    rows, where it runs)."""
     tables = (_batch.TILE_MIN_M, _batch.TILE_MIN_M_BF16, cpu_backend.GEMV_ROWS_MAX_M,
               cpu_backend.GEMV_ROWS_MAX_M_AVX2,
-              _dp_rows.DP_TILE_MIN_M, _dp_rows.DP_TILE_MIN_M_BF16, _dp_rows.FUSED_MAX_ROWS)
-    values = {"rows": (NEVER, NEVER, NEVER, NEVER, 0, 0, 0),
-              "fused": (NEVER, NEVER, 1, 1, NEVER, NEVER, NEVER),
-              "dp": (NEVER, NEVER, 1, 1, NEVER, NEVER, 0),
-              "small": (NEVER, NEVER, 1, 1, 0, 0, 0), "tile": (2, 2, 1, 1, 0, 0, 0)}[path]
+              _dp_rows.DP_TILE_MIN_M, _dp_rows.DP_TILE_MIN_M_BF16, _dp_rows.FUSED_MAX_ROWS,
+              cpu_backend.XROWS_MAX_M)
+    values = {"rows": (NEVER, NEVER, NEVER, NEVER, 0, 0, 0, 0),
+              "fused": (NEVER, NEVER, 1, 1, NEVER, NEVER, NEVER, 0),
+              "dp": (NEVER, NEVER, 1, 1, NEVER, NEVER, 0, 0),
+              "small": (NEVER, NEVER, 1, 1, 0, 0, 0, 0), "tile": (2, 2, 1, 1, 0, 0, 0, 0),
+              "xrows": (NEVER, NEVER, 1, 1, 0, 0, 0, NEVER)}[path]
 
     def run():
         saved = [t.get(fmt) for t in tables]  # None: a table without the format (left so)
@@ -97,7 +100,8 @@ def variants(w: torch.Tensor, m: int, formats, packed, act: torch.dtype, paths: 
         auto = (lambda p=p: softfp8.linear(xa, p, backend="numba"))
         out[f"{fmt}"] = auto
         for path in paths if m > 1 else ():
-            out[f"{fmt} {path}"] = _forced(fmt, path, auto)
+            if path != "xrows" or fmt in cpu_backend.XROWS_MAX_M:
+                out[f"{fmt} {path}"] = _forced(fmt, path, auto)
     return out
 
 
@@ -130,7 +134,7 @@ def main() -> None:
     ap.add_argument("--formats", default="e5m2,e4m3,nvfp4,mxfp4")
     ap.add_argument("--reps", type=int, default=7)
     ap.add_argument("--act", choices=["fp32", "bf16"], default="fp32")
-    ap.add_argument("--paths", nargs="?", const="rows,fused,dp,small,tile", default="",
+    ap.add_argument("--paths", nargs="?", const="rows,fused,dp,small,tile,xrows", default="",
                     help="time these M > 1 paths too (a comma list; alone: all of them)")
     ap.add_argument("--ort", action="store_true", help="onnxruntime MatMulNBits 8- and 4-bit "
                     "beside (float32 x; softfp8.bench.anchors says how its formats differ)")

@@ -8,6 +8,8 @@ Strategy by M (rows of activations):
 - On CPUs with AVX-512 BF16 and VBMI, bf16 x from M = 2 up to `_dp_rows.FUSED_MAX_ROWS`: the
   fused small-M kernel (`_smallm_fused`): each weight vector decoded in registers and
   used for every row of x before the next, so the weight is read and decoded once.
+- FP4 on AVX2 CPUs (the `_pshufb` GEMV), 1 < M <= `XROWS_MAX_M`: the table decode of a step
+  used for up to four rows of x at a time (`_pshufb_xrows`).
 - 1 < M <= `GEMV_ROWS_MAX_M[fmt]` (on AVX2, `GEMV_ROWS_MAX_M_AVX2` where it names the format):
   the GEMV once per row of x (measured faster there than the kernels below; E4M3_B128's bf16
   x from `_dp_rows.DP_FIRST_MIN_M_BF16` passes them over for the next kernel).
@@ -54,6 +56,12 @@ E5M2 2.69 / 3.46, E4M3 2.48 / 5.16, NVFP4 2.22 / 6.46, MXFP4 2.58 / 6.59; M = 4 
 4.08 / 5.95, 3.38 / 7.17, 3.21 / 7.24; M = 8 7.00 / 6.21, 7.95 / 8.08, 6.64 / 9.15, 5.76 / 9.67;
 M = 16 13.87 / 10.05, 16.21 / 11.59, 12.54 / 13.02, 11.56 / 13.24 (FP4 even, left to the
 kernel). docs/decisions.md, CPU: prompts and small batches."""
+
+XROWS_MAX_M = {Format.NVFP4: 16, Format.MXFP4: 16}
+"""Where the FP4 GEMV is the AVX2 table kernel (_pshufb), 1 < M up to this many activation rows
+take its x-rows kernel (`_pshufb_xrows`: each step decoded once for every row of x), ahead of a
+GEMV per row from M = 2 and of the float32 small-M kernel to M = 16 (docs/performance.md, AVX2
+on a real Zen 3). Weights whose scale codes its loop can't decode take the paths below."""
 
 GEMV_ROWS_MAX_M_AVX2 = {Format.E5M2: 1}
 """Where numba targets no AVX-512 (AVX2 CPUs), these formats' own GEMV_ROWS_MAX_M: E5M2's
@@ -104,6 +112,10 @@ def _matmul_f32(x: torch.Tensor, packed: PackedWeight, inject: bool, threads: in
         y = _dp_rows.matmul_fused(x, packed, threads)
         if y is not None:
             return y
+    if m <= XROWS_MAX_M.get(fmt, 0) and _pshufb_runs():
+        y = _xrows_matmul(x, packed, threads)
+        if y is not None:
+            return y
     if m <= _gemv_rows_max_m(fmt) and not _dp_rows.before_gemv_rows(m, fmt, x.dtype):
         return torch.cat([gemv(x[i:i + 1], packed, inject, threads) for i in range(m)])
     if _dp_rows.below_crossover(m, fmt, x.dtype) and _dp_rows.available():
@@ -120,3 +132,16 @@ def _gemv_rows_max_m(fmt: Format) -> int:
         if not _lut.available():  # no AVX-512F (asked once a process)
             return GEMV_ROWS_MAX_M_AVX2[fmt]
     return GEMV_ROWS_MAX_M[fmt]
+
+
+def _pshufb_runs() -> bool:
+    """Whether the FP4 GEMV here is the AVX2 table kernel (_pshufb), as `_gemv` chooses it."""
+    from . import _gemv, _pshufb
+
+    return _gemv._fp4_table_kernels() is _pshufb
+
+
+def _xrows_matmul(x, packed, threads):
+    from . import _pshufb_xrows
+
+    return _pshufb_xrows.matmul(x, packed, threads)

@@ -75,6 +75,104 @@ def _step_order() -> np.ndarray:
 _ORDER = _step_order()
 
 
+class _Emit:
+    """The IR pieces of a step shared by the row loops here and in _pshufb_xrows: the byte
+    tables and masks as constants, the LLVM intrinsics, and the scales' lane indices."""
+
+    def __init__(self, builder, intp, s1, wpb):
+        f32, i32, i8, i16 = ir.FloatType(), ir.IntType(32), ir.IntType(8), ir.IntType(16)
+        self.vf, self.vi, self.vb, self.vh = (ir.VectorType(f32, 8), ir.VectorType(i32, 8),
+                                              ir.VectorType(i8, 32), ir.VectorType(i16, 16))
+        mod = builder.module
+        self.pshufb = cgutils.get_or_insert_function(
+            mod, ir.FunctionType(self.vb, [self.vb, self.vb]), "llvm.x86.avx2.pshuf.b")
+        self.fma = cgutils.get_or_insert_function(
+            mod, ir.FunctionType(self.vf, [self.vf] * 3), "llvm.fma.v8f32")
+        self.permps = cgutils.get_or_insert_function(
+            mod, ir.FunctionType(self.vf, [self.vf, self.vi]), "llvm.x86.avx2.permps")
+        self.high = ir.Constant(self.vb, [ir.Constant(i8, b) for b in _HIGH * 2])
+        self.low = ir.Constant(self.vb, [ir.Constant(i8, b) for b in _LOW * 2])
+        self.nibble = ir.Constant(self.vb, [ir.Constant(i8, 15)] * 32)
+        self.four = ir.Constant(self.vh, [ir.Constant(i16, 4)] * 16)
+        self.sixteen = ir.Constant(self.vi, [ir.Constant(i32, 16)] * 8)
+        self.top = ir.Constant(self.vi, [ir.Constant(i32, -65536)] * 8)
+        # vpunpcklbw / vpunpckhbw of (low bytes, high bytes): the bf16 words of bytes 0-7 | 16-23
+        # and 8-15 | 24-31
+        self.unpack = [ir.Constant(ir.VectorType(i32, 32), [
+            ir.Constant(i32, j) for j in [v for q in (0, 16) for i in range(8)
+                                          for v in (q + 8 * h + i, 32 + q + 8 * h + i)]])
+            for h in range(2)]
+        self.wpb, self.intp = wpb, intp
+        self.nblk = STEP_WORDS // wpb
+        # the scales' lane indices, hidden from LLVM: with constant ones it rewrites the vpermps
+        # as two shuffles and a vpermpd (2 uops) per vector, measured 2.5% (MXFP4) / 5% (NVFP4)
+        # slower
+        runtime_zero = builder.select(builder.icmp_signed(">=", s1, ir.Constant(intp, 0)),
+                                      ir.Constant(i32, 0), ir.Constant(i32, 1))
+        self.picks = []
+        for h in range(2):
+            lanes = [h] * 4 + [h + 2] * 4 if self.nblk == 4 else [0] * 4 + [1] * 4
+            pick = ir.Constant(self.vi, None)
+            for lane, block in enumerate(lanes):
+                pick = builder.insert_element(pick, builder.add(runtime_zero,
+                                                                ir.Constant(i32, block)),
+                                              ir.Constant(i32, lane))
+            self.picks.append(pick)
+
+    def values(self, builder, raw, use):
+        """The step's 64 codes (raw: its 32 bytes as one vector) as 8 fp32 vectors, each passed
+        to use(v, value) as it is made: vector v = 4p + 2h + s holds the codes `_ORDER[v]`."""
+        hi_n = builder.and_(builder.bitcast(builder.lshr(builder.bitcast(raw, self.vh),
+                                                         self.four), self.vb), self.nibble)
+        for p, idx in enumerate((builder.and_(raw, self.nibble), hi_n)):
+            hb = builder.call(self.pshufb, [self.high, idx])
+            lb = builder.call(self.pshufb, [self.low, idx])
+            for h in range(2):
+                words16 = builder.bitcast(builder.shuffle_vector(lb, hb, self.unpack[h]),
+                                          self.vi)
+                for sh in range(2):
+                    bits = builder.shl(words16, self.sixteen) if sh == 0 else builder.and_(
+                        words16, self.top)
+                    use(4 * p + 2 * h + sh, builder.bitcast(bits, self.vf))
+
+    def scales(self, builder, srow, w0, codes_of):
+        """The step's block scales as two fp32 vectors (h = 0, 1), lane for lane with the
+        vectors of `values` whose h they name: NVFP4 4 blocks (lanes 0-3 of h = 0 in block 0,
+        4-7 in block 2; h = 1: blocks 1 and 3), MXFP4 2 blocks (lanes 0-3 in block 0, 4-7 in
+        block 1). srow: the row's decoded scales, or its own codes: "e4m3" (NVFP4, each below
+        0x7F), "e8m0" (MXFP4, each in 1..254, so code << 23 is the float32 2^(code - 127))."""
+        i32, i16 = ir.IntType(32), ir.IntType(16)
+        nblk = self.nblk
+        few = ir.VectorType(ir.FloatType(), nblk)
+        first = builder.udiv(w0, ir.Constant(self.intp, self.wpb))
+        if codes_of == "e4m3":
+            # code << 7 is the half E4M3 / 256 (4 exponent bits in the half's 5, subnormals
+            # included), widened exactly by vcvtph2ps; the halves are spread over the lanes
+            # before it by shuffles with immediates, so no index vectors take registers
+            vh4 = ir.VectorType(i16, nblk)
+            codes = builder.zext(vload(builder, srow, first, ir.VectorType(ir.IntType(8), nblk),
+                                       align=1), vh4)
+            halves = builder.shl(codes, ir.Constant(vh4, [ir.Constant(i16, 7)] * nblk))
+            return [builder.fpext(builder.bitcast(builder.shuffle_vector(
+                halves, ir.Constant(vh4, None),
+                ir.Constant(self.vi, [ir.Constant(i32, b) for b in [h] * 4 + [h + 2] * 4])),
+                ir.VectorType(ir.HalfType(), 8)), self.vf) for h in range(2)]
+        if codes_of == "e8m0":
+            vin = ir.VectorType(i32, nblk)
+            codes = builder.zext(vload(builder, srow, first, ir.VectorType(ir.IntType(8), nblk),
+                                       align=1), vin)
+            values = builder.bitcast(builder.shl(codes, ir.Constant(vin, [ir.Constant(i32, 23)]
+                                                                     * nblk)), few)
+            spread = builder.shuffle_vector(values, ir.Constant(few, None), ir.Constant(
+                self.vi, [ir.Constant(i32, b) for b in [0] * 4 + [1] * 4]))
+            return [spread, spread]
+        sv = vload(builder, srow, first, few)
+        sv = builder.shuffle_vector(sv, ir.Constant(few, None),
+                                    ir.Constant(self.vi, [ir.Constant(i32, j % nblk)
+                                                          for j in range(8)]))
+        return [builder.call(self.permps, [sv, self.picks[h]]) for h in range(2)]
+
+
 def _emit_rows(context, builder, sig, args, wpb, nrows, codes_of=None):
     """IR: for rows r..r+nrows-1, the sum over steps s in [s0, s1) of codes times x times their
     block scale (sc row i for weight row r + i, wpb words per block); returns a ROWS-tuple.
@@ -82,96 +180,33 @@ def _emit_rows(context, builder, sig, args, wpb, nrows, codes_of=None):
     0x7F (positive, not NaN: the caller checks), decoded in the loop as E4M3 / 256 (the value
     e4m3_i32_div256 gives). (MXFP4's E8M0 codes decoded so, code << 23, gave no clear gain over
     its pass before the loop: half as many scales a row; not kept.)"""
-    f32, i32, i8, i16 = ir.FloatType(), ir.IntType(32), ir.IntType(8), ir.IntType(16)
-    vf, vi, vb, vh = (ir.VectorType(f32, 8), ir.VectorType(i32, 8), ir.VectorType(i8, 32),
-                      ir.VectorType(i16, 16))
-    mod = builder.module
-    pshufb = cgutils.get_or_insert_function(mod, ir.FunctionType(vb, [vb, vb]),
-                                            "llvm.x86.avx2.pshuf.b")
-    fma = cgutils.get_or_insert_function(mod, ir.FunctionType(vf, [vf, vf, vf]), "llvm.fma.v8f32")
-    permps = cgutils.get_or_insert_function(mod, ir.FunctionType(vf, [vf, vi]),
-                                            "llvm.x86.avx2.permps")
-    high = ir.Constant(vb, [ir.Constant(i8, b) for b in _HIGH * 2])
-    low = ir.Constant(vb, [ir.Constant(i8, b) for b in _LOW * 2])
-    nibble = ir.Constant(vb, [ir.Constant(i8, 15)] * 32)
-    four = ir.Constant(vh, [ir.Constant(i16, 4)] * 16)
-    sixteen = ir.Constant(vi, [ir.Constant(i32, 16)] * 8)
-    top = ir.Constant(vi, [ir.Constant(i32, -65536)] * 8)
-    # vpunpcklbw / vpunpckhbw of (low bytes, high bytes): the bf16 words of bytes 0-7 | 16-23
-    # and 8-15 | 24-31
-    unpack = [ir.Constant(ir.VectorType(i32, 32), [ir.Constant(i32, j) for j in
-                                                    [v for q in (0, 16) for i in range(8)
-                                                     for v in (q + 8 * h + i, 32 + q + 8 * h + i)]])
-              for h in range(2)]
     intp, s0, s1, xdata, wrows, srows, ahead = rows_operands(  # as _lut
         context, builder, sig, args, nrows, PREFETCH_ROWS * nrows, codes_of is not None)
+    e = _Emit(builder, intp, s1, wpb)
     # per row two sums: the vectors of the interleave's low halves (h = 0) and high halves (1),
     # whose lanes lie in different scale blocks for NVFP4
-    accs = [[cgutils.alloca_once_value(builder, ir.Constant(vf, None)) for _ in range(2)]
+    accs = [[cgutils.alloca_once_value(builder, ir.Constant(e.vf, None)) for _ in range(2)]
             for _ in range(nrows)]
-
-    # the scales' lane indices, hidden from LLVM: with constant ones it rewrites the vpermps as
-    # two shuffles and a vpermpd (2 uops) per vector, measured 2.5% (MXFP4) / 5% (NVFP4) slower
-    nblk = STEP_WORDS // wpb
-    runtime_zero = builder.select(builder.icmp_signed(">=", s1, ir.Constant(intp, 0)),
-                                  ir.Constant(i32, 0), ir.Constant(i32, 1))
-    picks = []
-    for h in range(2):
-        lanes = [h] * 4 + [h + 2] * 4 if nblk == 4 else [0] * 4 + [1] * 4
-        pick = ir.Constant(vi, None)
-        for lane, block in enumerate(lanes):
-            pick = builder.insert_element(pick, builder.add(runtime_zero, ir.Constant(i32, block)),
-                                          ir.Constant(i32, lane))
-        picks.append(pick)
     with cgutils.for_range_slice(builder, s0, s1, ir.Constant(intp, 1), intp=intp) as (s, _):
         w0 = builder.mul(s, ir.Constant(intp, STEP_WORDS))
         x0 = builder.mul(s, ir.Constant(intp, 64))
-        xv = [vload(builder, xdata, builder.add(x0, ir.Constant(intp, 8 * v)), vf)
+        xv = [vload(builder, xdata, builder.add(x0, ir.Constant(intp, 8 * v)), e.vf)
               for v in range(8)]
         for i in range(nrows):
-            raw = vload(builder, wrows[i], w0, vb)
+            raw = vload(builder, wrows[i], w0, e.vb)
             prefetch(builder, ahead[i], w0)  # each line twice (a step is half one): no branch
-            hi_n = builder.and_(builder.bitcast(builder.lshr(builder.bitcast(raw, vh), four), vb),
-                                nibble)
             part = [None, None]
-            for p, idx in enumerate((builder.and_(raw, nibble), hi_n)):
-                hb = builder.call(pshufb, [high, idx])
-                lb = builder.call(pshufb, [low, idx])
-                for h in range(2):
-                    words16 = builder.bitcast(builder.shuffle_vector(lb, hb, unpack[h]), vi)
-                    for sh in range(2):
-                        bits = builder.shl(words16, sixteen) if sh == 0 else builder.and_(
-                            words16, top)
-                        val = builder.bitcast(bits, vf)
-                        xvec = xv[4 * p + 2 * h + sh]
-                        part[h] = builder.fmul(val, xvec) if part[h] is None else builder.call(
-                            fma, [val, xvec, part[h]])
-            # the step's scales, one vpermps a vector: NVFP4 4 blocks (lanes 0-3 of h = 0 in
-            # block 0, 4-7 in block 2; h = 1: blocks 1 and 3), MXFP4 2 blocks (lanes 0-3 in
-            # block 0, 4-7 in block 1)
-            few = ir.VectorType(f32, nblk)
-            first = builder.udiv(w0, ir.Constant(intp, wpb))
-            if codes_of == "e4m3":
-                # code << 7 is the half E4M3 / 256 (4 exponent bits in the half's 5, subnormals
-                # included), widened exactly by vcvtph2ps; the halves are spread over the lanes
-                # before it by shuffles with immediates, so no index vectors take registers
-                vh4 = ir.VectorType(i16, nblk)
-                codes = builder.zext(vload(builder, srows[i], first, ir.VectorType(i8, nblk),
-                                           align=1), vh4)
-                halves = builder.shl(codes, ir.Constant(vh4, [ir.Constant(i16, 7)] * nblk))
-                scales = [builder.fpext(builder.bitcast(builder.shuffle_vector(
-                    halves, ir.Constant(vh4, None),
-                    ir.Constant(vi, [ir.Constant(i32, b) for b in [h] * 4 + [h + 2] * 4])),
-                    ir.VectorType(ir.HalfType(), 8)), vf) for h in range(2)]
-            else:
-                sv = vload(builder, srows[i], first, few)
-                sv = builder.shuffle_vector(sv, ir.Constant(few, None),
-                                            ir.Constant(vi, [ir.Constant(i32, j % nblk)
-                                                             for j in range(8)]))
-                scales = [builder.call(permps, [sv, picks[h]]) for h in range(2)]
+
+            def use(v, val):
+                h = (v >> 1) & 1
+                part[h] = builder.fmul(val, xv[v]) if part[h] is None else builder.call(
+                    e.fma, [val, xv[v], part[h]])
+
+            e.values(builder, raw, use)
+            scales = e.scales(builder, srows[i], w0, codes_of)
             for h in range(2):
-                builder.store(builder.call(fma, [part[h], scales[h], builder.load(accs[i][h])]),
-                              accs[i][h])
+                builder.store(builder.call(e.fma, [part[h], scales[h],
+                                                   builder.load(accs[i][h])]), accs[i][h])
     return rows_totals(context, builder, sig, accs, ROWS)
 
 

@@ -1,0 +1,122 @@
+"""FP4 at small M on AVX2 (softfp8/backends/numba/_pshufb_xrows.py): every E2M1 code at every
+position and every scale code its loop decodes, bit-exact, for each row of x in a pass of 1..4;
+parity with the reference over odd M, N and K (tails past the whole steps included); the
+dispatch taking it for 1 < M <= XROWS_MAX_M and leaving it for weights whose scale codes its
+loop can't decode."""
+import pytest
+import torch
+from conftest import rel_err, same_bits
+
+import softfp8
+from softfp8.backends import reference
+from softfp8.decode import E2M1_TO_FLOAT32, decode_e4m3_to_f32, decode_e8m0
+from softfp8.formats import Format
+
+np = pytest.importorskip("numpy")
+pytest.importorskip("numba")
+from softfp8.backends import numba as cpu_backend  # noqa: E402
+from softfp8.backends.numba import _pshufb as P  # noqa: E402
+from softfp8.backends.numba import _pshufb_xrows as X  # noqa: E402
+from test_numba_lut import BLOCK, ONE, words_of  # noqa: E402
+
+pytestmark = pytest.mark.skipif(not P.available(), reason="numba does not target AVX2 here")
+FORMATS = [Format.NVFP4, Format.MXFP4]
+
+
+def xrows(words, scales, x, fmt, g=1.0):
+    """The x-rows kernel (chunks of 8 rows) on x [M, Kp]: float32 y [M, N]."""
+    mx = fmt is Format.MXFP4
+    xs, xp = X.x_steps(np.ascontiguousarray(x.numpy()), BLOCK[str(fmt)])
+    y = np.full((x.shape[0], words.shape[0]), np.nan, np.float32)
+    post = np.float32(1.0) if mx else np.float32(256.0) * np.float32(g)
+    X.matmul_fp4(words.numpy(), scales.numpy(), mx, post, xs, xp, y, 8)
+    return torch.from_numpy(y)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_every_code_at_every_position_and_x_row_is_exact(fmt):
+    """Row r holds code (r + k) % 16 at position k; x row i is one-hot at column c + i, so each
+    pass of 5 x rows (4, then 1) reads columns back through every x-row slot of the 4-row pass
+    and the 1-row one, whole steps and the tail block past them alike."""
+    blk = BLOCK[str(fmt)]
+    n, k = 19, 128 + blk  # two whole steps of 64 codes and one tail block
+    codes = (torch.arange(n)[:, None] + torch.arange(k)[None, :]) % 16
+    words = words_of(codes)
+    scales = torch.full((n, k // blk), ONE[str(fmt)], dtype=torch.uint8)
+    got = torch.empty(n, k)
+    m = 5
+    for c in range(0, k, m):
+        cols = [(c + i) % k for i in range(m)]
+        x = torch.zeros(m, k)
+        x[torch.arange(m), cols] = 1.0
+        y = xrows(words, scales, x, fmt)
+        for i, col in enumerate(cols):
+            got[:, col] = y[i]
+    want = E2M1_TO_FLOAT32[codes]
+    keep = codes != 8  # -0 reads back +0, as in any dot product
+    assert same_bits(got[keep], want[keep]).all()
+    assert (got == want).all()
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_every_scale_code_the_loop_decodes_is_exact(fmt):
+    """Every scale code the loop takes (NVFP4 E4M3 0..0x7E, subnormals included; MXFP4 E8M0
+    1..254) at every block slot of a step: row r's blocks hold codes r, r + 1, ...; code 1 (1.0
+    with its block scale, 0.5 for E2M1's 0.5) everywhere, x one-hot per block, so each y is
+    the scale times the code exactly."""
+    blk = BLOCK[str(fmt)]
+    mx = fmt is Format.MXFP4
+    lo, hi = (1, 255) if mx else (0, 0x7F)
+    k = 128  # two whole steps
+    nblk = k // blk
+    n = hi - lo
+    scale_codes = (lo + (torch.arange(n)[:, None] + torch.arange(nblk)[None, :]) % n).to(
+        torch.uint8)
+    assert X.usable(scale_codes, mx)
+    codes = torch.full((n, k), 2)  # E2M1 1.0
+    words = words_of(codes)
+    x = torch.zeros(nblk, k)
+    x[torch.arange(nblk), torch.arange(nblk) * blk] = 1.0  # x row b reads block b's first code
+    got = xrows(words, scale_codes, x, fmt).T  # [n, nblk]
+    want = (decode_e8m0 if mx else decode_e4m3_to_f32)(scale_codes).float()
+    assert same_bits(got, want).all(), (got[got != want][:4], want[got != want][:4])
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("n, k, m", [(37, 264, 2), (300, 1000, 3), (64, 4104, 5), (33, 96, 7),
+                                     (20, 32, 4), (128, 1024, 16)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_matches_the_reference(fmt, n, k, m, dtype):
+    """softfp8.linear on the numba backend, dispatched to the x-rows kernel (odd M, N, K; K below
+    one step, past whole steps, and a padded K), against the reference backend."""
+    g = torch.Generator().manual_seed(n + k + m)
+    packed = softfp8.quantize(torch.randn(n, k, generator=g), fmt)
+    x = torch.randn(m, k, generator=g).to(dtype)
+    bias = torch.randn(n, generator=g)
+    direct = X.matmul(x, packed, 2)
+    assert direct is not None
+    want = reference.matmul(x.float(), packed, bias)
+    assert rel_err(direct + bias, want) <= 1e-5
+    got = softfp8.linear(x, packed, bias, backend="numba")
+    assert got.dtype == dtype and got.shape == (m, n)
+    assert rel_err(got.float(), want) <= (1e-5 if dtype == torch.float32 else 1e-2)
+
+
+def test_dispatch_takes_it_for_small_m_and_leaves_unusable_scales(monkeypatch):
+    """1 < M <= XROWS_MAX_M runs the x-rows kernel where the GEMV is the AVX2 table kernel; a
+    weight with a NaN scale code (which its loop does not decode) runs the other paths and
+    keeps its NaN block."""
+    calls = []
+    real = X.matmul_fp4
+    monkeypatch.setattr(X, "matmul_fp4", lambda *a: calls.append(a[6].shape) or real(*a))
+    monkeypatch.setattr(cpu_backend, "_pshufb_runs", lambda: True)
+    g = torch.Generator().manual_seed(3)
+    packed = softfp8.quantize(torch.randn(40, 256, generator=g), Format.NVFP4)
+    top = cpu_backend.XROWS_MAX_M[Format.NVFP4]
+    for m in (1, 2, top, top + 1):
+        softfp8.linear(torch.randn(m, 256, generator=g), packed, backend="numba")
+    assert calls == [(2, 40), (top, 40)]
+    packed.scales[0, 0] = 0x7F  # NaN: written in place, so the weight's facts are asked again
+    calls.clear()
+    y = softfp8.linear(torch.randn(2, 256, generator=g), packed, backend="numba")
+    assert calls == [] and torch.isnan(y[:, 0]).all() and not torch.isnan(y[:, 1:]).any()
