@@ -56,14 +56,13 @@ def _forced(fmt: Format, path: str, call):
     small (the float32 small-M kernel), tile, xrows (FP4 on AVX2: the table decode for several x
     rows, where it runs)."""
     tables = (_batch.TILE_MIN_M, _batch.TILE_MIN_M_BF16, cpu_backend.GEMV_ROWS_MAX_M,
-              cpu_backend.GEMV_ROWS_MAX_M_AVX2,
               _dp_rows.DP_TILE_MIN_M, _dp_rows.DP_TILE_MIN_M_BF16, _dp_rows.FUSED_MAX_ROWS,
               cpu_backend.XROWS_MAX_M)
-    values = {"rows": (NEVER, NEVER, NEVER, NEVER, 0, 0, 0, 0),
-              "fused": (NEVER, NEVER, 1, 1, NEVER, NEVER, NEVER, 0),
-              "dp": (NEVER, NEVER, 1, 1, NEVER, NEVER, 0, 0),
-              "small": (NEVER, NEVER, 1, 1, 0, 0, 0, 0), "tile": (2, 2, 1, 1, 0, 0, 0, 0),
-              "xrows": (NEVER, NEVER, 1, 1, 0, 0, 0, NEVER)}[path]
+    values = {"rows": (NEVER, NEVER, NEVER, 0, 0, 0, 0),
+              "fused": (NEVER, NEVER, 1, NEVER, NEVER, NEVER, 0),
+              "dp": (NEVER, NEVER, 1, NEVER, NEVER, 0, 0),
+              "small": (NEVER, NEVER, 1, 0, 0, 0, 0), "tile": (2, 2, 1, 0, 0, 0, 0),
+              "xrows": (NEVER, NEVER, 1, 0, 0, 0, NEVER)}[path]
 
     def run():
         saved = [t.get(fmt) for t in tables]  # None: a table without the format (left so)
@@ -100,7 +99,7 @@ def variants(w: torch.Tensor, m: int, formats, packed, act: torch.dtype, paths: 
         auto = (lambda p=p: softfp8.linear(xa, p, backend="numba"))
         out[f"{fmt}"] = auto
         for path in paths if m > 1 else ():
-            if path != "xrows" or fmt in cpu_backend.XROWS_MAX_M:
+            if path != "xrows" or fmt is not Format.E4M3_B128:
                 out[f"{fmt} {path}"] = _forced(fmt, path, auto)
     return out
 

@@ -39,7 +39,7 @@ def path(request, monkeypatch):
         if fmt in _dp_rows.FUSED_MAX_ROWS:
             monkeypatch.setitem(_dp_rows.FUSED_MAX_ROWS, fmt,
                                 1 << 30 if request.param == "fused" else 0)
-    monkeypatch.setattr(cpu_backend, "GEMV_ROWS_MAX_M_AVX2", {})  # GEMV_ROWS_MAX_M decides
+    monkeypatch.setattr(cpu_backend, "XROWS_MAX_M", {})  # no x-rows kernel (AVX2) before them
     monkeypatch.setattr(_batch, "TILE_ELEMENTS", 5000)
     return request.param
 
@@ -219,24 +219,3 @@ def test_bf16_matmul_speed_is_measured_once():
     first = _batch.bf16_matmul_is_fast()
     assert isinstance(first, bool) and _batch.bf16_matmul_is_fast.cache_info().currsize == 1
     assert _batch.bf16_matmul_is_fast() is first
-
-
-@pytest.mark.parametrize("avx512", [True, False], ids=["avx512", "avx2"])
-def test_e5m2_takes_the_small_m_kernel_from_m_2_on_avx2_only(avx512, monkeypatch):
-    """On a CPU numba targets without AVX-512, E5M2 skips the GEMV per row of x
-    (GEMV_ROWS_MAX_M_AVX2: its small-M kernel measured faster there); elsewhere, and for the
-    other formats, GEMV_ROWS_MAX_M still decides. The answer is the same either way."""
-    from softfp8.backends.numba import _lut
-
-    monkeypatch.setattr(_lut, "available", lambda: avx512)
-    gemv_rows = []
-    real = cpu_backend.gemv
-    monkeypatch.setattr(cpu_backend, "gemv", lambda *a: gemv_rows.append(1) or real(*a))
-    for fmt in ("e5m2", "e4m3"):
-        packed, g = quantized(fmt, 64, 96, seed=3)
-        x = torch.randn(2, 96, generator=g)
-        gemv_rows.clear()
-        y = cpu_backend.matmul(x, packed)
-        rows = avx512 or fmt != "e5m2"
-        assert len(gemv_rows) == (2 if rows else 0), (fmt, avx512)
-        assert rel_err(y, x @ softfp8.dequantize(packed).T) <= 1e-5

@@ -1,8 +1,9 @@
-"""FP4 at small M on AVX2 (softfp8/backends/numba/_pshufb_xrows.py): every E2M1 code at every
-position and every scale code its loop decodes, bit-exact, for each row of x in a pass of 1..4;
-parity with the reference over odd M, N and K (tails past the whole steps included); the
-dispatch taking it for 1 < M <= XROWS_MAX_M and leaving it for weights whose scale codes its
-loop can't decode."""
+"""The x-rows kernels for small M on AVX2 (softfp8/backends/numba/_pshufb_xrows.py, FP4, and
+_fp8_xrows.py): every code at every position (and every FP4 scale code the loop decodes)
+bit-exact, for each row of x in a pass of 1..4; non-finite FP8 codes propagating; parity with the
+reference over odd M, N and K (tails past the whole steps included); the dispatch taking them for
+1 < M <= XROWS_MAX_M on AVX2 only, and leaving FP4 weights whose scale codes the loop can't
+decode."""
 import pytest
 import torch
 from conftest import rel_err, same_bits
@@ -16,6 +17,9 @@ np = pytest.importorskip("numpy")
 pytest.importorskip("numba")
 from softfp8.backends import numba as cpu_backend  # noqa: E402
 from softfp8.backends.numba import _pshufb as P  # noqa: E402
+from softfp8.backends.numba import _fp8_rows as R  # noqa: E402
+from softfp8.backends.numba import _fp8_xrows as X8  # noqa: E402
+from softfp8.backends.numba import _lut  # noqa: E402
 from softfp8.backends.numba import _pshufb_xrows as X  # noqa: E402
 from test_numba_lut import BLOCK, ONE, words_of  # noqa: E402
 
@@ -82,7 +86,63 @@ def test_every_scale_code_the_loop_decodes_is_exact(fmt):
     assert same_bits(got, want).all(), (got[got != want][:4], want[got != want][:4])
 
 
-@pytest.mark.parametrize("fmt", FORMATS)
+def fp8_xrows(codes, x, kind):
+    """The FP8 x-rows kernel (chunks of 4 rows) on codes uint8 [N, K] and x [M, K]: y [M, N]
+    (the kernel's own factor, E4M3's 256, applied; no row scales)."""
+    y = np.full((x.shape[0], codes.shape[0]), np.nan, np.float32)
+    X8.matmul_fp8(codes.view(torch.uint16).numpy(), x[:, 0::2].contiguous().numpy(),
+                  x[:, 1::2].contiguous().numpy(), y, 4, kind)
+    return torch.from_numpy(y)
+
+
+FP8_KINDS = {"e5m2": (R.E5M2_KIND, torch.float8_e5m2), "e4m3": (R.E4M3_KIND, torch.float8_e4m3fn),
+             "e4m3-finite": (R.E4M3_FINITE_KIND, torch.float8_e4m3fn)}
+
+
+@pytest.mark.parametrize("kind", list(FP8_KINDS))
+def test_fp8_every_finite_code_at_every_position_and_x_row_is_exact(kind):
+    """Row r holds finite code (r + k) % F at position k (K = F: whole steps of 64 codes and
+    pairs past them); x row i one-hot at column c + i, 7 rows a call (passes of 4, 2 and 1), so
+    every code is read back through the low and high byte of a pair in each x-row slot."""
+    code_kind, dtype = FP8_KINDS[kind]
+    every = torch.arange(256, dtype=torch.uint8)
+    finite = every[torch.isfinite(every.view(dtype).float())]
+    n, k = 6, finite.numel()
+    codes = finite[(torch.arange(n)[:, None] + torch.arange(k)[None, :]) % k].contiguous()
+    got = torch.empty(n, k)
+    m = 7
+    for c in range(0, k, m):
+        cols = [(c + i) % k for i in range(m)]
+        x = torch.zeros(m, k)
+        x[torch.arange(m), cols] = 1.0
+        y = fp8_xrows(codes, x, code_kind)
+        for i, col in enumerate(cols):
+            got[:, col] = y[i]
+    want = codes.view(dtype).float()
+    ok = same_bits(got, want) | ((got == 0) & (want == 0))  # -0 reads back +0 in a dot product
+    assert ok.all(), (codes[~ok][:8].tolist(), got[~ok][:8].tolist())
+
+
+@pytest.mark.parametrize("fmt", ["e5m2", "e4m3"])
+def test_fp8_non_finite_codes_propagate(fmt):
+    """An inf or NaN code (E5M2 0x7C / 0xFC / 0x7D; E4M3 0x7F) in a whole step or past it gives
+    inf / NaN in every row of x that meets it with 1.0, and leaves the other rows finite."""
+    code_kind, dtype = FP8_KINDS[fmt]
+    specials = [0x7C, 0xFC, 0x7D] if fmt == "e5m2" else [0x7F, 0xFF]
+    k = 66  # one whole step and one pair past it
+    for col in (5, 64):
+        for code in specials:
+            codes = torch.full((3, k), 0x38, dtype=torch.uint8)  # 0.5 / 1.0
+            codes[1, col] = code
+            x = torch.ones(5, k)
+            x[4, col] = 0.0  # meets the code with 0: inf * 0 is NaN, NaN stays NaN
+            y = fp8_xrows(codes, x, code_kind)
+            want = codes[1].view(dtype).float()[col]
+            assert same_bits(y[:4, 1], torch.full((4,), want)).all(), (fmt, col, code, y[:, 1])
+            assert torch.isnan(y[4, 1]) and torch.isfinite(y[:, [0, 2]]).all()
+
+
+@pytest.mark.parametrize("fmt", FORMATS + [Format.E5M2, Format.E4M3])
 @pytest.mark.parametrize("n, k, m", [(37, 264, 2), (300, 1000, 3), (64, 4104, 5), (33, 96, 7),
                                      (20, 32, 4), (128, 1024, 16)])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
@@ -93,7 +153,7 @@ def test_matches_the_reference(fmt, n, k, m, dtype):
     packed = softfp8.quantize(torch.randn(n, k, generator=g), fmt)
     x = torch.randn(m, k, generator=g).to(dtype)
     bias = torch.randn(n, generator=g)
-    direct = X.matmul(x, packed, 2)
+    direct = (X if fmt in FORMATS else X8).matmul(x, packed, 2)
     assert direct is not None
     want = reference.matmul(x.float(), packed, bias)
     assert rel_err(direct + bias, want) <= 1e-5
@@ -109,7 +169,7 @@ def test_dispatch_takes_it_for_small_m_and_leaves_unusable_scales(monkeypatch):
     calls = []
     real = X.matmul_fp4
     monkeypatch.setattr(X, "matmul_fp4", lambda *a: calls.append(a[6].shape) or real(*a))
-    monkeypatch.setattr(cpu_backend, "_pshufb_runs", lambda: True)
+    monkeypatch.setattr(_lut, "available", lambda: False)
     g = torch.Generator().manual_seed(3)
     packed = softfp8.quantize(torch.randn(40, 256, generator=g), Format.NVFP4)
     top = cpu_backend.XROWS_MAX_M[Format.NVFP4]
@@ -120,3 +180,23 @@ def test_dispatch_takes_it_for_small_m_and_leaves_unusable_scales(monkeypatch):
     calls.clear()
     y = softfp8.linear(torch.randn(2, 256, generator=g), packed, backend="numba")
     assert calls == [] and torch.isnan(y[:, 0]).all() and not torch.isnan(y[:, 1:]).any()
+
+
+@pytest.mark.parametrize("avx512", [True, False], ids=["avx512", "avx2"])
+def test_dispatch_takes_fp8_xrows_on_avx2_only(avx512, monkeypatch):
+    """E5M2 and E4M3 at 1 < M <= XROWS_MAX_M take the x-rows kernel where numba targets no
+    AVX-512F; with AVX-512 the other paths; the answer is the same either way."""
+    calls = []
+    real = X8.matmul_fp8
+    monkeypatch.setattr(X8, "matmul_fp8", lambda *a: calls.append(a[3].shape) or real(*a))
+    monkeypatch.setattr(_lut, "available", lambda: avx512)
+    g = torch.Generator().manual_seed(5)
+    for fmt in (Format.E5M2, Format.E4M3):
+        packed = softfp8.quantize(torch.randn(24, 200, generator=g), fmt)
+        top = cpu_backend.XROWS_MAX_M[fmt]
+        calls.clear()
+        for m in (2, top, top + 1):
+            x = torch.randn(m, 200, generator=g)
+            y = softfp8.linear(x, packed, backend="numba")
+            assert rel_err(y, reference.matmul(x, packed, None)) <= 1e-5
+        assert calls == ([] if avx512 else [(2, 24), (top, 24)]), (fmt, calls)

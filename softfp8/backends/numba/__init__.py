@@ -8,10 +8,9 @@ Strategy by M (rows of activations):
 - On CPUs with AVX-512 BF16 and VBMI, bf16 x from M = 2 up to `_dp_rows.FUSED_MAX_ROWS`: the
   fused small-M kernel (`_smallm_fused`): each weight vector decoded in registers and
   used for every row of x before the next, so the weight is read and decoded once.
-- FP4 on AVX2 CPUs (the `_pshufb` GEMV), 1 < M <= `XROWS_MAX_M`: the table decode of a step
-  used for up to four rows of x at a time (`_pshufb_xrows`).
-- 1 < M <= `GEMV_ROWS_MAX_M[fmt]` (on AVX2, `GEMV_ROWS_MAX_M_AVX2` where it names the format):
-  the GEMV once per row of x (measured faster there than the kernels below; E4M3_B128's bf16
+- On AVX2 CPUs, 1 < M <= `XROWS_MAX_M[fmt]` (FP4 and FP8 but E4M3_B128): each decoded vector
+  used for up to four rows of x at a time (`_pshufb_xrows`, `_fp8_xrows`).
+- 1 < M <= `GEMV_ROWS_MAX_M[fmt]`: the GEMV once per row of x (measured faster there than the kernels below; E4M3_B128's bf16
   x from `_dp_rows.DP_FIRST_MIN_M_BF16` passes them over for the next kernel).
 - On CPUs with AVX-512 BF16, below `_dp_rows.DP_TILE_MIN_M` (bf16 x: `DP_TILE_MIN_M_BF16`):
   each weight row decoded once into bf16 and multiplied with several rows of x at a time by
@@ -57,21 +56,15 @@ E5M2 2.69 / 3.46, E4M3 2.48 / 5.16, NVFP4 2.22 / 6.46, MXFP4 2.58 / 6.59; M = 4 
 M = 16 13.87 / 10.05, 16.21 / 11.59, 12.54 / 13.02, 11.56 / 13.24 (FP4 even, left to the
 kernel). docs/decisions.md, CPU: prompts and small batches."""
 
-XROWS_MAX_M = {Format.NVFP4: 16, Format.MXFP4: 16}
-"""Where the FP4 GEMV is the AVX2 table kernel (_pshufb), 1 < M up to this many activation rows
-take its x-rows kernel (`_pshufb_xrows`: each step decoded once for every row of x), ahead of a
-GEMV per row from M = 2 and of the float32 small-M kernel to M = 16 (docs/performance.md, AVX2
-on a real Zen 3). Weights whose scale codes its loop can't decode take the paths below."""
-
-GEMV_ROWS_MAX_M_AVX2 = {Format.E5M2: 1}
-"""Where numba targets no AVX-512 (AVX2 CPUs), these formats' own GEMV_ROWS_MAX_M: E5M2's
-small-M kernel (its decode a shift) beats its AVX2 GEMV per row from M = 2. `python
-benchmarks/cpu_small_m.py --m 2,4,8 --paths rows,small --reps 5` (4096 x 4096, 2-vCPU Zen 3,
-idle, ms, GEMV rows / small-M kernel), bf16 x in two runs and float32 x: M = 2 2.61 / 2.15,
-2.81 / 2.44, 2.87 / 2.48; M = 4 5.17 / 3.57, 5.58 / 3.42, 6.91 / 3.64. The other formats'
-rows stay ahead there (M = 2 E4M3 2.73 / 5.02, NVFP4 2.19 / 7.86, MXFP4 2.15 / 6.40,
-E4M3_B128 3.04 / 5.92): their decodes cost more in the small-M kernel's loop."""
-
+XROWS_MAX_M = {Format.NVFP4: 16, Format.MXFP4: 16, Format.E5M2: 4, Format.E4M3: 8}
+"""On AVX2 CPUs (no AVX-512F; FP4: where its GEMV is the AVX2 table kernel, _pshufb), 1 < M up
+to this many activation rows take the x-rows kernels (`_pshufb_xrows`, `_fp8_xrows`: each
+decoded vector used for up to four rows of x before the next). `python benchmarks/cpu_small_m.py
+--shapes 4096x4096 --m 2,4,8,16,32 --act bf16 --reps 7 --paths rows,small,xrows` (2-vCPU Zen 3,
+x torch's fastest, two runs): ahead of a GEMV per row and of the float32 small-M kernel from
+M = 2 to these, the small-M kernel ahead past them (E5M2 from M = 8: 1.08-1.27x against
+0.96-1.13x; docs/performance.md, AVX2 on a real Zen 3). FP4 weights whose scale codes its loop
+can't decode, and E4M3_B128, take the paths below."""
 
 def matmul(x: torch.Tensor, packed: PackedWeight, bias: torch.Tensor | None = None, *,
            e2m1: E2M1Decode = E2M1Decode.SELECT, checked: bool = False) -> torch.Tensor:
@@ -112,11 +105,11 @@ def _matmul_f32(x: torch.Tensor, packed: PackedWeight, inject: bool, threads: in
         y = _dp_rows.matmul_fused(x, packed, threads)
         if y is not None:
             return y
-    if m <= XROWS_MAX_M.get(fmt, 0) and _pshufb_runs():
+    if m <= XROWS_MAX_M.get(fmt, 0) and _xrows_runs(fmt):
         y = _xrows_matmul(x, packed, threads)
         if y is not None:
             return y
-    if m <= _gemv_rows_max_m(fmt) and not _dp_rows.before_gemv_rows(m, fmt, x.dtype):
+    if m <= GEMV_ROWS_MAX_M[fmt] and not _dp_rows.before_gemv_rows(m, fmt, x.dtype):
         return torch.cat([gemv(x[i:i + 1], packed, inject, threads) for i in range(m)])
     if _dp_rows.below_crossover(m, fmt, x.dtype) and _dp_rows.available():
         y = _dp_rows.matmul(x, packed, threads)
@@ -125,23 +118,19 @@ def _matmul_f32(x: torch.Tensor, packed: PackedWeight, inject: bool, threads: in
     return matmul_rows(x, packed, threads)
 
 
-def _gemv_rows_max_m(fmt: Format) -> int:
-    if fmt in GEMV_ROWS_MAX_M_AVX2:
-        from . import _lut  # here: numba loads on the first call only
+def _xrows_runs(fmt: Format) -> bool:
+    """Whether the x-rows kernels serve this format here: FP4 where its GEMV is the AVX2 table
+    kernel (_pshufb, as `_gemv` chooses it), FP8 where numba targets no AVX-512F."""
+    from . import _gemv, _lut, _pshufb
 
-        if not _lut.available():  # no AVX-512F (asked once a process)
-            return GEMV_ROWS_MAX_M_AVX2[fmt]
-    return GEMV_ROWS_MAX_M[fmt]
-
-
-def _pshufb_runs() -> bool:
-    """Whether the FP4 GEMV here is the AVX2 table kernel (_pshufb), as `_gemv` chooses it."""
-    from . import _gemv, _pshufb
-
-    return _gemv._fp4_table_kernels() is _pshufb
+    if fmt in (Format.NVFP4, Format.MXFP4):
+        return _gemv._fp4_table_kernels() is _pshufb
+    return not _lut.available()
 
 
 def _xrows_matmul(x, packed, threads):
-    from . import _pshufb_xrows
+    from . import _fp8_xrows, _pshufb_xrows
 
-    return _pshufb_xrows.matmul(x, packed, threads)
+    if packed.fmt in (Format.NVFP4, Format.MXFP4):
+        return _pshufb_xrows.matmul(x, packed, threads)
+    return _fp8_xrows.matmul(x, packed, threads)

@@ -82,6 +82,13 @@ def _emit_rows(context, builder, sig, args, kind, nrows):
 
 def _step_vector(builder, raw, xs, accs, kind, fma, splat, vh, vf, nan):
     """IR: VEC pairs `raw` decoded and multiplied into accs (low codes with xs[0], high xs[1])."""
+    for h, val in enumerate(decode_pairs(builder, raw, kind, splat, vh, vf, nan)):
+        builder.store(builder.call(fma, [val, xs[h], builder.load(accs[h])]), accs[h])
+
+
+def decode_pairs(builder, raw, kind, splat, vh, vf, nan):
+    """IR: VEC pairs `raw` (uint16) as two float32 vectors, their low codes and their high ones
+    (E4M3 as value / 256); this module's loop and _fp8_xrows'."""
     vs = raw.type
     low = builder.shl(raw, splat(vs, 8))
     if kind == E5M2_KIND:  # the fp16 bits: the low byte shifted up, the high one masked
@@ -89,13 +96,15 @@ def _step_vector(builder, raw, xs, accs, kind, fma, splat, vh, vf, nan):
     else:  # value / 256: the 7 low bits at 7..13, the sign at 15 (e4m3_pair_div256)
         halves = tuple(builder.and_(builder.ashr(h, splat(vs, 1)), splat(vs, 0xBF80))
                        for h in (low, raw))
+    out = []
     for h, bits in enumerate(halves):
         val = builder.fpext(builder.bitcast(bits, vh), vf)
         if kind == E4M3_KIND:  # 0x7F / 0xFF are NaN
             mask = splat(vs, 0x7F << (8 * h))
             val = builder.select(builder.icmp_unsigned("==", builder.and_(raw, mask),
                                                        mask), nan, val)
-        builder.store(builder.call(fma, [val, xs[h], builder.load(accs[h])]), accs[h])
+        out.append(val)
+    return out
 
 
 def _rows_intrinsic(kind, nrows):
