@@ -99,8 +99,7 @@ def variants(w: torch.Tensor, m: int, formats, packed, act: torch.dtype, paths: 
         auto = (lambda p=p: softfp8.linear(xa, p, backend="numba"))
         out[f"{fmt}"] = auto
         for path in paths if m > 1 else ():
-            if path != "xrows" or fmt is not Format.E4M3_B128:
-                out[f"{fmt} {path}"] = _forced(fmt, path, auto)
+            out[f"{fmt} {path}"] = _forced(fmt, path, auto)
     return out
 
 

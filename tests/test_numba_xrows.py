@@ -142,7 +142,7 @@ def test_fp8_non_finite_codes_propagate(fmt):
             assert torch.isnan(y[4, 1]) and torch.isfinite(y[:, [0, 2]]).all()
 
 
-@pytest.mark.parametrize("fmt", FORMATS + [Format.E5M2, Format.E4M3])
+@pytest.mark.parametrize("fmt", FORMATS + [Format.E5M2, Format.E4M3, Format.E4M3_B128])
 @pytest.mark.parametrize("n, k, m", [(37, 264, 2), (300, 1000, 3), (64, 4104, 5), (33, 96, 7),
                                      (20, 32, 4), (128, 1024, 16)])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
@@ -184,14 +184,15 @@ def test_dispatch_takes_it_for_small_m_and_leaves_unusable_scales(monkeypatch):
 
 @pytest.mark.parametrize("avx512", [True, False], ids=["avx512", "avx2"])
 def test_dispatch_takes_fp8_xrows_on_avx2_only(avx512, monkeypatch):
-    """E5M2 and E4M3 at 1 < M <= XROWS_MAX_M take the x-rows kernel where numba targets no
-    AVX-512F; with AVX-512 the other paths; the answer is the same either way."""
+    """E5M2, E4M3 and E4M3_B128 at 1 < M <= XROWS_MAX_M take the x-rows kernel where numba
+    targets no AVX-512F; with AVX-512 the other paths; the answer is the same either way."""
     calls = []
-    real = X8.matmul_fp8
-    monkeypatch.setattr(X8, "matmul_fp8", lambda *a: calls.append(a[3].shape) or real(*a))
+    for name in ("matmul_fp8", "matmul_fp8_tiles"):
+        real = getattr(X8, name)
+        monkeypatch.setattr(X8, name, lambda *a, real=real: calls.append(a[3].shape) or real(*a))
     monkeypatch.setattr(_lut, "available", lambda: avx512)
     g = torch.Generator().manual_seed(5)
-    for fmt in (Format.E5M2, Format.E4M3):
+    for fmt in (Format.E5M2, Format.E4M3, Format.E4M3_B128):
         packed = softfp8.quantize(torch.randn(24, 200, generator=g), fmt)
         top = cpu_backend.XROWS_MAX_M[fmt]
         calls.clear()

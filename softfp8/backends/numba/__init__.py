@@ -8,8 +8,8 @@ Strategy by M (rows of activations):
 - On CPUs with AVX-512 BF16 and VBMI, bf16 x from M = 2 up to `_dp_rows.FUSED_MAX_ROWS`: the
   fused small-M kernel (`_smallm_fused`): each weight vector decoded in registers and
   used for every row of x before the next, so the weight is read and decoded once.
-- On AVX2 CPUs, 1 < M <= `XROWS_MAX_M[fmt]` (FP4 and FP8 but E4M3_B128): each decoded vector
-  used for up to four rows of x at a time (`_pshufb_xrows`, `_fp8_xrows`).
+- On AVX2 CPUs, 1 < M <= `XROWS_MAX_M[fmt]`: each decoded vector used for up to four rows of x
+  at a time (`_pshufb_xrows`, `_fp8_xrows`).
 - 1 < M <= `GEMV_ROWS_MAX_M[fmt]`: the GEMV once per row of x (measured faster there than the kernels below; E4M3_B128's bf16
   x from `_dp_rows.DP_FIRST_MIN_M_BF16` passes them over for the next kernel).
 - On CPUs with AVX-512 BF16, below `_dp_rows.DP_TILE_MIN_M` (bf16 x: `DP_TILE_MIN_M_BF16`):
@@ -56,7 +56,8 @@ E5M2 2.69 / 3.46, E4M3 2.48 / 5.16, NVFP4 2.22 / 6.46, MXFP4 2.58 / 6.59; M = 4 
 M = 16 13.87 / 10.05, 16.21 / 11.59, 12.54 / 13.02, 11.56 / 13.24 (FP4 even, left to the
 kernel). docs/decisions.md, CPU: prompts and small batches."""
 
-XROWS_MAX_M = {Format.NVFP4: 16, Format.MXFP4: 16, Format.E5M2: 4, Format.E4M3: 8}
+XROWS_MAX_M = {Format.NVFP4: 16, Format.MXFP4: 16, Format.E5M2: 4, Format.E4M3: 8,
+               Format.E4M3_B128: 8}
 """On AVX2 CPUs (no AVX-512F; FP4: where its GEMV is the AVX2 table kernel, _pshufb), 1 < M up
 to this many activation rows take the x-rows kernels (`_pshufb_xrows`, `_fp8_xrows`: each
 decoded vector used for up to four rows of x before the next). `python benchmarks/cpu_small_m.py
@@ -64,7 +65,7 @@ decoded vector used for up to four rows of x before the next). `python benchmark
 x torch's fastest, two runs): ahead of a GEMV per row and of the float32 small-M kernel from
 M = 2 to these, the small-M kernel ahead past them (E5M2 from M = 8: 1.08-1.27x against
 0.96-1.13x; docs/performance.md, AVX2 on a real Zen 3). FP4 weights whose scale codes its loop
-can't decode, and E4M3_B128, take the paths below."""
+can't decode take the paths below."""
 
 def matmul(x: torch.Tensor, packed: PackedWeight, bias: torch.Tensor | None = None, *,
            e2m1: E2M1Decode = E2M1Decode.SELECT, checked: bool = False) -> torch.Tensor:

@@ -9,7 +9,8 @@ and multiply-added into every row of x's sum, up to XR_MAX rows a pass.
 
 x lies as [M, Kp/2] twice, its even and odd elements (xe, xo), met by each pair's low and high
 code as in _fp8_rows. Pairs past the last whole step take the scalar decoders. Row scales (E4M3
-with row_scale) are applied to y after, as the other paths do.
+with row_scale) are applied to y after, as the other paths do; E4M3_B128's tile scales are
+folded into x per tile row of the weight, as its GEMV does (`matmul_fp8_tiles`).
 """
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ from numba.extending import intrinsic
 from ...formats import Format, PackedWeight
 from .._facts import codes_nan_free
 from ._decode import _JIT
-from ._fp8_rows import (E4M3_FINITE_KIND, E4M3_KIND, E5M2_KIND, STEP, VEC, _pair,
+from ._fp8_rows import (E4M3_FINITE_KIND, E4M3_KIND, E5M2_KIND, STEP, TILE, VEC, _pair,
                         decode_pairs)
 from ._ir import PREFETCH_ROWS, prefetch, row_pointers, vload
 from ._runtime import chunk_rows, padded_x
@@ -177,16 +178,44 @@ def matmul_fp8(c16, xe, xo, y, chunk, kind):
         _rows(c16, xe, xo, y, c * chunk, min(n, (c + 1) * chunk), kind)
 
 
+@nb.njit(parallel=True, **_JIT)
+def matmul_fp8_tiles(c16, x, tiles, y, chunk, kind):
+    """matmul_fp8 for E4M3 with one float32 scale per TILE x TILE tile, tiles [N / TILE, K /
+    TILE] (rounded up); x float32 [M, Kp]. As _fp8_rows.gemv_fp8_tiles: the rows of a chunk that
+    share a tile row meet one copy of x times that tile row's scales (xe, xo [M, Kp/2], made by
+    the chunk's thread as it reaches them)."""
+    n, half = c16.shape[0], c16.shape[1]
+    m = x.shape[0]
+    for c in nb.prange((n + chunk - 1) // chunk):
+        xe = np.empty((m, half), np.float32)
+        xo = np.empty((m, half), np.float32)
+        r, r1 = c * chunk, min(n, (c + 1) * chunk)
+        while r < r1:
+            t = r // TILE
+            for i in range(half):
+                s = tiles[t, i // (TILE // 2)]  # codes 2i and 2i + 1 share a tile (TILE is even)
+                for j in range(m):
+                    xe[j, i] = x[j, 2 * i] * s
+                    xo[j, i] = x[j, 2 * i + 1] * s
+            stop = min(r1, (t + 1) * TILE)
+            _rows(c16, xe, xo, y, r, stop, kind)
+            r = stop
+
+
 def matmul(x: torch.Tensor, packed: PackedWeight, threads: int) -> torch.Tensor:
-    """y [M, N] float32 = x @ W.T for an E5M2 or E4M3 weight, row scales applied."""
+    """y [M, N] float32 = x @ W.T for an E5M2, E4M3 or E4M3_B128 weight, row scales applied."""
     fmt = packed.fmt
     kind = (E5M2_KIND if fmt is Format.E5M2 else
             E4M3_FINITE_KIND if codes_nan_free(packed) else E4M3_KIND)
     xn = padded_x(x, packed.padded_k).numpy()
     n = packed.shape[0]
     y = np.empty((x.shape[0], n), np.float32)
-    matmul_fp8(packed.words.view(torch.uint16).numpy(), np.ascontiguousarray(xn[:, 0::2]),
-               np.ascontiguousarray(xn[:, 1::2]), y, chunk_rows(n, threads), kind)
+    c16 = packed.words.view(torch.uint16).numpy()
+    if fmt is Format.E4M3_B128:
+        matmul_fp8_tiles(c16, xn, packed.scales.numpy(), y, chunk_rows(n, threads), kind)
+        return torch.from_numpy(y)
+    matmul_fp8(c16, np.ascontiguousarray(xn[:, 0::2]), np.ascontiguousarray(xn[:, 1::2]), y,
+               chunk_rows(n, threads), kind)
     out = torch.from_numpy(y)
     if packed.scales is not None:
         out *= packed.scales
