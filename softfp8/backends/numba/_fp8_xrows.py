@@ -31,7 +31,7 @@ from ._ir import PREFETCH_ROWS, prefetch, row_pointers, vload
 from ._runtime import chunk_rows, padded_x
 
 XR_MAX = 4
-"""Rows of x a pass: one 16-lane sum each (two AVX2 registers), 8 registers of sums, the two
+"""Rows of x a pass (`_e5m2_row` and the like): one 16-lane sum each (two AVX2 registers), 8 registers of sums, the two
 decoded vectors (four) and the x operands in AVX2's 16."""
 
 

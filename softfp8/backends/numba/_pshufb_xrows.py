@@ -9,7 +9,7 @@ the decode's cost is paid once for up to `XR_MAX` rows of x.
 
 x lies as `x_steps` returns it, [steps, M, 64] (each row in _pshufb's step order), so a step's
 rows of x are adjacent. Scales are decoded in the loop from the weight's own codes (`usable`:
-as quantize makes them); other weights take the GEMV per row of x. Blocks past the whole steps
+as quantize makes them); other weights take the backend's other paths. Blocks past the whole steps
 take the select path, as in _pshufb. Walking x in chunks of steps that fit the L1 (each weight
 row over one chunk before the next) measured no clear gain (docs/decisions.md).
 """
@@ -34,13 +34,13 @@ from ._pshufb import _ORDER, STEP_WORDS, _Emit
 from ._scales import loop_decodes, loop_decodes_e8m0
 
 XR_MAX = 4
-"""Rows of x a pass: two sums each (the step's h = 0 and h = 1 vectors), 8 accumulators, the
+"""Rows of x a pass (`_nv_row`, `_mx_row`): two sums each (the step's h = 0 and h = 1 vectors), 8 accumulators, the
 decoded vector, two scale vectors and the decode's temporaries in AVX2's 16 registers."""
 
 _CODES = ("e4m3", "e8m0")
 """The scale codes the loop decodes, by the kernels' `mx` (NVFP4 0, MXFP4 1): each row's own
 codes, read a step at a time (`_pshufb._Emit.scales`); weights whose codes don't allow it
-(`usable`) take the GEMV per row of x."""
+(`usable`) take the backend's other paths."""
 
 
 @intrinsic(prefer_literal=True)
