@@ -10,8 +10,9 @@ Strategy by M (rows of activations):
   used for every row of x before the next, so the weight is read and decoded once.
 - On AVX2 CPUs, 1 < M <= `XROWS_MAX_M[fmt]`: each decoded vector used for up to four rows of x
   at a time (`_pshufb_xrows`, `_fp8_xrows`).
-- 1 < M <= `GEMV_ROWS_MAX_M[fmt]`: the GEMV once per row of x (measured faster there than the kernels below; E4M3_B128's bf16
-  x from `_dp_rows.DP_FIRST_MIN_M_BF16` passes them over for the next kernel).
+- 1 < M <= `GEMV_ROWS_MAX_M[fmt]`: the GEMV once per row of x (measured faster there than the
+  kernels below; E4M3_B128's bf16 x from `_dp_rows.DP_FIRST_MIN_M_BF16` passes them over for the
+  next kernel).
 - On CPUs with AVX-512 BF16, below `_dp_rows.DP_TILE_MIN_M` (bf16 x: `DP_TILE_MIN_M_BF16`):
   each weight row decoded once into bf16 and multiplied with several rows of x at a time by
   vdpbf16ps (`_smallm_bf16`; x as bf16 terms that sum to it exactly; E4M3_B128's tile scales
@@ -67,6 +68,7 @@ M = 2 to these, the small-M kernel ahead past them (E5M2 from M = 8: 1.08-1.27x 
 0.96-1.13x; docs/performance.md, AVX2 on a real Zen 3). FP4 weights whose scale codes its loop
 can't decode take the paths below."""
 
+
 def matmul(x: torch.Tensor, packed: PackedWeight, bias: torch.Tensor | None = None, *,
            e2m1: E2M1Decode = E2M1Decode.SELECT, checked: bool = False) -> torch.Tensor:
     """y = x @ W.T + bias for x [M, K] on the CPU, accumulated in float32, returned in x's dtype.
@@ -121,12 +123,13 @@ def _matmul_f32(x: torch.Tensor, packed: PackedWeight, inject: bool, threads: in
 
 def _xrows_runs(fmt: Format) -> bool:
     """Whether the x-rows kernels serve this format here: FP4 where its GEMV is the AVX2 table
-    kernel (_pshufb, as `_gemv` chooses it), FP8 where numba targets no AVX-512F."""
+    kernel (_pshufb, as `_gemv` chooses it), FP8 where numba targets AVX2 but not AVX-512F (the
+    CPUs they were measured on)."""
     from . import _gemv, _lut, _pshufb
 
     if fmt in (Format.NVFP4, Format.MXFP4):
         return _gemv._fp4_table_kernels() is _pshufb
-    return not _lut.available()
+    return _pshufb.available() and not _lut.available()
 
 
 def _xrows_matmul(x, packed, threads):
