@@ -1,6 +1,6 @@
 """The x-rows kernels for small M on AVX2 (softfp8/backends/numba/_pshufb_xrows.py, FP4, and
 _fp8_xrows.py): every code at every position (and every FP4 scale code the loop decodes)
-bit-exact, for each row of x in a pass of 1..4; non-finite FP8 codes propagating; parity with the
+bit-exact, for each row of x in passes of 1..4 rows; non-finite FP8 codes propagating; parity with the
 reference over odd M, N and K (tails past the whole steps included); the dispatch taking them for
 1 < M <= XROWS_MAX_M on AVX2 only, and leaving FP4 weights whose scale codes the loop can't
 decode."""
@@ -37,25 +37,34 @@ def xrows(words, scales, x, fmt, g=1.0):
     return torch.from_numpy(y)
 
 
+def read_back(n, k, run):
+    """got [n, k]: each column of a weight [n, k] read back by rows of x one-hot at it,
+    run(x [M, k]) -> y [M, n], calls of 5, 6 and 7 rows in turn: passes of 4 rows, then one of
+    1, 2 or 3, so columns go through every x-row slot of every pass size."""
+    got = torch.empty(n, k)
+    c, call = 0, 0
+    while c < k:
+        m = 5 + call % 3
+        cols = [(c + i) % k for i in range(m)]
+        x = torch.zeros(m, k)
+        x[torch.arange(m), cols] = 1.0
+        y = run(x)
+        for i, col in enumerate(cols):
+            got[:, col] = y[i]
+        c, call = c + m, call + 1
+    return got
+
+
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_every_code_at_every_position_and_x_row_is_exact(fmt):
-    """Row r holds code (r + k) % 16 at position k; x row i is one-hot at column c + i, so each
-    pass of 5 x rows (4, then 1) reads columns back through every x-row slot of the 4-row pass
-    and the 1-row one, whole steps and the tail block past them alike."""
+    """Row r holds code (r + k) % 16 at position k, read back column by column (`read_back`:
+    every x-row slot of every pass size), whole steps and the tail block past them alike."""
     blk = BLOCK[str(fmt)]
     n, k = 19, 128 + blk  # two whole steps of 64 codes and one tail block
     codes = (torch.arange(n)[:, None] + torch.arange(k)[None, :]) % 16
     words = words_of(codes)
     scales = torch.full((n, k // blk), ONE[str(fmt)], dtype=torch.uint8)
-    got = torch.empty(n, k)
-    m = 5
-    for c in range(0, k, m):
-        cols = [(c + i) % k for i in range(m)]
-        x = torch.zeros(m, k)
-        x[torch.arange(m), cols] = 1.0
-        y = xrows(words, scales, x, fmt)
-        for i, col in enumerate(cols):
-            got[:, col] = y[i]
+    got = read_back(n, k, lambda x: xrows(words, scales, x, fmt))
     want = E2M1_TO_FLOAT32[codes]
     keep = codes != 8  # -0 reads back +0, as in any dot product
     assert same_bits(got[keep], want[keep]).all()
@@ -102,22 +111,14 @@ FP8_KINDS = {"e5m2": (R.E5M2_KIND, torch.float8_e5m2), "e4m3": (R.E4M3_KIND, tor
 @pytest.mark.parametrize("kind", list(FP8_KINDS))
 def test_fp8_every_finite_code_at_every_position_and_x_row_is_exact(kind):
     """Row r holds finite code (r + k) % F at position k (K = F: whole steps of 64 codes and
-    pairs past them); x row i one-hot at column c + i, 7 rows a call (passes of 4, 2 and 1), so
-    every code is read back through the low and high byte of a pair in each x-row slot."""
+    pairs past them), read back column by column (`read_back`), so every code goes through the
+    low and high byte of a pair in every x-row slot of every pass size."""
     code_kind, dtype = FP8_KINDS[kind]
     every = torch.arange(256, dtype=torch.uint8)
     finite = every[torch.isfinite(every.view(dtype).float())]
     n, k = 6, finite.numel()
     codes = finite[(torch.arange(n)[:, None] + torch.arange(k)[None, :]) % k].contiguous()
-    got = torch.empty(n, k)
-    m = 7
-    for c in range(0, k, m):
-        cols = [(c + i) % k for i in range(m)]
-        x = torch.zeros(m, k)
-        x[torch.arange(m), cols] = 1.0
-        y = fp8_xrows(codes, x, code_kind)
-        for i, col in enumerate(cols):
-            got[:, col] = y[i]
+    got = read_back(n, k, lambda x: fp8_xrows(codes, x, code_kind))
     want = codes.view(dtype).float()
     ok = same_bits(got, want) | ((got == 0) & (want == 0))  # -0 reads back +0 in a dot product
     assert ok.all(), (codes[~ok][:8].tolist(), got[~ok][:8].tolist())

@@ -95,7 +95,7 @@ def ort_session(w: torch.Tensor, bits: int, threads: int):
     opts.intra_op_num_threads = threads
     opts.inter_op_num_threads = 1
     # Its pool's threads spin after each run by default, taking the cores from whatever the
-    # bench times next in the same process (softfp8's numba rows ran ~4x slow right after it).
+    # bench times next in the same process (docs/decisions.md, CPU: prompts and small batches).
     opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
     sess = ort.InferenceSession(model.SerializeToString(), opts,
                                 providers=["CPUExecutionProvider"])

@@ -39,16 +39,29 @@ ROWS = 4
 """Rows a pass where K is large (backends.numba.MULTIROW_MIN_K): each x load serves four rows."""
 
 
+class VecIr:
+    """The vector types, constants and multiply-add of the FP8 row loops (here and _fp8_xrows):
+    VEC uint16 pairs (vs), their fp16 halves (vh) and float32 values (vf)."""
+
+    def __init__(self, builder):
+        self.vs = ir.VectorType(ir.IntType(16), VEC)
+        self.vf = ir.VectorType(ir.FloatType(), VEC)
+        self.vh = ir.VectorType(ir.HalfType(), VEC)
+        self.fma = cgutils.get_or_insert_function(
+            builder.module, ir.FunctionType(self.vf, [self.vf] * 3), f"llvm.fma.v{VEC}f32")
+        self.nan = self.splat(self.vf, float("nan"))
+
+    @staticmethod
+    def splat(ty, v):
+        return ir.Constant(ty, [ir.Constant(ty.element, v)] * VEC)
+
+
 def _emit_rows(context, builder, sig, args, kind, nrows):
     """IR: for rows r..r+nrows-1 of c16, the sum over the steps [0, steps) of each pair's two
     codes times xe / xo, E4M3 as value / 256; returns a ROWS-tuple of float32."""
     c16ty, rty, sty, xety, xoty = sig.args
     c16, r, steps, xe, xo = args
-    i16, f32 = ir.IntType(16), ir.FloatType()
-    vs, vf = ir.VectorType(i16, VEC), ir.VectorType(f32, VEC)
-    vh = ir.VectorType(ir.HalfType(), VEC)
-    fma = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vf, [vf, vf, vf]),
-                                         f"llvm.fma.v{VEC}f32")
+    t = VecIr(builder)
     intp = context.get_value_type(types.intp)
     carr = context.make_array(c16ty)(context, builder, c16)
     xea = context.make_array(xety)(context, builder, xe)
@@ -58,12 +71,8 @@ def _emit_rows(context, builder, sig, args, kind, nrows):
     rows = row_pointers(builder, carr, r, 0, nrows, intp)
     ahead = row_pointers(builder, carr, r, PREFETCH_ROWS * nrows, nrows, intp, clamp=True)
 
-    def splat(ty, v):
-        return ir.Constant(ty, [ir.Constant(ty.element, v)] * VEC)
-
-    nan = splat(vf, float("nan"))
     parts = STEP // VEC  # a sum for each (vector of a step, low / high code)
-    accs = [[cgutils.alloca_once_value(builder, splat(vf, 0.0)) for _ in range(2 * parts)]
+    accs = [[cgutils.alloca_once_value(builder, t.splat(t.vf, 0.0)) for _ in range(2 * parts)]
             for _ in range(nrows)]
     with cgutils.for_range_slice(builder, ir.Constant(intp, 0), steps, ir.Constant(intp, 1),
                                  intp=intp) as (s, _):
@@ -72,37 +81,33 @@ def _emit_rows(context, builder, sig, args, kind, nrows):
             prefetch(builder, ahead[i], w0)
         for v in range(parts):
             wv = builder.add(w0, ir.Constant(intp, v * VEC))
-            xs = (vload(builder, xea.data, wv, vf, 2), vload(builder, xoa.data, wv, vf, 2))
+            xs = (vload(builder, xea.data, wv, t.vf, 2), vload(builder, xoa.data, wv, t.vf, 2))
             for i in range(nrows):
-                raw = vload(builder, rows[i], wv, vs, 2)
-                _step_vector(builder, raw, xs, accs[i][2 * v:2 * v + 2],
-                             kind, fma, splat, vh, vf, nan)
+                raw = vload(builder, rows[i], wv, t.vs, 2)
+                accs_v = accs[i][2 * v:2 * v + 2]
+                for h, val in enumerate(decode_pairs(builder, raw, kind, t)):
+                    builder.store(builder.call(t.fma, [val, xs[h], builder.load(accs_v[h])]),
+                                  accs_v[h])
     return rows_totals(context, builder, sig, accs, ROWS)
 
 
-def _step_vector(builder, raw, xs, accs, kind, fma, splat, vh, vf, nan):
-    """IR: VEC pairs `raw` decoded and multiplied into accs (low codes with xs[0], high xs[1])."""
-    for h, val in enumerate(decode_pairs(builder, raw, kind, splat, vh, vf, nan)):
-        builder.store(builder.call(fma, [val, xs[h], builder.load(accs[h])]), accs[h])
-
-
-def decode_pairs(builder, raw, kind, splat, vh, vf, nan):
+def decode_pairs(builder, raw, kind, t: VecIr):
     """IR: VEC pairs `raw` (uint16) as two float32 vectors, their low codes and their high ones
     (E4M3 as value / 256); this module's loop and _fp8_xrows'."""
     vs = raw.type
-    low = builder.shl(raw, splat(vs, 8))
+    low = builder.shl(raw, t.splat(vs, 8))
     if kind == E5M2_KIND:  # the fp16 bits: the low byte shifted up, the high one masked
-        halves = (low, builder.and_(raw, splat(vs, 0xFF00)))
+        halves = (low, builder.and_(raw, t.splat(vs, 0xFF00)))
     else:  # value / 256: the 7 low bits at 7..13, the sign at 15 (e4m3_pair_div256)
-        halves = tuple(builder.and_(builder.ashr(h, splat(vs, 1)), splat(vs, 0xBF80))
+        halves = tuple(builder.and_(builder.ashr(h, t.splat(vs, 1)), t.splat(vs, 0xBF80))
                        for h in (low, raw))
     out = []
     for h, bits in enumerate(halves):
-        val = builder.fpext(builder.bitcast(bits, vh), vf)
+        val = builder.fpext(builder.bitcast(bits, t.vh), t.vf)
         if kind == E4M3_KIND:  # 0x7F / 0xFF are NaN
-            mask = splat(vs, 0x7F << (8 * h))
+            mask = t.splat(vs, 0x7F << (8 * h))
             val = builder.select(builder.icmp_unsigned("==", builder.and_(raw, mask),
-                                                       mask), nan, val)
+                                                       mask), t.nan, val)
         out.append(val)
     return out
 

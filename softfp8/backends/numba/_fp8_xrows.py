@@ -25,126 +25,71 @@ from numba.extending import intrinsic
 from ...formats import Format, PackedWeight
 from .._facts import codes_nan_free
 from ._decode import _JIT
-from ._fp8_rows import (E4M3_FINITE_KIND, E4M3_KIND, E5M2_KIND, STEP, TILE, VEC, _pair,
+from ._fp8_rows import (E4M3_FINITE_KIND, E4M3_KIND, E5M2_KIND, STEP, TILE, VEC, VecIr, _pair,
                         decode_pairs)
-from ._ir import PREFETCH_ROWS, prefetch, row_pointers, vload
+from ._ir import PREFETCH_ROWS, prefetch, row_pointers, row_total, vload, x_row_passes
 from ._runtime import chunk_rows, padded_x
 
 XR_MAX = 4
-"""Rows of x a pass (`_e5m2_row` and the like): one 16-lane sum each (two AVX2 registers), 8 registers of sums, the two
+"""Rows of x a pass: one 16-lane sum each (two AVX2 registers), 8 registers of sums, the two
 decoded vectors (four) and the x operands in AVX2's 16."""
 
 
 @intrinsic(prefer_literal=True)
-def _xrows(typingctx, c16, r, xe, xo, m0, out, xr, kind):
-    """out[m0 + j] += row r's sum over the whole steps of its codes times x row m0 + j (E4M3 as
-    value / 256), for j < xr; xr and kind (_fp8_rows' kinds) literals."""
+def _xrows(typingctx, c16, r, xe, xo, out, kind):
+    """out[i] = row r's sum over the whole steps of its codes times x row i (E4M3 as value /
+    256), for every row of x, XR_MAX rows a pass (`_ir.x_row_passes`); kind (a literal):
+    _fp8_rows' kinds."""
     for a in (c16, xe, xo, out):
         if not (isinstance(a, types.Array) and a.layout == "C"):
             raise errors.TypingError(f"the FP8 x-rows kernel needs C-contiguous arrays, got {a}")
-    if not (isinstance(xr, types.IntegerLiteral) and isinstance(kind, types.IntegerLiteral)):
-        raise errors.TypingError("the FP8 x-rows kernel needs literal xr and kind")
-    sig = types.none(c16, r, xe, xo, m0, out, xr, kind)
+    if not isinstance(kind, types.IntegerLiteral):
+        raise errors.TypingError("the FP8 x-rows kernel needs a literal kind")
+    sig = types.none(c16, r, xe, xo, out, kind)
 
     def codegen(context, builder, sig, args):
-        nxr, nkind = sig.args[6].literal_value, sig.args[7].literal_value
-        cty, rty, xety, xoty, m0ty, oty = sig.args[:6]
-        c16_v, r_v, xe_v, xo_v, m0_v, out_v = args[:6]
-        i16, f32, i32 = ir.IntType(16), ir.FloatType(), ir.IntType(32)
-        vs, vf = ir.VectorType(i16, VEC), ir.VectorType(f32, VEC)
-        vh = ir.VectorType(ir.HalfType(), VEC)
-        fma = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vf, [vf, vf, vf]),
-                                             f"llvm.fma.v{VEC}f32")
+        nkind = sig.args[5].literal_value
+        cty, rty, xety, xoty, oty = sig.args[:5]
+        c16_v, r_v, xe_v, xo_v, out_v = args[:5]
+        t = VecIr(builder)
         intp = context.get_value_type(types.intp)
         carr = context.make_array(cty)(context, builder, c16_v)
         xea = context.make_array(xety)(context, builder, xe_v)
         xoa = context.make_array(xoty)(context, builder, xo_v)
         oarr = context.make_array(oty)(context, builder, out_v)
         r_v = context.cast(builder, r_v, rty, types.intp)
-        m0_v = context.cast(builder, m0_v, m0ty, types.intp)
         row = row_pointers(builder, carr, r_v, 0, 1, intp)[0]
         ahead = row_pointers(builder, carr, r_v, PREFETCH_ROWS, 1, intp, clamp=True)[0]
         half = builder.extract_value(carr.shape, 1)
         steps = builder.udiv(half, ir.Constant(intp, STEP))
-        xrows = [[builder.gep(a.data, [builder.mul(builder.add(m0_v, ir.Constant(intp, j)),
-                                                   half)]) for j in range(nxr)]
-                 for a in (xea, xoa)]
 
-        def splat(ty, v):
-            return ir.Constant(ty, [ir.Constant(ty.element, v)] * VEC)
-
-        nan = splat(vf, float("nan"))
-        accs = [cgutils.alloca_once_value(builder, splat(vf, 0.0)) for _ in range(nxr)]
-        with cgutils.for_range_slice(builder, ir.Constant(intp, 0), steps, ir.Constant(intp, 1),
-                                     intp=intp) as (s, _):
-            w0 = builder.mul(s, ir.Constant(intp, STEP))
-            prefetch(builder, ahead, w0)
-            sums = [builder.load(a) for a in accs]
-            for v in range(STEP // VEC):
-                wv = builder.add(w0, ir.Constant(intp, v * VEC))
-                vals = decode_pairs(builder, vload(builder, row, wv, vs, 2), nkind, splat, vh, vf,
-                                    nan)
+        def one_pass(m0, nxr):
+            xrows = [[builder.gep(a.data, [builder.mul(builder.add(m0, ir.Constant(intp, j)),
+                                                       half)]) for j in range(nxr)]
+                     for a in (xea, xoa)]
+            accs = [cgutils.alloca_once_value(builder, t.splat(t.vf, 0.0)) for _ in range(nxr)]
+            with cgutils.for_range_slice(builder, ir.Constant(intp, 0), steps,
+                                         ir.Constant(intp, 1), intp=intp) as (s, _):
+                w0 = builder.mul(s, ir.Constant(intp, STEP))
+                prefetch(builder, ahead, w0)
+                sums = [builder.load(a) for a in accs]
+                for v in range(STEP // VEC):
+                    wv = builder.add(w0, ir.Constant(intp, v * VEC))
+                    vals = decode_pairs(builder, vload(builder, row, wv, t.vs, 2), nkind, t)
+                    for j in range(nxr):
+                        for h in range(2):
+                            xv = vload(builder, xrows[h][j], wv, t.vf, 2)
+                            sums[j] = builder.call(t.fma, [vals[h], xv, sums[j]])
                 for j in range(nxr):
-                    for h in range(2):
-                        xv = vload(builder, xrows[h][j], wv, vf, 2)
-                        sums[j] = builder.call(fma, [vals[h], xv, sums[j]])
+                    builder.store(sums[j], accs[j])
             for j in range(nxr):
-                builder.store(sums[j], accs[j])
-        for j in range(nxr):
-            acc = builder.load(accs[j])
-            total = builder.extract_element(acc, ir.Constant(i32, 0))
-            for lane in range(1, VEC):
-                total = builder.fadd(total, builder.extract_element(acc, ir.Constant(i32, lane)))
-            ptr = builder.gep(oarr.data, [builder.add(m0_v, ir.Constant(intp, j))])
-            builder.store(builder.fadd(builder.load(ptr), total), ptr)
+                builder.store(row_total(builder, [accs[j]]),
+                              builder.gep(oarr.data, [builder.add(m0, ir.Constant(intp, j))]))
+
+        x_row_passes(builder, builder.extract_value(xea.shape, 0), XR_MAX, intp, one_pass)
         return context.get_dummy_value()
 
     return sig, codegen
-
-
-@nb.njit(**_JIT)
-def _e5m2_row(c16, r, xe, xo, out):
-    """_xrows for every row of x, XR_MAX (then 2, then 1) at a time: E5M2."""
-    m = xe.shape[0]
-    m0 = 0
-    while m - m0 >= 4:
-        _xrows(c16, r, xe, xo, m0, out, 4, 0)
-        m0 += 4
-    if m - m0 >= 2:
-        _xrows(c16, r, xe, xo, m0, out, 2, 0)
-        m0 += 2
-    if m - m0 == 1:
-        _xrows(c16, r, xe, xo, m0, out, 1, 0)
-
-
-@nb.njit(**_JIT)
-def _e4m3_row(c16, r, xe, xo, out):
-    """_e5m2_row for E4M3 (its codes may hold NaN: 0x7F / 0xFF)."""
-    m = xe.shape[0]
-    m0 = 0
-    while m - m0 >= 4:
-        _xrows(c16, r, xe, xo, m0, out, 4, 1)
-        m0 += 4
-    if m - m0 >= 2:
-        _xrows(c16, r, xe, xo, m0, out, 2, 1)
-        m0 += 2
-    if m - m0 == 1:
-        _xrows(c16, r, xe, xo, m0, out, 1, 1)
-
-
-@nb.njit(**_JIT)
-def _e4m3f_row(c16, r, xe, xo, out):
-    """_e5m2_row for E4M3 whose codes hold no NaN (no NaN fix)."""
-    m = xe.shape[0]
-    m0 = 0
-    while m - m0 >= 4:
-        _xrows(c16, r, xe, xo, m0, out, 4, 2)
-        m0 += 4
-    if m - m0 >= 2:
-        _xrows(c16, r, xe, xo, m0, out, 2, 2)
-        m0 += 2
-    if m - m0 == 1:
-        _xrows(c16, r, xe, xo, m0, out, 1, 2)
 
 
 @nb.njit(**_JIT)
@@ -154,13 +99,12 @@ def _rows(c16, xe, xo, y, r0, r1, kind):
     post = np.float32(1.0) if kind == E5M2_KIND else np.float32(256.0)
     acc = np.empty(m, np.float32)
     for r in range(r0, r1):
-        acc[:] = 0.0
-        if kind == E5M2_KIND:
-            _e5m2_row(c16, r, xe, xo, acc)
+        if kind == E5M2_KIND:  # each call with its kind as a literal: one loop per kind
+            _xrows(c16, r, xe, xo, acc, E5M2_KIND)
         elif kind == E4M3_FINITE_KIND:
-            _e4m3f_row(c16, r, xe, xo, acc)
+            _xrows(c16, r, xe, xo, acc, E4M3_FINITE_KIND)
         else:
-            _e4m3_row(c16, r, xe, xo, acc)
+            _xrows(c16, r, xe, xo, acc, E4M3_KIND)
         for j in range(whole, half):
             lo, hi = _pair(c16[r, j], kind)
             for i in range(m):

@@ -103,18 +103,35 @@ def prefetch(builder, row, offset, locality=PREFETCH_LOCALITY):
 def rows_totals(context, builder, sig, accs, rows):
     """IR: each row's vector accumulators (allocas in accs[i]) added pairwise, then lane by lane,
     as the `rows`-tuple the signature returns (rows past len(accs) repeat the first total)."""
-    i32 = ir.IntType(32)
-    totals = []
-    for row in accs:
-        acc = [builder.load(a) for a in row]
-        while len(acc) > 1:
-            acc = [builder.fadd(acc[2 * h], acc[2 * h + 1]) for h in range(len(acc) // 2)]
-        total = builder.extract_element(acc[0], ir.Constant(i32, 0))
-        for lane in range(1, acc[0].type.count):
-            total = builder.fadd(total, builder.extract_element(acc[0], ir.Constant(i32, lane)))
-        totals.append(total)
+    totals = [row_total(builder, row) for row in accs]
     totals += [totals[0]] * (rows - len(accs))
     return context.make_tuple(builder, sig.return_type, totals)
+
+
+def row_total(builder, accs):
+    """IR: one row's vector accumulators (allocas) added pairwise, then lane by lane (a float)."""
+    i32 = ir.IntType(32)
+    acc = [builder.load(a) for a in accs]
+    while len(acc) > 1:
+        acc = [builder.fadd(acc[2 * h], acc[2 * h + 1]) for h in range(len(acc) // 2)]
+    total = builder.extract_element(acc[0], ir.Constant(i32, 0))
+    for lane in range(1, acc[0].type.count):
+        total = builder.fadd(total, builder.extract_element(acc[0], ir.Constant(i32, lane)))
+    return total
+
+
+def x_row_passes(builder, m, most, intp, one_pass):
+    """IR: one_pass(m0, xr) over the rows of x [0, m) (the x-rows kernels, _pshufb_xrows and
+    _fp8_xrows): passes of `most` rows while they fill, then one pass of the rows left; xr is a
+    Python int, so each pass is unrolled over its rows."""
+    step = ir.Constant(intp, most)
+    whole = builder.mul(builder.udiv(m, step), step)
+    with cgutils.for_range_slice(builder, ir.Constant(intp, 0), whole, step, intp=intp) as (m0, _):
+        one_pass(m0, most)
+    rest = builder.sub(m, whole)
+    for xr in range(most - 1, 0, -1):
+        with builder.if_then(builder.icmp_signed("==", rest, ir.Constant(intp, xr))):
+            one_pass(whole, xr)
 
 
 def rows_sig(rows, words, r, s0, s1, xs, sc):

@@ -26,7 +26,7 @@ from numba.extending import intrinsic
 from ...formats import SPECS, Format, PackedWeight
 from .._facts import known_fact, remember_fact
 from ._decode import _JIT, e4m3_i32_div256, e8m0_i32
-from ._ir import PREFETCH_ROWS, prefetch, row_pointers, vload
+from ._ir import PREFETCH_ROWS, prefetch, row_pointers, row_total, vload, x_row_passes
 from ._kernels import _mx_select, _nv_select
 from ._planes import select_planes
 from ._runtime import chunk_rows, padded_x
@@ -34,7 +34,7 @@ from ._pshufb import _ORDER, STEP_WORDS, _Emit
 from ._scales import loop_decodes, loop_decodes_e8m0
 
 XR_MAX = 4
-"""Rows of x a pass (`_nv_row`, `_mx_row`): two sums each (the step's h = 0 and h = 1 vectors), 8 accumulators, the
+"""Rows of x a pass: two sums each (the step's h = 0 and h = 1 vectors), 8 accumulators, the
 decoded vector, two scale vectors and the decode's temporaries in AVX2's 16 registers."""
 
 _CODES = ("e4m3", "e8m0")
@@ -44,102 +44,68 @@ codes, read a step at a time (`_pshufb._Emit.scales`); weights whose codes don't
 
 
 @intrinsic(prefer_literal=True)
-def _xrows(typingctx, words, scales, r, s0, s1, xs, m0, out, xr, mx):
-    """out[m0 + j] += row r's sum over steps [s0, s1) of codes times block scale times x row
-    m0 + j, for j < xr (a literal); mx (a literal): MXFP4 (E8M0 codes), else NVFP4 (E4M3 codes,
-    the sums then E4M3 / 256 scaled)."""
+def _xrows(typingctx, words, scales, r, xs, out, mx):
+    """out[i] = row r's sum over the whole steps of codes times block scale times x row i, for
+    every row of x, XR_MAX rows a pass (`_ir.x_row_passes`); mx (a literal): MXFP4 (E8M0
+    codes), else NVFP4 (E4M3 codes, the sums then E4M3 / 256 scaled)."""
     for a in (words, scales, xs, out):
         if not (isinstance(a, types.Array) and a.layout == "C"):
             raise errors.TypingError(f"the FP4 x-rows kernel needs C-contiguous arrays, got {a}")
-    if not (isinstance(xr, types.IntegerLiteral) and isinstance(mx, types.IntegerLiteral)):
-        raise errors.TypingError("the FP4 x-rows kernel needs literal xr and mx")
-    sig = types.none(words, scales, r, s0, s1, xs, m0, out, xr, mx)
+    if not isinstance(mx, types.IntegerLiteral):
+        raise errors.TypingError("the FP4 x-rows kernel needs a literal mx")
+    sig = types.none(words, scales, r, xs, out, mx)
 
     def codegen(context, builder, sig, args):
-        nxr, codes_of = sig.args[8].literal_value, _CODES[sig.args[9].literal_value]
-        wty, sty, rty, s0ty, s1ty, xty, m0ty, oty = sig.args[:8]
-        words_v, scales_v, r_v, s0_v, s1_v, xs_v, m0_v, out_v = args[:8]
+        codes_of = _CODES[sig.args[5].literal_value]
+        wty, sty, rty, xty, oty = sig.args[:5]
+        words_v, scales_v, r_v, xs_v, out_v = args[:5]
         intp = context.get_value_type(types.intp)
         warr = context.make_array(wty)(context, builder, words_v)
         sarr = context.make_array(sty)(context, builder, scales_v)
         xarr = context.make_array(xty)(context, builder, xs_v)
         oarr = context.make_array(oty)(context, builder, out_v)
         r_v = context.cast(builder, r_v, rty, types.intp)
-        m0_v = context.cast(builder, m0_v, m0ty, types.intp)
-        s0_v = context.cast(builder, s0_v, s0ty, types.intp)
-        s1_v = context.cast(builder, s1_v, s1ty, types.intp)
         wrow = row_pointers(builder, warr, r_v, 0, 1, intp)[0]
         srow = row_pointers(builder, sarr, r_v, 0, 1, intp)[0]
         ahead = row_pointers(builder, warr, r_v, PREFETCH_ROWS, 1, intp, clamp=True)[0]
+        steps = builder.extract_value(xarr.shape, 0)
         m_all = builder.extract_value(xarr.shape, 1)  # x rows in a step
-        e = _Emit(builder, intp, s1_v, 4 if codes_of == "e8m0" else 2)
-        accs = [[cgutils.alloca_once_value(builder, ir.Constant(e.vf, None)) for _ in range(2)]
-                for _ in range(nxr)]
-        with cgutils.for_range_slice(builder, s0_v, s1_v, ir.Constant(intp, 1),
-                                     intp=intp) as (s, _):
-            w0 = builder.mul(s, ir.Constant(intp, STEP_WORDS))
-            # x row m0 + j of step s at (s * M + m0 + j) * 64
-            xrow0 = builder.mul(builder.add(builder.mul(s, m_all), m0_v), ir.Constant(intp, 64))
-            raw = vload(builder, wrow, w0, e.vb)
-            prefetch(builder, ahead, w0)
-            scales = e.scales(builder, srow, w0, codes_of)
-            sums = [[builder.load(a) for a in row] for row in accs]
+        e = _Emit(builder, intp, steps, 4 if codes_of == "e8m0" else 2)
 
-            def use(v, val):
-                h = (v >> 1) & 1
-                val = builder.fmul(val, scales[h])  # exact: a 2-bit significand times a scale
+        def one_pass(m0, nxr):
+            accs = [[cgutils.alloca_once_value(builder, ir.Constant(e.vf, None))
+                     for _ in range(2)] for _ in range(nxr)]
+            with cgutils.for_range_slice(builder, ir.Constant(intp, 0), steps,
+                                         ir.Constant(intp, 1), intp=intp) as (s, _):
+                w0 = builder.mul(s, ir.Constant(intp, STEP_WORDS))
+                # x row m0 + j of step s at (s * M + m0 + j) * 64
+                xrow0 = builder.mul(builder.add(builder.mul(s, m_all), m0),
+                                    ir.Constant(intp, 64))
+                raw = vload(builder, wrow, w0, e.vb)
+                prefetch(builder, ahead, w0)
+                scales = e.scales(builder, srow, w0, codes_of)
+                sums = [[builder.load(a) for a in row] for row in accs]
+
+                def use(v, val):
+                    h = (v >> 1) & 1
+                    val = builder.fmul(val, scales[h])  # exact: a 2-bit significand times a scale
+                    for j in range(nxr):
+                        off = builder.add(xrow0, ir.Constant(intp, 64 * j + 8 * v))
+                        sums[j][h] = builder.call(e.fma, [
+                            val, vload(builder, xarr.data, off, e.vf), sums[j][h]])
+
+                e.values(builder, raw, use)
                 for j in range(nxr):
-                    off = builder.add(xrow0, ir.Constant(intp, 64 * j + 8 * v))
-                    sums[j][h] = builder.call(e.fma, [val, vload(builder, xarr.data, off, e.vf),
-                                                      sums[j][h]])
-
-            e.values(builder, raw, use)
+                    for h in range(2):
+                        builder.store(sums[j][h], accs[j][h])
             for j in range(nxr):
-                for h in range(2):
-                    builder.store(sums[j][h], accs[j][h])
-        i32 = ir.IntType(32)
-        for j in range(nxr):
-            acc = builder.fadd(builder.load(accs[j][0]), builder.load(accs[j][1]))
-            total = builder.extract_element(acc, ir.Constant(i32, 0))
-            for lane in range(1, 8):
-                total = builder.fadd(total, builder.extract_element(acc, ir.Constant(i32, lane)))
-            ptr = builder.gep(oarr.data, [builder.add(m0_v, ir.Constant(intp, j))])
-            builder.store(builder.fadd(builder.load(ptr), total), ptr)
+                builder.store(row_total(builder, accs[j]),
+                              builder.gep(oarr.data, [builder.add(m0, ir.Constant(intp, j))]))
+
+        x_row_passes(builder, m_all, XR_MAX, intp, one_pass)
         return context.get_dummy_value()
 
     return sig, codegen
-
-
-@nb.njit(**_JIT)
-def _nv_row(words, scales, r, s0, s1, xs, out):
-    """_xrows for every row of x, XR_MAX (or the rest) at a time: NVFP4."""
-    m = xs.shape[1]
-    m0 = 0
-    while m - m0 >= 4:
-        _xrows(words, scales, r, s0, s1, xs, m0, out, 4, 0)
-        m0 += 4
-    if m - m0 == 3:
-        _xrows(words, scales, r, s0, s1, xs, m0, out, 3, 0)
-    elif m - m0 == 2:
-        _xrows(words, scales, r, s0, s1, xs, m0, out, 2, 0)
-    elif m - m0 == 1:
-        _xrows(words, scales, r, s0, s1, xs, m0, out, 1, 0)
-
-
-@nb.njit(**_JIT)
-def _mx_row(words, scales, r, s0, s1, xs, out):
-    """_nv_row for MXFP4."""
-    m = xs.shape[1]
-    m0 = 0
-    while m - m0 >= 4:
-        _xrows(words, scales, r, s0, s1, xs, m0, out, 4, 1)
-        m0 += 4
-    if m - m0 == 3:
-        _xrows(words, scales, r, s0, s1, xs, m0, out, 3, 1)
-    elif m - m0 == 2:
-        _xrows(words, scales, r, s0, s1, xs, m0, out, 2, 1)
-    elif m - m0 == 1:
-        _xrows(words, scales, r, s0, s1, xs, m0, out, 1, 1)
 
 
 @nb.njit(**_JIT)
@@ -152,11 +118,10 @@ def _rows(words, scales, mx, post, xs, xp, y, r0, r1):
     tail = steps * (STEP_WORDS // (4 if mx else 2))  # first block past the whole steps
     acc = np.empty(m, np.float32)
     for r in range(r0, r1):
-        acc[:] = 0.0
-        if mx:
-            _mx_row(words, scales, r, 0, steps, xs, acc)
+        if mx:  # each call with mx as a literal: one loop per format
+            _xrows(words, scales, r, xs, acc, 1)
         else:
-            _nv_row(words, scales, r, 0, steps, xs, acc)
+            _xrows(words, scales, r, xs, acc, 0)
         for b in range(tail, nblk):
             if mx:
                 s = e8m0_i32(scales[r, b])
