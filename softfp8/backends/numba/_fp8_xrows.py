@@ -28,6 +28,7 @@ from ._decode import _JIT
 from ._fp8_rows import (E4M3_FINITE_KIND, E4M3_KIND, E5M2_KIND, STEP, TILE, VEC, VecIr, _pair,
                         decode_pairs)
 from ._ir import PREFETCH_ROWS, prefetch, row_pointers, row_total, vload, x_row_passes
+from ._batch import _row_scaled
 from ._runtime import chunk_rows, padded_x
 
 XR_MAX = 4
@@ -160,7 +161,4 @@ def matmul(x: torch.Tensor, packed: PackedWeight, threads: int) -> torch.Tensor:
         return torch.from_numpy(y)
     matmul_fp8(c16, np.ascontiguousarray(xn[:, 0::2]), np.ascontiguousarray(xn[:, 1::2]), y,
                chunk_rows(n, threads), kind)
-    out = torch.from_numpy(y)
-    if packed.scales is not None:
-        out *= packed.scales
-    return out
+    return _row_scaled(torch.from_numpy(y), packed, False)

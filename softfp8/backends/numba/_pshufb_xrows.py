@@ -30,7 +30,7 @@ from ._ir import PREFETCH_ROWS, prefetch, row_pointers, row_total, vload, x_row_
 from ._kernels import _mx_select, _nv_select
 from ._planes import select_planes
 from ._runtime import chunk_rows, padded_x
-from ._pshufb import _ORDER, STEP_WORDS, _Emit
+from ._pshufb import STEP_WORDS, _Emit, _gather_index
 from ._scales import loop_decodes, loop_decodes_e8m0
 
 XR_MAX = 4
@@ -156,8 +156,7 @@ def x_steps(x: np.ndarray, block: int):
     blocks past the steps]: the select planes of each row)."""
     m, kp = x.shape
     steps = kp // 64
-    index = (64 * np.arange(steps)[:, None] + _ORDER.reshape(1, -1))  # [steps, 64]
-    xs = np.ascontiguousarray(x[:, index].transpose(1, 0, 2))
+    xs = np.ascontiguousarray(x[:, _gather_index(steps)].reshape(m, steps, 64).transpose(1, 0, 2))
     xp = np.ascontiguousarray(np.stack([select_planes(row, block, 64) for row in x]))
     return xs, xp
 
